@@ -1,0 +1,39 @@
+"""transformer-walkthrough: the original transformer computed on a tiny example, every number shown.
+
+    >>> from transformer_walkthrough import load_config, run_forward
+    >>> trace = run_forward(load_config())
+    >>> trace["decoder.0.masked-attention"]["A1"]  # the first head's attention weights
+
+The names are imported on first use, so that ``walkthrough --help`` does not load NumPy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = ["Config", "Trace", "WalkthroughError", "init_weights", "load_config", "run_forward"]
+
+_HOMES = {
+    "Config": "config",
+    "load_config": "config",
+    "Trace": "trace",
+    "init_weights": "model",
+    "run_forward": "model",
+    "WalkthroughError": "errors",
+}
+
+if TYPE_CHECKING:
+    from .config import Config, load_config
+    from .errors import WalkthroughError
+    from .model import init_weights, run_forward
+    from .trace import Trace
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

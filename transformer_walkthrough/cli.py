@@ -1,0 +1,191 @@
+"""The ``walkthrough`` command: thin commands over config -> model -> trace -> render / export.
+
+Only typer is imported at start-up; NumPy, YAML and Rich load inside the commands that need
+them, so ``walkthrough --help`` stays as fast as typer itself. A ``WalkthroughError`` raised
+anywhere below becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
+
+import typer
+
+from . import __version__
+from .errors import WalkthroughError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .render import View
+    from .trace import Trace
+
+app = typer.Typer(
+    name="walkthrough",
+    help="Compute the original transformer (Vaswani et al., 2017) on a tiny sentence, "
+    "stage by stage, and show every matrix with the formula that made it.",
+    # Rich-formatted help costs more than everything else `--help` does; plain help is instant.
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    no_args_is_help=True,
+)
+
+ConfigOption = Annotated[
+    Optional[Path],
+    typer.Option("--config", "-c", help="YAML config; default: the article's example.", show_default=False),
+]
+SeedOption = Annotated[Optional[int], typer.Option(help="Seed for the weights (overrides the config).")]
+PrecisionOption = Annotated[
+    Optional[int], typer.Option(help="Digits after the decimal point (overrides the config).")
+]
+FullOption = Annotated[bool, typer.Option("--full", help="Show every row and column of wide matrices.")]
+LayerOption = Annotated[Optional[int], typer.Option(help="Only the stages of this layer (0 is the first).")]
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def user_errors(command: F) -> F:
+    """Turn a WalkthroughError into one clean line on stderr and exit code 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args: object, **kwargs: object) -> None:
+        try:
+            command(*args, **kwargs)
+        except WalkthroughError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _trace(config: Path | None, seed: int | None, precision: int | None) -> Trace:
+    from .config import load_config
+    from .model import run_forward
+
+    return run_forward(load_config(config, seed=seed, precision=precision))
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _view(trace: Trace, console: Console, full: bool) -> View:
+    from .render import View
+
+    return View(precision=trace.config.display.precision, width=console.width, full=full)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"transformer-walkthrough {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Compute the original transformer on a tiny sentence and show every matrix."""
+
+
+@app.command()
+@user_errors
+def run(
+    config: ConfigOption = None,
+    seed: SeedOption = None,
+    precision: PrecisionOption = None,
+    full: FullOption = False,
+) -> None:
+    """The whole forward pass: every stage, every matrix, then the prediction."""
+    from .render import print_all, render_trace
+
+    trace = _trace(config, seed, precision)
+    console = _console()
+    print_all(console, render_trace(console, trace, list(trace), _view(trace, console, full)))
+
+
+@app.command()
+@user_errors
+def step(
+    stage: Annotated[
+        list[str],
+        typer.Option(
+            "--stage",
+            "-s",
+            help="A stage kind (masked-attention) or id (decoder.0.cross-attention); repeatable.",
+        ),
+    ],
+    layer: LayerOption = None,
+    config: ConfigOption = None,
+    seed: SeedOption = None,
+    precision: PrecisionOption = None,
+    full: FullOption = False,
+) -> None:
+    """One stage, or every stage of one kind, with all its intermediate matrices."""
+    from .render import print_all, render_trace
+
+    trace = _trace(config, seed, precision)
+    chosen = trace.select(stage, layer)
+    console = _console()
+    ends = any(s.kind == "probabilities" for s in chosen)
+    print_all(console, render_trace(console, trace, chosen, _view(trace, console, full), prediction=ends))
+
+
+@app.command()
+@user_errors
+def stages(config: ConfigOption = None, seed: SeedOption = None) -> None:
+    """List the stage ids in order, with their kind and the shapes of their matrices."""
+    from .render import stage_list
+
+    _console().print(stage_list(_trace(config, seed, None)))
+
+
+@app.command()
+@user_errors
+def export(
+    path: Annotated[
+        str, typer.Argument(help="Output file: .json or .npz by its suffix; - writes JSON to stdout.")
+    ],
+    stage: Annotated[
+        Optional[list[str]], typer.Option("--stage", "-s", help="Only these stages (kind or id); repeatable.")
+    ] = None,
+    layer: LayerOption = None,
+    config: ConfigOption = None,
+    seed: SeedOption = None,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite the file if it exists.")] = False,
+) -> None:
+    """Write every matrix (weights included) to strict JSON or NumPy .npz."""
+    from .export import check_target
+    from .export import export as write
+
+    target = check_target(path, force)  # before any work: a bad path costs nothing
+    trace = _trace(config, seed, None)
+    text = write(trace, target, trace.select(stage or (), layer))
+    if text is not None:
+        typer.echo(text, nl=False)
+    else:
+        typer.echo(f"wrote {target}", err=True)
+
+
+@app.command("config")
+@user_errors
+def show_config(
+    config: ConfigOption = None, seed: SeedOption = None, precision: PrecisionOption = None
+) -> None:
+    """Print the effective config as YAML, to save and edit: walkthrough config > my.yaml"""
+    from .config import config_to_yaml, load_config
+
+    typer.echo(config_to_yaml(load_config(config, seed=seed, precision=precision)), nl=False)
+
+
+def main() -> None:
+    """Entry point of the ``walkthrough`` script and of ``python -m transformer_walkthrough``."""
+    app(prog_name="walkthrough")

@@ -1,0 +1,333 @@
+"""The YAML config: one frozen dataclass per section, built and checked by ``load_config``.
+
+Every key is optional; a missing key takes the default below, which is the article's example.
+The dataclasses are the specification: their fields are the only keys a file may use, their
+types are checked, and each field's ``doc`` becomes a comment in ``walkthrough config``.
+Invariants (``d_model`` divisible by ``num_heads``, every word in the vocabulary, …) are checked
+in ``__post_init__``, so a config built in Python is held to the same rules as one read from YAML.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from .errors import ConfigError
+
+START, END = "<start>", "<end>"
+SPECIAL_TOKENS = (START, END)
+OUTPUT_HEADS = ("per-position", "flatten")
+
+
+def _doc(text: str, default: Any) -> Any:
+    return field(default=default, metadata={"doc": text})
+
+
+def tokenize(sentence: str) -> list[str]:
+    """Lower-case words with the punctuation stripped: "The cat is." -> ["the", "cat", "is"]."""
+    return re.findall(r"[\w']+", sentence.lower())
+
+
+class _Checked:
+    """Checks each field's value against its annotation; the section name prefixes messages."""
+
+    _section: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = _coerce(getattr(self, f.name), hints[f.name], self._key(f.name))
+            object.__setattr__(self, f.name, value)
+
+    def _key(self, name: str) -> str:
+        return f"{self._section}.{name}" if self._section else name
+
+    def _require(self, ok: bool, name: str, message: str) -> None:
+        if not ok:
+            raise ConfigError(f"{self._key(name)}: {message}")
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    """Return ``value`` as type ``hint``, or raise ConfigError naming ``key``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):  # X | None
+        if value is None and type(None) in args:
+            return None
+        (hint,) = [a for a in args if a is not type(None)]
+        return _coerce(value, hint, key)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: must be one of {', '.join(map(str, args))}; got {value!r}")
+        return value
+    if origin is tuple:  # tuple[str, ...]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {_describe(value)}")
+        return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        raise ConfigError(f"{key}: expected a section of keys, got {_describe(value)}")
+    if hint is float:
+        # PyYAML reads 1e-5 (no dot) as a string; accept it as the number it plainly is.
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{key}: expected a number, got {_describe(value)}")
+    # bool is a subclass of int in Python, but `d_model: true` is a mistake, not a 1.
+    if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
+        return value
+    names = {int: "an integer", bool: "true or false", str: "a string"}
+    raise ConfigError(f"{key}: expected {names.get(hint, hint.__name__)}, got {_describe(value)}")
+
+
+def _describe(value: Any) -> str:
+    kind = {dict: "a section", list: "a list", type(None): "nothing"}.get(type(value))
+    return kind or f"{value!r} ({type(value).__name__})"
+
+
+@dataclass(frozen=True)
+class ModelConfig(_Checked):
+    """The network's sizes and conventions (paper §3)."""
+
+    _section: ClassVar[str] = "model"
+
+    d_model: int = _doc("width of every token vector", 4)
+    num_heads: int = _doc("attention heads; each works in d_k = d_model / num_heads dims", 2)
+    d_ff: int = _doc("width of the feed-forward hidden layer", 8)
+    num_encoder_layers: int = _doc("encoder layers stacked", 1)
+    num_decoder_layers: int = _doc("decoder layers stacked", 1)
+    output_head: Literal["per-position", "flatten"] = _doc(
+        "per-position (the paper) or flatten (the article's literal step)", "per-position"
+    )
+    scale_embeddings: bool = _doc("true: multiply embeddings by sqrt(d_model), as the paper", False)
+    attention_bias: bool = _doc("true: attention projections get biases b_Q, b_K, b_V, b_O", False)
+    layer_norm_eps: float = _doc("added to the variance inside the square root", 1.0e-5)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("d_model", "num_heads", "d_ff", "num_encoder_layers", "num_decoder_layers"):
+            value = getattr(self, name)
+            self._require(value > 0, name, f"must be a positive integer, got {value}")
+        self._require(
+            self.d_model % self.num_heads == 0,
+            "d_model",
+            f"{self.d_model} is not divisible by model.num_heads = {self.num_heads} "
+            "(each head takes d_model / num_heads dimensions)",
+        )
+        self._require(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
+
+    @property
+    def d_k(self) -> int:
+        """Width of one head's queries, keys and values."""
+        return self.d_model // self.num_heads
+
+
+@dataclass(frozen=True)
+class DisplayConfig(_Checked):
+    """How numbers are shown (never how they are computed)."""
+
+    _section: ClassVar[str] = "display"
+
+    precision: int = _doc("digits after the decimal point", 2)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require(0 <= self.precision <= 17, "precision", f"must be 0 to 17, got {self.precision}")
+
+
+@dataclass(frozen=True)
+class Config(_Checked):
+    """The whole walkthrough: the sentence, how it is split, the vocabulary, the seed, the model."""
+
+    sentence: str = _doc("lower-cased, punctuation stripped", "The cat is sleeping comfortably.")
+    encoder_words: int = _doc("the first words feed the encoder; the rest the decoder", 3)
+    vocabulary: tuple[str, ...] | None = _doc("omit to build it from the sentence", None)
+    seed: int = _doc("the same seed gives the same weights on every machine", 42)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    display: DisplayConfig = field(default_factory=DisplayConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        words = tokenize(self.sentence)
+        self._require(len(words) >= 2, "sentence", f"needs at least two words, got {self.sentence!r}")
+        self._require(
+            1 <= self.encoder_words < len(words),
+            "encoder_words",
+            f"must be 1 to {len(words) - 1} (the sentence has {len(words)} words and the decoder "
+            f"needs at least one), got {self.encoder_words}",
+        )
+        self._require(self.seed >= 0, "seed", f"must be 0 or more, got {self.seed}")
+        vocabulary = self.vocabulary
+        if vocabulary is None:
+            # Special tokens first, then the words in order of first appearance.
+            vocabulary = tuple(dict.fromkeys([*SPECIAL_TOKENS, *words]))
+            object.__setattr__(self, "vocabulary", vocabulary)
+        repeated = sorted({w for w in vocabulary if vocabulary.count(w) > 1})
+        self._require(not repeated, "vocabulary", f"lists {', '.join(map(repr, repeated))} twice")
+        missing = [w for w in dict.fromkeys([*SPECIAL_TOKENS, *words]) if w not in vocabulary]
+        self._require(
+            not missing,
+            "vocabulary",
+            f"has no {', '.join(map(repr, missing))} (the sentence is lower-cased; "
+            "<start> and <end> are always needed)",
+        )
+
+    @property
+    def source_tokens(self) -> tuple[str, ...]:
+        """The encoder's input: the first ``encoder_words`` words."""
+        return tuple(tokenize(self.sentence)[: self.encoder_words])
+
+    @property
+    def target_tokens(self) -> tuple[str, ...]:
+        """The decoder's input: the remaining words wrapped in <start> … <end>."""
+        return (START, *tokenize(self.sentence)[self.encoder_words :], END)
+
+    def token_ids(self, tokens: tuple[str, ...]) -> list[int]:
+        """Each token's row in the embedding table."""
+        index = {word: i for i, word in enumerate(self.vocabulary or ())}
+        return [index[t] for t in tokens]
+
+
+# The sections of the file and the dataclass each one builds.
+SECTIONS: dict[str, type] = {"model": ModelConfig, "display": DisplayConfig}
+
+
+def _check_keys(mapping: dict, cls: type, where: str) -> None:
+    """Reject a key ``cls`` has no field for, suggesting the close one (d_modle -> d_model)."""
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    for key in mapping:
+        if key in allowed:
+            continue
+        prefix = f"{where}." if where else ""
+        hint = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+        # A key put in the wrong section (d_model at the top) is worth pointing at too.
+        elsewhere = [
+            f"{name}.{key}"
+            for name, section in SECTIONS.items()
+            if section is not cls and key in [f.name for f in dataclasses.fields(section)]
+        ]
+        suggestion = f"{prefix}{hint[0]}" if hint else (elsewhere[0] if elsewhere else None)
+        message = f"unknown key {prefix}{key}"
+        if suggestion:
+            message += f"; did you mean {suggestion}?"
+        else:
+            message += f" (known keys: {', '.join(prefix + a for a in allowed)})"
+        raise ConfigError(message)
+
+
+def config_from_dict(data: dict | None) -> Config:
+    """Build a Config from parsed YAML, checking every key and value."""
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a mapping of keys at the top, got {_describe(data)}")
+    _check_keys(data, Config, "")
+    kwargs = dict(data)
+    for name, section in SECTIONS.items():
+        if name in data:
+            if not isinstance(data[name], dict):
+                raise ConfigError(f"{name}: expected a section of keys, got {_describe(data[name])}")
+            _check_keys(data[name], section, name)
+            kwargs[name] = section(**data[name])
+    return Config(**kwargs)
+
+
+def default_config_path() -> Path:
+    """The embedded default config (package data): the article's example."""
+    return Path(__file__).with_name("data") / "article.yaml"
+
+
+def load_config(
+    path: str | Path | None = None, *, seed: int | None = None, precision: int | None = None
+) -> Config:
+    """Read a YAML config (the embedded default when ``path`` is None) and apply overrides.
+
+    Only plain YAML is read (``yaml.safe_load``); any problem raises ConfigError with one line
+    that names the file and, where it can, the line or the key.
+    """
+    import yaml  # deferred: `walkthrough --help` should not pay for it
+
+    source = Path(path) if path is not None else default_config_path()
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{source}: is a directory, not a YAML file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{source}: cannot be read ({err})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source}: {_yaml_problem(err)}") from None
+    try:
+        config = config_from_dict(data)
+        overrides = {"seed": seed} if seed is not None else {}
+        if precision is not None:
+            overrides["display"] = dataclasses.replace(config.display, precision=precision)
+        return dataclasses.replace(config, **overrides) if overrides else config
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}") from None
+
+
+def _yaml_problem(err: Exception) -> str:
+    """One line for a YAML error: where it is and what is wrong."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    tag = re.search(r"tag:yaml.org,2002:(\S+?)'", problem)
+    if "constructor" in problem and tag:
+        return f"{where}the tag !!{tag.group(1)} is not allowed (only plain YAML is read)"
+    context = getattr(err, "context", None)
+    return f"{where}malformed YAML: {problem}" + (f" ({context})" if context else "")
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """The config as plain data (lists, not tuples), keys in the YAML's order."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            out[f.name] = {g.name: getattr(value, g.name) for g in dataclasses.fields(value)}
+        else:
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+CONFIG_HEADER = """\
+# transformer-walkthrough config. Every key is optional: a missing one takes the value shown
+# here, the article's example. Run `walkthrough config` to print the effective config.
+"""
+
+
+def config_to_yaml(config: Config) -> str:
+    """The config as commented YAML that ``load_config`` reads back to an equal Config."""
+    import yaml
+
+    def scalar(value: Any) -> str:
+        text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30, allow_unicode=True)
+        return text.removesuffix("\n").removesuffix("\n...")
+
+    def line(indent: str, f: dataclasses.Field, value: Any) -> str:
+        text = f"{indent}{f.name}: {scalar(value)}"
+        doc = f.metadata.get("doc")
+        return f"{text:<32} # {doc}" if doc else text
+
+    lines = [CONFIG_HEADER.rstrip("\n")]
+    data = config_to_dict(config)
+    for f in dataclasses.fields(config):
+        if dataclasses.is_dataclass(getattr(config, f.name)):
+            lines.append(f"{f.name}:")
+            section = getattr(config, f.name)
+            lines.extend(line("  ", g, data[f.name][g.name]) for g in dataclasses.fields(section))
+        else:
+            lines.append(line("", f, data[f.name]))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,17 @@
+"""The one error class the library raises for bad input; the CLI turns it into exit code 2."""
+
+
+class WalkthroughError(Exception):
+    """Bad input from the user: a config, a stage name, an export path. Message is one line."""
+
+
+class ConfigError(WalkthroughError):
+    """The YAML config cannot be read or does not describe a valid model."""
+
+
+class StageError(WalkthroughError):
+    """A stage or matrix name that the trace does not have."""
+
+
+class ExportError(WalkthroughError):
+    """An export path that cannot be written."""

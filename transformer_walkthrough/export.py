@@ -1,0 +1,153 @@
+"""Writing a trace to files: strict JSON (a versioned contract) and NumPy ``.npz``.
+
+Every matrix of every exported stage is written, weights included, so that each number can be
+recomputed from the file alone. Paths are checked before anything is computed, and files are
+written atomically: a reader never sees half a file, and a failed export leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import config_to_dict
+from .errors import ExportError
+from .trace import Stage, Trace
+
+SCHEMA_VERSION = 1
+FORMATS = (".json", ".npz")
+# JSON has no infinities or NaN; the schema spells them as strings.
+_NON_FINITE = {math.inf: "inf", -math.inf: "-inf"}
+
+
+def check_target(path: str, force: bool) -> Path | None:
+    """The path to write, checked before any work is done; None means JSON on stdout ("-")."""
+    if path == "-":
+        return None
+    target = Path(path)
+    if target.suffix.lower() not in FORMATS:
+        raise ExportError(
+            f"{target}: unknown format {target.suffix or '(no suffix)'!s}; "
+            f"use {' or '.join(FORMATS)}, or - for JSON on stdout"
+        )
+    if target.is_dir():
+        raise ExportError(f"{target}: is a directory")
+    if target.exists() and not force:
+        raise ExportError(f"{target}: already exists; pass --force to overwrite it")
+    if not target.parent.is_dir():
+        raise ExportError(f"{target.parent}: no such directory")
+    return target
+
+
+def _values(a: np.ndarray) -> list[list[Any]]:
+    rows = a.tolist()
+    if not np.isfinite(a).all():
+        rows = [[_NON_FINITE.get(v, "nan" if v != v else v) for v in row] for row in rows]
+    return rows
+
+
+def stage_to_dict(stage: Stage) -> dict[str, Any]:
+    return {
+        "id": stage.id,
+        "kind": stage.kind,
+        "title": stage.title,
+        "explanation": stage.explanation,
+        "formula": stage.formula,
+        "matrices": {
+            name: {
+                "shape": list(m.shape),
+                "rows": list(m.rows),
+                "cols": list(m.cols),
+                "values": _values(m.values),
+            }
+            for name, m in stage.matrices.items()
+        },
+    }
+
+
+def trace_to_dict(trace: Trace, stages: list[Stage] | None = None) -> dict[str, Any]:
+    """The export document (schema version 1) of the given stages, all of them by default."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "config": config_to_dict(trace.config),
+        "vocabulary": list(trace.vocabulary),
+        "source_tokens": list(trace.source_tokens),
+        "target_tokens": list(trace.target_tokens),
+        "stages": [stage_to_dict(s) for s in (trace if stages is None else stages)],
+        "prediction": [
+            {
+                "position": p.position,
+                "after": p.after,
+                "expected": p.expected,
+                "predicted": p.word,
+                "probability": p.probability,
+                "top": [{"token": t, "probability": q} for t, q in p.top],
+            }
+            for p in trace.prediction
+        ],
+    }
+
+
+def to_json(doc: Any, level: int = 0) -> str:
+    """Strict JSON, readable: objects one key a line, every list (a matrix row) on one line.
+
+    Floats are written with ``repr``, so they read back bit for bit.
+    """
+    pad = "  " * (level + 1)
+    if isinstance(doc, dict) and doc:
+        items = (f"{pad}{json.dumps(k, ensure_ascii=False)}: {to_json(v, level + 1)}" for k, v in doc.items())
+        return "{\n" + ",\n".join(items) + "\n" + "  " * level + "}"
+    if isinstance(doc, list) and doc and isinstance(doc[0], dict):
+        return "[\n" + ",\n".join(pad + to_json(v, level + 1) for v in doc) + "\n" + "  " * level + "]"
+    return json.dumps(doc, allow_nan=False, ensure_ascii=False, separators=(", ", ": "))
+
+
+def npz_bytes(stages: list[Stage]) -> bytes:
+    """Every matrix under "{stage id}/{name}", as ``numpy.load`` reads it."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **{f"{s.id}/{name}": m.values for s in stages for name, m in s.matrices.items()})
+    return buffer.getvalue()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write to a temporary file beside ``path``, then rename it into place in one step."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise ExportError(f"{path}: cannot write ({err.strerror})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        os.unlink(tmp)
+        if isinstance(err, OSError):
+            raise ExportError(f"{path}: cannot write ({err.strerror})") from None
+        raise
+
+
+def export(trace: Trace, target: Path | None, stages: list[Stage]) -> str | None:
+    """Write the stages to ``target`` in the format its suffix names; return the JSON text
+    instead when ``target`` is None (stdout)."""
+    if target is not None and target.suffix.lower() == ".npz":
+        write_atomic(target, npz_bytes(stages))
+        return None
+    text = to_json(trace_to_dict(trace, stages)) + "\n"
+    if target is None:
+        return text
+    write_atomic(target, text.encode("utf-8"))
+    return None
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema every export validates against (shipped as package data)."""
+    return json.loads((Path(__file__).with_name("data") / "export.schema.json").read_text("utf-8"))

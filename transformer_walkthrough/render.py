@@ -1,0 +1,229 @@
+"""Everything the terminal shows: stages as Rich tables with labelled rows and columns.
+
+All styling lives here. Cells are ``Text`` objects, never markup strings (a token like ``<start>``
+or ``[1]`` must show as itself, and parsing markup is the slow path). Matrices wider than the
+console are summarised numpy-style, with an ellipsis column, unless ``full`` is set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from rich import box
+from rich.console import Console, ConsoleOptions, Group, RenderableType
+from rich.rule import Rule
+from rich.segment import Segment
+from rich.table import Table
+from rich.text import Text
+
+from .trace import Matrix, Stage, Trace
+
+LABEL = "bold cyan"
+TITLE = "bold"
+FORMULA = "yellow"
+NEG_INF = "red"
+ELLIPSIS = "…"
+MAX_ROWS = 24  # taller matrices show their first and last rows around a "⋮"
+GAP = 3  # spaces between matrices placed side by side
+COL_GAP = 3  # spaces between the columns of a matrix
+
+
+@dataclass(frozen=True)
+class View:
+    """How numbers are shown: never how they are computed."""
+
+    precision: int = 2
+    width: int = 100
+    full: bool = False
+
+
+def format_values(values: np.ndarray, precision: int) -> list[list[str]]:
+    """Each number at ``precision`` decimals; -inf as "-∞" (the mask's value)."""
+    rows = []
+    for row in values.tolist():
+        rows.append(
+            [f"{v:.{precision}f}" if v not in (-np.inf, np.inf) else ("-∞" if v < 0 else "∞") for v in row]
+        )
+    return rows
+
+
+def summarise(widths: list[int], budget: int, ellipsis: int) -> list[int]:
+    """Indices to show when only ``budget`` fits: all, or the first and last few around a -1
+    that stands for the ellipsis (itself ``ellipsis`` wide), numpy-style."""
+    n = len(widths)
+    if sum(widths) <= budget:
+        return list(range(n))
+    head: list[int] = []
+    tail: list[int] = []
+    used = ellipsis
+    for k in range(n):  # alternate ends: 0, n-1, 1, n-2, …
+        j = k // 2 if k % 2 == 0 else n - 1 - k // 2
+        if k > 0 and used + widths[j] > budget:
+            break
+        used += widths[j]
+        (head if k % 2 == 0 else tail).append(j)
+    return [*head, -1, *tail[::-1]]
+
+
+class Block:
+    """A table rendered once to lines of a known width, ready to be placed beside others."""
+
+    def __init__(self, console: Console, table: Table, width: int) -> None:
+        self.width = width
+        self.lines = console.render_lines(table, console.options.update(width=width), pad=True)
+
+
+class SideBySide:
+    """Blocks placed left to right with a gap, top-aligned: the lines are joined, not re-rendered."""
+
+    def __init__(self, blocks: list[Block]) -> None:
+        self.blocks = blocks
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        gap = Segment(" " * GAP)
+        height = max(len(b.lines) for b in self.blocks)
+        for i in range(height):
+            for k, block in enumerate(self.blocks):
+                if k:
+                    yield gap
+                if i < len(block.lines):
+                    yield from block.lines[i]
+                else:
+                    yield Segment(" " * block.width)
+            yield Segment.line()
+
+
+def matrix_table(name: str, matrix: Matrix, view: View) -> tuple[Table, int]:
+    """One matrix as a table titled with its name and shape, rows and columns labelled; and the
+    width it takes.
+
+    Rich pays for every cell it lays out, so each row of numbers is one Text whose columns are
+    right-aligned here: a table of two fixed-width columns, row labels and values.
+    """
+    r, c = matrix.shape
+    cells = format_values(matrix.values, view.precision)
+    widths = [max(len(matrix.cols[j]), *(len(row[j]) for row in cells)) for j in range(c)]
+    label_width = max(len(s) for s in matrix.rows)
+    if view.full:
+        columns, row_index = list(range(c)), list(range(r))
+    else:
+        # Each column costs its text and the gap before it.
+        columns = summarise([w + COL_GAP for w in widths], view.width - label_width, len(ELLIPSIS) + COL_GAP)
+        row_index = summarise([1] * r, MAX_ROWS, 1)
+
+    def line(texts: list[str], styles: list[str | None]) -> Text:
+        out = Text()
+        for k, (j, text, style) in enumerate(zip(columns, texts, styles, strict=False)):
+            if k:
+                out.append(" " * COL_GAP)
+            out.append(text.rjust(len(ELLIPSIS) if j < 0 else widths[j]), style)
+        return out
+
+    header = line([ELLIPSIS if j < 0 else matrix.cols[j] for j in columns], [None] * len(columns))
+    title = f"{name}  ({r}×{c})"
+    table = Table(
+        title=Text(title, style=TITLE),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+        header_style=LABEL,
+    )
+    table.add_column(Text(""), style=LABEL, no_wrap=True, width=label_width)
+    table.add_column(header, no_wrap=True, width=header.cell_len)
+    for i in row_index:
+        if i < 0:
+            table.add_row(Text("⋮"), line(["⋮"] * len(columns), [None] * len(columns)))
+            continue
+        texts = [ELLIPSIS if j < 0 else cells[i][j] for j in columns]
+        table.add_row(Text(matrix.rows[i]), line(texts, [NEG_INF if t == "-∞" else None for t in texts]))
+    return table, max(label_width + 3 + header.cell_len, len(title))
+
+
+def side_by_side(console: Console, tables: list[tuple[Table, int]], width: int) -> Iterator[RenderableType]:
+    """Pack consecutive tables into rows that fit the console, the way a textbook lays them out."""
+    row: list[Block] = []
+    used = 0
+    for table, w in tables:
+        if row and used + GAP + w > width:
+            yield SideBySide(row)
+            row, used = [], 0
+        row.append(Block(console, table, min(w, width)))
+        used += w + (GAP if len(row) > 1 else 0)
+    if row:
+        yield SideBySide(row)
+
+
+def stage_header(stage: Stage) -> RenderableType:
+    """The stage id and title as a rule, then the explanation and the formula."""
+    formula = Text("\n".join("  " + line for line in stage.formula.splitlines()), style=FORMULA)
+    return Group(
+        Rule(Text.assemble((stage.title, TITLE), ("  " + stage.id, "dim")), align="left"),
+        Text(stage.explanation),
+        formula,
+        Text(""),
+    )
+
+
+def render_stage(console: Console, stage: Stage, view: View) -> Iterator[RenderableType]:
+    yield stage_header(stage)
+    tables = [matrix_table(name, m, view) for name, m in stage.matrices.items()]
+    yield from side_by_side(console, tables, view.width)
+    yield Text("")
+
+
+def prediction_table(trace: Trace, view: View) -> Table:
+    """Per decoder position: the most likely next word, its probability, the runners-up."""
+    p = view.precision
+    table = Table(
+        title=Text("Prediction: the most likely next word after each decoder position", style=TITLE),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        header_style=LABEL,
+    )
+    table.add_column(Text("after"), no_wrap=True)
+    table.add_column(Text("predicted"), no_wrap=True)
+    table.add_column(Text("p"), justify="right", no_wrap=True)
+    table.add_column(Text("expected"), no_wrap=True)
+    table.add_column(Text(f"top {len(trace.prediction[0].top)}"))  # the one column that may wrap
+    for pred in trace.prediction:
+        right = pred.expected is not None and pred.word == pred.expected
+        table.add_row(
+            Text(pred.after, style=LABEL),
+            Text(pred.word, style="bold green" if right else "bold"),
+            Text(f"{pred.probability:.{max(p, 2)}f}"),
+            Text(pred.expected or "—"),
+            Text(", ".join(f"{w} {q:.{max(p, 2)}f}" for w, q in pred.top)),
+        )
+    return table
+
+
+def render_trace(
+    console: Console, trace: Trace, stages: list[Stage], view: View, prediction: bool = True
+) -> Iterator[RenderableType]:
+    """The given stages in order and, when asked, the prediction table."""
+    for stage in stages:
+        yield from render_stage(console, stage, view)
+    if prediction and trace.prediction:
+        yield prediction_table(trace, view)
+
+
+def stage_list(trace: Trace) -> Table:
+    """Every stage id with its kind and the shapes of the matrices it holds."""
+    table = Table(box=box.SIMPLE_HEAD, header_style=LABEL, pad_edge=False)
+    table.add_column(Text("stage"), no_wrap=True, style=LABEL)
+    table.add_column(Text("kind"), no_wrap=True)
+    table.add_column(Text("matrices (rows×cols)"))
+    for stage in trace:
+        shapes = ", ".join(f"{name} {m.shape[0]}×{m.shape[1]}" for name, m in stage.matrices.items())
+        table.add_row(Text(stage.id), Text(stage.kind), Text(shapes))
+    return table
+
+
+def print_all(console: Console, renderables: Iterator[RenderableType]) -> None:
+    for renderable in renderables:
+        console.print(renderable)
