@@ -31,7 +31,6 @@ app = typer.Typer(
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     add_completion=False,
-    no_args_is_help=True,
 )
 
 ConfigOption = Annotated[
@@ -87,13 +86,16 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+@app.callback(invoke_without_command=True)
 def main_options(
+    ctx: typer.Context,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
     ] = False,
 ) -> None:
     """Compute the original transformer on a tiny sentence and show every matrix."""
+    if ctx.invoked_subcommand is None:  # plain `walkthrough`: say what it can do
+        typer.echo(ctx.get_help())
 
 
 @app.command()
@@ -104,7 +106,7 @@ def run(
     precision: PrecisionOption = None,
     full: FullOption = False,
 ) -> None:
-    """The whole forward pass: every stage, every matrix, then the prediction."""
+    """The whole forward pass: every stage, then the prediction."""
     from .render import print_all, render_trace
 
     trace = _trace(config, seed, precision)
@@ -129,7 +131,7 @@ def step(
     precision: PrecisionOption = None,
     full: FullOption = False,
 ) -> None:
-    """One stage, or every stage of one kind, with all its intermediate matrices."""
+    """One stage, or all stages of one kind, with every intermediate."""
     from .render import print_all, render_trace
 
     trace = _trace(config, seed, precision)
@@ -142,7 +144,7 @@ def step(
 @app.command()
 @user_errors
 def stages(config: ConfigOption = None, seed: SeedOption = None) -> None:
-    """List the stage ids in order, with their kind and the shapes of their matrices."""
+    """The stage ids in order, their kinds and matrix shapes."""
     from .render import stage_list
 
     _console().print(stage_list(_trace(config, seed, None)))
@@ -162,7 +164,7 @@ def export(
     seed: SeedOption = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite the file if it exists.")] = False,
 ) -> None:
-    """Write every matrix (weights included) to strict JSON or NumPy .npz."""
+    """Write every matrix, weights included, to JSON or .npz."""
     from .export import check_target
     from .export import export as write
 
@@ -180,7 +182,7 @@ def export(
 def show_config(
     config: ConfigOption = None, seed: SeedOption = None, precision: PrecisionOption = None
 ) -> None:
-    """Print the effective config as YAML, to save and edit: walkthrough config > my.yaml"""
+    """Print the effective config as YAML (save it, edit it)."""
     from .config import config_to_yaml, load_config
 
     typer.echo(config_to_yaml(load_config(config, seed=seed, precision=precision)), nl=False)

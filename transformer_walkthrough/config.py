@@ -215,7 +215,7 @@ def _check_keys(mapping: dict, cls: type, where: str) -> None:
             for name, section in SECTIONS.items()
             if section is not cls and key in [f.name for f in dataclasses.fields(section)]
         ]
-        suggestion = f"{prefix}{hint[0]}" if hint else (elsewhere[0] if elsewhere else None)
+        suggestion = elsewhere[0] if elsewhere else (f"{prefix}{hint[0]}" if hint else None)
         message = f"unknown key {prefix}{key}"
         if suggestion:
             message += f"; did you mean {suggestion}?"
@@ -286,7 +286,9 @@ def _yaml_problem(err: Exception) -> str:
     tag = re.search(r"tag:yaml.org,2002:(\S+?)'", problem)
     if "constructor" in problem and tag:
         return f"{where}the tag !!{tag.group(1)} is not allowed (only plain YAML is read)"
-    context = getattr(err, "context", None)
+    context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+    if context and start is not None and mark is not None and start.line != mark.line:
+        context += f" at line {start.line + 1}"  # where the broken construct began
     return f"{where}malformed YAML: {problem}" + (f" ({context})" if context else "")
 
 

@@ -32,13 +32,13 @@ def check_target(path: str, force: bool) -> Path | None:
     if path == "-":
         return None
     target = Path(path)
+    if target.is_dir():
+        raise ExportError(f"{target}: is a directory")
     if target.suffix.lower() not in FORMATS:
         raise ExportError(
             f"{target}: unknown format {target.suffix or '(no suffix)'!s}; "
             f"use {' or '.join(FORMATS)}, or - for JSON on stdout"
         )
-    if target.is_dir():
-        raise ExportError(f"{target}: is a directory")
     if target.exists() and not force:
         raise ExportError(f"{target}: already exists; pass --force to overwrite it")
     if not target.parent.is_dir():

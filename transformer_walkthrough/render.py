@@ -124,7 +124,8 @@ def matrix_table(name: str, matrix: Matrix, view: View) -> tuple[Table, int]:
     header = line([ELLIPSIS if j < 0 else matrix.cols[j] for j in columns], [None] * len(columns))
     title = f"{name}  ({r}×{c})"
     table = Table(
-        title=Text(title, style=TITLE),
+        # A title wider than its table stays on one line, over the gap beside it.
+        title=Text(title, style=TITLE, no_wrap=True, overflow="ignore"),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         show_edge=False,
@@ -151,7 +152,7 @@ def side_by_side(console: Console, tables: list[tuple[Table, int]], width: int) 
         if row and used + GAP + w > width:
             yield SideBySide(row)
             row, used = [], 0
-        row.append(Block(console, table, min(w, width)))
+        row.append(Block(console, table, w))
         used += w + (GAP if len(row) > 1 else 0)
     if row:
         yield SideBySide(row)
@@ -214,7 +215,7 @@ def render_trace(
 
 def stage_list(trace: Trace) -> Table:
     """Every stage id with its kind and the shapes of the matrices it holds."""
-    table = Table(box=box.SIMPLE_HEAD, header_style=LABEL, pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, header_style=LABEL, pad_edge=False, show_edge=False)
     table.add_column(Text("stage"), no_wrap=True, style=LABEL)
     table.add_column(Text("kind"), no_wrap=True)
     table.add_column(Text("matrices (rows×cols)"))
@@ -225,5 +226,6 @@ def stage_list(trace: Trace) -> Table:
 
 
 def print_all(console: Console, renderables: Iterator[RenderableType]) -> None:
+    """Print without cropping: widths were chosen above, and --full may be wider than the screen."""
     for renderable in renderables:
-        console.print(renderable)
+        console.print(renderable, crop=False)

@@ -1,0 +1,133 @@
+"""The math functions against small cases computed by hand, and their invariants."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from transformer_walkthrough import functional as F
+
+
+def test_softmax_by_hand() -> None:
+    # e^0 : e^(ln 2) : e^(ln 3) = 1 : 2 : 3
+    np.testing.assert_allclose(
+        F.softmax(np.array([[0.0, math.log(2), math.log(3)]])), [[1 / 6, 2 / 6, 3 / 6]]
+    )
+
+
+def test_softmax_minus_infinity_gets_exactly_zero() -> None:
+    out = F.softmax(np.array([[2.0, -np.inf, -np.inf], [0.0, 0.0, -np.inf]]))
+    assert out.tolist() == [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]]
+
+
+def test_softmax_does_not_overflow_and_ignores_shifts() -> None:
+    big = F.softmax(np.array([[1000.0, 1000.0, 999.0]]))
+    np.testing.assert_allclose(big, F.softmax(np.array([[1.0, 1.0, 0.0]])))
+    assert np.isfinite(big).all()
+
+
+def test_layer_norm_by_hand() -> None:
+    # mean 2.5; population variance (2.25 + 0.25 + 0.25 + 2.25) / 4 = 1.25
+    x = np.array([[1.0, 2.0, 3.0, 4.0]])
+    ones, zeros = np.ones(4), np.zeros(4)
+    expected = np.array([-1.5, -0.5, 0.5, 1.5]) / math.sqrt(1.25)
+    np.testing.assert_allclose(F.layer_norm(x, ones, zeros, 0.0), [expected])
+    # eps sits inside the square root: sqrt(1.25 + 1.25)
+    np.testing.assert_allclose(
+        F.layer_norm(x, ones, zeros, 1.25), [np.array([-1.5, -0.5, 0.5, 1.5]) / math.sqrt(2.5)]
+    )
+    # gamma scales, beta shifts, per column
+    gamma, beta = np.array([2.0, 2.0, 1.0, 1.0]), np.array([1.0, 0.0, 0.0, -1.0])
+    np.testing.assert_allclose(F.layer_norm(x, gamma, beta, 0.0), [expected * gamma + beta])
+
+
+def test_layer_norm_rows_have_mean_zero_and_variance_one() -> None:
+    x = np.random.default_rng(0).normal(3.0, 5.0, size=(6, 8))
+    out = F.layer_norm(x, np.ones(8), np.zeros(8), 1e-12)
+    np.testing.assert_allclose(out.mean(axis=1), 0.0, atol=1e-12)
+    np.testing.assert_allclose(out.var(axis=1), 1.0, atol=1e-9)
+
+
+def test_causal_mask_by_hand() -> None:
+    inf = -math.inf
+    assert F.causal_mask(3).tolist() == [[0.0, inf, inf], [0.0, 0.0, inf], [0.0, 0.0, 0.0]]
+
+
+def test_positional_encoding_by_hand() -> None:
+    pe = F.positional_encoding(3, 4)
+    # d_model 4: columns 0, 1 use 10000^(0/4) = 1; columns 2, 3 use 10000^(2/4) = 100
+    expected = [[math.sin(p), math.cos(p), math.sin(p / 100), math.cos(p / 100)] for p in range(3)]
+    np.testing.assert_allclose(pe, expected, rtol=0, atol=1e-15)
+    assert pe[0].tolist() == [0.0, 1.0, 0.0, 1.0]
+
+
+def test_positional_encoding_odd_width_ends_on_a_sine() -> None:
+    pe = F.positional_encoding(2, 3)
+    np.testing.assert_allclose(pe[1], [math.sin(1), math.cos(1), math.sin(1 / 10000 ** (2 / 3))])
+
+
+def test_one_attention_head_by_hand() -> None:
+    Q = np.array([[1.0, 0.0], [0.0, 1.0]])
+    K = np.array([[1.0, 0.0], [0.0, 1.0]])
+    V = np.array([[1.0, 2.0], [3.0, 4.0]])
+    r = F.scaled_dot_product_attention(Q, K, V)
+    s = 1 / math.sqrt(2)  # Q·Kᵀ = I, divided by √d_k = √2
+    np.testing.assert_allclose(r.scores, [[s, 0.0], [0.0, s]])
+    a = math.exp(s) / (math.exp(s) + 1)  # softmax([s, 0])[0]
+    np.testing.assert_allclose(r.weights, [[a, 1 - a], [1 - a, a]])
+    np.testing.assert_allclose(
+        r.output, [[a * 1 + (1 - a) * 3, a * 2 + (1 - a) * 4], [(1 - a) * 1 + a * 3, (1 - a) * 2 + a * 4]]
+    )
+    assert r.masked_scores is None
+
+
+def test_masked_attention_first_row_sees_only_itself() -> None:
+    Q = K = np.array([[1.0, 0.0], [0.0, 1.0]])
+    V = np.array([[1.0, 2.0], [3.0, 4.0]])
+    r = F.scaled_dot_product_attention(Q, K, V, F.causal_mask(2))
+    assert r.weights[0].tolist() == [1.0, 0.0]
+    assert r.output[0].tolist() == [1.0, 2.0]
+    assert r.masked_scores is not None and r.masked_scores[0, 1] == -math.inf
+
+
+def test_split_and_merge_heads_use_contiguous_blocks() -> None:
+    x = np.arange(12.0).reshape(2, 6)
+    heads = F.split_heads(x, 3)
+    assert heads.shape == (3, 2, 2)
+    assert heads[1].tolist() == [[2.0, 3.0], [8.0, 9.0]]
+    assert F.merge_heads(heads).tolist() == x.tolist()
+
+
+def test_multi_head_attention_equals_heads_computed_one_by_one() -> None:
+    rng = np.random.default_rng(7)
+    x, memory = rng.normal(size=(4, 6)), rng.normal(size=(3, 6))
+    W_Q, W_K, W_V, W_O = (rng.normal(size=(6, 6)) for _ in range(4))
+    r = F.multi_head_attention(x, memory, W_Q, W_K, W_V, W_O, num_heads=3)
+    outputs = []
+    for h in range(3):
+        cols = slice(2 * h, 2 * h + 2)
+        q, k, v = x @ W_Q[:, cols], memory @ W_K[:, cols], memory @ W_V[:, cols]
+        s = q @ k.T / math.sqrt(2)
+        a = np.exp(s) / np.exp(s).sum(axis=1, keepdims=True)
+        outputs.append(a @ v)
+        np.testing.assert_allclose(r.heads.weights[h], a, rtol=1e-12)
+    np.testing.assert_allclose(r.concat, np.hstack(outputs), rtol=1e-12)
+    np.testing.assert_allclose(r.output, np.hstack(outputs) @ W_O, rtol=1e-12)
+
+
+def test_feed_forward_by_hand() -> None:
+    x = np.array([[1.0, -1.0]])
+    r = F.feed_forward(x, np.eye(2), np.array([0.5, 0.5]), np.array([[2.0], [3.0]]), np.array([10.0]))
+    assert r.hidden.tolist() == [[1.5, 0.0]]  # ReLU(1 + 0.5, -1 + 0.5)
+    assert r.output.tolist() == [[13.0]]  # 1.5·2 + 0·3 + 10
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_functions_keep_the_dtype(dtype: type) -> None:
+    x = np.ones((2, 4), dtype=dtype)
+    assert F.softmax(x).dtype == dtype
+    assert F.layer_norm(x, np.ones(4, dtype), np.zeros(4, dtype), 1e-5).dtype == dtype
+    assert F.positional_encoding(2, 4, dtype).dtype == dtype
+    assert F.causal_mask(2, dtype).dtype == dtype

@@ -1,0 +1,275 @@
+"""The forward pass: the pinned stage list, and every stage checked against its own inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from transformer_walkthrough import load_config, run_forward
+from transformer_walkthrough.config import Config, ModelConfig
+from transformer_walkthrough.model import init_weights
+from transformer_walkthrough.trace import Trace
+
+STAGE_IDS = [
+    "encoder.embedding",
+    "encoder.positional-encoding",
+    "encoder.0.self-attention",
+    "encoder.0.add-norm-1",
+    "encoder.0.feed-forward",
+    "encoder.0.add-norm-2",
+    "decoder.embedding",
+    "decoder.positional-encoding",
+    "decoder.0.masked-attention",
+    "decoder.0.add-norm-1",
+    "decoder.0.cross-attention",
+    "decoder.0.add-norm-2",
+    "decoder.0.feed-forward",
+    "decoder.0.add-norm-3",
+    "output.logits",
+    "output.probabilities",
+]
+
+MASKED_ATTENTION_MATRICES = [
+    "X", "M",
+    "W_Q1", "W_K1", "W_V1", "Q1", "K1", "V1", "S1", "S1+M", "A1", "O1",
+    "W_Q2", "W_K2", "W_V2", "Q2", "K2", "V2", "S2", "S2+M", "A2", "O2",
+    "concat", "W_O", "output",
+]  # fmt: skip
+
+
+def test_stage_ids_are_pinned(trace: Trace) -> None:
+    assert [s.id for s in trace] == STAGE_IDS
+
+
+def test_stage_ids_with_two_layers() -> None:
+    trace = run_forward(Config(model=ModelConfig(num_encoder_layers=2, num_decoder_layers=2)))
+    ids = [s.id for s in trace]
+    assert ids[2:10] == [
+        f"encoder.{i}.{k}"
+        for i in (0, 1)
+        for k in ("self-attention", "add-norm-1", "feed-forward", "add-norm-2")
+    ]
+    assert ids[-2:] == ["output.logits", "output.probabilities"]
+    assert len(ids) == 2 + 8 + 2 + 12 + 2
+
+
+def test_matrix_names_follow_the_article(trace: Trace) -> None:
+    assert list(trace["decoder.0.masked-attention"].matrices) == MASKED_ATTENTION_MATRICES
+    cross = trace["decoder.0.cross-attention"].matrices
+    assert list(cross)[:3] == ["X", "memory", "W_Q1"] and "M" not in cross
+    assert list(trace["encoder.0.add-norm-1"].matrices) == ["X", "sublayer", "sum", "gamma", "beta", "output"]
+    assert list(trace["encoder.0.feed-forward"].matrices) == [
+        "X",
+        "W_1",
+        "b_1",
+        "hidden",
+        "W_2",
+        "b_2",
+        "output",
+    ]
+    assert list(trace["output.logits"].matrices) == ["X", "W", "b", "logits"]
+    assert list(trace["output.probabilities"].matrices) == ["logits", "probabilities"]
+
+
+def test_python_api_gives_numpy_arrays() -> None:
+    trace = run_forward(load_config())
+    assert isinstance(trace["decoder.0.masked-attention"]["S1"], np.ndarray)
+    assert trace["decoder.0.masked-attention"]["S1"].shape == (4, 4)
+
+
+def test_labels_are_tokens_and_dimensions(trace: Trace) -> None:
+    cross = trace["decoder.0.cross-attention"].matrices
+    assert cross["S1"].rows == ("<start>", "sleeping", "comfortably", "<end>")  # queries: the decoder
+    assert cross["S1"].cols == ("the", "cat", "is")  # keys: the encoder
+    assert cross["K1"].rows == ("the", "cat", "is") and cross["Q1"].cols == ("d0", "d1")
+    assert trace["encoder.embedding"].matrices["E"].rows == trace.vocabulary
+
+
+def check_invariants(trace: Trace) -> None:
+    """What holds for every stage of every forward pass, recomputed from the stage's own matrices."""
+    m = trace.config.model
+    eps = m.layer_norm_eps
+    previous = None
+    for stage in trace:
+        mats = stage.matrices
+        for matrix in mats.values():
+            assert matrix.values.shape == (len(matrix.rows), len(matrix.cols))
+        if stage.kind in ("self-attention", "masked-attention", "cross-attention"):
+            x = stage["X"]
+            kv = stage["memory"] if stage.kind == "cross-attention" else x
+            heads = []
+            for h in range(1, m.num_heads + 1):
+                Q, K, V, A = stage[f"Q{h}"], stage[f"K{h}"], stage[f"V{h}"], stage[f"A{h}"]
+                np.testing.assert_allclose(Q, x @ stage[f"W_Q{h}"], rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(K, kv @ stage[f"W_K{h}"], rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(V, kv @ stage[f"W_V{h}"], rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(stage[f"S{h}"], Q @ K.T / math.sqrt(m.d_k), rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(A.sum(axis=1), 1.0, rtol=0, atol=1e-12)  # softmax rows sum to 1
+                assert (A >= 0).all()
+                if stage.kind == "masked-attention":
+                    n = len(A)
+                    assert (A[np.triu_indices(n, k=1)] == 0.0).all()  # exactly 0, not small
+                    assert (stage[f"S{h}+M"][np.triu_indices(n, k=1)] == -np.inf).all()
+                np.testing.assert_allclose(stage[f"O{h}"], A @ V, rtol=1e-12, atol=1e-12)
+                heads.append(stage[f"O{h}"])
+            assert (stage["concat"] == np.hstack(heads)).all()  # the heads side by side, nothing else
+            np.testing.assert_allclose(
+                stage["output"], stage["concat"] @ stage["W_O"], rtol=1e-12, atol=1e-12
+            )
+        if stage.kind == "masked-attention":
+            n = len(stage["X"])
+            assert stage["M"].tolist() == [[0.0 if j <= i else -math.inf for j in range(n)] for i in range(n)]
+        if stage.kind == "add-norm":
+            assert (stage["sum"] == stage["X"] + stage["sublayer"]).all()
+            assert (stage["sublayer"] == previous["output"]).all()  # the sublayer just computed
+            normed = (stage["output"] - stage["beta"]) / stage["gamma"]
+            np.testing.assert_allclose(normed.mean(axis=1), 0.0, atol=1e-12)
+            var = stage["sum"].var(axis=1)
+            np.testing.assert_allclose(normed.var(axis=1), var / (var + eps), rtol=1e-10)  # 1, less eps
+        if stage.kind == "feed-forward":
+            hidden = np.maximum(stage["X"] @ stage["W_1"] + stage["b_1"], 0)
+            np.testing.assert_allclose(stage["hidden"], hidden, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(
+                stage["output"], hidden @ stage["W_2"] + stage["b_2"], rtol=1e-12, atol=1e-12
+            )
+        if stage.kind == "probabilities":
+            p = stage["probabilities"]
+            np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-12)
+            assert (stage["logits"] == trace["output.logits"]["logits"]).all()
+        if (
+            stage.kind in ("positional-encoding", "self-attention", "masked-attention", "feed-forward")
+            and previous
+        ):
+            assert (stage["X"] == previous["output"]).all()  # each stage reads what the last one wrote
+        previous = stage
+    encoder_out = [s for s in trace if s.id.startswith("encoder.")][-1]["output"]
+    for stage in trace.select(["cross-attention"]):
+        assert (stage["memory"] == encoder_out).all()
+    assert len(trace.prediction) == (1 if m.output_head == "flatten" else len(trace.target_tokens))
+    for pred in trace.prediction:
+        probs = [q for _, q in pred.top]
+        assert probs == sorted(probs, reverse=True)
+
+
+def test_invariants_of_the_default_run(trace: Trace) -> None:
+    check_invariants(trace)
+
+
+def test_invariants_of_every_example_config() -> None:
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")):
+        check_invariants(run_forward(load_config(path)))
+
+
+def test_embedding_and_positional_encoding_by_hand(trace: Trace) -> None:
+    E = trace["encoder.embedding"]["E"]
+    assert (E >= 0).all() and (E < 1).all()  # uniform [0, 1), as the article
+    assert (trace["encoder.embedding"]["output"] == E[[2, 3, 4]]).all()  # the, cat, is
+    assert (trace["decoder.embedding"]["output"] == trace["decoder.embedding"]["E"][[0, 5, 6, 1]]).all()
+    pe = trace["decoder.positional-encoding"]["PE"]
+    assert pe[1].tolist() == pytest.approx(
+        [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)], abs=1e-15
+    )
+
+
+def test_scaled_embeddings_multiply_by_sqrt_d_model() -> None:
+    trace = run_forward(Config(model=ModelConfig(scale_embeddings=True)))
+    stage = trace["encoder.embedding"]
+    assert (stage["output"] == stage["E"][[2, 3, 4]] * 2.0).all()  # √4
+    assert "√d_model" in stage.formula
+
+
+def test_flatten_head_is_the_articles_step() -> None:
+    trace = run_forward(Config(model=ModelConfig(output_head="flatten")))
+    logits = trace["output.logits"]
+    flat = logits.matrices["flattened"]
+    assert flat.shape == (1, 16) and flat.cols[:5] == ("p0.d0", "p0.d1", "p0.d2", "p0.d3", "p1.d0")
+    assert (logits["flattened"][0] == logits["X"].reshape(-1)).all()
+    assert logits["W"].shape == (16, 7)
+    np.testing.assert_allclose(logits["logits"], logits["flattened"] @ logits["W"] + logits["b"], rtol=1e-12)
+    assert len(trace.prediction) == 1 and trace.prediction[0].position is None
+    check_invariants(trace)
+
+
+def test_attention_biases_when_asked() -> None:
+    trace = run_forward(Config(model=ModelConfig(attention_bias=True)))
+    stage = trace["encoder.0.self-attention"]
+    assert stage["b_Q1"].shape == (1, 2) and stage["b_O"].shape == (1, 4)
+    assert "+ b_Qh" in stage.formula
+    assert "b_Q1" not in run_forward(Config())["encoder.0.self-attention"].matrices  # the article has none
+
+
+def test_weights_follow_the_documented_initialisation() -> None:
+    config = Config(model=ModelConfig(d_model=8, num_heads=2, d_ff=16))
+    w = init_weights(config)
+    bound = math.sqrt(6 / (8 + 8))  # Glorot/Xavier uniform
+    layer = w.encoder[0]
+    assert np.abs(layer.self_attention.W_Q).max() <= bound
+    assert np.abs(layer.feed_forward.W_1).max() <= math.sqrt(6 / (8 + 16))
+    assert np.abs(layer.feed_forward.b_1).max() <= 1 / math.sqrt(8)
+    assert (layer.norm_1.gamma == 1).all() and (layer.norm_1.beta == 0).all()
+    assert layer.self_attention.b_Q is None
+
+
+def test_same_seed_same_numbers_other_seed_other_numbers() -> None:
+    a, b = run_forward(Config(seed=3)), run_forward(Config(seed=3))
+    c = run_forward(Config(seed=4))
+    for stage in a:
+        for name in stage.matrices:
+            assert np.array_equal(stage[name], b[stage.id][name])
+    assert not np.array_equal(a["encoder.embedding"]["E"], c["encoder.embedding"]["E"])
+
+
+def test_prediction_is_the_argmax_of_each_row(trace: Trace) -> None:
+    probs = trace["output.probabilities"]["probabilities"]
+    for i, pred in enumerate(trace.prediction):
+        assert pred.word == trace.vocabulary[int(np.argmax(probs[i]))]
+        assert pred.probability == probs[i].max()
+        assert pred.after == trace.target_tokens[i]
+    assert [p.expected for p in trace.prediction] == ["sleeping", "comfortably", "<end>", None]
+
+
+WORDS = ["the", "cat", "dog", "is", "sat", "on", "mat", "sleeping", "very", "comfortably"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    num_heads=st.integers(1, 4),
+    d_k=st.integers(1, 3),
+    d_ff=st.integers(1, 6),
+    layers=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    words=st.lists(st.sampled_from(WORDS), min_size=2, max_size=7),
+    split=st.floats(0, 1),
+    seed=st.integers(0, 2**32 - 1),
+    head=st.sampled_from(["per-position", "flatten"]),
+    scale=st.booleans(),
+)
+def test_any_sizes_and_seeds_keep_the_invariants(
+    num_heads: int,
+    d_k: int,
+    d_ff: int,
+    layers: tuple[int, int],
+    words: list[str],
+    split: float,
+    seed: int,
+    head: str,
+    scale: bool,
+) -> None:
+    encoder_words = 1 + int(split * (len(words) - 2))
+    model = ModelConfig(
+        d_model=num_heads * d_k,
+        num_heads=num_heads,
+        d_ff=d_ff,
+        num_encoder_layers=layers[0],
+        num_decoder_layers=layers[1],
+        output_head=head,
+        scale_embeddings=scale,
+    )
+    trace = run_forward(Config(sentence=" ".join(words), encoder_words=encoder_words, seed=seed, model=model))
+    assert len(trace) == 4 + 4 * layers[0] + 6 * layers[1] + 2
+    check_invariants(trace)
