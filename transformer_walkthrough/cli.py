@@ -20,8 +20,7 @@ from .errors import WalkthroughError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .render import View
-    from .trace import Trace
+    from .trace import Stage, Trace
 
 app = typer.Typer(
     name="walkthrough",
@@ -74,10 +73,14 @@ def _console() -> Console:
     return Console(highlight=False)
 
 
-def _view(trace: Trace, console: Console, full: bool) -> View:
-    from .render import View
+def _show(trace: Trace, stages: list[Stage], full: bool) -> None:
+    """Print the stages, and the prediction table when the last stage, the probabilities, is among them."""
+    from .render import View, print_all, render_trace
 
-    return View(precision=trace.config.display.precision, width=console.width, full=full)
+    console = _console()
+    view = View(precision=trace.config.display.precision, width=console.width, full=full)
+    ending = any(s.kind == "probabilities" for s in stages)
+    print_all(console, render_trace(console, trace, stages, view, prediction=ending))
 
 
 def _version(value: bool) -> None:
@@ -107,11 +110,8 @@ def run(
     full: FullOption = False,
 ) -> None:
     """The whole forward pass: every stage, then the prediction."""
-    from .render import print_all, render_trace
-
     trace = _trace(config, seed, precision)
-    console = _console()
-    print_all(console, render_trace(console, trace, list(trace), _view(trace, console, full)))
+    _show(trace, list(trace), full)
 
 
 @app.command()
@@ -132,13 +132,8 @@ def step(
     full: FullOption = False,
 ) -> None:
     """One stage, or all stages of one kind, with every intermediate."""
-    from .render import print_all, render_trace
-
     trace = _trace(config, seed, precision)
-    chosen = trace.select(stage, layer)
-    console = _console()
-    ends = any(s.kind == "probabilities" for s in chosen)
-    print_all(console, render_trace(console, trace, chosen, _view(trace, console, full), prediction=ends))
+    _show(trace, trace.select(stage, layer), full)
 
 
 @app.command()

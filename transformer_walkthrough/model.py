@@ -320,41 +320,30 @@ def predict(probabilities: np.ndarray, trace: Trace, flatten: bool) -> list[Pred
     return out
 
 
+def input_embedding(
+    trace: Trace, side: str, E: np.ndarray, tokens: tuple[str, ...], m: ModelConfig
+) -> np.ndarray:
+    """The bottom of either stack in Figure 1: embed the tokens, then add the positional encoding."""
+    scaled = "output[i] = E[token_i]·√d_model" if m.scale_embeddings else None
+    ids = trace.config.token_ids(tokens)
+    x = embed(trace.stage(f"{side}.embedding", "embedding", scaled), E, tokens, ids, m, trace.vocabulary)
+    return add_positional_encoding(
+        trace.stage(f"{side}.positional-encoding", "positional-encoding"), x, tokens
+    )
+
+
 def run_forward(config: Config, weights: Weights | None = None) -> Trace:
     """The whole forward pass of the config's sentence, every stage recorded in a Trace."""
     m = config.model
     w = weights if weights is not None else init_weights(config)
-    vocabulary = config.vocabulary or ()
     trace = Trace(config, config.source_tokens, config.target_tokens)
-    source_ids, target_ids = config.token_ids(trace.source_tokens), config.token_ids(trace.target_tokens)
-    scaled = "output[i] = E[token_i]·√d_model" if m.scale_embeddings else None
 
-    x = embed(
-        trace.stage("encoder.embedding", "embedding", scaled),
-        w.encoder_embedding,
-        trace.source_tokens,
-        source_ids,
-        m,
-        vocabulary,
-    )
-    x = add_positional_encoding(
-        trace.stage("encoder.positional-encoding", "positional-encoding"), x, trace.source_tokens
-    )
+    x = input_embedding(trace, "encoder", w.encoder_embedding, trace.source_tokens, m)
     for i, layer in enumerate(w.encoder):
         x = encoder_layer(trace, i, x, layer, m)
-    memory = x
+    memory = x  # the encoder's output: keys and values of every cross-attention
 
-    y = embed(
-        trace.stage("decoder.embedding", "embedding", scaled),
-        w.decoder_embedding,
-        trace.target_tokens,
-        target_ids,
-        m,
-        vocabulary,
-    )
-    y = add_positional_encoding(
-        trace.stage("decoder.positional-encoding", "positional-encoding"), y, trace.target_tokens
-    )
+    y = input_embedding(trace, "decoder", w.decoder_embedding, trace.target_tokens, m)
     for i, layer in enumerate(w.decoder):
         y = decoder_layer(trace, i, y, memory, layer, m)
 
