@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
 
@@ -170,6 +171,39 @@ def export(
         typer.echo(text, nl=False)
     else:
         typer.echo(f"wrote {target}", err=True)
+
+
+class Reference(str, Enum):
+    torch = "torch"
+
+
+@app.command()
+@user_errors
+def verify(
+    config: ConfigOption = None,
+    seed: SeedOption = None,
+    against: Annotated[
+        Optional[Reference], typer.Option(help="Also compare with torch.nn.Transformer (needs PyTorch).")
+    ] = None,
+) -> None:
+    """Recompute every stage a second way; exit 1 if any number differs."""
+    from .config import load_config
+    from .model import init_weights, run_forward
+    from .render import verify_table
+    from .verify import TOLERANCE, against_torch, recompute
+
+    settings = load_config(config, seed=seed)
+    weights = init_weights(settings)
+    trace = run_forward(settings, weights)
+    checks = recompute(trace)
+    if against is Reference.torch:
+        checks += against_torch(trace, weights)
+    console = _console()
+    console.print(verify_table(checks))
+    failed = [c for c in checks if not c.ok]
+    console.print(f"{len(checks) - len(failed)} of {len(checks)} checks agree to {TOLERANCE:g}.")
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command("config")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich import box
@@ -19,6 +20,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .trace import Matrix, Stage, Trace
+
+if TYPE_CHECKING:
+    from .verify import Check
 
 LABEL = "bold cyan"
 TITLE = "bold"
@@ -222,6 +226,19 @@ def stage_list(trace: Trace) -> Table:
     for stage in trace:
         shapes = ", ".join(f"{name} {m.shape[0]}×{m.shape[1]}" for name, m in stage.matrices.items())
         table.add_row(Text(stage.id), Text(stage.kind), Text(shapes))
+    return table
+
+
+def verify_table(checks: list[Check]) -> Table:
+    """Stage, what was checked, the largest difference, ✓ or ✗."""
+    table = Table(box=box.SIMPLE_HEAD, header_style=LABEL, pad_edge=False, show_edge=False)
+    table.add_column(Text("stage"), no_wrap=True, style=LABEL)
+    table.add_column(Text("checked"))
+    table.add_column(Text("max |diff|"), justify="right", no_wrap=True)
+    table.add_column(Text(""), no_wrap=True)
+    for check in checks:
+        mark = Text("✓", style="green") if check.ok else Text("✗", style="bold red")
+        table.add_row(Text(check.stage), Text(check.what), Text(f"{check.max_diff:.1e}"), mark)
     return table
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -150,6 +150,10 @@ class Stage:
             raise StageError(
                 f"stage {self.id} has no matrix {name!r}; it has {', '.join(self.matrices)}"
             ) from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The matrix's values, or ``default`` when the stage has none by that name."""
+        return self.matrices[name].values if name in self.matrices else default
 
     def __contains__(self, name: object) -> bool:
         return name in self.matrices
