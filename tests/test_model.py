@@ -7,12 +7,13 @@ import math
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from transformer_walkthrough import load_config, run_forward
 from transformer_walkthrough.config import Config, ModelConfig
 from transformer_walkthrough.model import init_weights
 from transformer_walkthrough.trace import Trace
+
+from .strategies import configs
 
 STAGE_IDS = [
     "encoder.embedding",
@@ -234,42 +235,10 @@ def test_prediction_is_the_argmax_of_each_row(trace: Trace) -> None:
     assert [p.expected for p in trace.prediction] == ["sleeping", "comfortably", "<end>", None]
 
 
-WORDS = ["the", "cat", "dog", "is", "sat", "on", "mat", "sleeping", "very", "comfortably"]
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    num_heads=st.integers(1, 4),
-    d_k=st.integers(1, 3),
-    d_ff=st.integers(1, 6),
-    layers=st.tuples(st.integers(1, 2), st.integers(1, 2)),
-    words=st.lists(st.sampled_from(WORDS), min_size=2, max_size=7),
-    split=st.floats(0, 1),
-    seed=st.integers(0, 2**32 - 1),
-    head=st.sampled_from(["per-position", "flatten"]),
-    scale=st.booleans(),
-)
-def test_any_sizes_and_seeds_keep_the_invariants(
-    num_heads: int,
-    d_k: int,
-    d_ff: int,
-    layers: tuple[int, int],
-    words: list[str],
-    split: float,
-    seed: int,
-    head: str,
-    scale: bool,
-) -> None:
-    encoder_words = 1 + int(split * (len(words) - 2))
-    model = ModelConfig(
-        d_model=num_heads * d_k,
-        num_heads=num_heads,
-        d_ff=d_ff,
-        num_encoder_layers=layers[0],
-        num_decoder_layers=layers[1],
-        output_head=head,
-        scale_embeddings=scale,
-    )
-    trace = run_forward(Config(sentence=" ".join(words), encoder_words=encoder_words, seed=seed, model=model))
-    assert len(trace) == 4 + 4 * layers[0] + 6 * layers[1] + 2
+@given(config=configs())
+def test_any_sizes_and_seeds_keep_the_invariants(config: Config) -> None:
+    trace = run_forward(config)
+    m = config.model
+    assert len(trace) == 4 + 4 * m.num_encoder_layers + 6 * m.num_decoder_layers + 2
     check_invariants(trace)

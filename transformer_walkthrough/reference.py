@@ -9,6 +9,7 @@ Only imported when asked for: PyTorch is a test dependency, not a run-time one.
 
 from __future__ import annotations
 
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -46,11 +47,13 @@ def torch_transformer(torch: ModuleType, trace: Trace, w: Weights) -> Any:
         layer.linear2.weight.copy_(t(fw.W_2.T))
         layer.linear2.bias.copy_(t(fw.b_2))
 
-    model = nn.Transformer(
-        d_model=m.d_model, nhead=m.num_heads, num_encoder_layers=m.num_encoder_layers,
-        num_decoder_layers=m.num_decoder_layers, dim_feedforward=m.d_ff, dropout=0.0,
-        layer_norm_eps=m.layer_norm_eps, batch_first=True, norm_first=False, dtype=torch.float64,
-    )  # fmt: skip
+    with warnings.catch_warnings():  # nested tensors are a fast path we do not use
+        warnings.filterwarnings("ignore", "enable_nested_tensor is True")
+        model = nn.Transformer(
+            d_model=m.d_model, nhead=m.num_heads, num_encoder_layers=m.num_encoder_layers,
+            num_decoder_layers=m.num_decoder_layers, dim_feedforward=m.d_ff, dropout=0.0,
+            layer_norm_eps=m.layer_norm_eps, batch_first=True, norm_first=False, dtype=torch.float64,
+        )  # fmt: skip
     model.encoder.norm = None  # the paper's stacks end on their last add & norm
     model.decoder.norm = None
     with torch.no_grad():
