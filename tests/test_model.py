@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -242,3 +243,54 @@ def test_any_sizes_and_seeds_keep_the_invariants(config: Config) -> None:
     m = config.model
     assert len(trace) == 4 + 4 * m.num_encoder_layers + 6 * m.num_decoder_layers + 2
     check_invariants(trace)
+
+
+def test_float32_keeps_every_matrix_float32_and_close_to_float64() -> None:
+    config32 = Config(model=ModelConfig(dtype="float32", scale_embeddings=True, attention_bias=True))
+    config64 = Config(model=ModelConfig(scale_embeddings=True, attention_bias=True))
+    t32, t64 = run_forward(config32), run_forward(config64)
+    assert {m.values.dtype for s in t32 for m in s.matrices.values()} == {np.dtype(np.float32)}
+    # the same draws, rounded: float32 weights are float64's to float32 precision
+    assert (t32["encoder.embedding"]["E"] == t64["encoder.embedding"]["E"].astype(np.float32)).all()
+    p32, p64 = t32["output.probabilities"]["probabilities"], t64["output.probabilities"]["probabilities"]
+    np.testing.assert_allclose(p32, p64, atol=1e-5)
+
+
+def test_token_ids_feed_any_input() -> None:
+    config = Config()
+    trace = run_forward(config, source_ids=[3, 2], target_ids=[0, 6, 6, 5, 1])
+    assert trace.source_tokens == ("cat", "the") and trace.target_tokens == (
+        "<start>",
+        "comfortably",
+        "comfortably",
+        "sleeping",
+        "<end>",
+    )
+    assert trace["decoder.0.masked-attention"]["A1"].shape == (5, 5)
+    assert trace["decoder.0.cross-attention"]["S2"].shape == (5, 2)
+    check_invariants(trace)
+    default = run_forward(config, source_ids=config.token_ids(config.source_tokens))
+    assert np.array_equal(default["output.logits"]["logits"], run_forward(config)["output.logits"]["logits"])
+
+
+def test_bad_token_ids_are_clean_errors() -> None:
+    from transformer_walkthrough.errors import WalkthroughError
+
+    with pytest.raises(WalkthroughError, match=r"source ids: need 1 or more ids from 0 to 6; got \[7\]"):
+        run_forward(Config(), source_ids=[2, 7])
+    with pytest.raises(WalkthroughError, match="source ids: need 1 or more ids"):
+        run_forward(Config(), source_ids=[])
+    with pytest.raises(WalkthroughError, match="flatten head is sized for 4 decoder tokens"):
+        run_forward(Config(model=ModelConfig(output_head="flatten")), target_ids=[0, 1])
+
+
+def test_forward_without_a_trace_gives_the_same_probabilities() -> None:
+    from transformer_walkthrough.model import forward
+    from transformer_walkthrough.trace import NullTrace
+
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "standard.yaml")
+    w = init_weights(config)
+    traced = run_forward(config, w)["output.probabilities"]["probabilities"]
+    assert np.array_equal(forward(config, w), traced)
+    null = NullTrace(config, config.source_tokens, config.target_tokens)
+    assert len(null) == 0 and null.stage("encoder.embedding", "embedding").rec("E", traced, (), ()) is traced

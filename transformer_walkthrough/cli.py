@@ -201,7 +201,10 @@ def verify(
     console = _console()
     console.print(verify_table(checks))
     failed = [c for c in checks if not c.ok]
-    console.print(f"{len(checks) - len(failed)} of {len(checks)} checks agree to {TOLERANCE:g}.")
+    dtype = settings.model.dtype
+    console.print(
+        f"{len(checks) - len(failed)} of {len(checks)} checks agree to {TOLERANCE[dtype]:g} ({dtype})."
+    )
     if failed:
         raise typer.Exit(1)
 

@@ -111,6 +111,9 @@ class ModelConfig(_Checked):
     scale_embeddings: bool = _doc("true: multiply embeddings by sqrt(d_model), as the paper", False)
     attention_bias: bool = _doc("true: attention projections get biases b_Q, b_K, b_V, b_O", False)
     layer_norm_eps: float = _doc("added to the variance inside the square root", 1.0e-5)
+    dtype: Literal["float64", "float32"] = _doc(
+        "float64 (exact to print) or float32 (fast when large)", "float64"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -7,6 +7,7 @@ in the paper (``X @ W_Q``), so a weight is stored ``(d_in, d_out)``. ``n`` count
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -86,7 +87,7 @@ def scaled_dot_product_attention(
     Q: (..., n_q, d_k), K: (..., n_k, d_k), V: (..., n_k, d_v), mask: (n_q, n_k) or None.
     Dividing by √d_k keeps the scores' variance near 1 whatever d_k is, so softmax does not saturate.
     """
-    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    scores = Q @ np.swapaxes(K, -1, -2) / math.sqrt(Q.shape[-1])  # a Python float keeps float32 float32
     masked = None if mask is None else scores + mask
     weights = softmax(scores if masked is None else masked)
     return Attention(scores, masked, weights, weights @ V)

@@ -7,13 +7,16 @@ Every function records what it computes into a trace stage, under the names the 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import functional as F
 from .config import Config, ModelConfig
-from .trace import Prediction, Stage, Trace, dims
+from .errors import WalkthroughError
+from .trace import NullTrace, Prediction, Stage, Trace, dims
 
 TOP_K = 3  # next-word candidates kept per position
 
@@ -93,32 +96,33 @@ def init_weights(config: Config) -> Weights:
     m = config.model
     rng = np.random.default_rng(config.seed)
     vocab = len(config.vocabulary or ())
+    dtype = np.dtype(m.dtype)  # drawn in float64, then rounded: float32 weights equal float64's, rounded
 
     def xavier(fan_in: int, fan_out: int) -> np.ndarray:
-        a = np.sqrt(6.0 / (fan_in + fan_out))
-        return rng.uniform(-a, a, size=(fan_in, fan_out))
+        a = math.sqrt(6.0 / (fan_in + fan_out))
+        return rng.uniform(-a, a, size=(fan_in, fan_out)).astype(dtype, copy=False)
 
     def bias(fan_in: int, n: int) -> np.ndarray:
-        a = 1.0 / np.sqrt(fan_in)
-        return rng.uniform(-a, a, size=n)
+        a = 1.0 / math.sqrt(fan_in)
+        return rng.uniform(-a, a, size=n).astype(dtype, copy=False)
 
     def attention() -> AttentionWeights:
         d = m.d_model
         w = AttentionWeights(xavier(d, d), xavier(d, d), xavier(d, d), xavier(d, d))
         if m.attention_bias:
-            w.b_Q, w.b_K, w.b_V, w.b_O = (np.zeros(d) for _ in range(4))
+            w.b_Q, w.b_K, w.b_V, w.b_O = (np.zeros(d, dtype) for _ in range(4))
         return w
 
     def norm() -> LayerNormWeights:
-        return LayerNormWeights(np.ones(m.d_model), np.zeros(m.d_model))
+        return LayerNormWeights(np.ones(m.d_model, dtype), np.zeros(m.d_model, dtype))
 
     def feed_forward() -> FeedForwardWeights:
         W_1, b_1 = xavier(m.d_model, m.d_ff), bias(m.d_model, m.d_ff)
         W_2, b_2 = xavier(m.d_ff, m.d_model), bias(m.d_ff, m.d_model)
         return FeedForwardWeights(W_1, b_1, W_2, b_2)
 
-    encoder_embedding = rng.random((vocab, m.d_model))
-    decoder_embedding = rng.random((vocab, m.d_model))
+    encoder_embedding = rng.random((vocab, m.d_model)).astype(dtype, copy=False)
+    decoder_embedding = rng.random((vocab, m.d_model)).astype(dtype, copy=False)
     encoder = [
         EncoderLayerWeights(attention(), norm(), feed_forward(), norm()) for _ in range(m.num_encoder_layers)
     ]
@@ -146,7 +150,8 @@ def embed(
 ) -> np.ndarray:
     """Look up each token's row of E (times √d_model when the config scales, as the paper §3.4)."""
     stage.rec("E", E, vocabulary, dims(m.d_model))
-    x = E[ids] * np.sqrt(m.d_model) if m.scale_embeddings else E[ids]
+    # math.sqrt gives a Python float, which keeps float32 arrays float32 (a NumPy float64 would not).
+    x = E[ids] * math.sqrt(m.d_model) if m.scale_embeddings else E[ids]
     return stage.rec("output", x, tokens, dims(m.d_model))
 
 
@@ -321,31 +326,82 @@ def predict(probabilities: np.ndarray, trace: Trace, flatten: bool) -> list[Pred
 
 
 def input_embedding(
-    trace: Trace, side: str, E: np.ndarray, tokens: tuple[str, ...], m: ModelConfig
+    trace: Trace, side: str, E: np.ndarray, tokens: tuple[str, ...], ids: list[int], m: ModelConfig
 ) -> np.ndarray:
     """The bottom of either stack in Figure 1: embed the tokens, then add the positional encoding."""
     scaled = "output[i] = E[token_i]·√d_model" if m.scale_embeddings else None
-    ids = trace.config.token_ids(tokens)
     x = embed(trace.stage(f"{side}.embedding", "embedding", scaled), E, tokens, ids, m, trace.vocabulary)
     return add_positional_encoding(
         trace.stage(f"{side}.positional-encoding", "positional-encoding"), x, tokens
     )
 
 
-def run_forward(config: Config, weights: Weights | None = None) -> Trace:
-    """The whole forward pass of the config's sentence, every stage recorded in a Trace."""
-    m = config.model
-    w = weights if weights is not None else init_weights(config)
-    trace = Trace(config, config.source_tokens, config.target_tokens)
+def transformer(
+    trace: Trace, w: Weights, m: ModelConfig, source_ids: list[int], target_ids: list[int]
+) -> np.ndarray:
+    """Figure 1, bottom to top: the encoder stack, the decoder stack, the output layer.
 
-    x = input_embedding(trace, "encoder", w.encoder_embedding, trace.source_tokens, m)
+    Returns the next-token probabilities, (decoder tokens, vocab); everything is recorded into ``trace``.
+    """
+    x = input_embedding(trace, "encoder", w.encoder_embedding, trace.source_tokens, source_ids, m)
     for i, layer in enumerate(w.encoder):
         x = encoder_layer(trace, i, x, layer, m)
     memory = x  # the encoder's output: keys and values of every cross-attention
 
-    y = input_embedding(trace, "decoder", w.decoder_embedding, trace.target_tokens, m)
+    y = input_embedding(trace, "decoder", w.decoder_embedding, trace.target_tokens, target_ids, m)
     for i, layer in enumerate(w.decoder):
         y = decoder_layer(trace, i, y, memory, layer, m)
+    return output_head(trace, y, w, m)
 
-    trace.prediction = predict(output_head(trace, y, w, m), trace, m.output_head == "flatten")
+
+def _ids(
+    config: Config, ids: Sequence[int] | None, tokens: tuple[str, ...], side: str
+) -> tuple[list[int], tuple[str, ...]]:
+    """Token ids (the config's sentence when None), checked, and their words as labels."""
+    vocabulary = config.vocabulary or ()
+    if ids is None:
+        return config.token_ids(tokens), tokens
+    ids = [int(i) for i in ids]
+    bad = [i for i in ids if not 0 <= i < len(vocabulary)]
+    if not ids or bad:
+        raise WalkthroughError(
+            f"{side} ids: need 1 or more ids from 0 to {len(vocabulary) - 1}; got {bad or 'none'}"
+        )
+    if side == "target" and config.model.output_head == "flatten" and len(ids) != len(config.target_tokens):
+        raise WalkthroughError(
+            f"target ids: the flatten head is sized for {len(config.target_tokens)} decoder tokens"
+        )
+    return ids, tuple(vocabulary[i] for i in ids)
+
+
+def run_forward(
+    config: Config,
+    weights: Weights | None = None,
+    *,
+    source_ids: Sequence[int] | None = None,
+    target_ids: Sequence[int] | None = None,
+) -> Trace:
+    """The whole forward pass, every stage recorded in a Trace.
+
+    By default on the config's sentence; ``source_ids`` and ``target_ids`` (rows of the
+    vocabulary) feed any other input, of any length.
+    """
+    src, source_tokens = _ids(config, source_ids, config.source_tokens, "source")
+    tgt, target_tokens = _ids(config, target_ids, config.target_tokens, "target")
+    trace = Trace(config, source_tokens, target_tokens)
+    w = weights if weights is not None else init_weights(config)
+    probabilities = transformer(trace, w, config.model, src, tgt)
+    trace.prediction = predict(probabilities, trace, config.model.output_head == "flatten")
     return trace
+
+
+def forward(
+    config: Config,
+    weights: Weights,
+    source_ids: Sequence[int] | None = None,
+    target_ids: Sequence[int] | None = None,
+) -> np.ndarray:
+    """The same arithmetic with nothing recorded: just the next-token probabilities."""
+    src, source_tokens = _ids(config, source_ids, config.source_tokens, "source")
+    tgt, target_tokens = _ids(config, target_ids, config.target_tokens, "target")
+    return transformer(NullTrace(config, source_tokens, target_tokens), weights, config.model, src, tgt)

@@ -3,7 +3,7 @@
 PyTorch stores a linear layer's weight as (d_out, d_in) and computes x·Wᵀ, and stacks W_Q, W_K, W_V
 as the rows of ``in_proj_weight``; head h uses the h-th block of d_k rows, as our W_Q uses the h-th
 block of d_k columns. ``nn.Transformer`` adds a final LayerNorm after each stack that the paper's
-post-norm model does not have: both are removed. Dropout is 0; everything is float64.
+post-norm model does not have: both are removed. Dropout is 0; the dtype is the config's.
 Only imported when asked for: PyTorch is a test dependency, not a run-time one.
 """
 
@@ -26,7 +26,7 @@ def torch_transformer(torch: ModuleType, trace: Trace, w: Weights) -> Any:
     m = trace.config.model
 
     def t(a: np.ndarray) -> Any:
-        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64))
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=m.dtype))
 
     def attention(mha: Any, aw: AttentionWeights) -> None:
         zeros = np.zeros(m.d_model)
@@ -52,7 +52,8 @@ def torch_transformer(torch: ModuleType, trace: Trace, w: Weights) -> Any:
         model = nn.Transformer(
             d_model=m.d_model, nhead=m.num_heads, num_encoder_layers=m.num_encoder_layers,
             num_decoder_layers=m.num_decoder_layers, dim_feedforward=m.d_ff, dropout=0.0,
-            layer_norm_eps=m.layer_norm_eps, batch_first=True, norm_first=False, dtype=torch.float64,
+            layer_norm_eps=m.layer_norm_eps, batch_first=True, norm_first=False,
+            dtype=getattr(torch, m.dtype),
         )  # fmt: skip
     model.encoder.norm = None  # the paper's stacks end on their last add & norm
     model.decoder.norm = None
@@ -87,7 +88,7 @@ def torch_checks(torch: ModuleType, trace: Trace, w: Weights) -> list[Check]:
     ]
     src = torch.from_numpy(np.ascontiguousarray(trace["encoder.positional-encoding"]["output"]))[None]
     tgt = torch.from_numpy(np.ascontiguousarray(trace["decoder.positional-encoding"]["output"]))[None]
-    mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], dtype=torch.float64)
+    mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], dtype=tgt.dtype)
     checks: list[Check] = []
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)  # call the modules themselves, so the hooks see them

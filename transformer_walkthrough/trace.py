@@ -9,6 +9,7 @@ every export read the same trace. Matrices are stored as given (often views), ne
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -99,9 +100,15 @@ KINDS: dict[str, Kind] = {
 }
 
 
+@functools.lru_cache(maxsize=64)
 def dims(n: int) -> tuple[str, ...]:
     """Labels of n dimensions: d0, d1, …"""
     return tuple(f"d{j}" for j in range(n))
+
+
+def is_weight(name: str) -> bool:
+    """A learned parameter (E, W_Q1, b_1, gamma, W, …), as opposed to an activation computed from them."""
+    return name in ("E", "W", "b", "gamma", "beta") or name.startswith(("W_", "b_"))
 
 
 @dataclass(frozen=True)
@@ -241,3 +248,19 @@ class Trace:
             f"unknown stage {name!r}; {hint}valid kinds: {', '.join(kinds)}; "
             f"or a stage id: {', '.join(self.stages)}"
         )
+
+
+class _NullStage:
+    """A stage that records nothing: ``rec`` hands back its argument, so the model runs unchanged."""
+
+    formula = ""
+
+    def rec(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
+        return values
+
+
+class NullTrace(Trace):
+    """A trace that keeps no matrices: the forward pass at full speed and with no memory held."""
+
+    def stage(self, stage_id: str, kind: str, formula: str | None = None) -> Stage:
+        return _NullStage()  # type: ignore[return-value]

@@ -18,17 +18,19 @@ from .errors import WalkthroughError
 from .model import Weights
 from .trace import Stage, Trace
 
-TOLERANCE = 1e-10
+# Largest difference that still counts as equal: float64 agrees to ~1e-15, float32 to ~1e-6.
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
 
 
 class Check(NamedTuple):
     stage: str
     what: str
     max_diff: float
+    tolerance: float = TOLERANCE["float64"]
 
     @property
     def ok(self) -> bool:
-        return self.max_diff <= TOLERANCE
+        return self.max_diff <= self.tolerance
 
 
 def _diff(a: np.ndarray, b: np.ndarray) -> float:
@@ -146,7 +148,13 @@ def recompute(trace: Trace) -> list[Check]:
                 Check(stage.id, "softmax per row", _diff(stage["probabilities"], _softmax(stage["logits"])))
             )
     checks.extend(_chain(trace))
-    return checks
+    return with_tolerance(checks, trace)
+
+
+def with_tolerance(checks: list[Check], trace: Trace) -> list[Check]:
+    """The checks judged at the tolerance of the trace's dtype."""
+    tolerance = TOLERANCE[trace.config.model.dtype]
+    return [c._replace(tolerance=tolerance) for c in checks]
 
 
 def _chain(trace: Trace) -> list[Check]:
@@ -183,4 +191,4 @@ def against_torch(trace: Trace, weights: Weights) -> list[Check]:
         )
     from .reference import torch_checks
 
-    return torch_checks(torch, trace, weights)
+    return with_tolerance(torch_checks(torch, trace, weights), trace)
