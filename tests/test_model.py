@@ -162,8 +162,6 @@ def test_invariants_of_the_default_run(trace: Trace) -> None:
 
 
 def test_invariants_of_every_example_config() -> None:
-    from pathlib import Path
-
     for path in sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")):
         check_invariants(run_forward(load_config(path)))
 

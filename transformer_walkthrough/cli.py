@@ -159,14 +159,22 @@ def export(
     config: ConfigOption = None,
     seed: SeedOption = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite the file if it exists.")] = False,
+    weights: Annotated[
+        bool, typer.Option("--weights/--no-weights", help="Include the learned weights (E, W_Q1, …, gamma).")
+    ] = True,
 ) -> None:
     """Write every matrix, weights included, to JSON or .npz."""
-    from .export import check_target
+    from .export import check_target, size_warning
     from .export import export as write
 
     target = check_target(path, force)  # before any work: a bad path costs nothing
     trace = _trace(config, seed, None)
-    text = write(trace, target, trace.select(stage or (), layer))
+    stages = trace.select(stage or (), layer)
+    if target is None or target.suffix.lower() == ".json":
+        warning = size_warning(stages, weights, trace.config.model.dtype)
+        if warning:
+            typer.echo(f"warning: {warning}", err=True)
+    text = write(trace, target, stages, weights)
     if text is not None:
         typer.echo(text, nl=False)
     else:

@@ -7,19 +7,19 @@ written atomically: a reader never sees half a file, and a failed export leaves 
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from .config import config_to_dict
 from .errors import ExportError
-from .trace import Stage, Trace
+from .trace import Stage, Trace, is_weight
 
 SCHEMA_VERSION = 1
 FORMATS = (".json", ".npz")
@@ -53,7 +53,7 @@ def _values(a: np.ndarray) -> list[list[Any]]:
     return rows
 
 
-def stage_to_dict(stage: Stage) -> dict[str, Any]:
+def stage_to_dict(stage: Stage, weights: bool = True) -> dict[str, Any]:
     return {
         "id": stage.id,
         "kind": stage.kind,
@@ -68,19 +68,23 @@ def stage_to_dict(stage: Stage) -> dict[str, Any]:
                 "values": _values(m.values),
             }
             for name, m in stage.matrices.items()
+            if weights or not is_weight(name)
         },
     }
 
 
-def trace_to_dict(trace: Trace, stages: list[Stage] | None = None) -> dict[str, Any]:
-    """The export document (schema version 1) of the given stages, all of them by default."""
+def trace_to_dict(trace: Trace, stages: list[Stage] | None = None, weights: bool = True) -> dict[str, Any]:
+    """The export document (schema version 1) of the given stages, all of them by default.
+
+    Without ``weights`` the learned parameters are left out and only activations remain.
+    """
     return {
         "schema_version": SCHEMA_VERSION,
         "config": config_to_dict(trace.config),
         "vocabulary": list(trace.vocabulary),
         "source_tokens": list(trace.source_tokens),
         "target_tokens": list(trace.target_tokens),
-        "stages": [stage_to_dict(s) for s in (trace if stages is None else stages)],
+        "stages": [stage_to_dict(s, weights) for s in (trace if stages is None else stages)],
         "prediction": [
             {
                 "position": p.position,
@@ -109,22 +113,44 @@ def to_json(doc: Any, level: int = 0) -> str:
     return json.dumps(doc, allow_nan=False, ensure_ascii=False, separators=(", ", ": "))
 
 
-def npz_bytes(stages: list[Stage]) -> bytes:
-    """Every matrix under "{stage id}/{name}", as ``numpy.load`` reads it."""
-    buffer = io.BytesIO()
-    np.savez(buffer, **{f"{s.id}/{name}": m.values for s in stages for name, m in s.matrices.items()})
-    return buffer.getvalue()
+def matrices(stages: list[Stage], weights: bool = True) -> dict[str, np.ndarray]:
+    """Every matrix under "{stage id}/{name}", the names of the .npz file."""
+    return {
+        f"{s.id}/{name}": m.values
+        for s in stages
+        for name, m in s.matrices.items()
+        if weights or not is_weight(name)
+    }
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path``, then rename it into place in one step."""
+def size(stages: list[Stage], weights: bool = True) -> int:
+    """How many numbers an export of these stages holds."""
+    return sum(a.size for a in matrices(stages, weights).values())
+
+
+LARGE = 2_000_000  # numbers: past this a JSON export runs to tens of megabytes
+
+
+def size_warning(stages: list[Stage], weights: bool, dtype: str) -> str | None:
+    """A word of warning when a JSON export would be large, with what to do instead."""
+    numbers = size(stages, weights)
+    if numbers <= LARGE:
+        return None
+    hint = "; --no-weights leaves the weights out" if weights else ""
+    json_mb = numbers * 20 / 1e6  # a float written by repr takes about 20 characters, separator included
+    npz_mb = numbers * np.dtype(dtype).itemsize / 1e6
+    return f"{numbers:,} numbers make about {json_mb:,.0f} MB of JSON{hint}; as .npz, {npz_mb:,.0f} MB"
+
+
+def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write through ``write`` to a temporary file beside ``path``, then rename it into place in one step."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as err:
         raise ExportError(f"{path}: cannot write ({err.strerror})") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -135,16 +161,17 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def export(trace: Trace, target: Path | None, stages: list[Stage]) -> str | None:
+def export(trace: Trace, target: Path | None, stages: list[Stage], weights: bool = True) -> str | None:
     """Write the stages to ``target`` in the format its suffix names; return the JSON text
     instead when ``target`` is None (stdout)."""
     if target is not None and target.suffix.lower() == ".npz":
-        write_atomic(target, npz_bytes(stages))
+        arrays = matrices(stages, weights)
+        write_atomic(target, lambda f: np.savez(f, **arrays))  # streamed to the file, no copy in memory
         return None
-    text = to_json(trace_to_dict(trace, stages)) + "\n"
+    text = to_json(trace_to_dict(trace, stages, weights)) + "\n"
     if target is None:
         return text
-    write_atomic(target, text.encode("utf-8"))
+    write_atomic(target, lambda f: f.write(text.encode("utf-8")))
     return None
 
 

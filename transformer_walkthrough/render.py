@@ -7,6 +7,7 @@ console are summarised numpy-style, with an ellipsis column, unless ``full`` is 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -43,14 +44,24 @@ class View:
     full: bool = False
 
 
-def format_values(values: np.ndarray, precision: int) -> list[list[str]]:
-    """Each number at ``precision`` decimals; -inf as "-∞" (the mask's value)."""
-    rows = []
-    for row in values.tolist():
-        rows.append(
-            [f"{v:.{precision}f}" if v not in (-np.inf, np.inf) else ("-∞" if v < 0 else "∞") for v in row]
-        )
-    return rows
+def format_value(v: float, precision: int) -> str:
+    """A number at ``precision`` decimals; -inf as "-∞" (the mask's value)."""
+    if math.isinf(v):
+        return "-∞" if v < 0 else "∞"
+    return f"{v:.{precision}f}"
+
+
+def text_widths(values: np.ndarray, precision: int) -> np.ndarray:
+    """The widest formatted number of each column, without formatting them: (rows, cols) -> (cols,).
+
+    Digits before the point, a sign where the number is negative (-0.00 included), the point and
+    the decimals; 2 for ±∞. Exact but for a half-way case whose rounding could carry a digit.
+    """
+    finite = np.isfinite(values)
+    magnitude = np.where(finite, np.abs(np.round(values, precision)), 0.0)
+    digits = np.floor(np.log10(np.maximum(magnitude, 1.0))) + 1
+    widths = digits + (precision + 1 if precision else 0) + (np.signbit(values) & finite)
+    return np.where(finite, widths, np.where(values < 0, 2, 1)).max(axis=0).astype(int)
 
 
 def summarise(widths: list[int], budget: int, ellipsis: int) -> list[int]:
@@ -104,28 +115,35 @@ def matrix_table(name: str, matrix: Matrix, view: View) -> tuple[Table, int]:
     width it takes.
 
     Rich pays for every cell it lays out, so each row of numbers is one Text whose columns are
-    right-aligned here: a table of two fixed-width columns, row labels and values.
+    right-aligned here: a table of two fixed-width columns, row labels and values. Only the
+    numbers shown are formatted, so a 512-column matrix costs little more than a 4-column one.
     """
     r, c = matrix.shape
-    cells = format_values(matrix.values, view.precision)
-    widths = [max(len(matrix.cols[j]), *(len(row[j]) for row in cells)) for j in range(c)]
+    row_index = list(range(r)) if view.full else summarise([1] * r, MAX_ROWS, 1)
+    shown = matrix.values[[i for i in row_index if i >= 0]]
+    estimate = np.maximum(text_widths(shown, view.precision), [len(label) for label in matrix.cols])
     label_width = max(len(s) for s in matrix.rows)
     if view.full:
-        columns, row_index = list(range(c)), list(range(r))
+        columns = list(range(c))
     else:
         # Each column costs its text and the gap before it.
-        columns = summarise([w + COL_GAP for w in widths], view.width - label_width, len(ELLIPSIS) + COL_GAP)
-        row_index = summarise([1] * r, MAX_ROWS, 1)
+        columns = summarise(
+            [int(w) + COL_GAP for w in estimate], view.width - label_width, len(ELLIPSIS) + COL_GAP
+        )
+    kept = [j for j in columns if j >= 0]
+    cells = [[format_value(v, view.precision) for v in row] for row in shown[:, kept].tolist()]
+    width_of = {j: max(len(matrix.cols[j]), *(len(row[k]) for row in cells)) for k, j in enumerate(kept)}
+    width_of[-1] = len(ELLIPSIS)
 
-    def line(texts: list[str], styles: list[str | None]) -> Text:
+    def line(texts: list[str]) -> Text:
         out = Text()
-        for k, (j, text, style) in enumerate(zip(columns, texts, styles, strict=False)):
+        for k, (j, text) in enumerate(zip(columns, texts, strict=True)):
             if k:
                 out.append(" " * COL_GAP)
-            out.append(text.rjust(len(ELLIPSIS) if j < 0 else widths[j]), style)
+            out.append(text.rjust(width_of[j]), NEG_INF if text == "-∞" else None)
         return out
 
-    header = line([ELLIPSIS if j < 0 else matrix.cols[j] for j in columns], [None] * len(columns))
+    header = line([ELLIPSIS if j < 0 else matrix.cols[j] for j in columns])
     title = f"{name}  ({r}×{c})"
     table = Table(
         # A title wider than its table stays on one line, over the gap beside it.
@@ -139,12 +157,20 @@ def matrix_table(name: str, matrix: Matrix, view: View) -> tuple[Table, int]:
     )
     table.add_column(Text(""), style=LABEL, no_wrap=True, width=label_width)
     table.add_column(header, no_wrap=True, width=header.cell_len)
+    numbers = iter(cells)
     for i in row_index:
         if i < 0:
-            table.add_row(Text("⋮"), line(["⋮"] * len(columns), [None] * len(columns)))
+            table.add_row(Text("⋮"), line(["⋮"] * len(columns)))
             continue
-        texts = [ELLIPSIS if j < 0 else cells[i][j] for j in columns]
-        table.add_row(Text(matrix.rows[i]), line(texts, [NEG_INF if t == "-∞" else None for t in texts]))
+        row = next(numbers)
+        texts, k = [], 0
+        for j in columns:
+            if j < 0:
+                texts.append(ELLIPSIS)
+            else:
+                texts.append(row[k])
+                k += 1
+        table.add_row(Text(matrix.rows[i]), line(texts))
     return table, max(label_width + 3 + header.cell_len, len(title))
 
 
