@@ -227,3 +227,26 @@ def test_help_does_not_import_numpy() -> None:
     )
     result = run_module("-c", code)
     assert result.stdout.strip().splitlines()[-1] == "False False"
+
+
+def test_large_json_export_warns_and_offers_no_weights(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import transformer_walkthrough.export as export
+
+    monkeypatch.setattr(export, "LARGE", 100)  # the default trace holds 1,2xx numbers
+    result = runner.invoke(app, ["export", "-"])
+    assert result.exit_code == 0
+    numbers = sum(
+        len(row)
+        for s in json.loads(result.stdout)["stages"]
+        for m in s["matrices"].values()
+        for row in m["values"]
+    )
+    assert result.stderr == (
+        f"warning: {numbers:,} numbers make about {numbers * 20 / 1e6:,.0f} MB of JSON; "
+        f"--no-weights leaves the weights out; as .npz, {numbers * 8 / 1e6:,.0f} MB\n"
+    )
+    fewer = runner.invoke(app, ["export", "-", "--no-weights"])
+    assert "--no-weights" not in fewer.stderr
+    assert "W_Q1" not in fewer.stdout and "A1" in fewer.stdout

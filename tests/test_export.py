@@ -126,3 +126,27 @@ def test_write_is_atomic_and_leaves_no_temporary_files(trace: Trace, tmp_path: P
     export(trace, path, list(trace))
     assert strict_load(path.read_text(encoding="utf-8"))["schema_version"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_no_weights_leaves_out_exactly_the_learned_parameters(trace: Trace) -> None:
+    doc = strict_load(to_json(trace_to_dict(trace, weights=False)))
+    jsonschema.validate(doc, schema())
+    kept = {name for s in doc["stages"] for name in s["matrices"]}
+    assert kept.isdisjoint(
+        {"E", "W_Q1", "W_K2", "W_V1", "W_O", "gamma", "beta", "W_1", "b_1", "W_2", "b_2", "W", "b"}
+    )
+    assert {"X", "PE", "M", "Q1", "S1+M", "A2", "concat", "sum", "hidden", "logits", "probabilities"} <= kept
+
+
+def test_exported_files_are_readable_by_others_like_any_new_file(trace: Trace, tmp_path: Path) -> None:
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        export(trace, tmp_path / "a.json", list(trace))
+        export(trace, tmp_path / "a.npz", list(trace))
+    finally:
+        os.umask(old)
+    for name in ("a.json", "a.npz"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644

@@ -104,7 +104,7 @@ def test_multi_head_attention_equals_heads_computed_one_by_one() -> None:
     rng = np.random.default_rng(7)
     x, memory = rng.normal(size=(4, 6)), rng.normal(size=(3, 6))
     W_Q, W_K, W_V, W_O = (rng.normal(size=(6, 6)) for _ in range(4))
-    r = F.multi_head_attention(x, memory, W_Q, W_K, W_V, W_O, num_heads=3)
+    r = F.multi_head_attention(x, memory, np.hstack([W_Q, W_K, W_V]), W_O, num_heads=3)
     outputs = []
     for h in range(3):
         cols = slice(2 * h, 2 * h + 2)
@@ -131,3 +131,16 @@ def test_functions_keep_the_dtype(dtype: type) -> None:
     assert F.layer_norm(x, np.ones(4, dtype), np.zeros(4, dtype), 1e-5).dtype == dtype
     assert F.positional_encoding(2, 4, dtype).dtype == dtype
     assert F.causal_mask(2, dtype).dtype == dtype
+
+
+def test_self_attention_projects_in_one_product() -> None:
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(3, 4))
+    W_QKV, W_O, b_QKV = rng.normal(size=(4, 12)), rng.normal(size=(4, 4)), rng.normal(size=12)
+    r = F.multi_head_attention(x, x, W_QKV, W_O, num_heads=2, b_QKV=b_QKV)
+    np.testing.assert_allclose(F.merge_heads(r.Q), x @ W_QKV[:, :4] + b_QKV[:4], rtol=1e-12)
+    np.testing.assert_allclose(F.merge_heads(r.K), x @ W_QKV[:, 4:8] + b_QKV[4:8], rtol=1e-12)
+    np.testing.assert_allclose(F.merge_heads(r.V), x @ W_QKV[:, 8:] + b_QKV[8:], rtol=1e-12)
+    # a copy of x is another array: the cross-attention path, same numbers
+    other = F.multi_head_attention(x, x.copy(), W_QKV, W_O, num_heads=2, b_QKV=b_QKV)
+    np.testing.assert_allclose(other.output, r.output, rtol=1e-12)

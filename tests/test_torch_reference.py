@@ -56,7 +56,7 @@ def test_attention_biases_equal_torch() -> None:
     blocks = [lw.self_attention for lw in w.encoder]
     blocks += [a for lw in w.decoder for a in (lw.masked_attention, lw.cross_attention)]
     for aw in blocks:
-        aw.b_Q, aw.b_K, aw.b_V, aw.b_O = (rng.normal(size=6) for _ in range(4))  # nonzero, to be seen
+        aw.b_QKV, aw.b_O = rng.normal(size=18), rng.normal(size=6)  # nonzero, to be seen
     assert_equal_to_torch(config, w)
 
 
@@ -88,7 +88,7 @@ def test_the_final_norms_of_nn_transformer_would_be_caught() -> None:
     for norm in [w.encoder[-1].norm_2, w.decoder[-1].norm_3]:
         norm.gamma, norm.beta = rng.uniform(0.5, 2.0, size=8), rng.normal(size=8)
     trace = run_forward(config, w)
-    model = torch_transformer(torch, trace, w)
+    model = torch_transformer(torch, config.model, w)
     model.encoder.norm = torch.nn.LayerNorm(8, eps=config.model.layer_norm_eps, dtype=torch.float64)
     model.decoder.norm = torch.nn.LayerNorm(8, eps=config.model.layer_norm_eps, dtype=torch.float64)
     src = torch.from_numpy(trace["encoder.positional-encoding"]["output"])[None]

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -99,18 +99,33 @@ def trace_to_dict(trace: Trace, stages: list[Stage] | None = None, weights: bool
     }
 
 
-def to_json(doc: Any, level: int = 0) -> str:
-    """Strict JSON, readable: objects one key a line, every list (a matrix row) on one line.
+def iter_json(doc: Any, level: int = 0) -> Iterator[str]:
+    """Strict JSON in pieces, readable: objects one key a line, every list (a matrix row) on one line.
 
-    Floats are written with ``repr``, so they read back bit for bit.
+    Floats are written with ``repr``, so they read back bit for bit. Pieces, so that a large
+    export streams to its file instead of being built whole in memory.
     """
     pad = "  " * (level + 1)
     if isinstance(doc, dict) and doc:
-        items = (f"{pad}{json.dumps(k, ensure_ascii=False)}: {to_json(v, level + 1)}" for k, v in doc.items())
-        return "{\n" + ",\n".join(items) + "\n" + "  " * level + "}"
-    if isinstance(doc, list) and doc and isinstance(doc[0], dict):
-        return "[\n" + ",\n".join(pad + to_json(v, level + 1) for v in doc) + "\n" + "  " * level + "]"
-    return json.dumps(doc, allow_nan=False, ensure_ascii=False, separators=(", ", ": "))
+        yield "{\n"
+        for k, (key, value) in enumerate(doc.items()):
+            yield f"{',' if k else ''}\n{pad}" if k else pad
+            yield f"{json.dumps(key, ensure_ascii=False)}: "
+            yield from iter_json(value, level + 1)
+        yield "\n" + "  " * level + "}"
+    elif isinstance(doc, list) and doc and isinstance(doc[0], dict):
+        yield "[\n"
+        for k, value in enumerate(doc):
+            yield f",\n{pad}" if k else pad
+            yield from iter_json(value, level + 1)
+        yield "\n" + "  " * level + "]"
+    else:
+        yield json.dumps(doc, allow_nan=False, ensure_ascii=False, separators=(", ", ": "))
+
+
+def to_json(doc: Any) -> str:
+    """The whole document as one string (see ``iter_json``)."""
+    return "".join(iter_json(doc))
 
 
 def matrices(stages: list[Stage], weights: bool = True) -> dict[str, np.ndarray]:
@@ -126,6 +141,12 @@ def matrices(stages: list[Stage], weights: bool = True) -> dict[str, np.ndarray]
 def size(stages: list[Stage], weights: bool = True) -> int:
     """How many numbers an export of these stages holds."""
     return sum(a.size for a in matrices(stages, weights).values())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 LARGE = 2_000_000  # numbers: past this a JSON export runs to tens of megabytes
@@ -153,6 +174,7 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes the file private; an export is not
         os.replace(tmp, path)
     except BaseException as err:
         os.unlink(tmp)
@@ -168,10 +190,16 @@ def export(trace: Trace, target: Path | None, stages: list[Stage], weights: bool
         arrays = matrices(stages, weights)
         write_atomic(target, lambda f: np.savez(f, **arrays))  # streamed to the file, no copy in memory
         return None
-    text = to_json(trace_to_dict(trace, stages, weights)) + "\n"
+    doc = trace_to_dict(trace, stages, weights)
     if target is None:
-        return text
-    write_atomic(target, lambda f: f.write(text.encode("utf-8")))
+        return to_json(doc) + "\n"
+
+    def write(f: BinaryIO) -> None:
+        for piece in iter_json(doc):
+            f.write(piece.encode("utf-8"))
+        f.write(b"\n")
+
+    write_atomic(target, write)
     return None
 
 

@@ -7,6 +7,7 @@ in the paper (``X @ W_Q``), so a weight is stored ``(d_in, d_out)``. ``n`` count
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -19,8 +20,10 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     An entry of -inf gets a weight of exactly 0, which is how the causal mask works.
     """
     # Subtracting the row maximum cancels in the quotient and keeps exp() from overflowing.
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
+    e = x - np.max(x, axis=axis, keepdims=True)
+    np.exp(e, out=e)  # in place: e is ours, and large attention stacks are memory-bound
+    e /= np.sum(e, axis=axis, keepdims=True)
+    return e
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
@@ -29,33 +32,46 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
     The variance is the population variance (divide by d) and eps sits inside the square root,
     exactly as ``torch.nn.LayerNorm``; gamma, beta: (d,) or (1, d).
     """
-    mean = x.mean(axis=-1, keepdims=True)
-    var = x.var(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+    out = x - x.mean(axis=-1, keepdims=True)
+    var = np.einsum("...i,...i->...", out, out)[..., None] / x.shape[-1]  # no squared copy of x
+    out /= np.sqrt(var + eps)
+    out *= gamma
+    out += beta
+    return out
 
 
+@functools.lru_cache(maxsize=16)
 def positional_encoding(n: int, d_model: int, dtype: np.dtype | type = np.float64) -> np.ndarray:
     """Sinusoidal PE (paper §3.5): PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(…).
 
     Returns (n, d_model). Column j uses the angle of its even partner 2·⌊j/2⌋, so an odd
-    d_model simply ends on a sine column.
+    d_model simply ends on a sine column. It depends on the shape alone, so it is computed once
+    per shape and handed out read-only.
     """
     pos = np.arange(n, dtype=np.float64)[:, None]
     two_i = (np.arange(d_model) // 2 * 2).astype(np.float64)
     angle = pos / np.power(10000.0, two_i / d_model)
-    pe = np.where(np.arange(d_model) % 2 == 0, np.sin(angle), np.cos(angle))
-    return pe.astype(dtype, copy=False)
+    pe = np.where(np.arange(d_model) % 2 == 0, np.sin(angle), np.cos(angle)).astype(dtype)
+    pe.flags.writeable = False
+    return pe
 
 
+@functools.lru_cache(maxsize=16)
 def causal_mask(n: int, dtype: np.dtype | type = np.float64) -> np.ndarray:
-    """M: (n, n), 0 on and below the diagonal and -inf above: position i may look at j ≤ i only."""
-    return np.triu(np.full((n, n), -np.inf, dtype=dtype), k=1)
+    """M: (n, n), 0 on and below the diagonal and -inf above: position i may look at j ≤ i only.
+
+    Read-only, and computed once per size."""
+    mask = np.triu(np.full((n, n), -np.inf, dtype=dtype), k=1)
+    mask.flags.writeable = False
+    return mask
 
 
 def linear(x: np.ndarray, W: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
     """x·W + b; x: (n, d_in), W: (d_in, d_out), b: (d_out,) or (1, d_out) -> (n, d_out)."""
     y = x @ W
-    return y if b is None else y + b
+    if b is not None:
+        y += b  # in place: the product is a new array
+    return y
 
 
 def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
@@ -87,7 +103,8 @@ def scaled_dot_product_attention(
     Q: (..., n_q, d_k), K: (..., n_k, d_k), V: (..., n_k, d_v), mask: (n_q, n_k) or None.
     Dividing by √d_k keeps the scores' variance near 1 whatever d_k is, so softmax does not saturate.
     """
-    scores = Q @ np.swapaxes(K, -1, -2) / math.sqrt(Q.shape[-1])  # a Python float keeps float32 float32
+    scores = Q @ np.swapaxes(K, -1, -2)
+    scores *= 1 / math.sqrt(Q.shape[-1])  # a Python float keeps float32 float32
     masked = None if mask is None else scores + mask
     weights = softmax(scores if masked is None else masked)
     return Attention(scores, masked, weights, weights @ V)
@@ -107,27 +124,29 @@ class MultiHeadAttention(NamedTuple):
 def multi_head_attention(
     x_q: np.ndarray,
     x_kv: np.ndarray,
-    W_Q: np.ndarray,
-    W_K: np.ndarray,
-    W_V: np.ndarray,
+    W_QKV: np.ndarray,
     W_O: np.ndarray,
     num_heads: int,
     mask: np.ndarray | None = None,
-    b_Q: np.ndarray | None = None,
-    b_K: np.ndarray | None = None,
-    b_V: np.ndarray | None = None,
+    b_QKV: np.ndarray | None = None,
     b_O: np.ndarray | None = None,
 ) -> MultiHeadAttention:
     """MultiHead = Concat(head_1, …, head_h)·W_O, head_i = Attention(X_q·W_Qi, X_kv·W_Ki, X_kv·W_Vi).
 
     x_q: (n_q, d_model) is where the queries come from; x_kv: (n_k, d_model) gives keys and
     values (the same array in self-attention, the encoder output in cross-attention).
-    W_Q, W_K, W_V, W_O: (d_model, d_model); head i uses the i-th block of d_k columns of W_Q,
-    W_K, W_V, which is the paper's per-head W_i^Q (d_model, d_k) computed in one product.
+    W_QKV: (d_model, 3·d_model) is [W_Q | W_K | W_V] side by side, so that self-attention projects
+    onto all three in one product (nanoGPT's c_attn; PyTorch's in_proj_weight, transposed). Head i
+    uses the i-th block of d_k columns of each: the paper's per-head W_i^Q (d_model, d_k).
+    W_O: (d_model, d_model); b_QKV: (3·d_model,) and b_O: (d_model,) when the model has biases.
     """
-    Q = split_heads(linear(x_q, W_Q, b_Q), num_heads)
-    K = split_heads(linear(x_kv, W_K, b_K), num_heads)
-    V = split_heads(linear(x_kv, W_V, b_V), num_heads)
+    d = W_O.shape[0]
+    if x_q is x_kv:  # self-attention: queries, keys and values from one product
+        Q, K, V = np.split(linear(x_q, W_QKV, b_QKV), 3, axis=1)
+    else:  # cross-attention: queries from x_q, keys and values from x_kv
+        Q = linear(x_q, W_QKV[:, :d], None if b_QKV is None else b_QKV[:d])
+        K, V = np.split(linear(x_kv, W_QKV[:, d:], None if b_QKV is None else b_QKV[d:]), 2, axis=1)
+    Q, K, V = (split_heads(a, num_heads) for a in (Q, K, V))
     heads = scaled_dot_product_attention(Q, K, V, mask)
     concat = merge_heads(heads.output)
     return MultiHeadAttention(Q, K, V, heads, concat, linear(concat, W_O, b_O))
@@ -142,5 +161,6 @@ def feed_forward(
     x: np.ndarray, W_1: np.ndarray, b_1: np.ndarray, W_2: np.ndarray, b_2: np.ndarray
 ) -> FeedForward:
     """FFN(x) = max(0, x·W_1 + b_1)·W_2 + b_2 (paper eq. 2); x: (n, d_model), W_1: (d_model, d_ff)."""
-    hidden = np.maximum(linear(x, W_1, b_1), 0.0)
+    hidden = linear(x, W_1, b_1)
+    np.maximum(hidden, 0.0, out=hidden)  # ReLU
     return FeedForward(hidden, linear(hidden, W_2, b_2))

@@ -28,17 +28,29 @@ TOP_K = 3  # next-word candidates kept per position
 
 @dataclass
 class AttentionWeights:
-    """W_Q, W_K, W_V, W_O: (d_model, d_model). Head h uses the h-th block of d_k columns of
-    W_Q, W_K, W_V: the paper's per-head W_i^Q (d_model, d_k), side by side."""
+    """W_QKV: (d_model, 3·d_model) = [W_Q | W_K | W_V], one product for all three (as PyTorch's
+    in_proj_weight); W_O: (d_model, d_model). Head h uses the h-th block of d_k columns of W_Q,
+    W_K and W_V: the paper's per-head W_i^Q (d_model, d_k), side by side."""
 
-    W_Q: np.ndarray
-    W_K: np.ndarray
-    W_V: np.ndarray
+    W_QKV: np.ndarray
     W_O: np.ndarray
-    b_Q: np.ndarray | None = None  # (d_model,) each, with model.attention_bias
-    b_K: np.ndarray | None = None
-    b_V: np.ndarray | None = None
+    b_QKV: np.ndarray | None = None  # (3·d_model,) and (d_model,), with model.attention_bias
     b_O: np.ndarray | None = None
+
+    @property
+    def d_model(self) -> int:
+        return self.W_O.shape[0]
+
+    def _block(self, a: np.ndarray | None, k: int) -> np.ndarray | None:
+        d = self.d_model
+        return None if a is None else a[..., k * d : (k + 1) * d]
+
+    W_Q = property(lambda self: self._block(self.W_QKV, 0), doc="(d_model, d_model), a view")
+    W_K = property(lambda self: self._block(self.W_QKV, 1), doc="(d_model, d_model), a view")
+    W_V = property(lambda self: self._block(self.W_QKV, 2), doc="(d_model, d_model), a view")
+    b_Q = property(lambda self: self._block(self.b_QKV, 0), doc="(d_model,) or None")
+    b_K = property(lambda self: self._block(self.b_QKV, 1), doc="(d_model,) or None")
+    b_V = property(lambda self: self._block(self.b_QKV, 2), doc="(d_model,) or None")
 
 
 @dataclass
@@ -108,9 +120,10 @@ def init_weights(config: Config) -> Weights:
 
     def attention() -> AttentionWeights:
         d = m.d_model
-        w = AttentionWeights(xavier(d, d), xavier(d, d), xavier(d, d), xavier(d, d))
+        W_QKV = np.hstack([xavier(d, d), xavier(d, d), xavier(d, d)])  # each its own d×d Glorot draw
+        w = AttentionWeights(W_QKV, xavier(d, d))
         if m.attention_bias:
-            w.b_Q, w.b_K, w.b_V, w.b_O = (np.zeros(d, dtype) for _ in range(4))
+            w.b_QKV, w.b_O = np.zeros(3 * d, dtype), np.zeros(d, dtype)
         return w
 
     def norm() -> LayerNormWeights:
@@ -178,10 +191,8 @@ def attend(
     Rows of every per-head matrix are the query tokens; columns of S, A are the key tokens.
     """
     kv, kv_tokens = (x, q_tokens) if memory is None else (memory, kv_tokens)
-    r = F.multi_head_attention(
-        x, kv, w.W_Q, w.W_K, w.W_V, w.W_O, m.num_heads, mask, w.b_Q, w.b_K, w.b_V, w.b_O
-    )
-    if w.b_Q is not None:  # the paper's attention has no biases; PyTorch's has them
+    r = F.multi_head_attention(x, kv, w.W_QKV, w.W_O, m.num_heads, mask, w.b_QKV, w.b_O)
+    if w.b_QKV is not None:  # the paper's attention has no biases; PyTorch's has them
         for name in "QKV":
             stage.formula = stage.formula.replace(f"·W_{name}h", f"·W_{name}h + b_{name}h")
         stage.formula = stage.formula.replace("·W_O", "·W_O + b_O")
@@ -204,7 +215,7 @@ def attend(
         if r.heads.masked_scores is not None:
             stage.rec(f"S{n}+M", r.heads.masked_scores[h], q_tokens, kv_tokens)
         stage.rec(f"A{n}", r.heads.weights[h], q_tokens, kv_tokens)
-        stage.rec(f"O{n}", r.heads.output[h], q_tokens, Dk)
+        stage.rec(f"O{n}", r.concat[:, block], q_tokens, Dk)  # the same numbers, kept once: in concat
     stage.rec("concat", r.concat, q_tokens, D)
     stage.rec("W_O", w.W_O, D, D)
     if w.b_O is not None:
@@ -313,15 +324,19 @@ def predict(probabilities: np.ndarray, trace: Trace, flatten: bool) -> list[Pred
     The flatten head makes one prediction from all positions at once.
     """
     tokens, vocabulary = trace.target_tokens, trace.vocabulary
+    k = min(TOP_K, probabilities.shape[1])
+    # The k largest of each row, then in order: most likely first, ties by vocabulary order.
+    top = np.argpartition(-probabilities, k - 1, axis=1)[:, :k]
+    order = np.lexsort((top, -np.take_along_axis(probabilities, top, axis=1)), axis=1)
+    top = np.take_along_axis(top, order, axis=1)
     out = []
-    for i, row in enumerate(probabilities):
-        order = np.argsort(-row, kind="stable")[:TOP_K]
-        top = [(vocabulary[j], float(row[j])) for j in order]
+    for i, (row, ids) in enumerate(zip(probabilities, top.tolist(), strict=True)):
+        best = [(vocabulary[j], float(row[j])) for j in ids]
         if flatten:
-            out.append(Prediction(None, " ".join(tokens), None, top))
+            out.append(Prediction(None, " ".join(tokens), None, best))
         else:
             expected = tokens[i + 1] if i + 1 < len(tokens) else None
-            out.append(Prediction(i, tokens[i], expected, top))
+            out.append(Prediction(i, tokens[i], expected, best))
     return out
 
 

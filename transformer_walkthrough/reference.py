@@ -15,25 +15,23 @@ from typing import Any
 
 import numpy as np
 
+from .config import ModelConfig
 from .model import AttentionWeights, FeedForwardWeights, LayerNormWeights, Weights
 from .trace import Trace
 from .verify import Check, _diff
 
 
-def torch_transformer(torch: ModuleType, trace: Trace, w: Weights) -> Any:
+def torch_transformer(torch: ModuleType, m: ModelConfig, w: Weights) -> Any:
     """``nn.Transformer`` holding exactly the weights ``w``, in eval mode."""
     nn = torch.nn
-    m = trace.config.model
 
     def t(a: np.ndarray) -> Any:
         return torch.from_numpy(np.ascontiguousarray(a, dtype=m.dtype))
 
     def attention(mha: Any, aw: AttentionWeights) -> None:
         zeros = np.zeros(m.d_model)
-        mha.in_proj_weight.copy_(t(np.vstack([aw.W_Q.T, aw.W_K.T, aw.W_V.T])))
-        mha.in_proj_bias.copy_(
-            t(np.concatenate([b if b is not None else zeros for b in (aw.b_Q, aw.b_K, aw.b_V)]))
-        )
+        mha.in_proj_weight.copy_(t(aw.W_QKV.T))
+        mha.in_proj_bias.copy_(t(aw.b_QKV if aw.b_QKV is not None else np.zeros(3 * m.d_model)))
         mha.out_proj.weight.copy_(t(aw.W_O.T))
         mha.out_proj.bias.copy_(t(aw.b_O if aw.b_O is not None else zeros))
 
@@ -77,7 +75,7 @@ def torch_checks(torch: ModuleType, trace: Trace, w: Weights) -> list[Check]:
     """Run nn.Transformer layer by layer on our embeddings + PE and compare: every attention stage's
     per-head weights (need_weights=True, average_attn_weights=False), each layer's output, the logits."""
     nn = torch.nn
-    model = torch_transformer(torch, trace, w)
+    model = torch_transformer(torch, trace.config.model, w)
     calls: list[tuple[Any, tuple, dict]] = []  # each attention module's inputs, in call order
     hooks = [
         mod.register_forward_pre_hook(

@@ -111,8 +111,7 @@ def is_weight(name: str) -> bool:
     return name in ("E", "W", "b", "gamma", "beta") or name.startswith(("W_", "b_"))
 
 
-@dataclass(frozen=True)
-class Matrix:
+class Matrix(NamedTuple):
     """A 2-D array with a label for every row and column."""
 
     values: np.ndarray
