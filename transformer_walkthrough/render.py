@@ -136,11 +136,14 @@ def matrix_table(name: str, matrix: Matrix, view: View) -> tuple[Table, int]:
     width_of[-1] = len(ELLIPSIS)
 
     def line(texts: list[str]) -> Text:
-        out = Text()
-        for k, (j, text) in enumerate(zip(columns, texts, strict=True)):
-            if k:
-                out.append(" " * COL_GAP)
-            out.append(text.rjust(width_of[j]), NEG_INF if text == "-∞" else None)
+        out = Text((" " * COL_GAP).join(t.rjust(width_of[j]) for j, t in zip(columns, texts, strict=True)))
+        if "-∞" in texts:  # colour the mask's cells; everything else stays one plain run of text
+            end = 0
+            for j, text in zip(columns, texts, strict=True):
+                end += width_of[j]
+                if text == "-∞":
+                    out.stylize(NEG_INF, end - 2, end)
+                end += COL_GAP
         return out
 
     header = line([ELLIPSIS if j < 0 else matrix.cols[j] for j in columns])
