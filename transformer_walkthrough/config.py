@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import re
 import types
 import typing
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from .errors import ConfigError
+from .errors import ConfigError, close_matches
 
 START, END = "<start>", "<end>"
 SPECIAL_TOKENS = (START, END)
@@ -211,7 +210,7 @@ def _check_keys(mapping: dict, cls: type, where: str) -> None:
         if key in allowed:
             continue
         prefix = f"{where}." if where else ""
-        hint = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+        hint = close_matches(str(key), allowed)
         # A key put in the wrong section (d_model at the top) is worth pointing at too.
         elsewhere = [
             f"{name}.{key}"

@@ -15,3 +15,10 @@ class StageError(WalkthroughError):
 
 class ExportError(WalkthroughError):
     """An export path that cannot be written."""
+
+
+def close_matches(word: str, candidates: list[str], cutoff: float = 0.6) -> list[str]:
+    """The candidate spelled most like ``word``, for a "did you mean" (difflib loads only then)."""
+    import difflib
+
+    return difflib.get_close_matches(word, candidates, n=1, cutoff=cutoff)

@@ -8,7 +8,6 @@ every export read the same trace. Matrices are stored as given (often views), ne
 
 from __future__ import annotations
 
-import difflib
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .errors import StageError
+from .errors import StageError, close_matches
 
 if TYPE_CHECKING:
     from .config import Config
@@ -241,7 +240,7 @@ class Trace:
 
     def _unknown(self, name: str) -> str:
         kinds = list(dict.fromkeys(s.kind for s in self))
-        close = difflib.get_close_matches(name, kinds + list(self.stages), n=1, cutoff=0.6)
+        close = close_matches(name, kinds + list(self.stages))
         hint = f"did you mean {close[0]}? " if close else ""
         return (
             f"unknown stage {name!r}; {hint}valid kinds: {', '.join(kinds)}; "
