@@ -1,9 +1,9 @@
 """The forward pass at the paper's base size: ours, with and without the trace, against PyTorch.
 
-Run: python benchmarks/bench_forward.py [--dtype float32|float64] [--repeats N]
+Run: python benchmarks/bench_forward.py [--dtype float32|float64] [--rounds N]
 
 Base size (paper, Table 3): d_model 512, 8 heads, d_ff 2048, 6 + 6 layers; 64 source and 64 target
-tokens; one process, one thread pool, the same weights. Timed, each as the median of N runs:
+tokens; one process, the same weights. Timed, each as the median of its runs, taken in turns:
   ours, trace   run_forward: every intermediate recorded under its name (what `walkthrough` shows)
   ours, no trace  forward: the same arithmetic, nothing kept
   torch         torch.nn.Transformer, eager, under torch.inference_mode, with the same embedding
@@ -42,18 +42,18 @@ def weight_arrays(w: object) -> list[np.ndarray]:
     return []
 
 
-def median_times(fns: dict[str, Callable[[], object]], repeats: int, rounds: int = 5) -> dict[str, float]:
-    """Median seconds of each function over ``rounds`` blocks of ``repeats`` runs.
+def median_times(fns: dict[str, Callable[[], object]], rounds: int, repeats: int = 3) -> dict[str, float]:
+    """Median seconds of each function: ``rounds`` turns, each a short block of ``repeats`` runs.
 
-    Blocks, not single runs in turn: NumPy's BLAS threads and PyTorch's OpenMP threads spin for a
-    while after their work, and would slow whichever library runs next. A pause lets them sleep;
-    the rounds spread slow moments of the machine over every function alike.
+    Blocks in turns, so that slow and fast moments of the machine fall on every function alike. A
+    pause before each block, because NumPy's BLAS threads (OpenBLAS waits ~0.1 s before it sleeps)
+    and PyTorch's OpenMP threads spin after their work and would slow whichever library runs next.
     """
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            time.sleep(0.3)
-            fn()  # warm up: first-call allocations, thread wake-up
+            time.sleep(0.4)
+            fn()  # warm up the thread pool
             for _ in range(repeats):
                 start = time.perf_counter()
                 fn()
@@ -74,7 +74,7 @@ def flops(m: ModelConfig, n_s: int, n_t: int, vocab: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=8, help="turns of 3 runs of each")
     args = parser.parse_args()
 
     import torch
@@ -115,7 +115,7 @@ def main() -> int:
             "torch": torch_forward,
             "gemm": lambda: [a @ B for _ in range(20)],
         },
-        args.repeats,
+        args.rounds,
     )
     ours_trace, ours_plain, theirs, gemm = (medians[k] for k in ("trace", "plain", "torch", "gemm"))
     gemm /= 20
@@ -137,7 +137,7 @@ def main() -> int:
     n_matrices = sum(len(s.matrices) for s in trace)
 
     shape = f"d_model 512, 8 heads, d_ff 2048, 6+6 layers, {N_SOURCE}+{N_TARGET} tokens"
-    print(f"base size, {args.dtype}: {shape}, median of 5 x {args.repeats}")
+    print(f"base size, {args.dtype}: {shape}, median of {args.rounds} x 3 runs each")
     print(f"{'':<22}{'median (ms)':>12}{'x torch':>10}{'GEMM peak':>11}")
     for name, t in (
         ("ours, full trace", ours_trace),

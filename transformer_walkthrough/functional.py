@@ -20,9 +20,9 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     An entry of -inf gets a weight of exactly 0, which is how the causal mask works.
     """
     # Subtracting the row maximum cancels in the quotient and keeps exp() from overflowing.
-    e = x - np.max(x, axis=axis, keepdims=True)
+    e = x - np.maximum.reduce(x, axis=axis, keepdims=True)
     np.exp(e, out=e)  # in place: e is ours, and large attention stacks are memory-bound
-    e /= np.sum(e, axis=axis, keepdims=True)
+    e /= np.add.reduce(e, axis=axis, keepdims=True)
     return e
 
 
@@ -32,8 +32,9 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
     The variance is the population variance (divide by d) and eps sits inside the square root,
     exactly as ``torch.nn.LayerNorm``; gamma, beta: (d,) or (1, d).
     """
-    out = x - x.mean(axis=-1, keepdims=True)
-    var = np.einsum("...i,...i->...", out, out)[..., None] / x.shape[-1]  # no squared copy of x
+    d = x.shape[-1]
+    out = x - np.add.reduce(x, axis=-1, keepdims=True) / d
+    var = np.einsum("...i,...i->...", out, out)[..., None] / d  # Σ (x - mean)², no squared copy of x
     out /= np.sqrt(var + eps)
     out *= gamma
     out += beta
