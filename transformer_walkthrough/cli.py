@@ -206,6 +206,8 @@ def verify(
     checks = recompute(trace)
     if against is Reference.torch:
         checks += against_torch(trace, weights)
+    order = {stage_id: k for k, stage_id in enumerate(trace.stages)}
+    checks.sort(key=lambda c: order[c.stage])  # stable: per stage, in the order they were made
     console = _console()
     console.print(verify_table(checks))
     failed = [c for c in checks if not c.ok]

@@ -82,17 +82,17 @@ def _attention(stage: Stage, num_heads: int, d_k: int) -> list[Check]:
     x = stage["X"]
     kv = stage.get("memory", x)
     heads = []
+    mask = None
+    if "M" in stage:
+        n = len(x)
+        mask = np.array([[0.0 if j <= i else -math.inf for j in range(n)] for i in range(n)])
+        checks.append(Check(stage.id, "M: 0 on and below diagonal, -∞ above", _diff(stage["M"], mask)))
     for h in range(1, num_heads + 1):
         q = _mm(x, stage[f"W_Q{h}"]) + (stage.get(f"b_Q{h}", 0))
         k = _mm(kv, stage[f"W_K{h}"]) + (stage.get(f"b_K{h}", 0))
         v = _mm(kv, stage[f"W_V{h}"]) + (stage.get(f"b_V{h}", 0))
         s = np.einsum("id,jd->ij", q, k) / math.sqrt(d_k)
-        if "M" in stage:
-            n = len(s)
-            mask = np.array([[0.0 if j <= i else -math.inf for j in range(n)] for i in range(n)])
-            checks.append(
-                Check(stage.id, "M: 0 on and below the diagonal, -∞ above", _diff(stage["M"], mask))
-            )
+        if mask is not None:
             s = s + mask
         a = _softmax(s)
         o = _mm(a, v)
@@ -104,7 +104,7 @@ def _attention(stage: Stage, num_heads: int, d_k: int) -> list[Check]:
         )))  # fmt: skip
     concat = np.concatenate(heads, axis=1)
     out = _mm(concat, stage["W_O"]) + (stage.get("b_O", 0))
-    checks.append(Check(stage.id, "concat of the heads, output = concat·W_O", max(
+    checks.append(Check(stage.id, "concat = heads side by side; ·W_O", max(
         _diff(stage["concat"], concat), _diff(stage["output"], out))))  # fmt: skip
     return checks
 
@@ -131,12 +131,12 @@ def recompute(trace: Trace) -> list[Check]:
         elif kind == "add-norm":
             total = stage["X"] + stage["sublayer"]
             out = _layer_norm(total, stage["gamma"], stage["beta"], m.layer_norm_eps)
-            checks.append(Check(stage.id, "sum = X + sublayer, LayerNorm per row", max(
+            checks.append(Check(stage.id, "sum = X + sublayer; LayerNorm rows", max(
                 _diff(stage["sum"], total), _diff(stage["output"], out))))  # fmt: skip
         elif kind == "feed-forward":
             hidden = np.maximum(_mm(stage["X"], stage["W_1"]) + stage["b_1"], 0.0)
             out = _mm(hidden, stage["W_2"]) + stage["b_2"]
-            checks.append(Check(stage.id, "hidden = ReLU(X·W_1 + b_1), output", max(
+            checks.append(Check(stage.id, "hidden = ReLU(X·W_1 + b_1); output", max(
                 _diff(stage["hidden"], hidden), _diff(stage["output"], out))))  # fmt: skip
         elif kind == "logits":
             x = stage["flattened"] if "flattened" in stage else stage["X"]
