@@ -165,3 +165,106 @@ def feed_forward(
     hidden = linear(x, W_1, b_1)
     np.maximum(hidden, 0.0, out=hidden)  # ReLU
     return FeedForward(hidden, linear(hidden, W_2, b_2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward passes, each beside nothing but its forward's inputs and outputs: given dL/d(output),
+# return dL/d(every input). Shapes as in the forward.
+# ---------------------------------------------------------------------------------------------
+
+
+def linear_backward(
+    dy: np.ndarray, x: np.ndarray, W: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """y = x·W + b  =>  dx = dy·Wᵀ, dW = xᵀ·dy, db = Σ_rows dy."""
+    return dy @ W.T, x.T @ dy, dy.sum(axis=0)
+
+
+def softmax_backward(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """y = softmax(x) row-wise  =>  dx = y ⊙ (dy − Σ_j dy_j·y_j). A weight of 0 passes no gradient."""
+    return y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
+
+
+def layer_norm_backward(
+    dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dL/dx, dL/dgamma, dL/dbeta of y = gamma ⊙ x̂ + beta, x̂ = (x − mean) / √(var + eps), per row."""
+    d = x.shape[-1]
+    centered = x - x.mean(axis=-1, keepdims=True)
+    inv_std = 1.0 / np.sqrt(np.einsum("...i,...i->...", centered, centered)[..., None] / d + eps)
+    x_hat = centered * inv_std
+    dx_hat = dy * gamma
+    # x̂ depends on x through the mean and the variance too: remove the parts along 1 and along x̂.
+    dx = inv_std * (
+        dx_hat - dx_hat.mean(axis=-1, keepdims=True) - x_hat * (dx_hat * x_hat).mean(axis=-1, keepdims=True)
+    )
+    return dx, (dy * x_hat).sum(axis=0), dy.sum(axis=0)
+
+
+def scaled_dot_product_attention_backward(
+    dO: np.ndarray, Q: np.ndarray, K: np.ndarray, V: np.ndarray, A: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """dQ, dK, dV, and dA, dS (S before the mask; a masked score gets 0) of O = softmax(S + M)·V."""
+    dA = dO @ np.swapaxes(V, -1, -2)
+    dV = np.swapaxes(A, -1, -2) @ dO
+    dS = softmax_backward(dA, A)
+    scale = 1 / math.sqrt(Q.shape[-1])
+    return dS @ K * scale, np.swapaxes(dS, -1, -2) @ Q * scale, dV, dA, dS
+
+
+class MultiHeadAttentionGrads(NamedTuple):
+    x_q: np.ndarray  # (n_q, d_model)
+    x_kv: np.ndarray  # (n_k, d_model); the same gradient is added to x_q's in self-attention
+    W_QKV: np.ndarray
+    W_O: np.ndarray
+    b_QKV: np.ndarray
+    b_O: np.ndarray
+    Q: np.ndarray  # (h, n_q, d_k), and so on: every intermediate, to show
+    K: np.ndarray
+    V: np.ndarray
+    S: np.ndarray
+    A: np.ndarray
+    O: np.ndarray
+    concat: np.ndarray
+
+
+def multi_head_attention_backward(
+    d_output: np.ndarray, x_q: np.ndarray, x_kv: np.ndarray, W_QKV: np.ndarray, W_O: np.ndarray,
+    r: MultiHeadAttention,
+) -> MultiHeadAttentionGrads:  # fmt: skip
+    """The gradients of ``multi_head_attention`` given its inputs and its forward result ``r``."""
+    d = W_O.shape[0]
+    h = r.Q.shape[0]
+    d_concat, dW_O, db_O = linear_backward(d_output, r.concat, W_O)
+    dO = split_heads(d_concat, h)
+    dQ, dK, dV, dA, dS = scaled_dot_product_attention_backward(dO, r.Q, r.K, r.V, r.heads.weights)
+    dq, dk, dv = merge_heads(dQ), merge_heads(dK), merge_heads(dV)
+    dx_q, dW_Q, db_Q = linear_backward(dq, x_q, W_QKV[:, :d])
+    dx_kv, dW_KV, db_KV = linear_backward(np.hstack([dk, dv]), x_kv, W_QKV[:, d:])
+    return MultiHeadAttentionGrads(
+        dx_q, dx_kv, np.hstack([dW_Q, dW_KV]), dW_O, np.concatenate([db_Q, db_KV]), db_O,
+        dQ, dK, dV, dS, dA, dO, d_concat,
+    )  # fmt: skip
+
+
+def feed_forward_backward(
+    dy: np.ndarray, x: np.ndarray, W_1: np.ndarray, W_2: np.ndarray, hidden: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """dx, dW_1, db_1, dW_2, db_2 and d(hidden) of FFN(x) = max(0, x·W_1 + b_1)·W_2 + b_2."""
+    d_hidden, dW_2, db_2 = linear_backward(dy, hidden, W_2)
+    d_pre = d_hidden * (hidden > 0)  # ReLU passes gradient only where it passed the value
+    dx, dW_1, db_1 = linear_backward(d_pre, x, W_1)
+    return dx, dW_1, db_1, dW_2, db_2, d_hidden
+
+
+def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
+    """Mean of −log softmax(logits)[i, targets[i]] over the rows that have a target (targets ≥ 0),
+    and its gradient dL/dlogits = (softmax − one-hot) / count on those rows, 0 on the others."""
+    rows = np.flatnonzero(targets >= 0)
+    p = softmax(logits)
+    loss = -float(np.mean(np.log(p[rows, targets[rows]])))
+    d = np.zeros_like(logits)
+    d[rows] = p[rows]
+    d[rows, targets[rows]] -= 1.0
+    d[rows] /= len(rows)
+    return loss, d
