@@ -21,6 +21,8 @@ from .errors import WalkthroughError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from .backprop import Backward
+    from .model import Weights
     from .trace import Stage, Trace
 
 app = typer.Typer(
@@ -43,6 +45,15 @@ PrecisionOption = Annotated[
 ]
 FullOption = Annotated[bool, typer.Option("--full", help="Show every row and column of wide matrices.")]
 LayerOption = Annotated[Optional[int], typer.Option(help="Only the stages of this layer (0 is the first).")]
+WeightsOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--weights", "-w", help="Weights .npz from `walkthrough train`; default: random, from the seed."
+    ),
+]
+BackwardOption = Annotated[
+    bool, typer.Option("--backward", help="Also the gradient dL/d(matrix) of the loss for every matrix.")
+]
 
 F = TypeVar("F", bound=Callable[..., None])
 
@@ -61,11 +72,22 @@ def user_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _trace(config: Path | None, seed: int | None, precision: int | None) -> Trace:
+def _trace(
+    config: Path | None, seed: int | None, precision: int | None, weights: Path | None = None
+) -> tuple[Trace, Weights]:
+    """The forward pass of the config, with the weights from ``weights`` or drawn from the seed."""
     from .config import load_config
-    from .model import run_forward
+    from .model import init_weights, load_weights, run_forward
 
-    return run_forward(load_config(config, seed=seed, precision=precision))
+    settings = load_config(config, seed=seed, precision=precision)
+    w = load_weights(settings, weights) if weights is not None else init_weights(settings)
+    return run_forward(settings, w), w
+
+
+def _gradients(trace: Trace, w: Weights, backward: bool) -> Backward | None:
+    from .backprop import backward as backpropagate
+
+    return backpropagate(trace, w) if backward else None
 
 
 def _console() -> Console:
@@ -74,14 +96,14 @@ def _console() -> Console:
     return Console(highlight=False)
 
 
-def _show(trace: Trace, stages: list[Stage], full: bool) -> None:
-    """Print the stages, and the prediction table when the last stage, the probabilities, is among them."""
+def _show(trace: Trace, stages: list[Stage], full: bool, grads: Backward | None = None) -> None:
+    """Print the stages (with their gradients), and the prediction when the probabilities are among them."""
     from .render import View, print_all, render_trace
 
     console = _console()
     view = View(precision=trace.config.display.precision, width=console.width, full=full)
     ending = any(s.kind == "probabilities" for s in stages)
-    print_all(console, render_trace(console, trace, stages, view, prediction=ending))
+    print_all(console, render_trace(console, trace, stages, view, prediction=ending, grads=grads))
 
 
 def _version(value: bool) -> None:
@@ -109,10 +131,12 @@ def run(
     seed: SeedOption = None,
     precision: PrecisionOption = None,
     full: FullOption = False,
+    weights: WeightsOption = None,
+    backward: BackwardOption = False,
 ) -> None:
     """The whole forward pass: every stage, then the prediction."""
-    trace = _trace(config, seed, precision)
-    _show(trace, list(trace), full)
+    trace, w = _trace(config, seed, precision, weights)
+    _show(trace, list(trace), full, _gradients(trace, w, backward))
 
 
 @app.command()
@@ -131,10 +155,13 @@ def step(
     seed: SeedOption = None,
     precision: PrecisionOption = None,
     full: FullOption = False,
+    weights: WeightsOption = None,
+    backward: BackwardOption = False,
 ) -> None:
     """One stage, or all stages of one kind, with every intermediate."""
-    trace = _trace(config, seed, precision)
-    _show(trace, trace.select(stage, layer), full)
+    trace, w = _trace(config, seed, precision, weights)
+    chosen = trace.select(stage, layer)
+    _show(trace, chosen, full, _gradients(trace, w, backward))
 
 
 @app.command()
@@ -143,7 +170,7 @@ def stages(config: ConfigOption = None, seed: SeedOption = None) -> None:
     """The stage ids in order, their kinds and matrix shapes."""
     from .render import stage_list
 
-    _console().print(stage_list(_trace(config, seed, None)))
+    _console().print(stage_list(_trace(config, seed, None)[0]))
 
 
 @app.command()
@@ -159,22 +186,24 @@ def export(
     config: ConfigOption = None,
     seed: SeedOption = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite the file if it exists.")] = False,
-    weights: Annotated[
-        bool, typer.Option("--weights/--no-weights", help="Include the learned weights (E, W_Q1, …, gamma).")
+    include_weights: Annotated[
+        bool, typer.Option("--include-weights/--no-weights", help="Include the learned weights (E, W_Q1, …).")
     ] = True,
+    weights: WeightsOption = None,
+    backward: BackwardOption = False,
 ) -> None:
     """Write every matrix, weights included, to JSON or .npz."""
     from .export import check_target, size_warning
     from .export import export as write
 
     target = check_target(path, force)  # before any work: a bad path costs nothing
-    trace = _trace(config, seed, None)
+    trace, w = _trace(config, seed, None, weights)
     stages = trace.select(stage or (), layer)
     if target is None or target.suffix.lower() == ".json":
-        warning = size_warning(stages, weights, trace.config.model.dtype)
+        warning = size_warning(stages, include_weights, trace.config.model.dtype)
         if warning:
             typer.echo(f"warning: {warning}", err=True)
-    text = write(trace, target, stages, weights)
+    text = write(trace, target, stages, include_weights, _gradients(trace, w, backward))
     if text is not None:
         typer.echo(text, nl=False)
     else:
@@ -193,19 +222,17 @@ def verify(
     against: Annotated[
         Optional[Reference], typer.Option(help="Also compare with torch.nn.Transformer (needs PyTorch).")
     ] = None,
+    weights: WeightsOption = None,
 ) -> None:
     """Recompute every stage a second way; exit 1 if any number differs."""
-    from .config import load_config
-    from .model import init_weights, run_forward
     from .render import verify_table
     from .verify import TOLERANCE, against_torch, recompute
 
-    settings = load_config(config, seed=seed)
-    weights = init_weights(settings)
-    trace = run_forward(settings, weights)
+    trace, w = _trace(config, seed, None, weights)
+    settings = trace.config
     checks = recompute(trace)
     if against is Reference.torch:
-        checks += against_torch(trace, weights)
+        checks += against_torch(trace, w)
     order = {stage_id: k for k, stage_id in enumerate(trace.stages)}
     checks.sort(key=lambda c: order[c.stage])  # stable: per stage, in the order they were made
     console = _console()
@@ -217,6 +244,94 @@ def verify(
     )
     if failed:
         raise typer.Exit(1)
+
+
+@app.command()
+@user_errors
+def train(
+    config: ConfigOption = None,
+    seed: SeedOption = None,
+    steps: Annotated[
+        Optional[int], typer.Option(help="Adam steps (default: the config's training.steps).")
+    ] = None,
+    lr: Annotated[
+        Optional[float], typer.Option("--lr", help="Learning rate (default: training.learning_rate).")
+    ] = None,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Save the trained weights to this .npz.")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite the output if it exists.")] = False,
+    weights: WeightsOption = None,
+) -> None:
+    """Teach the model its sentence: backpropagation and Adam."""
+    import numpy as np
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .export import check_target, write_atomic
+    from .model import named_weights, run_forward
+    from .render import View, loss_curve, training_table
+    from .training import train as fit
+
+    target = None
+    if output is not None:
+        target = check_target(str(output), force, formats=(".npz",))  # before the work
+    before, w = _trace(config, seed, None, weights)
+    settings = before.config
+    console = _console()
+    loss = TextColumn("loss {task.fields[loss]}")
+    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), loss, TimeElapsedColumn())
+    total = steps if steps is not None else settings.training.steps
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task("train", total=total, loss="…")
+        losses = fit(
+            settings,
+            w,
+            steps,
+            lr,
+            on_step=lambda i, loss: progress.update(task, advance=1, loss=f"{loss:.4f}"),
+        )
+    after = run_forward(settings, w)
+    console.print(loss_curve(losses, width=min(60, console.width - 12)))
+    console.print(training_table(before, after, View(precision=settings.display.precision)))
+    if target is not None:
+        arrays = named_weights(after)
+        write_atomic(target, lambda f: np.savez(f, **arrays))
+        console.print(f"wrote {target}: walkthrough generate --weights {target}")
+    else:
+        console.print("(the weights were not kept: add --output weights.npz)")
+
+
+@app.command()
+@user_errors
+def generate(
+    config: ConfigOption = None,
+    seed: SeedOption = None,
+    weights: WeightsOption = None,
+    max_len: Annotated[int, typer.Option(help="Stop after this many tokens if <end> never comes.")] = 20,
+    compare: Annotated[
+        bool, typer.Option("--compare", help="Show each step beside the same row of one teacher-forced pass.")
+    ] = False,
+) -> None:
+    """Greedy decoding from <start>, one token at a time, until <end>."""
+    from .config import load_config
+    from .model import init_weights, load_weights
+    from .render import View, comparison_table, generation_table
+    from .training import generate as decode
+
+    settings = load_config(config, seed=seed)
+    w = load_weights(settings, weights) if weights is not None else init_weights(settings)
+    steps, teacher_forced = decode(settings, w, max_len)
+    console = _console()
+    view = View(precision=settings.display.precision)
+    console.print(generation_table(steps, view))
+    console.print(f"{' '.join(settings.source_tokens)} → {' '.join(s.chosen for s in steps)}")
+    table, worst = comparison_table(steps, teacher_forced)
+    if compare:
+        console.print(table)
+    console.print(
+        f"Step i equals row i of one teacher-forced pass over the final input (max |diff| {worst:.1e}): "
+        "the causal mask keeps row i from seeing anything after position i."
+    )
 
 
 @app.command("config")

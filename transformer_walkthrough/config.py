@@ -65,10 +65,13 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         if value not in args:
             raise ConfigError(f"{key}: must be one of {', '.join(map(str, args))}; got {value!r}")
         return value
-    if origin is tuple:  # tuple[str, ...]
+    if origin is tuple:  # tuple[str, ...], or a fixed length: tuple[str, str]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {_describe(value)}")
-        return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+        if Ellipsis not in args and len(value) != len(args):
+            raise ConfigError(f"{key}: expected a list of {len(args)}, got {len(value)}: {list(value)!r}")
+        kinds = [args[0]] * len(value) if Ellipsis in args else list(args)
+        return tuple(_coerce(v, t, f"{key}[{i}]") for i, (v, t) in enumerate(zip(value, kinds, strict=True)))
     if dataclasses.is_dataclass(hint):
         if isinstance(value, hint):
             return value
@@ -147,6 +150,28 @@ class DisplayConfig(_Checked):
 
 
 @dataclass(frozen=True)
+class TrainingConfig(_Checked):
+    """How `walkthrough train` learns: Adam on the mean next-token cross-entropy."""
+
+    _section: ClassVar[str] = "training"
+
+    steps: int = _doc("Adam steps", 150)
+    learning_rate: float = _doc("Adam's step size", 0.03)
+    dataset: tuple[tuple[str, str], ...] = _doc(
+        "more [source, target] pairs to learn besides the sentence", ()
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require(self.steps > 0, "steps", f"must be a positive integer, got {self.steps}")
+        self._require(
+            self.learning_rate > 0, "learning_rate", f"must be positive, got {self.learning_rate:g}"
+        )
+        for k, (source, _) in enumerate(self.dataset):
+            self._require(bool(tokenize(source)), f"dataset[{k}]", f"has no source words: {source!r}")
+
+
+@dataclass(frozen=True)
 class Config(_Checked):
     """The whole walkthrough: the sentence, how it is split, the vocabulary, the seed, the model."""
 
@@ -156,10 +181,12 @@ class Config(_Checked):
     seed: int = _doc("the same seed gives the same weights on every machine", 42)
     model: ModelConfig = field(default_factory=ModelConfig)
     display: DisplayConfig = field(default_factory=DisplayConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         words = tokenize(self.sentence)
+        pair_words = [w for pair in self.training.dataset for text in pair for w in tokenize(text)]
         self._require(len(words) >= 2, "sentence", f"needs at least two words, got {self.sentence!r}")
         self._require(
             1 <= self.encoder_words < len(words),
@@ -171,11 +198,11 @@ class Config(_Checked):
         vocabulary = self.vocabulary
         if vocabulary is None:
             # Special tokens first, then the words in order of first appearance.
-            vocabulary = tuple(dict.fromkeys([*SPECIAL_TOKENS, *words]))
+            vocabulary = tuple(dict.fromkeys([*SPECIAL_TOKENS, *words, *pair_words]))
             object.__setattr__(self, "vocabulary", vocabulary)
         repeated = sorted({w for w in vocabulary if vocabulary.count(w) > 1})
         self._require(not repeated, "vocabulary", f"lists {', '.join(map(repr, repeated))} twice")
-        missing = [w for w in dict.fromkeys([*SPECIAL_TOKENS, *words]) if w not in vocabulary]
+        missing = [w for w in dict.fromkeys([*SPECIAL_TOKENS, *words, *pair_words]) if w not in vocabulary]
         self._require(
             not missing,
             "vocabulary",
@@ -193,6 +220,12 @@ class Config(_Checked):
         """The decoder's input: the remaining words wrapped in <start> … <end>."""
         return (START, *tokenize(self.sentence)[self.encoder_words :], END)
 
+    @property
+    def pairs(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+        """What training learns: (source tokens, decoder tokens) for the sentence, then the dataset."""
+        more = [(tuple(tokenize(s)), (START, *tokenize(t), END)) for s, t in self.training.dataset]
+        return [(self.source_tokens, self.target_tokens), *more]
+
     def token_ids(self, tokens: tuple[str, ...]) -> list[int]:
         """Each token's row in the embedding table."""
         index = {word: i for i, word in enumerate(self.vocabulary or ())}
@@ -200,7 +233,7 @@ class Config(_Checked):
 
 
 # The sections of the file and the dataclass each one builds.
-SECTIONS: dict[str, type] = {"model": ModelConfig, "display": DisplayConfig}
+SECTIONS: dict[str, type] = {"model": ModelConfig, "display": DisplayConfig, "training": TrainingConfig}
 
 
 def _check_keys(mapping: dict, cls: type, where: str) -> None:
@@ -296,14 +329,13 @@ def _yaml_problem(err: Exception) -> str:
 
 def config_to_dict(config: Config) -> dict[str, Any]:
     """The config as plain data (lists, not tuples), keys in the YAML's order."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
+
+    def plain(value: Any) -> Any:
         if dataclasses.is_dataclass(value):
-            out[f.name] = {g.name: getattr(value, g.name) for g in dataclasses.fields(value)}
-        else:
-            out[f.name] = list(value) if isinstance(value, tuple) else value
-    return out
+            return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return [plain(v) for v in value] if isinstance(value, tuple) else value
+
+    return plain(config)
 
 
 CONFIG_HEADER = """\

@@ -13,7 +13,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
@@ -21,23 +21,26 @@ from .config import config_to_dict
 from .errors import ExportError
 from .trace import Stage, Trace, is_weight
 
+if TYPE_CHECKING:
+    from .backprop import Backward
+
 SCHEMA_VERSION = 1
 FORMATS = (".json", ".npz")
 # JSON has no infinities or NaN; the schema spells them as strings.
 _NON_FINITE = {math.inf: "inf", -math.inf: "-inf"}
 
 
-def check_target(path: str, force: bool) -> Path | None:
+def check_target(path: str, force: bool, formats: tuple[str, ...] = FORMATS) -> Path | None:
     """The path to write, checked before any work is done; None means JSON on stdout ("-")."""
-    if path == "-":
+    if path == "-" and ".json" in formats:
         return None
     target = Path(path)
     if target.is_dir():
         raise ExportError(f"{target}: is a directory")
-    if target.suffix.lower() not in FORMATS:
+    if target.suffix.lower() not in formats:
+        stdout = ", or - for JSON on stdout" if ".json" in formats else ""
         raise ExportError(
-            f"{target}: unknown format {target.suffix or '(no suffix)'!s}; "
-            f"use {' or '.join(FORMATS)}, or - for JSON on stdout"
+            f"{target}: unknown format {target.suffix or '(no suffix)'!s}; use {' or '.join(formats)}{stdout}"
         )
     if target.exists() and not force:
         raise ExportError(f"{target}: already exists; pass --force to overwrite it")
@@ -53,38 +56,46 @@ def _values(a: np.ndarray) -> list[list[Any]]:
     return rows
 
 
-def stage_to_dict(stage: Stage, weights: bool = True) -> dict[str, Any]:
-    return {
+def _matrix(values: np.ndarray, rows: tuple[str, ...], cols: tuple[str, ...]) -> dict[str, Any]:
+    return {"shape": list(values.shape), "rows": list(rows), "cols": list(cols), "values": _values(values)}
+
+
+def stage_to_dict(
+    stage: Stage, weights: bool = True, grads: dict[str, np.ndarray] | None = None
+) -> dict[str, Any]:
+    """One stage; with ``grads``, also "gradients": dL/d(matrix) under the matrices' names."""
+    names = [name for name in stage.matrices if weights or not is_weight(name)]
+    out = {
         "id": stage.id,
         "kind": stage.kind,
         "title": stage.title,
         "explanation": stage.explanation,
         "formula": stage.formula,
-        "matrices": {
-            name: {
-                "shape": list(m.shape),
-                "rows": list(m.rows),
-                "cols": list(m.cols),
-                "values": _values(m.values),
-            }
-            for name, m in stage.matrices.items()
-            if weights or not is_weight(name)
-        },
+        "matrices": {name: _matrix(*stage.matrices[name]) for name in names},
     }
+    if grads is not None:
+        out["gradients"] = {name: _matrix(grads[name], *stage.matrices[name][1:]) for name in names}
+    return out
 
 
-def trace_to_dict(trace: Trace, stages: list[Stage] | None = None, weights: bool = True) -> dict[str, Any]:
+def trace_to_dict(
+    trace: Trace, stages: list[Stage] | None = None, weights: bool = True, grads: Backward | None = None
+) -> dict[str, Any]:
     """The export document (schema version 1) of the given stages, all of them by default.
 
-    Without ``weights`` the learned parameters are left out and only activations remain.
+    Without ``weights`` the learned parameters are left out and only activations remain; with
+    ``grads`` (a backward pass) each stage has its gradients and the document its loss.
     """
-    return {
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "config": config_to_dict(trace.config),
         "vocabulary": list(trace.vocabulary),
         "source_tokens": list(trace.source_tokens),
         "target_tokens": list(trace.target_tokens),
-        "stages": [stage_to_dict(s, weights) for s in (trace if stages is None else stages)],
+        "stages": [
+            stage_to_dict(s, weights, None if grads is None else grads.stages[s.id])
+            for s in (trace if stages is None else stages)
+        ],
         "prediction": [
             {
                 "position": p.position,
@@ -97,6 +108,9 @@ def trace_to_dict(trace: Trace, stages: list[Stage] | None = None, weights: bool
             for p in trace.prediction
         ],
     }
+    if grads is not None:
+        doc["loss"] = grads.loss
+    return doc
 
 
 def iter_json(doc: Any, level: int = 0) -> Iterator[str]:
@@ -128,14 +142,18 @@ def to_json(doc: Any) -> str:
     return "".join(iter_json(doc))
 
 
-def matrices(stages: list[Stage], weights: bool = True) -> dict[str, np.ndarray]:
-    """Every matrix under "{stage id}/{name}", the names of the .npz file."""
-    return {
-        f"{s.id}/{name}": m.values
-        for s in stages
-        for name, m in s.matrices.items()
-        if weights or not is_weight(name)
-    }
+def matrices(
+    stages: list[Stage], weights: bool = True, grads: Backward | None = None
+) -> dict[str, np.ndarray]:
+    """Every matrix under "{stage id}/{name}", the names of the .npz file; gradients as "…/dL/d{name}"."""
+    out = {}
+    for s in stages:
+        for name, m in s.matrices.items():
+            if weights or not is_weight(name):
+                out[f"{s.id}/{name}"] = m.values
+                if grads is not None:
+                    out[f"{s.id}/dL/d{name}"] = grads.stages[s.id][name]
+    return out
 
 
 def size(stages: list[Stage], weights: bool = True) -> int:
@@ -183,14 +201,20 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
         raise
 
 
-def export(trace: Trace, target: Path | None, stages: list[Stage], weights: bool = True) -> str | None:
+def export(
+    trace: Trace,
+    target: Path | None,
+    stages: list[Stage],
+    weights: bool = True,
+    grads: Backward | None = None,
+) -> str | None:
     """Write the stages to ``target`` in the format its suffix names; return the JSON text
     instead when ``target`` is None (stdout)."""
     if target is not None and target.suffix.lower() == ".npz":
-        arrays = matrices(stages, weights)
+        arrays = matrices(stages, weights, grads)
         write_atomic(target, lambda f: np.savez(f, **arrays))  # streamed to the file, no copy in memory
         return None
-    doc = trace_to_dict(trace, stages, weights)
+    doc = trace_to_dict(trace, stages, weights, grads)
     if target is None:
         return to_json(doc) + "\n"
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from . import functional as F
 from .config import Config, ModelConfig
 from .errors import WalkthroughError
-from .trace import NullTrace, Prediction, Stage, Trace, dims
+from .trace import NullTrace, Prediction, Stage, Trace, dims, is_weight
 
 TOP_K = 3  # next-word candidates kept per position
 
@@ -420,3 +421,42 @@ def forward(
     src, source_tokens = _ids(config, source_ids, config.source_tokens, "source")
     tgt, target_tokens = _ids(config, target_ids, config.target_tokens, "target")
     return transformer(NullTrace(config, source_tokens, target_tokens), weights, config.model, src, tgt)
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights on disk: an .npz whose names are the trace's ("encoder.0.self-attention/W_Q1").
+# ---------------------------------------------------------------------------------------------
+
+
+def named_weights(trace: Trace) -> dict[str, np.ndarray]:
+    """Every weight the trace used, under "{stage id}/{name}": views of the model's own arrays."""
+    return {f"{s.id}/{name}": m.values for s in trace for name, m in s.matrices.items() if is_weight(name)}
+
+
+def load_weights(config: Config, path: str | Path) -> Weights:
+    """Weights for ``config`` from an .npz written by ``walkthrough train``, every name and shape checked."""
+    import zipfile
+
+    w = init_weights(config)
+    slots = named_weights(run_forward(config, w))  # views into w: writing them fills w
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            stored = {name: npz[name] for name in npz.files}
+    except FileNotFoundError:
+        raise WalkthroughError(f"{path}: no such file") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise WalkthroughError(f"{path}: not a weights .npz ({err})") from None
+    missing = [name for name in slots if name not in stored]
+    if missing:
+        raise WalkthroughError(
+            f"{path}: has no {missing[0]}, which this config's model needs ({len(missing)} missing)"
+        )
+    extra = [name for name in stored if name not in slots]
+    if extra:
+        raise WalkthroughError(f"{path}: has {extra[0]}, which this config's model does not have")
+    for name, view in slots.items():
+        if stored[name].shape != view.shape:
+            have, want = "×".join(map(str, stored[name].shape)), "×".join(map(str, view.shape))
+            raise WalkthroughError(f"{path}: {name} is {have} in the file but {want} in this config's model")
+        view[...] = stored[name]
+    return w

@@ -23,6 +23,8 @@ from rich.text import Text
 from .trace import Matrix, Stage, Trace
 
 if TYPE_CHECKING:
+    from .backprop import Backward
+    from .training import GenerationStep
     from .verify import Check
 
 LABEL = "bold cyan"
@@ -202,9 +204,16 @@ def stage_header(stage: Stage) -> RenderableType:
     )
 
 
-def render_stage(console: Console, stage: Stage, view: View) -> Iterator[RenderableType]:
+def render_stage(
+    console: Console, stage: Stage, view: View, grads: dict[str, np.ndarray] | None = None
+) -> Iterator[RenderableType]:
+    """The header, then every matrix; with ``grads``, each followed by its gradient dL/d(name)."""
     yield stage_header(stage)
-    tables = [matrix_table(name, m, view) for name, m in stage.matrices.items()]
+    tables = []
+    for name, m in stage.matrices.items():
+        tables.append(matrix_table(name, m, view))
+        if grads is not None:
+            tables.append(matrix_table(f"dL/d{name}", Matrix(grads[name], m.rows, m.cols), view))
     yield from side_by_side(console, tables, view.width)
     yield Text("")
 
@@ -237,13 +246,22 @@ def prediction_table(trace: Trace, view: View) -> Table:
 
 
 def render_trace(
-    console: Console, trace: Trace, stages: list[Stage], view: View, prediction: bool = True
+    console: Console,
+    trace: Trace,
+    stages: list[Stage],
+    view: View,
+    prediction: bool = True,
+    grads: Backward | None = None,
 ) -> Iterator[RenderableType]:
-    """The given stages in order and, when asked, the prediction table."""
+    """The given stages in order and, when asked, the prediction table (and the loss, with ``grads``)."""
     for stage in stages:
-        yield from render_stage(console, stage, view)
+        yield from render_stage(console, stage, view, None if grads is None else grads.stages[stage.id])
     if prediction and trace.prediction:
         yield prediction_table(trace, view)
+    if grads is not None:
+        yield Text(
+            f"loss = mean over the positions with a next token of −log p(next token) = {grads.loss:.6g}"
+        )
 
 
 def stage_list(trace: Trace) -> Table:
@@ -269,6 +287,105 @@ def verify_table(checks: list[Check]) -> Table:
         mark = Text("✓", style="green") if check.ok else Text("✗", style="bold red")
         table.add_row(Text(check.stage), Text(check.what), Text(f"{check.max_diff:.1e}"), mark)
     return table
+
+
+def loss_curve(losses: list[float], width: int = 60, height: int = 8) -> Text:
+    """The loss per step as a dot plot on a log scale: training's whole story in a few lines."""
+    n = len(losses)
+    cols = max(1, min(width, n))
+    # Each column is the mean of its steps; the log scale shows 2.0 -> 0.001 as a steady fall.
+    buckets = [losses[i * n // cols : max(i * n // cols + 1, (i + 1) * n // cols)] for i in range(cols)]
+    logs = [math.log10(max(sum(b) / len(b), 1e-12)) for b in buckets]
+    top, bottom = max(logs), min(logs)
+    span = (top - bottom) or 1.0
+    grid = [[" "] * cols for _ in range(height)]
+    for x, y in enumerate(logs):
+        grid[round((top - y) / span * (height - 1))][x] = "•"
+    labels = [f"{10**top:.3g}", *[""] * (height - 2), f"{10**bottom:.3g}"]
+    pad = max(len(label) for label in labels)
+    out = Text(f"loss, log scale, over {n - 1} steps\n", style=TITLE)
+    for label, row in zip(labels, grid, strict=True):
+        out.append(f"{label:>{pad}} │", style=LABEL)
+        out.append("".join(row) + "\n", style=FORMULA)
+    out.append(
+        " " * pad
+        + " └"
+        + "─" * cols
+        + f"\n{'':>{pad}}  step 0{'':>{max(0, cols - 7 - len(str(n - 1)))}}{n - 1}"
+    )
+    return out
+
+
+def training_table(before: Trace, after: Trace, view: View) -> Table:
+    """Each decoder position's prediction before and after training, beside the true next word."""
+    p = max(view.precision, 2)
+    table = Table(
+        title=Text("Predictions before and after training", style=TITLE),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        header_style=LABEL,
+    )
+    for header in ("after", "expected", "before", "after training"):
+        table.add_column(Text(header), no_wrap=True)
+    for old, new in zip(before.prediction, after.prediction, strict=True):
+        right = new.expected is not None and new.word == new.expected
+        table.add_row(
+            Text(old.after, style=LABEL),
+            Text(old.expected or "—"),
+            Text(f"{old.word} {old.probability:.{p}f}"),
+            Text(f"{new.word} {new.probability:.{p}f}", style="bold green" if right else "bold"),
+        )
+    return table
+
+
+def generation_table(steps: list[GenerationStep], view: View) -> Table:
+    """Each step of greedy decoding: what the decoder saw, its last row's best words, the choice."""
+    p = max(view.precision, 2)
+    table = Table(
+        title=Text("Greedy decoding: the decoder's own output fed back, one token at a time", style=TITLE),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        header_style=LABEL,
+    )
+    table.add_column(Text("step"), justify="right", no_wrap=True)
+    table.add_column(Text("decoder input"))
+    table.add_column(Text(f"top {len(steps[0].top)} of the last row"))
+    table.add_column(Text("chosen"), no_wrap=True)
+    for i, s in enumerate(steps):
+        table.add_row(
+            Text(str(i)),
+            Text(" ".join(s.decoder_input), style=LABEL),
+            Text(", ".join(f"{w} {q:.{p}f}" for w, q in s.top)),
+            Text(s.chosen, style="bold"),
+        )
+    return table
+
+
+def comparison_table(steps: list[GenerationStep], teacher_forced: Trace) -> tuple[Table, float]:
+    """Each generation step's distribution against row i of one teacher-forced pass; the worst gap."""
+    rows = teacher_forced["output.probabilities"]["probabilities"]
+    table = Table(
+        title=Text("Step i of generation = row i of the teacher-forced pass", style=TITLE),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        header_style=LABEL,
+    )
+    for header in ("step", "decoder input", "row", "max |diff|"):
+        table.add_column(Text(header), no_wrap=True)
+    worst = 0.0
+    for i, s in enumerate(steps):
+        gap = float(np.max(np.abs(s.probabilities - rows[i])))
+        worst = max(worst, gap)
+        table.add_row(
+            Text(str(i)),
+            Text(" ".join(s.decoder_input)),
+            Text(teacher_forced.target_tokens[i]),
+            Text(f"{gap:.1e}"),
+        )
+    return table, worst
 
 
 def print_all(console: Console, renderables: Iterator[RenderableType]) -> None:

@@ -1,0 +1,147 @@
+"""Training with Adam and greedy generation: the toy model learns its sentence, then says it.
+
+The article says the weights "will be nudged gradually during training" and that the decoder
+predicts one word at a time until <end>. Here both happen, in numbers: ``train`` runs the forward
+pass, ``backprop.backward`` and an Adam step, again and again; ``generate`` decodes from <start>.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from .backprop import backward
+from .config import END, START, Config
+from .errors import WalkthroughError
+from .model import Weights, run_forward
+from .trace import Trace
+
+
+def parameters(w: Weights) -> list[np.ndarray]:
+    """Every parameter array of the model, in a fixed order (gradients come in the same order)."""
+
+    def walk(node: object) -> list[np.ndarray]:
+        if isinstance(node, np.ndarray):
+            return [node]
+        if isinstance(node, list):
+            return [a for item in node for a in walk(item)]
+        if dataclasses.is_dataclass(node):
+            return [a for f in dataclasses.fields(node) for a in walk(getattr(node, f.name))]
+        return []  # an absent bias
+
+    return walk(w)
+
+
+class Adam:
+    """Adam (Kingma & Ba, 2015): steps scaled by running averages of the gradient and its square."""
+
+    def __init__(
+        self,
+        params: list[np.ndarray],
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ):
+        self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
+        self.m = [np.zeros_like(p) for p in params]
+        self.v = [np.zeros_like(p) for p in params]
+        self.t = 0
+
+    def step(self, grads: list[np.ndarray]) -> None:
+        """Update every parameter in place."""
+        self.t += 1
+        b1, b2 = self.betas
+        for p, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
+            m *= b1
+            m += (1 - b1) * g
+            v *= b2
+            v += (1 - b2) * g * g
+            m_hat = m / (1 - b1**self.t)  # early averages lean towards 0; undo that
+            v_hat = v / (1 - b2**self.t)
+            p -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+def loss_and_gradients(config: Config, w: Weights) -> tuple[float, list[np.ndarray]]:
+    """Mean loss and gradient over the sentence and every dataset pair."""
+    pairs = config.pairs
+    total, grads = 0.0, [np.zeros_like(p) for p in parameters(w)]
+    for source, target in pairs:
+        trace = run_forward(
+            config, w, source_ids=config.token_ids(source), target_ids=config.token_ids(target)
+        )
+        b = backward(trace, w)
+        total += b.loss
+        for acc, g in zip(grads, parameters(b.weights), strict=True):
+            acc += g
+    return total / len(pairs), [g / len(pairs) for g in grads]
+
+
+def train(
+    config: Config,
+    w: Weights,
+    steps: int | None = None,
+    learning_rate: float | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """Train ``w`` in place; return the loss before each step and, last, after the final one."""
+    if config.model.output_head == "flatten":
+        backward(run_forward(config, w), w)  # raises the error that explains why
+    steps = steps if steps is not None else config.training.steps
+    lr = learning_rate if learning_rate is not None else config.training.learning_rate
+    if steps <= 0:
+        raise WalkthroughError(f"--steps: must be a positive integer, got {steps}")
+    if not lr > 0:
+        raise WalkthroughError(f"--lr: must be positive, got {lr:g}")
+    adam = Adam(parameters(w), lr)
+    losses = []
+    for step in range(steps):
+        loss, grads = loss_and_gradients(config, w)
+        losses.append(loss)
+        if on_step:
+            on_step(step, loss)
+        adam.step(grads)
+    losses.append(loss_and_gradients(config, w)[0])
+    return losses
+
+
+class GenerationStep(NamedTuple):
+    decoder_input: tuple[str, ...]  # what the decoder saw at this step
+    probabilities: np.ndarray  # the last row: the distribution of the next token (vocab,)
+    top: list[tuple[str, float]]  # the most likely next tokens, most likely first
+    chosen: str
+
+
+def generate(
+    config: Config, w: Weights, max_len: int = 20, top_k: int = 3
+) -> tuple[list[GenerationStep], Trace]:
+    """Greedy decoding from <start>: feed the decoder its own output until it says <end>.
+
+    Returns the steps and the teacher-forced trace of the final decoder input, whose row i is,
+    thanks to the causal mask, exactly step i's distribution.
+    """
+    if config.model.output_head == "flatten":
+        raise WalkthroughError(
+            "the flatten head is sized for one decoder length and predicts once; generation needs "
+            "output_head: per-position"
+        )
+    if max_len <= 0:
+        raise WalkthroughError(f"--max-len: must be a positive integer, got {max_len}")
+    vocabulary = config.vocabulary or ()
+    source = config.token_ids(config.source_tokens)
+    tokens = [START]
+    steps: list[GenerationStep] = []
+    for _ in range(max_len):
+        trace = run_forward(config, w, source_ids=source, target_ids=config.token_ids(tuple(tokens)))
+        row = trace["output.probabilities"]["probabilities"][-1]
+        order = np.argsort(-row, kind="stable")[:top_k]
+        chosen = vocabulary[int(order[0])]
+        steps.append(
+            GenerationStep(tuple(tokens), row, [(vocabulary[j], float(row[j])) for j in order], chosen)
+        )
+        if chosen == END:
+            break
+        tokens.append(chosen)
+    return steps, run_forward(config, w, source_ids=source, target_ids=config.token_ids(tuple(tokens)))
