@@ -121,7 +121,9 @@ def attention_backward(
     """dL/dX (and dL/d(memory) in cross-attention) and the weights' gradients of one attention stage."""
     x = stage["X"]
     kv = stage.get("memory", x)  # x itself, the same object, takes the self-attention path
-    r = F.multi_head_attention(x, kv, w.W_QKV, w.W_O, m.num_heads, stage.get("M"), w.b_QKV, w.b_O)
+    r = stage.cache  # the forward's intermediates, as it returned them
+    if r is None:  # a trace read back from elsewhere: compute them again
+        r = F.multi_head_attention(x, kv, w.W_QKV, w.W_O, m.num_heads, stage.get("M"), w.b_QKV, w.b_O)
     gr = F.multi_head_attention_backward(d_out, x, kv, w.W_QKV, w.W_O, r)
     d, dk = m.d_model, m.d_k
     grads = {"X": gr.x_q if kv is not x else gr.x_q + gr.x_kv}

@@ -143,10 +143,12 @@ def multi_head_attention(
     """
     d = W_O.shape[0]
     if x_q is x_kv:  # self-attention: queries, keys and values from one product
-        Q, K, V = np.split(linear(x_q, W_QKV, b_QKV), 3, axis=1)
+        QKV = linear(x_q, W_QKV, b_QKV)
+        Q, K, V = QKV[:, :d], QKV[:, d : 2 * d], QKV[:, 2 * d :]
     else:  # cross-attention: queries from x_q, keys and values from x_kv
         Q = linear(x_q, W_QKV[:, :d], None if b_QKV is None else b_QKV[:d])
-        K, V = np.split(linear(x_kv, W_QKV[:, d:], None if b_QKV is None else b_QKV[d:]), 2, axis=1)
+        KV = linear(x_kv, W_QKV[:, d:], None if b_QKV is None else b_QKV[d:])
+        K, V = KV[:, :d], KV[:, d:]
     Q, K, V = (split_heads(a, num_heads) for a in (Q, K, V))
     heads = scaled_dot_product_attention(Q, K, V, mask)
     concat = merge_heads(heads.output)

@@ -17,10 +17,7 @@ import numpy as np
 from . import functional as F
 from .config import Config, ModelConfig
 from .errors import WalkthroughError
-from .trace import NullTrace, Prediction, Stage, Trace, dims, is_weight
-
-TOP_K = 3  # next-word candidates kept per position
-
+from .trace import NullTrace, Stage, Trace, dims, is_weight
 
 # ---------------------------------------------------------------------------------------------
 # Weights. Projections act on the right (X·W), so every W is stored (d_in, d_out).
@@ -193,6 +190,8 @@ def attend(
     """
     kv, kv_tokens = (x, q_tokens) if memory is None else (memory, kv_tokens)
     r = F.multi_head_attention(x, kv, w.W_QKV, w.W_O, m.num_heads, mask, w.b_QKV, w.b_O)
+    # What the backward pass needs; not the heads' outputs, which concat already holds.
+    stage.cache = r._replace(heads=r.heads._replace(output=None))
     if w.b_QKV is not None:  # the paper's attention has no biases; PyTorch's has them
         for name in "QKV":
             stage.formula = stage.formula.replace(f"·W_{name}h", f"·W_{name}h + b_{name}h")
@@ -319,28 +318,6 @@ def output_head(trace: Trace, y: np.ndarray, w: Weights, m: ModelConfig) -> np.n
     return stage.rec("probabilities", F.softmax(logits), rows, vocabulary)
 
 
-def predict(probabilities: np.ndarray, trace: Trace, flatten: bool) -> list[Prediction]:
-    """The top next tokens after each decoder position, with the sentence's true next token.
-
-    The flatten head makes one prediction from all positions at once.
-    """
-    tokens, vocabulary = trace.target_tokens, trace.vocabulary
-    k = min(TOP_K, probabilities.shape[1])
-    # The k largest of each row, then in order: most likely first, ties by vocabulary order.
-    top = np.argpartition(-probabilities, k - 1, axis=1)[:, :k]
-    order = np.lexsort((top, -np.take_along_axis(probabilities, top, axis=1)), axis=1)
-    top = np.take_along_axis(top, order, axis=1)
-    out = []
-    for i, (row, ids) in enumerate(zip(probabilities, top.tolist(), strict=True)):
-        best = [(vocabulary[j], float(row[j])) for j in ids]
-        if flatten:
-            out.append(Prediction(None, " ".join(tokens), None, best))
-        else:
-            expected = tokens[i + 1] if i + 1 < len(tokens) else None
-            out.append(Prediction(i, tokens[i], expected, best))
-    return out
-
-
 def input_embedding(
     trace: Trace, side: str, E: np.ndarray, tokens: tuple[str, ...], ids: list[int], m: ModelConfig
 ) -> np.ndarray:
@@ -406,8 +383,7 @@ def run_forward(
     tgt, target_tokens = _ids(config, target_ids, config.target_tokens, "target")
     trace = Trace(config, source_tokens, target_tokens)
     w = weights if weights is not None else init_weights(config)
-    probabilities = transformer(trace, w, config.model, src, tgt)
-    trace.prediction = predict(probabilities, trace, config.model.output_head == "flatten")
+    transformer(trace, w, config.model, src, tgt)
     return trace
 
 

@@ -132,6 +132,8 @@ class Stage:
     explanation: str
     formula: str
     matrices: dict[str, Matrix] = field(default_factory=dict)
+    # What the forward function returned, kept for its backward (never shown or exported).
+    cache: Any = field(default=None, repr=False, compare=False)
 
     def rec(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
         """Record ``values`` as matrix ``name`` and return it unchanged; a 1-D array is one row."""
@@ -164,6 +166,9 @@ class Stage:
         return name in self.matrices
 
 
+TOP_K = 3  # next-word candidates kept per position
+
+
 class Prediction(NamedTuple):
     """What the model predicts after one decoder position (or after all, for the flatten head)."""
 
@@ -189,7 +194,6 @@ class Trace:
     source_tokens: tuple[str, ...]
     target_tokens: tuple[str, ...]
     stages: dict[str, Stage] = field(default_factory=dict)
-    prediction: list[Prediction] = field(default_factory=list)
 
     def stage(self, stage_id: str, kind: str, formula: str | None = None) -> Stage:
         """Open a new stage; ``formula`` overrides the kind's when the config changes the arithmetic."""
@@ -203,6 +207,32 @@ class Trace:
     @property
     def vocabulary(self) -> tuple[str, ...]:
         return self.config.vocabulary or ()
+
+    @functools.cached_property
+    def prediction(self) -> list[Prediction]:
+        """The top next tokens after each decoder position, with the sentence's true next token.
+
+        The flatten head makes one prediction from all positions at once. Worked out from the
+        probabilities when first asked for: training, which never looks, does not pay for it.
+        """
+        if "output.probabilities" not in self.stages:
+            return []
+        probabilities = self["output.probabilities"]["probabilities"]
+        tokens, vocabulary = self.target_tokens, self.vocabulary
+        k = min(TOP_K, probabilities.shape[1])
+        # The k largest of each row, then in order: most likely first, ties by vocabulary order.
+        top = np.argpartition(-probabilities, k - 1, axis=1)[:, :k]
+        order = np.lexsort((top, -np.take_along_axis(probabilities, top, axis=1)), axis=1)
+        top = np.take_along_axis(top, order, axis=1)
+        out = []
+        for i, (row, ids) in enumerate(zip(probabilities, top.tolist(), strict=True)):
+            best = [(vocabulary[j], float(row[j])) for j in ids]
+            if self.config.model.output_head == "flatten":
+                out.append(Prediction(None, " ".join(tokens), None, best))
+            else:
+                expected = tokens[i + 1] if i + 1 < len(tokens) else None
+                out.append(Prediction(i, tokens[i], expected, best))
+        return out
 
     def __getitem__(self, stage_id: str) -> Stage:
         try:
@@ -252,6 +282,7 @@ class _NullStage:
     """A stage that records nothing: ``rec`` hands back its argument, so the model runs unchanged."""
 
     formula = ""
+    cache = None
 
     def rec(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
         return values

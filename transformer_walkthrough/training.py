@@ -7,7 +7,8 @@ pass, ``backprop.backward`` and an Adam step, again and again; ``generate`` deco
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -28,15 +29,19 @@ def parameters(w: Weights) -> list[np.ndarray]:
             return [node]
         if isinstance(node, list):
             return [a for item in node for a in walk(item)]
-        if dataclasses.is_dataclass(node):
-            return [a for f in dataclasses.fields(node) for a in walk(getattr(node, f.name))]
-        return []  # an absent bias
+        if node is None:  # an absent bias
+            return []
+        return [a for value in vars(node).values() for a in walk(value)]  # a dataclass, fields in order
 
     return walk(w)
 
 
 class Adam:
-    """Adam (Kingma & Ba, 2015): steps scaled by running averages of the gradient and its square."""
+    """Adam (Kingma & Ba, 2015): steps scaled by running averages of the gradient and its square.
+
+    The moments of all parameters live in one flat array each, so that a step is a dozen NumPy
+    operations however many parameters there are; each parameter is then moved by its slice.
+    """
 
     def __init__(
         self,
@@ -46,22 +51,26 @@ class Adam:
         eps: float = 1e-8,
     ):
         self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
-        self.m = [np.zeros_like(p) for p in params]
-        self.v = [np.zeros_like(p) for p in params]
+        sizes = np.cumsum([0, *(p.size for p in params)])
+        self.slices = [slice(a, b) for a, b in itertools.pairwise(sizes)]
+        self.m = np.zeros(sizes[-1], dtype=params[0].dtype)
+        self.v = np.zeros_like(self.m)
         self.t = 0
 
     def step(self, grads: list[np.ndarray]) -> None:
         """Update every parameter in place."""
         self.t += 1
         b1, b2 = self.betas
-        for p, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
-            m *= b1
-            m += (1 - b1) * g
-            v *= b2
-            v += (1 - b2) * g * g
-            m_hat = m / (1 - b1**self.t)  # early averages lean towards 0; undo that
-            v_hat = v / (1 - b2**self.t)
-            p -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+        g = np.concatenate([x.ravel() for x in grads])
+        self.m *= b1
+        self.m += (1 - b1) * g
+        self.v *= b2
+        self.v += (1 - b2) * g * g
+        # Early averages lean towards 0: divide by 1 − βᵗ (PyTorch's arrangement of the same formula).
+        denominator = np.sqrt(self.v) / math.sqrt(1 - b2**self.t) + self.eps
+        update = self.m / denominator * (self.lr / (1 - b1**self.t))
+        for p, s in zip(self.params, self.slices, strict=True):
+            p -= update[s].reshape(p.shape)
 
 
 def loss_and_gradients(config: Config, w: Weights) -> tuple[float, list[np.ndarray]]:

@@ -1,0 +1,106 @@
+"""Training the toy: one step of ours against the same step in PyTorch eager, and time to learn.
+
+Run: python benchmarks/bench_train.py [--rounds N]
+
+One step = forward pass + backward pass + Adam update, float64, the default config (the article's
+example), in one process; each the median of its runs, taken in blocks, in turns, with pauses so that
+neither library's spinning threads slow the other. Targets: ours <= 0.5 x torch per step (tiny
+matrices are where NumPy's low overhead wins); wall time from random weights to loss < 0.01 < 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from transformer_walkthrough.backprop import next_tokens
+from transformer_walkthrough.config import Config
+from transformer_walkthrough.model import init_weights, run_forward
+from transformer_walkthrough.training import Adam, loss_and_gradients, parameters
+
+
+def median_times(fns: dict[str, Callable[[], object]], rounds: int, repeats: int = 50) -> dict[str, float]:
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            time.sleep(0.3)
+            fn()
+            for _ in range(repeats):
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    import torch
+
+    from transformer_walkthrough.reference import torch_transformer
+
+    config = Config()
+    lr = config.training.learning_rate
+
+    w = init_weights(config)
+    adam = Adam(parameters(w), lr)
+
+    def ours_step() -> None:
+        _, grads = loss_and_gradients(config, w)
+        adam.step(grads)
+
+    tw = init_weights(config)
+    trace = run_forward(config, tw)
+    net = torch_transformer(torch, config.model, tw).train()  # dropout is 0: train mode is the same math
+    E_src = torch.nn.Parameter(torch.tensor(tw.encoder_embedding))
+    E_tgt = torch.nn.Parameter(torch.tensor(tw.decoder_embedding))
+    W, b = torch.nn.Parameter(torch.tensor(tw.W)), torch.nn.Parameter(torch.tensor(tw.b))
+    optimizer = torch.optim.Adam([*net.parameters(), E_src, E_tgt, W, b], lr=lr)
+    vocab = {t: i for i, t in enumerate(trace.vocabulary)}
+    src = torch.tensor([vocab[t] for t in trace.source_tokens])
+    tgt = torch.tensor([vocab[t] for t in trace.target_tokens])
+    pe_src = torch.tensor(np.array(trace["encoder.positional-encoding"]["PE"]))
+    pe_tgt = torch.tensor(np.array(trace["decoder.positional-encoding"]["PE"]))
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(len(tgt), dtype=torch.float64)
+    targets = torch.tensor(next_tokens(trace)[:-1])
+
+    def torch_step() -> None:
+        optimizer.zero_grad()
+        out = net((E_src[src] + pe_src)[None], (E_tgt[tgt] + pe_tgt)[None], tgt_mask=mask)[0]
+        loss = torch.nn.functional.cross_entropy(out[:-1] @ W + b, targets)
+        loss.backward()
+        optimizer.step()
+
+    medians = median_times({"ours": ours_step, "torch": torch_step}, args.rounds)
+
+    # From fresh random weights to a loss under 0.01, as `walkthrough train` does it.
+    fresh = init_weights(config)
+    fresh_adam = Adam(parameters(fresh), lr)
+    start = time.perf_counter()
+    steps = 0
+    while True:
+        loss, grads = loss_and_gradients(config, fresh)
+        if loss < 0.01 or steps > 10_000:
+            break
+        fresh_adam.step(grads)
+        steps += 1
+    learn = time.perf_counter() - start
+
+    ratio = medians["ours"] / medians["torch"]
+    print(f"one training step (forward + backward + Adam), float64, default config, {args.rounds} x 50 runs")
+    print(f"{'ours':<8}{medians['ours'] * 1e3:>9.3f} ms")
+    print(f"{'torch':<8}{medians['torch'] * 1e3:>9.3f} ms")
+    print(f"ours / torch = {ratio:.2f} (target <= 0.5)")
+    print(f"to loss < 0.01 from seed {config.seed}: {steps} steps, {learn:.2f} s (target < 1 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
