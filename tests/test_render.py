@@ -103,3 +103,17 @@ def test_prediction_table(trace: Trace) -> None:
         assert row[1] == trace.vocabulary[int(np.argmax(p))]
         assert row[2] == f"{p.max():.2f}"
         assert row[3] == (pred.expected or "—")
+
+
+def test_loss_curve_is_a_log_scale_dot_plot() -> None:
+    from transformer_walkthrough.render import loss_curve
+
+    lines = loss_curve([100.0, 10.0, 1.0, 0.1], width=4, height=4).plain.splitlines()
+    assert lines[0] == "loss, log scale, over 3 steps"
+    assert [line.rstrip() for line in lines[1:6]] == [
+        "100 │•",
+        "    │ •",
+        "    │  •",
+        "0.1 │   •",
+        "    └────",
+    ]

@@ -7,6 +7,7 @@ console are summarised numpy-style, with an ellipsis column, unless ``full`` is 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -209,11 +210,13 @@ def render_stage(
 ) -> Iterator[RenderableType]:
     """The header, then every matrix; with ``grads``, each followed by its gradient dL/d(name)."""
     yield stage_header(stage)
+    # Gradients are small numbers: two more digits, so that they do not all read 0.00.
+    grad_view = dataclasses.replace(view, precision=view.precision + 2)
     tables = []
     for name, m in stage.matrices.items():
         tables.append(matrix_table(name, m, view))
         if grads is not None:
-            tables.append(matrix_table(f"dL/d{name}", Matrix(grads[name], m.rows, m.cols), view))
+            tables.append(matrix_table(f"dL/d{name}", Matrix(grads[name], m.rows, m.cols), grad_view))
     yield from side_by_side(console, tables, view.width)
     yield Text("")
 
@@ -293,9 +296,10 @@ def loss_curve(losses: list[float], width: int = 60, height: int = 8) -> Text:
     """The loss per step as a dot plot on a log scale: training's whole story in a few lines."""
     n = len(losses)
     cols = max(1, min(width, n))
-    # Each column is the mean of its steps; the log scale shows 2.0 -> 0.001 as a steady fall.
-    buckets = [losses[i * n // cols : max(i * n // cols + 1, (i + 1) * n // cols)] for i in range(cols)]
-    logs = [math.log10(max(sum(b) / len(b), 1e-12)) for b in buckets]
+    # One column every n/cols steps, the first and the last included; log scale, as losses fall by
+    # orders of magnitude.
+    picked = [losses[round(i * (n - 1) / max(cols - 1, 1))] for i in range(cols)]
+    logs = [math.log10(max(loss, 1e-12)) for loss in picked]
     top, bottom = max(logs), min(logs)
     span = (top - bottom) or 1.0
     grid = [[" "] * cols for _ in range(height)]
