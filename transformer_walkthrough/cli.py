@@ -248,6 +248,43 @@ def verify(
 
 @app.command()
 @user_errors
+def explain(
+    stage: Annotated[
+        str,
+        typer.Option(
+            "--stage", "-s", help="A stage id (decoder.0.masked-attention), or a kind with one stage."
+        ),
+    ],
+    matrix: Annotated[str, typer.Option("--matrix", "-m", help="A matrix of that stage: A1, S1, output, …")],
+    cell: Annotated[
+        str, typer.Option("--cell", help="Row,column by index (1,0) or by label (sleeping,<start>).")
+    ],
+    config: ConfigOption = None,
+    seed: SeedOption = None,
+    weights: WeightsOption = None,
+    digits: Annotated[int, typer.Option(help="Digits after the decimal point.")] = 4,
+) -> None:
+    """The arithmetic of one cell, with the actual numbers."""
+    from rich.text import Text
+
+    from .errors import StageError
+    from .explain import explain as explain_cell
+
+    trace, _ = _trace(config, seed, None, weights)
+    chosen = trace.select([stage])
+    if len(chosen) > 1:
+        raise StageError(
+            f"--stage {stage} names {len(chosen)} stages; give one id: {', '.join(s.id for s in chosen)}"
+        )
+    head, *lines = explain_cell(trace, chosen[0].id, matrix, cell, digits)
+    console = _console()
+    console.print(Text(head, style="bold"))
+    for line in lines:
+        console.print(Text(line))
+
+
+@app.command()
+@user_errors
 def train(
     config: ConfigOption = None,
     seed: SeedOption = None,

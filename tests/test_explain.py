@@ -1,0 +1,203 @@
+"""`explain`: every kind of matrix, on small numbers whose arithmetic is checked by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from transformer_walkthrough.cli import app
+from transformer_walkthrough.config import Config
+from transformer_walkthrough.errors import StageError
+from transformer_walkthrough.explain import explain, explainable
+from transformer_walkthrough.model import run_forward
+from transformer_walkthrough.trace import Trace
+
+INF = math.inf
+D = ("d0", "d1")
+
+
+def hand_trace() -> Trace:
+    """A trace of made-up round numbers (default config: d_model 4, 2 heads, d_k 2)."""
+    config = Config()
+    t = Trace(config, ("the", "cat"), ("<start>", "sleeping"))
+    emb = t.stage("encoder.embedding", "embedding")
+    emb.rec("E", np.arange(28.0).reshape(7, 4) / 10, config.vocabulary, ("d0", "d1", "d2", "d3"))
+    emb.rec(
+        "output",
+        np.array([[0.8, 0.9, 1.0, 1.1], [1.2, 1.3, 1.4, 1.5]]),
+        ("the", "cat"),
+        ("d0", "d1", "d2", "d3"),
+    )
+    pe = t.stage("encoder.positional-encoding", "positional-encoding")
+    pe.rec("PE", np.array([[0.0, 1.0, 0.0, 1.0], [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)]]),
+           ("the", "cat"), ("d0", "d1", "d2", "d3"))  # fmt: skip
+    st = t.stage("decoder.0.masked-attention", "masked-attention")
+    tok = ("<start>", "sleeping")
+    st.rec("X", np.array([[1.0, 2.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]), tok, ("d0", "d1", "d2", "d3"))
+    st.rec("M", np.array([[0.0, -INF], [0.0, 0.0]]), tok, tok)
+    st.rec("W_Q1", np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.0], [0.0, -1.0]]), ("d0", "d1", "d2", "d3"), D)
+    st.rec("Q1", np.array([[1.0, 2.0], [0.0, 1.0]]), tok, D)
+    st.rec("K1", np.array([[3.0, 4.0], [0.5, 0.5]]), tok, D)
+    st.rec("V1", np.array([[2.0, 0.0], [4.0, 8.0]]), tok, D)
+    st.rec("S1", np.array([[11 / math.sqrt(2), 1.5 / math.sqrt(2)], [0.0, math.log(3)]]), tok, tok)
+    st.rec("S1+M", np.array([[11 / math.sqrt(2), -INF], [0.0, math.log(3)]]), tok, tok)
+    st.rec("A1", np.array([[1.0, 0.0], [0.25, 0.75]]), tok, tok)
+    st.rec("O1", np.array([[2.0, 0.0], [3.5, 6.0]]), tok, D)
+    st.rec("O2", np.array([[7.0, 8.0], [9.0, 10.0]]), tok, D)
+    st.rec("concat", np.array([[2.0, 0.0, 7.0, 8.0], [3.5, 6.0, 9.0, 10.0]]), tok, ("d0", "d1", "d2", "d3"))
+    norm = t.stage("decoder.0.add-norm-1", "add-norm")
+    norm.rec("sum", np.array([[1.0, 2.0, 3.0, 4.0]]), ("<start>",), ("d0", "d1", "d2", "d3"))
+    norm.rec("gamma", np.array([2.0, 1.0, 1.0, 1.0]), ("gamma",), ("d0", "d1", "d2", "d3"))
+    norm.rec("beta", np.array([0.5, 0.0, 0.0, 0.0]), ("beta",), ("d0", "d1", "d2", "d3"))
+    out = (1.0 - 2.5) / math.sqrt(1.25 + 1e-5) * 2.0 + 0.5
+    norm.rec("output", np.array([[out, 0.0, 0.0, 0.0]]), ("<start>",), ("d0", "d1", "d2", "d3"))
+    ffn = t.stage("decoder.0.feed-forward", "feed-forward")
+    ffn.rec("X", np.array([[1.0, -1.0]]), ("<start>",), D)
+    ffn.rec("W_1", np.array([[2.0], [3.0]]), D, ("d0",))
+    ffn.rec("b_1", np.array([0.5]), ("b_1",), ("d0",))
+    ffn.rec("hidden", np.array([[0.0]]), ("<start>",), ("d0",))
+    probs = t.stage("output.probabilities", "probabilities")
+    probs.rec("logits", np.array([[0.0, math.log(3.0)]]), ("<start>",), ("<start>", "<end>"))
+    probs.rec("probabilities", np.array([[0.25, 0.75]]), ("<start>",), ("<start>", "<end>"))
+    return t
+
+
+T = hand_trace()
+EXPECTED = {
+    ("decoder.0.masked-attention", "Q1", "0,1"): [
+        "decoder.0.masked-attention · Q1[<start>, d1] = Q1[0, 1] = 2.00",
+        "Q1 = X·W_Q1: row 0 of X (<start>) times column 1 of W_Q1",
+        "  = 1.00·0.00 + 2.00·1.00 + 0.00·0.00 + 0.00·(-1.00)",
+        "  = 2.00",  # 0 + 2 + 0 + 0
+    ],
+    ("decoder.0.masked-attention", "S1", "0,0"): [
+        "decoder.0.masked-attention · S1[<start>, <start>] = S1[0, 0] = 7.78",
+        "S1 = Q1·K1ᵀ / √d_k: how well query 0 (<start>) matches key 0 (<start>)",
+        "  Q1[0]·K1[0] = 1.00·3.00 + 2.00·4.00 = 11.00",  # 3 + 8
+        "  divided by √d_k = √2 = 1.41: 11.00 / 1.41 = 7.78",  # 11 / 1.41421 = 7.7782
+        "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
+    ],
+    ("decoder.0.masked-attention", "M", "0,1"): [
+        "decoder.0.masked-attention · M[<start>, sleeping] = M[0, 1] = -∞",
+        "M[0, 1] = -∞: column 1 (sleeping) comes after row 0 (<start>), a word the decoder",
+        "must not see yet. Added to the score it makes -∞, and softmax turns e^-∞ into a weight of exactly 0.",
+    ],
+    ("decoder.0.masked-attention", "M", "1,0"): [
+        "decoder.0.masked-attention · M[sleeping, <start>] = M[1, 0] = 0.00",
+        "M[1, 0] = 0: column 0 (<start>) is not after row 1 (sleeping), so it may be seen;",
+        "adding 0 leaves the score as it is.",
+    ],
+    ("decoder.0.masked-attention", "S1+M", "0,1"): [
+        "decoder.0.masked-attention · S1+M[<start>, sleeping] = S1+M[0, 1] = -∞",
+        "S1+M[0, 1] = S1[0, 1] + M[0, 1] = 1.06 + -∞ = -∞",  # 1.5 / √2 = 1.0607
+    ],
+    ("decoder.0.masked-attention", "A1", "1,1"): [
+        "decoder.0.masked-attention · A1[sleeping, sleeping] = A1[1, 1] = 0.75",
+        "A1 = softmax(S1+M), row by row: A1[i, j] = e^(S1+M)[i, j] / Σ_k e^(S1+M)[i, k]",
+        "  row 1 of S1+M (sleeping): <start> 0.00, sleeping 1.10",  # ln 3 = 1.0986
+        "  each exp: e^0.00 = 1.00, e^1.10 = 3.00",
+        "  sum = 1.00 + 3.00 = 4.00",
+        "  A1[1, 1] = 3.00 / 4.00 = 0.75",
+    ],
+    ("decoder.0.masked-attention", "O1", "1,0"): [
+        "decoder.0.masked-attention · O1[sleeping, d0] = O1[1, 0] = 3.50",
+        "O1 = A1·V1: position 1 (sleeping) takes its weights A1[1] over the value rows",
+        "  weights: <start> 0.25, sleeping 0.75",
+        "  O1[1, 0] = Σ_k A1[1, k]·V1[k, 0] = 0.25·2.00 + 0.75·4.00 = 3.50",  # 0.5 + 3
+    ],
+    ("decoder.0.masked-attention", "concat", "1,3"): [
+        "decoder.0.masked-attention · concat[sleeping, d3] = concat[1, 3] = 10.00",
+        "concat puts the heads side by side, d_k = 2 columns each: column 3 is column 1 of head 2",
+        "  concat[1, 3] = O2[1, 1] = 10.00",
+    ],
+    ("decoder.0.add-norm-1", "output", "0,0"): [
+        "decoder.0.add-norm-1 · output[<start>, d0] = output[0, 0] = -2.18",  # (1−2.5)/1.1180·2 + 0.5
+        "output = gamma ⊙ (sum − mean) / √(var + eps) + beta, over row 0 (<start>) of sum",
+        "  mean = (1.00 + 2.00 + 3.00 + 4.00) / 4 = 2.50",
+        "  var = Σ (v − mean)² / 4 = 1.25   (divided by d, not d − 1, as torch.nn.LayerNorm)",  # (2.25+.25+.25+2.25)/4
+        "  (sum[0, 0] − mean) / √(var + eps) = (1.00 − 2.50) / √(1.25 + 1e-05) = -1.34",
+        "  × gamma[0] 2.00 + beta[0] 0.50 = -2.18",
+    ],
+    ("decoder.0.feed-forward", "hidden", "0,0"): [
+        "decoder.0.feed-forward · hidden[<start>, d0] = hidden[0, 0] = 0.00",
+        "hidden = max(0, X·W_1 + b_1): row 0 of X (<start>) times column 0 of W_1",
+        "  = 1.00·2.00 + (-1.00)·3.00 = -1.00",  # 2 − 3
+        "  + b_1[0] 0.50 = -0.50",
+        "  ReLU: max(0, -0.50) = 0.00   (negative: this unit is off here)",
+    ],
+    ("encoder.positional-encoding", "PE", "1,2"): [
+        "encoder.positional-encoding · PE[cat, d2] = PE[1, 2] = 0.01",
+        "PE[pos, 2i] = sin(pos / 10000^(2i/d_model)) with pos = 1 (cat), 2i = 2, d_model = 4",
+        "  angle = 1 / 10000^(2/4) = 1 / 100.00 = 0.01",
+        "  sin(0.01) = 0.01",
+        "  (even columns are sines, odd ones cosines; low columns turn fast with the position, high ones slowly)",
+    ],
+    ("encoder.embedding", "output", "1,3"): [
+        "encoder.embedding · output[cat, d3] = output[1, 3] = 1.50",
+        "The token 'cat' looks up its row of the embedding table E.",
+        "output[1, 3] = E[cat (row 3 of E), 3] = 1.50",  # E[3, 3] = 15 / 10
+    ],
+    ("encoder.embedding", "E", "0,0"): [
+        "encoder.embedding · E[<start>, d0] = E[0, 0] = 0.00",
+        "E is a learned weight, not computed from anything: it was drawn uniform in [0, 1), as the article says,",
+        "from the generator seeded with 42 (dtype float64), and only training changes it.",
+    ],
+    ("output.probabilities", "probabilities", "0,1"): [
+        "output.probabilities · probabilities[<start>, <end>] = probabilities[0, 1] = 0.75",
+        "probabilities = softmax(logits), row by row: probabilities[i, j] = e^logits[i, j] / Σ_k e^logits[i, k]",
+        "  row 0 of logits (<start>): <start> 0.00, <end> 1.10",
+        "  each exp: e^0.00 = 1.00, e^1.10 = 3.00",
+        "  sum = 1.00 + 3.00 = 4.00",
+        "  probabilities[0, 1] = 3.00 / 4.00 = 0.75",
+    ],
+}
+
+
+@pytest.mark.parametrize("key", list(EXPECTED), ids=lambda k: f"{k[1]}[{k[2]}]")
+def test_explain_by_hand(key: tuple[str, str, str]) -> None:
+    assert explain(T, *key, digits=2) == EXPECTED[key]
+
+
+def test_every_matrix_of_every_stage_is_explainable() -> None:
+    trace = run_forward(Config())
+    for stage_id, name in explainable(trace):
+        m = trace[stage_id].matrices[name]
+        lines = explain(trace, stage_id, name, f"{m.shape[0] - 1},{m.shape[1] - 1}")
+        assert lines[0].startswith(f"{stage_id} · {name}[") and len(lines) >= 2
+
+
+def test_cells_by_label_and_clean_errors() -> None:
+    assert (
+        explain(T, "decoder.0.masked-attention", "A1", "sleeping,sleeping", 2)
+        == EXPECTED[("decoder.0.masked-attention", "A1", "1,1")]
+    )
+    for cell, message in [
+        ("2,0", "row 2 is out of range: A1 has rows 0 to 1 (<start>, sleeping)"),
+        ("0,dog", "column 'dog' is not a column of A1; its columns are <start>, sleeping (or 0 to 1)"),
+        ("0", "--cell '0': give a row and a column, as 1,0 or sleeping,<start>"),
+    ]:
+        with pytest.raises(StageError) as err:
+            explain(T, "decoder.0.masked-attention", "A1", cell)
+        assert str(err.value) == message
+    with pytest.raises(StageError, match="has no matrix 'A3'; it has X, M, W_Q1"):
+        explain(T, "decoder.0.masked-attention", "A3", "0,0")
+
+
+def test_cli_explain(runner: CliRunner) -> None:
+    result = runner.invoke(
+        app, ["explain", "--stage", "masked-attention", "--matrix", "A1", "--cell", "sleeping,<start>"]
+    )
+    assert result.exit_code == 0, result.stderr
+    trace = run_forward(Config())
+    a = trace["decoder.0.masked-attention"]["A1"][1, 0]
+    assert (
+        result.stdout.splitlines()[0]
+        == f"decoder.0.masked-attention · A1[sleeping, <start>] = A1[1, 0] = {a:.4f}"
+    )
+    bad = runner.invoke(app, ["explain", "-s", "add-norm", "-m", "output", "--cell", "0,0"])
+    assert bad.exit_code == 2 and bad.stderr.startswith(
+        "error: --stage add-norm names 5 stages; give one id:"
+    )

@@ -1,0 +1,363 @@
+"""One cell of one matrix, computed in front of you: the arithmetic with the actual numbers.
+
+``explain(trace, "decoder.0.masked-attention", "A1", "1,0")`` gives the lines a person would write
+to check that number by hand: every term of a dot product and the sum, the division by √d_k, the
+mask's rule, each exp of a softmax with the sum and the quotient, the mean and variance of a
+LayerNorm, the angle of a sinusoid. Numbers are shown rounded; the arithmetic is the model's own.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .errors import StageError
+from .trace import Stage, Trace, is_weight
+
+TERMS = 8  # a dot product longer than this shows its first and last terms around "…"
+
+
+class Cell:
+    """A cell of a named matrix: where it is and how to print numbers."""
+
+    def __init__(self, stage: Stage, name: str, i: int, j: int, digits: int) -> None:
+        self.stage, self.name, self.i, self.j, self.digits = stage, name, i, j, digits
+        m = stage.matrices[name]
+        self.row, self.col = m.rows[i], m.cols[j]
+        self.value = float(m.values[i, j])
+
+    def f(self, v: float) -> str:
+        """A number as shown: rounded, −∞ as -∞, negatives in brackets where they are multiplied."""
+        if math.isinf(v):
+            return "-∞" if v < 0 else "∞"
+        return f"{v:.{self.digits}f}"
+
+    def times(self, a: float, b: float) -> str:
+        return f"{self._factor(a)}·{self._factor(b)}"
+
+    def _factor(self, v: float) -> str:
+        text = self.f(v)
+        return f"({text})" if text.startswith("-") else text
+
+    def sum_of(self, terms: Sequence[str]) -> str:
+        if len(terms) > TERMS:
+            terms = [*terms[: TERMS - 2], f"… ({len(terms) - TERMS + 1} more terms) …", *terms[-1:]]
+        return " + ".join(terms)
+
+
+def parse_cell(spec: str, stage: Stage, name: str) -> tuple[int, int]:
+    """ "1,0" (indices from 0) or "sleeping,<start>" (labels), or a mix, into (row, column)."""
+    m = stage.matrices[name]
+    parts = [p.strip() for p in spec.split(",")]
+    if len(parts) != 2:
+        raise StageError(f"--cell {spec!r}: give a row and a column, as 1,0 or sleeping,<start>")
+    r, c = m.shape
+    return _index(parts[0], m.rows, r, "row", name), _index(parts[1], m.cols, c, "column", name)
+
+
+def _index(part: str, labels: tuple[str, ...], n: int, what: str, name: str) -> int:
+    if re.fullmatch(r"-?\d+", part):
+        k = int(part)
+        if not 0 <= k < n:
+            raise StageError(
+                f"{what} {k} is out of range: {name} has {what}s 0 to {n - 1} ({', '.join(labels)})"
+            )
+        return k
+    if part in labels:
+        return labels.index(part)
+    raise StageError(
+        f"{what} {part!r} is not a {what} of {name}; its {what}s are {', '.join(labels)} (or 0 to {n - 1})"
+    )
+
+
+def explain(trace: Trace, stage_id: str, name: str, cell: str, digits: int = 4) -> list[str]:
+    """The arithmetic of one cell, as lines of text."""
+    stage = trace[stage_id]
+    if name not in stage.matrices:
+        raise StageError(f"stage {stage.id} has no matrix {name!r}; it has {', '.join(stage.matrices)}")
+    i, j = parse_cell(cell, stage, name)
+    c = Cell(stage, name, i, j, digits)
+    head = f"{stage.id} · {name}[{c.row}, {c.col}] = {name}[{i}, {j}] = {c.f(c.value)}"
+    return [head, *_explainer(stage, name)(c, trace)]
+
+
+def _explainer(stage: Stage, name: str) -> Callable[[Cell, Trace], list[str]]:
+    if is_weight(name):
+        return _weight
+    if name in ("X", "memory"):
+        return _input
+    base = re.sub(r"\d+$", "", name)  # Q1 -> Q, S2 -> S, but S1+M stays
+    table: dict[str, Callable[[Cell, Trace], list[str]]] = {
+        "Q": _projection, "K": _projection, "V": _projection, "S": _scores, "M": _mask,
+        "A": _softmax_cell, "O": _weighted_sum, "concat": _concat, "sum": _sum, "sublayer": _sublayer,
+        "hidden": _hidden, "PE": _positional, "flattened": _flattened, "logits": _logits,
+        "probabilities": _softmax_cell,
+    }  # fmt: skip
+    if name.endswith("+M"):
+        return _masked_scores
+    if name == "output":
+        return {
+            "embedding": _embedding, "positional-encoding": _sum, "add-norm": _layer_norm,
+            "feed-forward": _ffn_output, "self-attention": _attention_output,
+            "masked-attention": _attention_output, "cross-attention": _attention_output,
+        }[stage.kind]  # fmt: skip
+    if name == "logits" and stage.kind == "probabilities":
+        return _copied_logits
+    return table[base]
+
+
+def _weight(c: Cell, trace: Trace) -> list[str]:
+    m = trace.config.model
+    if c.name == "E":
+        how = "uniform in [0, 1), as the article says"
+    elif c.name == "gamma":
+        how = "1 before training (LayerNorm starts as a pure normalisation)"
+    elif c.name == "beta":
+        how = "0 before training"
+    elif c.name.startswith("b_") and c.stage.kind.endswith("attention"):
+        how = "0 before training (PyTorch's nn.MultiheadAttention does the same)"
+    elif c.name.startswith("b"):
+        how = "uniform in ±1/√fan_in (PyTorch's nn.Linear)"
+    else:
+        how = "Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) (as PyTorch initialises nn.Transformer)"
+    return [
+        f"{c.name} is a learned weight, not computed from anything: it was drawn {how},",
+        f"from the generator seeded with {trace.config.seed} (dtype {m.dtype}), and only training changes it.",
+    ]
+
+
+def _previous(stage: Stage, trace: Trace) -> Stage | None:
+    ids = list(trace.stages)
+    k = ids.index(stage.id)
+    return trace[ids[k - 1]] if k else None
+
+
+def _input(c: Cell, trace: Trace) -> list[str]:
+    if c.name == "memory":
+        return [
+            "memory is the encoder's output, the same for every decoder layer: it gives the keys and values."
+        ]
+    if c.stage.kind == "add-norm":
+        return ["X is the sublayer's input, carried around it by the residual connection."]
+    before = _previous(c.stage, trace)
+    src = f"the output of {before.id}" if before else "the embedded tokens"
+    return [f"X is this stage's input: {src}, row {c.i} ({c.row}), column {c.j}."]
+
+
+def _dot(c: Cell, left: np.ndarray, right: np.ndarray) -> tuple[list[str], float]:
+    terms = [c.times(a, b) for a, b in zip(left.tolist(), right.tolist(), strict=True)]
+    return terms, float(np.dot(left, right))
+
+
+def _projection(c: Cell, trace: Trace) -> list[str]:
+    h = c.name[1:]
+    source = "memory" if c.name[0] in "KV" and "memory" in c.stage else "X"
+    W = c.stage[f"W_{c.name[0]}{h}"]
+    terms, total = _dot(c, c.stage[source][c.i], W[:, c.j])
+    lines = [
+        f"{c.name} = {source}·W_{c.name[0]}{h}: row {c.i} of {source} ({c.row}) times column {c.j} of W_{c.name[0]}{h}",
+        f"  = {c.sum_of(terms)}",
+    ]
+    bias = f"b_{c.name[0]}{h}"
+    if bias in c.stage:
+        b = float(c.stage[bias][0, c.j])
+        lines.append(f"  = {c.f(total)} + {bias}[{c.j}] {c.f(b)}")
+    lines.append(f"  = {c.f(c.value)}")
+    return lines
+
+
+def _scores(c: Cell, trace: Trace) -> list[str]:
+    h = c.name[1:]
+    d_k = trace.config.model.d_k
+    terms, total = _dot(c, c.stage[f"Q{h}"][c.i], c.stage[f"K{h}"][c.j])
+    return [
+        f"S{h} = Q{h}·K{h}ᵀ / √d_k: how well query {c.i} ({c.row}) matches key {c.j} ({c.col})",
+        f"  Q{h}[{c.i}]·K{h}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
+        f"  divided by √d_k = √{d_k} = {c.f(math.sqrt(d_k))}: {c.f(total)} / {c.f(math.sqrt(d_k))} = {c.f(c.value)}",
+        "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
+    ]
+
+
+def _mask(c: Cell, trace: Trace) -> list[str]:
+    if c.j <= c.i:
+        return [f"M[{c.i}, {c.j}] = 0: column {c.j} ({c.col}) is not after row {c.i} ({c.row}), so it may be seen;",
+                "adding 0 leaves the score as it is."]  # fmt: skip
+    return [
+        f"M[{c.i}, {c.j}] = -∞: column {c.j} ({c.col}) comes after row {c.i} ({c.row}), a word the decoder",
+        "must not see yet. Added to the score it makes -∞, and softmax turns e^-∞ into a weight of exactly 0.",
+    ]
+
+
+def _masked_scores(c: Cell, trace: Trace) -> list[str]:
+    h = c.name[1 : c.name.index("+")]
+    s, mask = float(c.stage[f"S{h}"][c.i, c.j]), float(c.stage["M"][c.i, c.j])
+    return [
+        f"{c.name}[{c.i}, {c.j}] = S{h}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c.f(mask)} = {c.f(c.value)}"
+    ]
+
+
+def _softmax_cell(c: Cell, trace: Trace) -> list[str]:
+    if c.name == "probabilities":
+        source = "logits"
+    else:
+        h = c.name[1:]
+        source = f"S{h}+M" if f"S{h}+M" in c.stage else f"S{h}"
+    row = c.stage[source][c.i].tolist()
+    labels = c.stage.matrices[source].cols
+    exps = [math.exp(v) for v in row]
+    total = math.fsum(exps)
+    x = f"({source})" if "+" in source else source
+    return [
+        f"{c.name} = softmax({source}), row by row: {c.name}[i, j] = e^{x}[i, j] / Σ_k e^{x}[i, k]",
+        f"  row {c.i} of {source} ({c.row}): "
+        + ", ".join(f"{lab} {c.f(v)}" for lab, v in zip(labels, row, strict=True)),
+        "  each exp: " + ", ".join(f"e^{c.f(v)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
+        f"  sum = {c.sum_of([c.f(e) for e in exps])} = {c.f(total)}",
+        f"  {c.name}[{c.i}, {c.j}] = {c.f(exps[c.j])} / {c.f(total)} = {c.f(c.value)}",
+    ]
+
+
+def _weighted_sum(c: Cell, trace: Trace) -> list[str]:
+    h = c.name[1:]
+    A, V = c.stage[f"A{h}"], c.stage[f"V{h}"]
+    keys = c.stage.matrices[f"A{h}"].cols
+    terms, _ = _dot(c, A[c.i], V[:, c.j])
+    return [
+        f"O{h} = A{h}·V{h}: position {c.i} ({c.row}) takes its weights A{h}[{c.i}] over the value rows",
+        "  weights: " + ", ".join(f"{k} {c.f(a)}" for k, a in zip(keys, A[c.i].tolist(), strict=True)),
+        f"  O{h}[{c.i}, {c.j}] = Σ_k A{h}[{c.i}, k]·V{h}[k, {c.j}] = {c.sum_of(terms)} = {c.f(c.value)}",
+    ]
+
+
+def _concat(c: Cell, trace: Trace) -> list[str]:
+    d_k = trace.config.model.d_k
+    h, k = c.j // d_k + 1, c.j % d_k
+    return [
+        f"concat puts the heads side by side, d_k = {d_k} columns each: column {c.j} is column {k} of head {h}",
+        f"  concat[{c.i}, {c.j}] = O{h}[{c.i}, {k}] = {c.f(float(c.stage[f'O{h}'][c.i, k]))}",
+    ]
+
+
+def _attention_output(c: Cell, trace: Trace) -> list[str]:
+    terms, total = _dot(c, c.stage["concat"][c.i], c.stage["W_O"][:, c.j])
+    lines = [
+        f"output = concat·W_O: the heads mixed back into d_model dimensions; row {c.i} of concat times column {c.j} of W_O",
+        f"  = {c.sum_of(terms)}",
+    ]
+    if "b_O" in c.stage:
+        lines.append(f"  = {c.f(total)} + b_O[{c.j}] {c.f(float(c.stage['b_O'][0, c.j]))}")
+    lines.append(f"  = {c.f(c.value)}")
+    return lines
+
+
+def _sum(c: Cell, trace: Trace) -> list[str]:
+    if c.stage.kind == "positional-encoding":
+        x, pe = float(c.stage["X"][c.i, c.j]), float(c.stage["PE"][c.i, c.j])
+        return [
+            f"output = X + PE: {c.f(x)} + {c.f(pe)} = {c.f(c.value)} (the token's vector, shifted by its position's pattern)"
+        ]
+    x, s = float(c.stage["X"][c.i, c.j]), float(c.stage["sublayer"][c.i, c.j])
+    return [f"sum = X + sublayer (the residual connection): {c.f(x)} + {c.f(s)} = {c.f(c.value)}"]
+
+
+def _sublayer(c: Cell, trace: Trace) -> list[str]:
+    before = _previous(c.stage, trace)
+    return [
+        f"sublayer is the output of {before.id if before else 'the previous stage'}, row {c.i}, column {c.j}."
+    ]
+
+
+def _layer_norm(c: Cell, trace: Trace) -> list[str]:
+    eps = trace.config.model.layer_norm_eps
+    row = c.stage["sum"][c.i].tolist()
+    d = len(row)
+    mean = math.fsum(row) / d
+    var = math.fsum((v - mean) ** 2 for v in row) / d
+    gamma, beta = float(c.stage["gamma"][0, c.j]), float(c.stage["beta"][0, c.j])
+    normed = (row[c.j] - mean) / math.sqrt(var + eps)
+    return [
+        f"output = gamma ⊙ (sum − mean) / √(var + eps) + beta, over row {c.i} ({c.row}) of sum",
+        f"  mean = ({c.sum_of([c.f(v) for v in row])}) / {d} = {c.f(mean)}",
+        f"  var = Σ (v − mean)² / {d} = {c.f(var)}   (divided by d, not d − 1, as torch.nn.LayerNorm)",
+        f"  (sum[{c.i}, {c.j}] − mean) / √(var + eps) = ({c.f(row[c.j])} − {c.f(mean)}) / √({c.f(var)} + {eps:g}) = {c.f(normed)}",
+        f"  × gamma[{c.j}] {c.f(gamma)} + beta[{c.j}] {c.f(beta)} = {c.f(c.value)}",
+    ]
+
+
+def _hidden(c: Cell, trace: Trace) -> list[str]:
+    terms, total = _dot(c, c.stage["X"][c.i], c.stage["W_1"][:, c.j])
+    b = float(c.stage["b_1"][0, c.j])
+    pre = total + b
+    return [
+        f"hidden = max(0, X·W_1 + b_1): row {c.i} of X ({c.row}) times column {c.j} of W_1",
+        f"  = {c.sum_of(terms)} = {c.f(total)}",
+        f"  + b_1[{c.j}] {c.f(b)} = {c.f(pre)}",
+        f"  ReLU: max(0, {c.f(pre)}) = {c.f(c.value)}"
+        + ("   (negative: this unit is off here)" if pre < 0 else ""),
+    ]
+
+
+def _ffn_output(c: Cell, trace: Trace) -> list[str]:
+    terms, total = _dot(c, c.stage["hidden"][c.i], c.stage["W_2"][:, c.j])
+    b = float(c.stage["b_2"][0, c.j])
+    return [
+        f"output = hidden·W_2 + b_2: row {c.i} of hidden times column {c.j} of W_2",
+        f"  = {c.sum_of(terms)} = {c.f(total)}",
+        f"  + b_2[{c.j}] {c.f(b)} = {c.f(c.value)}",
+    ]
+
+
+def _embedding(c: Cell, trace: Trace) -> list[str]:
+    m = trace.config.model
+    row = trace.vocabulary.index(c.row)
+    e = float(c.stage["E"][row, c.j])
+    line = f"output[{c.i}, {c.j}] = E[{c.row!s} (row {row} of E), {c.j}] = {c.f(e)}"
+    if m.scale_embeddings:
+        line += f", times √d_model = {c.f(math.sqrt(m.d_model))}: {c.f(c.value)}"
+    return [f"The token {c.row!r} looks up its row of the embedding table E.", line]
+
+
+def _positional(c: Cell, trace: Trace) -> list[str]:
+    d_model = trace.config.model.d_model
+    two_i = c.j - c.j % 2
+    angle = c.i / 10000 ** (two_i / d_model)
+    fn = "sin" if c.j % 2 == 0 else "cos"
+    return [
+        f"PE[pos, {'2i' if c.j % 2 == 0 else '2i+1'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({c.row}), "
+        f"2i = {two_i}, d_model = {d_model}",
+        f"  angle = {c.i} / 10000^({two_i}/{d_model}) = {c.i} / {c.f(10000 ** (two_i / d_model))} = {c.f(angle)}",
+        f"  {fn}({c.f(angle)}) = {c.f(c.value)}",
+        "  (even columns are sines, odd ones cosines; low columns turn fast with the position, high ones slowly)",
+    ]
+
+
+def _flattened(c: Cell, trace: Trace) -> list[str]:
+    d_model = trace.config.model.d_model
+    p, k = divmod(c.j, d_model)
+    return [
+        f"flattened lays the rows of X end to end: column {c.j} is row {p}, column {k} of X",
+        f"  = X[{p}, {k}] = {c.f(float(c.stage['X'][p, k]))}",
+    ]
+
+
+def _logits(c: Cell, trace: Trace) -> list[str]:
+    x = c.stage["flattened"] if "flattened" in c.stage else c.stage["X"]
+    terms, total = _dot(c, x[c.i], c.stage["W"][:, c.j])
+    b = float(c.stage["b"][0, c.j])
+    return [
+        f"logits = X·W + b: how much position {c.i} ({c.row}) speaks for the word {c.col!r}",
+        f"  = {c.sum_of(terms)} = {c.f(total)}",
+        f"  + b[{c.j}] {c.f(b)} = {c.f(c.value)}",
+    ]
+
+
+def _copied_logits(c: Cell, trace: Trace) -> list[str]:
+    return [f"logits are output.logits, brought here to be turned into probabilities: {c.f(c.value)}."]
+
+
+def explainable(trace: Trace) -> list[tuple[str, str]]:
+    """Every (stage id, matrix name) that ``explain`` handles: all of them."""
+    return [(s.id, name) for s in trace for name in s.matrices]
