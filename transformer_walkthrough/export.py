@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .backprop import Backward
 
 SCHEMA_VERSION = 1
-FORMATS = (".json", ".npz")
+FORMATS = (".json", ".npz", ".html", ".md", ".tex")
 # JSON has no infinities or NaN; the schema spells them as strings.
 _NON_FINITE = {math.inf: "inf", -math.inf: "-inf"}
 
@@ -210,9 +210,16 @@ def export(
 ) -> str | None:
     """Write the stages to ``target`` in the format its suffix names; return the JSON text
     instead when ``target`` is None (stdout)."""
-    if target is not None and target.suffix.lower() == ".npz":
+    suffix = "" if target is None else target.suffix.lower()
+    if suffix == ".npz":
         arrays = matrices(stages, weights, grads)
         write_atomic(target, lambda f: np.savez(f, **arrays))  # streamed to the file, no copy in memory
+        return None
+    if suffix in (".html", ".md", ".tex"):
+        from .documents import WRITERS
+
+        text = WRITERS[suffix](trace, stages, trace.config.display.precision)
+        write_atomic(target, lambda f: f.write(text.encode("utf-8")))
         return None
     doc = trace_to_dict(trace, stages, weights, grads)
     if target is None:
