@@ -127,9 +127,18 @@ class WebDriver:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--window-size=1280,900"]  # fmt: skip
+        args = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,900",
+        ]
         caps = {"browserName": "chrome", "goog:chromeOptions": {"binary": chromium, "args": args},
                 "goog:loggingPrefs": {"browser": "ALL"}}  # fmt: skip
         self.session = self.call("POST", "/session", {"capabilities": {"alwaysMatch": caps}})["sessionId"]
