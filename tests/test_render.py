@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 from rich.console import Console
 
@@ -10,14 +12,14 @@ from transformer_walkthrough.trace import Matrix, Trace
 
 
 def plain(*renderables: object, width: int = 100) -> str:
-    console = Console(width=width, no_color=True, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console = Console(width=width, no_color=True, record=True, file=io.StringIO())
     for r in renderables:
         console.print(r)
     return "\n".join(line.rstrip() for line in console.export_text().splitlines())
 
 
 def show(name: str, matrix: Matrix, view: View) -> str:
-    console = Console(width=view.width, no_color=True, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console = Console(width=view.width, no_color=True, record=True, file=io.StringIO())
     for r in side_by_side(console, [matrix_table(name, matrix, view)], view.width):
         console.print(r, crop=False)
     return "\n".join(line.rstrip() for line in console.export_text().splitlines())
@@ -64,13 +66,13 @@ def test_tall_matrix_shows_first_and_last_rows() -> None:
 
 def test_small_matrices_sit_side_by_side_when_they_fit() -> None:
     a = Matrix(np.ones((2, 2)), ("a", "b"), ("x", "y"))
-    console = Console(width=100, no_color=True, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console = Console(width=100, no_color=True, record=True, file=io.StringIO())
     tables = [matrix_table(n, a, View()) for n in ("Q1", "K1", "V1")]
     for r in side_by_side(console, tables, 100):
         console.print(r)
     first = console.export_text().splitlines()[0]
     assert first.split() == ["Q1", "(2×2)", "K1", "(2×2)", "V1", "(2×2)"]
-    narrow = Console(width=30, no_color=True, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    narrow = Console(width=30, no_color=True, record=True, file=io.StringIO())
     for r in side_by_side(narrow, tables, 30):
         narrow.print(r)
     titles = [line.split()[0] for line in narrow.export_text().splitlines() if "(2×2)" in line]
@@ -79,7 +81,7 @@ def test_small_matrices_sit_side_by_side_when_they_fit() -> None:
 
 def test_stage_shows_id_title_explanation_formula_and_matrices(trace: Trace) -> None:
     stage = trace["decoder.0.masked-attention"]
-    console = Console(width=100, no_color=True, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console = Console(width=100, no_color=True, record=True, file=io.StringIO())
     for r in render_trace(console, trace, [stage], View(), prediction=False):
         console.print(r)
     text = console.export_text()
@@ -117,3 +119,26 @@ def test_loss_curve_is_a_log_scale_dot_plot() -> None:
         "0.1 │   •",
         "    └────",
     ]
+
+
+def coloured(name: str, matrix: Matrix, view: View) -> str:
+    console = Console(
+        width=100, force_terminal=True, color_system="truecolor", record=True, file=io.StringIO()
+    )
+    table, _ = matrix_table(name, matrix, view)
+    console.print(table)
+    return console.export_text(styles=True)
+
+
+def test_attention_weights_are_shaded_and_heatmap_colours_everything() -> None:
+    weights = Matrix(np.array([[1.0, 0.0], [0.25, 0.75]]), ("a", "b"), ("a", "b"))
+    scores = Matrix(np.array([[2.0, -1.0], [0.5, -np.inf]]), ("a", "b"), ("a", "b"))
+    assert "48;2;65;165;85" in coloured("A1", weights, View())  # weight 1: the deepest green
+    assert "48;2;255;255;255" in coloured("A1", weights, View())  # weight 0: white
+    assert "48;2" not in coloured("S1", scores, View())  # scores are not weights: plain by default
+    hot = coloured("S1", scores, View(heatmap=True))
+    assert "48;2;255;105;85" in hot  # the largest positive: full red
+    assert "48;2;" in hot and "-∞" in hot
+    assert "48;2" not in coloured("A1", weights, View(shade_weights=False))
+    # and with no colour (a pipe, NO_COLOR) the same table is plain text
+    assert "\x1b[" not in show("A1", weights, View(heatmap=True))

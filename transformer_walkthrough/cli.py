@@ -51,6 +51,10 @@ WeightsOption = Annotated[
         "--weights", "-w", help="Weights .npz from `walkthrough train`; default: random, from the seed."
     ),
 ]
+HeatmapOption = Annotated[
+    bool,
+    typer.Option("--heatmap", help="Colour every cell by its value (attention weights are always shaded)."),
+]
 BackwardOption = Annotated[
     bool, typer.Option("--backward", help="Also the gradient dL/d(matrix) of the loss for every matrix.")
 ]
@@ -96,12 +100,14 @@ def _console() -> Console:
     return Console(highlight=False)
 
 
-def _show(trace: Trace, stages: list[Stage], full: bool, grads: Backward | None = None) -> None:
+def _show(
+    trace: Trace, stages: list[Stage], full: bool, grads: Backward | None = None, heatmap: bool = False
+) -> None:
     """Print the stages (with their gradients), and the prediction when the probabilities are among them."""
     from .render import View, print_all, render_trace
 
     console = _console()
-    view = View(precision=trace.config.display.precision, width=console.width, full=full)
+    view = View(precision=trace.config.display.precision, width=console.width, full=full, heatmap=heatmap)
     ending = any(s.kind == "probabilities" for s in stages)
     print_all(console, render_trace(console, trace, stages, view, prediction=ending, grads=grads))
 
@@ -133,10 +139,11 @@ def run(
     full: FullOption = False,
     weights: WeightsOption = None,
     backward: BackwardOption = False,
+    heatmap: HeatmapOption = False,
 ) -> None:
     """The whole forward pass: every stage, then the prediction."""
     trace, w = _trace(config, seed, precision, weights)
-    _show(trace, list(trace), full, _gradients(trace, w, backward))
+    _show(trace, list(trace), full, _gradients(trace, w, backward), heatmap)
 
 
 @app.command()
@@ -157,11 +164,12 @@ def step(
     full: FullOption = False,
     weights: WeightsOption = None,
     backward: BackwardOption = False,
+    heatmap: HeatmapOption = False,
 ) -> None:
     """One stage, or all stages of one kind, with every intermediate."""
     trace, w = _trace(config, seed, precision, weights)
     chosen = trace.select(stage, layer)
-    _show(trace, chosen, full, _gradients(trace, w, backward))
+    _show(trace, chosen, full, _gradients(trace, w, backward), heatmap)
 
 
 @app.command()
@@ -368,6 +376,26 @@ def generate(
     console.print(
         f"Step i equals row i of one teacher-forced pass over the final input (max |diff| {worst:.1e}): "
         "the causal mask keeps row i from seeing anything after position i."
+    )
+
+
+@app.command()
+@user_errors
+def tour(
+    config: ConfigOption = None,
+    seed: SeedOption = None,
+    precision: PrecisionOption = None,
+    weights: WeightsOption = None,
+    heatmap: HeatmapOption = False,
+) -> None:
+    """One stage at a time: Enter next, b back, q quit."""
+    from .render import View
+    from .tour import run_tour
+
+    trace, _ = _trace(config, seed, precision, weights)
+    console = _console()
+    run_tour(
+        console, trace, View(precision=trace.config.display.precision, width=console.width, heatmap=heatmap)
     )
 
 

@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 
+from .palette import diverging
 from .trace import Stage, Trace
 
 
@@ -274,14 +275,7 @@ tr.right td.word { color: #0b7a32; font-weight: 700; }
 
 
 def _cell_colour(v: float, scale: float) -> str:
-    """A diverging heatmap: red for positive, blue for negative, white at 0, by |v| / scale."""
-    t = 0.0 if scale == 0 else max(-1.0, min(1.0, v / scale))
-    strength = abs(t) ** 0.8
-    if t >= 0:
-        rgb = (255, round(255 - 150 * strength), round(255 - 170 * strength))
-    else:
-        rgb = (round(255 - 170 * strength), round(255 - 120 * strength), 255)
-    return f"rgb({rgb[0]},{rgb[1]},{rgb[2]})"
+    return "rgb({},{},{})".format(*diverging(v, scale))
 
 
 def _html_matrix(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from .palette import diverging, sequential
 from .trace import Matrix, Stage, Trace
 
 if TYPE_CHECKING:
@@ -45,6 +47,8 @@ class View:
     precision: int = 2
     width: int = 100
     full: bool = False
+    heatmap: bool = False  # every matrix coloured by value (on a colour terminal)
+    shade_weights: bool = True  # attention weights and probabilities shaded, 0 white to 1 green
 
 
 def format_value(v: float, precision: int) -> str:
@@ -138,14 +142,19 @@ def matrix_table(name: str, matrix: Matrix, view: View) -> tuple[Table, int]:
     width_of = {j: max(len(matrix.cols[j]), *(len(row[k]) for row in cells)) for k, j in enumerate(kept)}
     width_of[-1] = len(ELLIPSIS)
 
-    def line(texts: list[str]) -> Text:
+    shade = _shading(name, shown, view)
+
+    def line(texts: list[str], values: list[float] | None = None) -> Text:
         out = Text((" " * COL_GAP).join(t.rjust(width_of[j]) for j, t in zip(columns, texts, strict=True)))
-        if "-∞" in texts:  # colour the mask's cells; everything else stays one plain run of text
-            end = 0
+        if "-∞" in texts or (shade and values):  # otherwise one plain run of text: cheap
+            end, k = 0, 0
             for j, text in zip(columns, texts, strict=True):
                 end += width_of[j]
                 if text == "-∞":
                     out.stylize(NEG_INF, end - 2, end)
+                elif shade and values and j >= 0:
+                    out.stylize(shade(values[k]), end - width_of[j], end)
+                k += j >= 0
                 end += COL_GAP
         return out
 
@@ -176,8 +185,20 @@ def matrix_table(name: str, matrix: Matrix, view: View) -> tuple[Table, int]:
             else:
                 texts.append(row[k])
                 k += 1
-        table.add_row(Text(matrix.rows[i]), line(texts))
+        table.add_row(Text(matrix.rows[i]), line(texts, matrix.values[i, kept].tolist() if shade else None))
     return table, max(label_width + 3 + header.cell_len, len(title))
+
+
+def _shading(name: str, values: np.ndarray, view: View) -> Callable[[float], str] | None:
+    """How to colour a cell's background by its value, or None: a heatmap of the whole matrix with
+    ``--heatmap``, else attention weights and probabilities alone (0 to 1, by default)."""
+    if view.heatmap:
+        finite = values[np.isfinite(values)]
+        scale = float(np.max(np.abs(finite))) if finite.size else 0.0
+        return lambda v: "black on rgb({},{},{})".format(*diverging(v, scale))
+    if view.shade_weights and (re.fullmatch(r"A\d+", name) or name == "probabilities"):
+        return lambda v: "black on rgb({},{},{})".format(*sequential(v))
+    return None
 
 
 def side_by_side(console: Console, tables: list[tuple[Table, int]], width: int) -> Iterator[RenderableType]:
