@@ -70,8 +70,7 @@ EXPECTED = {
     ("decoder.0.masked-attention", "Q1", "0,1"): [
         "decoder.0.masked-attention · Q1[<start>, d1] = Q1[0, 1] = 2.00",
         "Q1 = X·W_Q1: row 0 of X (<start>) times column 1 of W_Q1",
-        "  = 1.00·0.00 + 2.00·1.00 + 0.00·0.00 + 0.00·(-1.00)",
-        "  = 2.00",  # 0 + 2 + 0 + 0
+        "  = 1.00·0.00 + 2.00·1.00 + 0.00·0.00 + 0.00·(-1.00) = 2.00",  # 0 + 2 + 0 + 0
     ],
     ("decoder.0.masked-attention", "S1", "0,0"): [
         "decoder.0.masked-attention · S1[<start>, <start>] = S1[0, 0] = 7.78",

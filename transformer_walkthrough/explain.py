@@ -152,21 +152,23 @@ def _dot(c: Cell, left: np.ndarray, right: np.ndarray) -> tuple[list[str], float
     return terms, float(np.dot(left, right))
 
 
-def _projection(c: Cell, trace: Trace) -> list[str]:
-    h = c.name[1:]
-    source = "memory" if c.name[0] in "KV" and "memory" in c.stage else "X"
-    W = c.stage[f"W_{c.name[0]}{h}"]
-    terms, total = _dot(c, c.stage[source][c.i], W[:, c.j])
-    lines = [
-        f"{c.name} = {source}·W_{c.name[0]}{h}: row {c.i} of {source} ({c.row}) times column {c.j} of W_{c.name[0]}{h}",
-        f"  = {c.sum_of(terms)}",
-    ]
-    bias = f"b_{c.name[0]}{h}"
-    if bias in c.stage:
+def _linear(c: Cell, intro: str, row: np.ndarray, column: np.ndarray, bias: str | None) -> list[str]:
+    """A cell of x·W + b: the intro, every term of the dot product and their sum, then the bias."""
+    terms, total = _dot(c, row, column)
+    lines = [intro, f"  = {c.sum_of(terms)} = {c.f(total)}"]
+    if bias is not None and bias in c.stage:
         b = float(c.stage[bias][0, c.j])
-        lines.append(f"  = {c.f(total)} + {bias}[{c.j}] {c.f(b)}")
-    lines.append(f"  = {c.f(c.value)}")
+        lines.append(f"  + {bias}[{c.j}] {c.f(b)} = {c.f(total + b)}")
     return lines
+
+
+def _projection(c: Cell, trace: Trace) -> list[str]:
+    h, kind = c.name[1:], c.name[0]
+    source = "memory" if kind in "KV" and "memory" in c.stage else "X"
+    return _linear(
+        c, f"{c.name} = {source}·W_{kind}{h}: row {c.i} of {source} ({c.row}) times column {c.j} of W_{kind}{h}",
+        c.stage[source][c.i], c.stage[f"W_{kind}{h}"][:, c.j], f"b_{kind}{h}",
+    )  # fmt: skip
 
 
 def _scores(c: Cell, trace: Trace) -> list[str]:
@@ -242,15 +244,10 @@ def _concat(c: Cell, trace: Trace) -> list[str]:
 
 
 def _attention_output(c: Cell, trace: Trace) -> list[str]:
-    terms, total = _dot(c, c.stage["concat"][c.i], c.stage["W_O"][:, c.j])
-    lines = [
-        f"output = concat·W_O: the heads mixed back into d_model dimensions; row {c.i} of concat times column {c.j} of W_O",
-        f"  = {c.sum_of(terms)}",
-    ]
-    if "b_O" in c.stage:
-        lines.append(f"  = {c.f(total)} + b_O[{c.j}] {c.f(float(c.stage['b_O'][0, c.j]))}")
-    lines.append(f"  = {c.f(c.value)}")
-    return lines
+    return _linear(
+        c, f"output = concat·W_O: the heads mixed back into d_model dimensions; row {c.i} of concat times column {c.j} of W_O",
+        c.stage["concat"][c.i], c.stage["W_O"][:, c.j], "b_O",
+    )  # fmt: skip
 
 
 def _sum(c: Cell, trace: Trace) -> list[str]:
@@ -288,26 +285,20 @@ def _layer_norm(c: Cell, trace: Trace) -> list[str]:
 
 
 def _hidden(c: Cell, trace: Trace) -> list[str]:
-    terms, total = _dot(c, c.stage["X"][c.i], c.stage["W_1"][:, c.j])
-    b = float(c.stage["b_1"][0, c.j])
-    pre = total + b
-    return [
-        f"hidden = max(0, X·W_1 + b_1): row {c.i} of X ({c.row}) times column {c.j} of W_1",
-        f"  = {c.sum_of(terms)} = {c.f(total)}",
-        f"  + b_1[{c.j}] {c.f(b)} = {c.f(pre)}",
-        f"  ReLU: max(0, {c.f(pre)}) = {c.f(c.value)}"
-        + ("   (negative: this unit is off here)" if pre < 0 else ""),
-    ]
+    lines = _linear(
+        c, f"hidden = max(0, X·W_1 + b_1): row {c.i} of X ({c.row}) times column {c.j} of W_1",
+        c.stage["X"][c.i], c.stage["W_1"][:, c.j], "b_1",
+    )  # fmt: skip
+    pre = float(c.stage["X"][c.i] @ c.stage["W_1"][:, c.j] + c.stage["b_1"][0, c.j])
+    off = "   (negative: this unit is off here)" if pre < 0 else ""
+    return [*lines, f"  ReLU: max(0, {c.f(pre)}) = {c.f(c.value)}{off}"]
 
 
 def _ffn_output(c: Cell, trace: Trace) -> list[str]:
-    terms, total = _dot(c, c.stage["hidden"][c.i], c.stage["W_2"][:, c.j])
-    b = float(c.stage["b_2"][0, c.j])
-    return [
-        f"output = hidden·W_2 + b_2: row {c.i} of hidden times column {c.j} of W_2",
-        f"  = {c.sum_of(terms)} = {c.f(total)}",
-        f"  + b_2[{c.j}] {c.f(b)} = {c.f(c.value)}",
-    ]
+    return _linear(
+        c, f"output = hidden·W_2 + b_2: row {c.i} of hidden times column {c.j} of W_2",
+        c.stage["hidden"][c.i], c.stage["W_2"][:, c.j], "b_2",
+    )  # fmt: skip
 
 
 def _embedding(c: Cell, trace: Trace) -> list[str]:
@@ -345,13 +336,10 @@ def _flattened(c: Cell, trace: Trace) -> list[str]:
 
 def _logits(c: Cell, trace: Trace) -> list[str]:
     x = c.stage["flattened"] if "flattened" in c.stage else c.stage["X"]
-    terms, total = _dot(c, x[c.i], c.stage["W"][:, c.j])
-    b = float(c.stage["b"][0, c.j])
-    return [
-        f"logits = X·W + b: how much position {c.i} ({c.row}) speaks for the word {c.col!r}",
-        f"  = {c.sum_of(terms)} = {c.f(total)}",
-        f"  + b[{c.j}] {c.f(b)} = {c.f(c.value)}",
-    ]
+    return _linear(
+        c, f"logits = X·W + b: how much position {c.i} ({c.row}) speaks for the word {c.col!r}",
+        x[c.i], c.stage["W"][:, c.j], "b",
+    )  # fmt: skip
 
 
 def _copied_logits(c: Cell, trace: Trace) -> list[str]:

@@ -71,6 +71,17 @@ def text_widths(values: np.ndarray, precision: int) -> np.ndarray:
     return np.where(finite, widths, np.where(values < 0, 2, 1)).max(axis=0).astype(int)
 
 
+def styled_table(title: str | None = None) -> Table:
+    """The walkthrough's table: title on the left, a rule under the header, no outer edges."""
+    return Table(
+        title=Text(title, style=TITLE) if title else None,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        header_style=LABEL,
+    )
+
+
 def summarise(widths: list[int], budget: int, ellipsis: int) -> list[int]:
     """Indices to show when only ``budget`` fits: all, or the first and last few around a -1
     that stands for the ellipsis (itself ``ellipsis`` wide), numpy-style."""
@@ -245,13 +256,7 @@ def render_stage(
 def prediction_table(trace: Trace, view: View) -> Table:
     """Per decoder position: the most likely next word, its probability, the runners-up."""
     p = view.precision
-    table = Table(
-        title=Text("Prediction: the most likely next word after each decoder position", style=TITLE),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        header_style=LABEL,
-    )
+    table = styled_table("Prediction: the most likely next word after each decoder position")
     table.add_column(Text("after"), no_wrap=True)
     table.add_column(Text("predicted"), no_wrap=True)
     table.add_column(Text("p"), justify="right", no_wrap=True)
@@ -290,7 +295,8 @@ def render_trace(
 
 def stage_list(trace: Trace) -> Table:
     """Every stage id with its kind and the shapes of the matrices it holds."""
-    table = Table(box=box.SIMPLE_HEAD, header_style=LABEL, pad_edge=False, show_edge=False)
+    table = styled_table()
+    table.pad_edge = False
     table.add_column(Text("stage"), no_wrap=True, style=LABEL)
     table.add_column(Text("kind"), no_wrap=True)
     table.add_column(Text("matrices (rows×cols)"))
@@ -302,7 +308,8 @@ def stage_list(trace: Trace) -> Table:
 
 def verify_table(checks: list[Check]) -> Table:
     """Stage, what was checked, the largest difference, ✓ or ✗."""
-    table = Table(box=box.SIMPLE_HEAD, header_style=LABEL, pad_edge=False, show_edge=False)
+    table = styled_table()
+    table.pad_edge = False
     table.add_column(Text("stage"), no_wrap=True, style=LABEL)
     table.add_column(Text("checked"))
     table.add_column(Text("max |diff|"), justify="right", no_wrap=True)
@@ -344,13 +351,7 @@ def loss_curve(losses: list[float], width: int = 60, height: int = 8) -> Text:
 def training_table(before: Trace, after: Trace, view: View) -> Table:
     """Each decoder position's prediction before and after training, beside the true next word."""
     p = max(view.precision, 2)
-    table = Table(
-        title=Text("Predictions before and after training", style=TITLE),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        header_style=LABEL,
-    )
+    table = styled_table("Predictions before and after training")
     for header in ("after", "expected", "before", "after training"):
         table.add_column(Text(header), no_wrap=True)
     for old, new in zip(before.prediction, after.prediction, strict=True):
@@ -367,13 +368,7 @@ def training_table(before: Trace, after: Trace, view: View) -> Table:
 def generation_table(steps: list[GenerationStep], view: View) -> Table:
     """Each step of greedy decoding: what the decoder saw, its last row's best words, the choice."""
     p = max(view.precision, 2)
-    table = Table(
-        title=Text("Greedy decoding: the decoder's own output fed back, one token at a time", style=TITLE),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        header_style=LABEL,
-    )
+    table = styled_table("Greedy decoding: the decoder's own output fed back, one token at a time")
     table.add_column(Text("step"), justify="right", no_wrap=True)
     table.add_column(Text("decoder input"))
     table.add_column(Text(f"top {len(steps[0].top)} of the last row"))
@@ -391,13 +386,7 @@ def generation_table(steps: list[GenerationStep], view: View) -> Table:
 def comparison_table(steps: list[GenerationStep], teacher_forced: Trace) -> tuple[Table, float]:
     """Each generation step's distribution against row i of one teacher-forced pass; the worst gap."""
     rows = teacher_forced["output.probabilities"]["probabilities"]
-    table = Table(
-        title=Text("Step i of generation = row i of the teacher-forced pass", style=TITLE),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        header_style=LABEL,
-    )
+    table = styled_table("Step i of generation = row i of the teacher-forced pass")
     for header in ("step", "decoder input", "row", "max |diff|"):
         table.add_column(Text(header), no_wrap=True)
     worst = 0.0
