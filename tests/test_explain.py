@@ -32,7 +32,16 @@ def hand_trace() -> Trace:
         ("d0", "d1", "d2", "d3"),
     )
     pe = t.stage("encoder.positional-encoding", "positional-encoding")
-    pe.rec("PE", np.array([[0.0, 1.0, 0.0, 1.0], [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)]]),
+    pe.rec(
+        "X", np.array([[0.8, 0.9, 1.0, 1.1], [1.2, 1.3, 1.4, 1.5]]), ("the", "cat"), ("d0", "d1", "d2", "d3")
+    )
+    pe.rec(
+        "PE",
+        np.array([[0.0, 1.0, 0.0, 1.0], [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)]]),
+        ("the", "cat"),
+        ("d0", "d1", "d2", "d3"),
+    )
+    pe.rec("output", np.array([[0.8, 1.9, 1.0, 2.1], [1.2 + math.sin(1), 1.3 + math.cos(1), 1.41, 2.5]]),
            ("the", "cat"), ("d0", "d1", "d2", "d3"))  # fmt: skip
     st = t.stage("decoder.0.masked-attention", "masked-attention")
     tok = ("<start>", "sleeping")
@@ -48,17 +57,40 @@ def hand_trace() -> Trace:
     st.rec("O1", np.array([[2.0, 0.0], [3.5, 6.0]]), tok, D)
     st.rec("O2", np.array([[7.0, 8.0], [9.0, 10.0]]), tok, D)
     st.rec("concat", np.array([[2.0, 0.0, 7.0, 8.0], [3.5, 6.0, 9.0, 10.0]]), tok, ("d0", "d1", "d2", "d3"))
+    st.rec("W_O", np.eye(4) * 0.5, ("d0", "d1", "d2", "d3"), ("d0", "d1", "d2", "d3"))
+    st.rec("output", np.array([[1.0, 0.0, 3.5, 4.0], [1.75, 3.0, 4.5, 5.0]]), tok, ("d0", "d1", "d2", "d3"))
     norm = t.stage("decoder.0.add-norm-1", "add-norm")
+    norm.rec("X", np.array([[0.5, 1.0, 1.5, 2.0]]), ("<start>",), ("d0", "d1", "d2", "d3"))
+    norm.rec("sublayer", np.array([[0.5, 1.0, 1.5, 2.0]]), ("<start>",), ("d0", "d1", "d2", "d3"))
     norm.rec("sum", np.array([[1.0, 2.0, 3.0, 4.0]]), ("<start>",), ("d0", "d1", "d2", "d3"))
     norm.rec("gamma", np.array([2.0, 1.0, 1.0, 1.0]), ("gamma",), ("d0", "d1", "d2", "d3"))
     norm.rec("beta", np.array([0.5, 0.0, 0.0, 0.0]), ("beta",), ("d0", "d1", "d2", "d3"))
     out = (1.0 - 2.5) / math.sqrt(1.25 + 1e-5) * 2.0 + 0.5
     norm.rec("output", np.array([[out, 0.0, 0.0, 0.0]]), ("<start>",), ("d0", "d1", "d2", "d3"))
+    cross = t.stage("decoder.0.cross-attention", "cross-attention")
+    cross.rec("X", np.zeros((2, 4)), tok, ("d0", "d1", "d2", "d3"))
+    cross.rec("memory", np.ones((2, 4)), ("the", "cat"), ("d0", "d1", "d2", "d3"))
     ffn = t.stage("decoder.0.feed-forward", "feed-forward")
     ffn.rec("X", np.array([[1.0, -1.0]]), ("<start>",), D)
     ffn.rec("W_1", np.array([[2.0], [3.0]]), D, ("d0",))
     ffn.rec("b_1", np.array([0.5]), ("b_1",), ("d0",))
     ffn.rec("hidden", np.array([[0.0]]), ("<start>",), ("d0",))
+    ffn.rec("W_2", np.array([[4.0, 1.0]]), ("d0",), D)
+    ffn.rec("b_2", np.array([0.25, -0.5]), ("b_2",), D)
+    ffn.rec("output", np.array([[0.25, -0.5]]), ("<start>",), D)
+    head = t.stage("output.logits", "logits")
+    head.rec("X", np.array([[1.0, 2.0], [3.0, 4.0]]), tok, D)
+    head.rec(
+        "flattened", np.array([[1.0, 2.0, 3.0, 4.0]]), ("flattened",), ("p0.d0", "p0.d1", "p1.d0", "p1.d1")
+    )
+    head.rec(
+        "W",
+        np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]),
+        ("p0.d0", "p0.d1", "p1.d0", "p1.d1"),
+        ("<start>", "<end>"),
+    )
+    head.rec("b", np.array([0.5, -1.0]), ("b",), ("<start>", "<end>"))
+    head.rec("logits", np.array([[4.5, 5.0]]), ("flattened",), ("<start>", "<end>"))
     probs = t.stage("output.probabilities", "probabilities")
     probs.rec("logits", np.array([[0.0, math.log(3.0)]]), ("<start>",), ("<start>", "<end>"))
     probs.rec("probabilities", np.array([[0.25, 0.75]]), ("<start>",), ("<start>", "<end>"))
@@ -151,6 +183,57 @@ EXPECTED = {
         "  each exp: e^0.00 = 1.00, e^1.10 = 3.00",
         "  sum = 1.00 + 3.00 = 4.00",
         "  probabilities[0, 1] = 3.00 / 4.00 = 0.75",
+    ],
+    ("decoder.0.masked-attention", "X", "1,1"): [
+        "decoder.0.masked-attention · X[sleeping, d1] = X[1, 1] = 1.00",
+        "X is this stage's input: the output of encoder.positional-encoding, row 1 (sleeping), column 1.",
+    ],
+    ("decoder.0.cross-attention", "memory", "1,0"): [
+        "decoder.0.cross-attention · memory[cat, d0] = memory[1, 0] = 1.00",
+        "memory is the encoder's output, the same for every decoder layer: it gives the keys and values.",
+    ],
+    ("decoder.0.masked-attention", "W_Q1", "2,0"): [
+        "decoder.0.masked-attention · W_Q1[d2, d0] = W_Q1[2, 0] = 0.50",
+        "W_Q1 is a learned weight, not computed from anything: it was drawn Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) (as PyTorch initialises nn.Transformer),",
+        "from the generator seeded with 42 (dtype float64), and only training changes it.",
+    ],
+    ("decoder.0.masked-attention", "output", "1,0"): [
+        "decoder.0.masked-attention · output[sleeping, d0] = output[1, 0] = 1.75",
+        "output = concat·W_O: the heads mixed back into d_model dimensions; row 1 of concat times column 0 of W_O",
+        "  = 3.50·0.50 + 6.00·0.00 + 9.00·0.00 + 10.00·0.00 = 1.75",  # 3.5 / 2
+    ],
+    ("decoder.0.add-norm-1", "sum", "0,3"): [
+        "decoder.0.add-norm-1 · sum[<start>, d3] = sum[0, 3] = 4.00",
+        "sum = X + sublayer (the residual connection): 2.00 + 2.00 = 4.00",
+    ],
+    ("decoder.0.add-norm-1", "sublayer", "0,0"): [
+        "decoder.0.add-norm-1 · sublayer[<start>, d0] = sublayer[0, 0] = 0.50",
+        "sublayer is the output of decoder.0.masked-attention, row 0, column 0.",
+    ],
+    ("encoder.positional-encoding", "output", "0,1"): [
+        "encoder.positional-encoding · output[the, d1] = output[0, 1] = 1.90",
+        "output = X + PE: 0.90 + 1.00 = 1.90 (the token's vector, shifted by its position's pattern)",
+    ],
+    ("decoder.0.feed-forward", "output", "0,1"): [
+        "decoder.0.feed-forward · output[<start>, d1] = output[0, 1] = -0.50",
+        "output = hidden·W_2 + b_2: row 0 of hidden times column 1 of W_2",
+        "  = 0.00·1.00 = 0.00",  # the ReLU'd-off unit contributes nothing
+        "  + b_2[1] -0.50 = -0.50",
+    ],
+    ("output.logits", "flattened", "0,2"): [
+        "output.logits · flattened[flattened, p1.d0] = flattened[0, 2] = 3.00",
+        "flattened lays the rows of X end to end: column 2 is row 1, column 0 of X",
+        "  = X[1, 0] = 3.00",
+    ],
+    ("output.logits", "logits", "0,0"): [
+        "output.logits · logits[flattened, <start>] = logits[0, 0] = 4.50",
+        "logits = X·W + b: how much position 0 (flattened) speaks for the word '<start>'",
+        "  = 1.00·1.00 + 2.00·0.00 + 3.00·1.00 + 4.00·0.00 = 4.00",  # 1 + 3
+        "  + b[0] 0.50 = 4.50",
+    ],
+    ("output.probabilities", "logits", "0,1"): [
+        "output.probabilities · logits[<start>, <end>] = logits[0, 1] = 1.10",
+        "logits are output.logits, brought here to be turned into probabilities: 1.10.",
     ],
 }
 

@@ -326,8 +326,7 @@ def _positional(c: Cell, trace: Trace) -> list[str]:
 
 
 def _flattened(c: Cell, trace: Trace) -> list[str]:
-    d_model = trace.config.model.d_model
-    p, k = divmod(c.j, d_model)
+    p, k = divmod(c.j, c.stage["X"].shape[1])
     return [
         f"flattened lays the rows of X end to end: column {c.j} is row {p}, column {k} of X",
         f"  = X[{p}, {k}] = {c.f(float(c.stage['X'][p, k]))}",
