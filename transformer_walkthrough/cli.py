@@ -1,11 +1,12 @@
 """The ``walkthrough`` command: thin commands over config -> model -> trace -> render / export.
 
+No ``from __future__ import annotations`` here: typer reads every command's annotations at
+start-up, and evaluating them from strings would cost more than the rest of ``--help``.
+
 Only typer is imported at start-up; NumPy, YAML and Rich load inside the commands that need
 them, so ``walkthrough --help`` stays as fast as typer itself. A ``WalkthroughError`` raised
 anywhere below becomes one line on stderr and exit code 2.
 """
-
-from __future__ import annotations
 
 import functools
 from collections.abc import Callable
@@ -78,7 +79,7 @@ def user_errors(command: F) -> F:
 
 def _trace(
     config: Path | None, seed: int | None, precision: int | None, weights: Path | None = None
-) -> tuple[Trace, Weights]:
+) -> "tuple[Trace, Weights]":
     """The forward pass of the config, with the weights from ``weights`` or drawn from the seed."""
     from .config import load_config
     from .model import init_weights, load_weights, run_forward
@@ -88,20 +89,20 @@ def _trace(
     return run_forward(settings, w), w
 
 
-def _gradients(trace: Trace, w: Weights, backward: bool) -> Backward | None:
+def _gradients(trace: "Trace", w: "Weights", backward: bool) -> "Backward | None":
     from .backprop import backward as backpropagate
 
     return backpropagate(trace, w) if backward else None
 
 
-def _console() -> Console:
+def _console() -> "Console":
     from rich.console import Console
 
     return Console(highlight=False)
 
 
 def _show(
-    trace: Trace, stages: list[Stage], full: bool, grads: Backward | None = None, heatmap: bool = False
+    trace: "Trace", stages: "list[Stage]", full: bool, grads: "Backward | None" = None, heatmap: bool = False
 ) -> None:
     """Print the stages (with their gradients), and the prediction when the probabilities are among them."""
     from .render import View, print_all, render_trace
