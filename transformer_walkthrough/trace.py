@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -134,6 +134,7 @@ class Stage:
     matrices: dict[str, Matrix] = field(default_factory=dict)
     # What the forward function returned, kept for its backward (never shown or exported).
     cache: Any = field(default=None, repr=False, compare=False)
+    records: ClassVar[bool] = True  # a _NullStage does not: stages may skip work only shown
 
     def rec(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
         """Record ``values`` as matrix ``name`` and return it unchanged; a 1-D array is one row."""
@@ -283,6 +284,7 @@ class _NullStage:
 
     formula = ""
     cache = None
+    records = False
 
     def rec(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
         return values
