@@ -74,7 +74,7 @@ def flops(m: ModelConfig, n_s: int, n_t: int, vocab: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--rounds", type=int, default=8, help="turns of 3 runs of each")
+    parser.add_argument("--rounds", type=int, default=20, help="turns of 3 runs of each")
     args = parser.parse_args()
 
     import torch
