@@ -148,7 +148,7 @@ BAD = [
     (["step", "--stage", "self-attention", "--layer", "3"], "has no stage in layer 3 (layers: 0"),
     (["export", "{tmp}/exists.json"], "exists.json: already exists; pass --force to overwrite it"),
     (["export", "{tmp}"], "is a directory"),
-    (["export", "{tmp}/out.txt"], "unknown format .txt; use .json or .npz"),
+    (["export", "{tmp}/out.txt"], "unknown format .txt; use .json, .npz, .html, .md or .tex"),
     (["export", "{tmp}/nowhere/out.json"], "nowhere: no such directory"),
     (["export", "{tmp}/new.json", "--stage", "nope"], "unknown stage 'nope'"),
 ]

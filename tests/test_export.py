@@ -110,7 +110,7 @@ def test_check_target_refuses_what_it_cannot_write(tmp_path: Path) -> None:
     (tmp_path / "dir.json").mkdir()
     with pytest.raises(ExportError, match="is a directory"):
         check_target(str(tmp_path / "dir.json"), force=True)
-    with pytest.raises(ExportError, match=r"unknown format \.csv; use \.json or \.npz"):
+    with pytest.raises(ExportError, match=r"unknown format \.csv; use \.json, \.npz, \.html, \.md or \.tex"):
         check_target(str(tmp_path / "out.csv"), force=False)
     with pytest.raises(ExportError, match=r"unknown format \(no suffix\)"):
         check_target(str(tmp_path / "out"), force=False)

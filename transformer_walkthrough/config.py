@@ -305,12 +305,18 @@ def load_config(
         raise ConfigError(f"{source}: {_yaml_problem(err)}") from None
     try:
         config = config_from_dict(data)
-        overrides = {"seed": seed} if seed is not None else {}
-        if precision is not None:
-            overrides["display"] = dataclasses.replace(config.display, precision=precision)
-        return dataclasses.replace(config, **overrides) if overrides else config
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
+    try:  # options given on the command line: the file is not to blame for them
+        if seed is not None:
+            config = dataclasses.replace(config, seed=seed)
+        if precision is not None:
+            config = dataclasses.replace(
+                config, display=dataclasses.replace(config.display, precision=precision)
+            )
+    except ConfigError as err:
+        raise ConfigError(f"{err} (given on the command line)") from None
+    return config
 
 
 def _yaml_problem(err: Exception) -> str:

@@ -39,8 +39,9 @@ def check_target(path: str, force: bool, formats: tuple[str, ...] = FORMATS) -> 
         raise ExportError(f"{target}: is a directory")
     if target.suffix.lower() not in formats:
         stdout = ", or - for JSON on stdout" if ".json" in formats else ""
+        choices = formats[0] if len(formats) == 1 else f"{', '.join(formats[:-1])} or {formats[-1]}"
         raise ExportError(
-            f"{target}: unknown format {target.suffix or '(no suffix)'!s}; use {' or '.join(formats)}{stdout}"
+            f"{target}: unknown format {target.suffix or '(no suffix)'!s}; use {choices}{stdout}"
         )
     if target.exists() and not force:
         raise ExportError(f"{target}: already exists; pass --force to overwrite it")

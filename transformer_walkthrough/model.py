@@ -422,8 +422,10 @@ def load_weights(config: Config, path: str | Path) -> Weights:
             stored = {name: npz[name] for name in npz.files}
     except FileNotFoundError:
         raise WalkthroughError(f"{path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
-        raise WalkthroughError(f"{path}: not a weights .npz ({err})") from None
+    except (OSError, ValueError, zipfile.BadZipFile):
+        raise WalkthroughError(
+            f"{path}: not a weights .npz (as `walkthrough train --output` writes)"
+        ) from None
     missing = [name for name in slots if name not in stored]
     if missing:
         raise WalkthroughError(
