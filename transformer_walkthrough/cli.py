@@ -90,9 +90,12 @@ def _trace(
 
 
 def _gradients(trace: "Trace", w: "Weights", backward: bool) -> "Backward | None":
+    """The backward pass, when asked for (and its module loaded only then)."""
+    if not backward:
+        return None
     from .backprop import backward as backpropagate
 
-    return backpropagate(trace, w) if backward else None
+    return backpropagate(trace, w)
 
 
 def _console() -> "Console":
