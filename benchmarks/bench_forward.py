@@ -26,20 +26,10 @@ import numpy as np
 from transformer_walkthrough.config import Config, ModelConfig
 from transformer_walkthrough.functional import positional_encoding
 from transformer_walkthrough.model import forward, init_weights, run_forward
+from transformer_walkthrough.training import parameters
 
 N_SOURCE = N_TARGET = 64
 VOCAB = 1000
-
-
-def weight_arrays(w: object) -> list[np.ndarray]:
-    """Every array held by a Weights object, however deep."""
-    if isinstance(w, np.ndarray):
-        return [w]
-    if isinstance(w, list):
-        return [a for item in w for a in weight_arrays(item)]
-    if hasattr(w, "__dataclass_fields__"):
-        return [a for name in w.__dataclass_fields__ for a in weight_arrays(getattr(w, name))]
-    return []
 
 
 def median_times(fns: dict[str, Callable[[], object]], rounds: int, repeats: int = 3) -> dict[str, float]:
@@ -133,7 +123,7 @@ def main() -> int:
         for m in stage.matrices.values():
             base = m.values if m.values.base is None else m.values.base
             kept[id(base)] = base.nbytes
-    weight_bytes = sum(a.nbytes for a in weight_arrays(w))
+    weight_bytes = sum(a.nbytes for a in parameters(w))
     n_matrices = sum(len(s.matrices) for s in trace)
 
     shape = f"d_model 512, 8 heads, d_ff 2048, 6+6 layers, {N_SOURCE}+{N_TARGET} tokens"

@@ -38,8 +38,7 @@ class Backward(NamedTuple):
 
 def next_tokens(trace: Trace) -> np.ndarray:
     """The target of each decoder position: the next token's id, or -1 where there is none."""
-    index = {word: i for i, word in enumerate(trace.vocabulary)}
-    following = [index[t] for t in trace.target_tokens[1:]]
+    following = trace.config.token_ids(trace.target_tokens[1:])
     return np.array([*following, -1])
 
 
@@ -52,10 +51,10 @@ def backward(trace: Trace, w: Weights) -> Backward:
             "every decoder position, future words included; use output_head: per-position"
         )
     g: Grads = {s.id: {} for s in trace}
-    loss, d_logits = F.cross_entropy(trace["output.logits"]["logits"], next_tokens(trace))
+    targets = next_tokens(trace)
+    loss, d_logits = F.cross_entropy(trace["output.logits"]["logits"], targets)
 
     probs = trace["output.probabilities"]["probabilities"]
-    targets = next_tokens(trace)
     rows = np.flatnonzero(targets >= 0)
     d_probs = np.zeros_like(probs)  # L = −mean log p[target]: only the targets' probabilities matter
     d_probs[rows, targets[rows]] = -1.0 / (len(rows) * probs[rows, targets[rows]])
@@ -196,10 +195,9 @@ def input_embedding_backward(trace: Trace, side: str, dx: np.ndarray, m: ModelCo
     """Back through output = E[tokens]·(√d_model) + PE: each row of E gathers its tokens' gradients."""
     g[f"{side}.positional-encoding"] = {"X": dx, "PE": dx, "output": dx}
     stage = trace[f"{side}.embedding"]
-    index = {word: i for i, word in enumerate(trace.vocabulary)}
     tokens = trace.source_tokens if side == "encoder" else trace.target_tokens
     dE = np.zeros_like(stage["E"])
     # np.add.at, not dE[ids] += …: a token used twice (the the) must add both gradients.
-    np.add.at(dE, [index[t] for t in tokens], dx * (math.sqrt(m.d_model) if m.scale_embeddings else 1.0))
+    np.add.at(dE, trace.config.token_ids(tokens), dx * (math.sqrt(m.d_model) if m.scale_embeddings else 1.0))
     g[stage.id] = {"E": dE, "output": dx}
     return dE

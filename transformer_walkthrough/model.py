@@ -190,10 +190,10 @@ def attend(
     """
     kv, kv_tokens = (x, q_tokens) if memory is None else (memory, kv_tokens)
     r = F.multi_head_attention(x, kv, w.W_QKV, w.W_O, m.num_heads, mask, w.b_QKV, w.b_O)
-    # What the backward pass needs; not the heads' outputs, which concat already holds.
-    stage.cache = r._replace(heads=r.heads._replace(output=None))
     if not stage.records:  # nothing is kept: skip the per-head views, made only to be shown
         return r.output
+    # What the backward pass needs; not the heads' outputs, which concat already holds.
+    stage.cache = r._replace(heads=r.heads._replace(output=None))
     if w.b_QKV is not None:  # the paper's attention has no biases; PyTorch's has them
         for name in "QKV":
             stage.formula = stage.formula.replace(f"·W_{name}h", f"·W_{name}h + b_{name}h")

@@ -123,9 +123,7 @@ class GenerationStep(NamedTuple):
     chosen: str
 
 
-def generate(
-    config: Config, w: Weights, max_len: int = 20, top_k: int = 3
-) -> tuple[list[GenerationStep], Trace]:
+def generate(config: Config, w: Weights, max_len: int = 20) -> tuple[list[GenerationStep], Trace]:
     """Greedy decoding from <start>: feed the decoder its own output until it says <end>.
 
     Returns the steps and the teacher-forced trace of the final decoder input, whose row i is,
@@ -138,18 +136,15 @@ def generate(
         )
     if max_len <= 0:
         raise WalkthroughError(f"--max-len: must be a positive integer, got {max_len}")
-    vocabulary = config.vocabulary or ()
     source = config.token_ids(config.source_tokens)
     tokens = [START]
     steps: list[GenerationStep] = []
     for _ in range(max_len):
         trace = run_forward(config, w, source_ids=source, target_ids=config.token_ids(tuple(tokens)))
+        last = trace.prediction[-1]  # the ranking after the last position: greedy takes the first
         row = trace["output.probabilities"]["probabilities"][-1]
-        order = np.argsort(-row, kind="stable")[:top_k]
-        chosen = vocabulary[int(order[0])]
-        steps.append(
-            GenerationStep(tuple(tokens), row, [(vocabulary[j], float(row[j])) for j in order], chosen)
-        )
+        steps.append(GenerationStep(tuple(tokens), row, last.top, last.word))
+        chosen = last.word
         if chosen == END:
             break
         tokens.append(chosen)
