@@ -11,23 +11,45 @@ WORDS = ["the", "cat", "dog", "is", "sat", "on", "mat", "sleeping", "very", "com
 
 @st.composite
 def configs(
-    draw: st.DrawFn, max_layers: int = 2, heads: tuple[str, ...] = ("per-position", "flatten")
+    draw: st.DrawFn,
+    max_layers: int = 2,
+    heads: tuple[str, ...] = ("per-position", "flatten"),
+    conventions: bool = False,
 ) -> Config:
-    """Any valid config: 1-4 heads of 1-4 dims, any d_ff, 1-``max_layers`` layers, a random sentence."""
+    """Any valid config: 1-4 heads of 1-4 dims, any d_ff, 1-``max_layers`` layers, a random sentence.
+
+    With ``conventions``, any combination of the conventions too: pre- or post-norm, final norms,
+    every activation, every positional encoding, tied embeddings, attention biases, decoder-only.
+    """
     num_heads, d_k = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     words = draw(st.lists(st.sampled_from(WORDS), min_size=2, max_size=9))
+    head = draw(st.sampled_from(heads))
+    more = {}
+    decoder_only = False
+    if conventions:
+        decoder_only = draw(st.booleans())
+        more = dict(
+            norm_first=draw(st.booleans()),
+            final_norm=draw(st.sampled_from(["auto", True, False])),
+            activation=draw(st.sampled_from(["relu", "gelu", "gelu-tanh", "silu"])),
+            positional_encoding=draw(st.sampled_from(["sinusoidal", "sinusoidal-halves", "learned"])),
+            max_positions=draw(st.integers(len(words) + 2, 16)),
+            tie_embeddings=head == "per-position" and draw(st.booleans()),
+            attention_bias=draw(st.booleans()),
+        )
     model = ModelConfig(
         d_model=num_heads * d_k,
         num_heads=num_heads,
         d_ff=draw(st.integers(1, 12)),
-        num_encoder_layers=draw(st.integers(1, max_layers)),
+        num_encoder_layers=0 if decoder_only else draw(st.integers(1, max_layers)),
         num_decoder_layers=draw(st.integers(1, max_layers)),
-        output_head=draw(st.sampled_from(heads)),
+        output_head=head,
         scale_embeddings=draw(st.booleans()),
+        **more,
     )
     return Config(
         sentence=" ".join(words),
-        encoder_words=draw(st.integers(1, len(words) - 1)),
+        encoder_words=0 if decoder_only else draw(st.integers(1, len(words) - 1)),
         seed=draw(st.integers(0, 2**32 - 1)),
         model=model,
     )

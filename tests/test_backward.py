@@ -98,15 +98,23 @@ def test_multi_head_attention_backward(cross: bool) -> None:
         check(g.x_kv, loss, memory)
 
 
-def test_feed_forward_backward() -> None:
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu-tanh", "silu"])
+def test_feed_forward_backward(activation: str) -> None:
     x, W_1, b_1 = RNG.normal(size=(3, 4)), RNG.normal(size=(4, 6)), RNG.normal(size=6)
     W_2, b_2 = RNG.normal(size=(6, 4)), RNG.normal(size=4)
     R = RNG.normal(size=(3, 4))
-    hidden = F.feed_forward(x, W_1, b_1, W_2, b_2).hidden
-    assert (hidden == 0).any() and (hidden > 0).any()  # both sides of the ReLU are exercised
-    dx, dW_1, db_1, dW_2, db_2, _ = F.feed_forward_backward(R, x, W_1, W_2, hidden)
+    r = F.feed_forward(x, W_1, b_1, W_2, b_2, activation)
+    assert (r.pre < 0).any() and (r.pre > 0).any()  # both sides of the bend are exercised
+    dx, dW_1, db_1, dW_2, db_2, _, _ = F.feed_forward_backward(R, x, W_1, W_2, r, activation)
     for analytic, wrt in ((dx, x), (dW_1, W_1), (db_1, b_1), (dW_2, W_2), (db_2, b_2)):
-        check(analytic, lambda: float(np.sum(R * F.feed_forward(x, W_1, b_1, W_2, b_2).output)), wrt)
+        check(analytic, lambda: float(np.sum(R * F.feed_forward(x, W_1, b_1, W_2, b_2, activation).output)), wrt)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu-tanh", "silu"])
+def test_activation_backward_by_finite_differences(activation: str) -> None:
+    x = np.array([[-3.0, -0.7, -1e-3, 0.4, 1.3, 5.0]])
+    R = RNG.normal(size=x.shape)
+    check(F.activation_backward(R, x, activation), lambda: float(np.sum(R * F.ACTIVATIONS[activation](x))), x)
 
 
 def test_cross_entropy_by_hand_and_its_gradient() -> None:

@@ -13,7 +13,7 @@ from transformer_walkthrough.config import Config
 from transformer_walkthrough.errors import StageError
 from transformer_walkthrough.explain import explain, explainable
 from transformer_walkthrough.model import run_forward
-from transformer_walkthrough.trace import Trace
+from transformer_walkthrough.trace import MASK, Trace
 
 INF = math.inf
 D = ("d0", "d1")
@@ -24,7 +24,7 @@ def hand_trace() -> Trace:
     config = Config()
     t = Trace(config, ("the", "cat"), ("<start>", "sleeping"))
     emb = t.stage("encoder.embedding", "embedding")
-    emb.rec("E", np.arange(28.0).reshape(7, 4) / 10, config.vocabulary, ("d0", "d1", "d2", "d3"))
+    emb.weight("E", np.arange(28.0).reshape(7, 4) / 10, config.vocabulary, ("d0", "d1", "d2", "d3"))
     emb.rec(
         "output",
         np.array([[0.8, 0.9, 1.0, 1.1], [1.2, 1.3, 1.4, 1.5]]),
@@ -32,7 +32,7 @@ def hand_trace() -> Trace:
         ("d0", "d1", "d2", "d3"),
     )
     pe = t.stage("encoder.positional-encoding", "positional-encoding")
-    pe.rec(
+    pe.input(
         "X", np.array([[0.8, 0.9, 1.0, 1.1], [1.2, 1.3, 1.4, 1.5]]), ("the", "cat"), ("d0", "d1", "d2", "d3")
     )
     pe.rec(
@@ -45,9 +45,9 @@ def hand_trace() -> Trace:
            ("the", "cat"), ("d0", "d1", "d2", "d3"))  # fmt: skip
     st = t.stage("decoder.0.masked-attention", "masked-attention")
     tok = ("<start>", "sleeping")
-    st.rec("X", np.array([[1.0, 2.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]), tok, ("d0", "d1", "d2", "d3"))
-    st.rec("M", np.array([[0.0, -INF], [0.0, 0.0]]), tok, tok)
-    st.rec("W_Q1", np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.0], [0.0, -1.0]]), ("d0", "d1", "d2", "d3"), D)
+    st.input("X", np.array([[1.0, 2.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]), tok, ("d0", "d1", "d2", "d3"))
+    st.rec("M", np.array([[0.0, -INF], [0.0, 0.0]]), tok, tok, MASK)
+    st.weight("W_Q1", np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.0], [0.0, -1.0]]), ("d0", "d1", "d2", "d3"), D)
     st.rec("Q1", np.array([[1.0, 2.0], [0.0, 1.0]]), tok, D)
     st.rec("K1", np.array([[3.0, 4.0], [0.5, 0.5]]), tok, D)
     st.rec("V1", np.array([[2.0, 0.0], [4.0, 8.0]]), tok, D)
@@ -57,43 +57,50 @@ def hand_trace() -> Trace:
     st.rec("O1", np.array([[2.0, 0.0], [3.5, 6.0]]), tok, D)
     st.rec("O2", np.array([[7.0, 8.0], [9.0, 10.0]]), tok, D)
     st.rec("concat", np.array([[2.0, 0.0, 7.0, 8.0], [3.5, 6.0, 9.0, 10.0]]), tok, ("d0", "d1", "d2", "d3"))
-    st.rec("W_O", np.eye(4) * 0.5, ("d0", "d1", "d2", "d3"), ("d0", "d1", "d2", "d3"))
+    st.weight("W_O", np.eye(4) * 0.5, ("d0", "d1", "d2", "d3"), ("d0", "d1", "d2", "d3"))
     st.rec("output", np.array([[1.0, 0.0, 3.5, 4.0], [1.75, 3.0, 4.5, 5.0]]), tok, ("d0", "d1", "d2", "d3"))
     norm = t.stage("decoder.0.add-norm-1", "add-norm")
-    norm.rec("X", np.array([[0.5, 1.0, 1.5, 2.0]]), ("<start>",), ("d0", "d1", "d2", "d3"))
-    norm.rec("sublayer", np.array([[0.5, 1.0, 1.5, 2.0]]), ("<start>",), ("d0", "d1", "d2", "d3"))
+    norm.input("X", np.array([[0.5, 1.0, 1.5, 2.0]]), ("<start>",), ("d0", "d1", "d2", "d3"))
+    norm.input("sublayer", np.array([[0.5, 1.0, 1.5, 2.0]]), ("<start>",), ("d0", "d1", "d2", "d3"))
     norm.rec("sum", np.array([[1.0, 2.0, 3.0, 4.0]]), ("<start>",), ("d0", "d1", "d2", "d3"))
-    norm.rec("gamma", np.array([2.0, 1.0, 1.0, 1.0]), ("gamma",), ("d0", "d1", "d2", "d3"))
-    norm.rec("beta", np.array([0.5, 0.0, 0.0, 0.0]), ("beta",), ("d0", "d1", "d2", "d3"))
+    norm.weight("gamma", np.array([2.0, 1.0, 1.0, 1.0]), ("gamma",), ("d0", "d1", "d2", "d3"))
+    norm.weight("beta", np.array([0.5, 0.0, 0.0, 0.0]), ("beta",), ("d0", "d1", "d2", "d3"))
     out = (1.0 - 2.5) / math.sqrt(1.25 + 1e-5) * 2.0 + 0.5
     norm.rec("output", np.array([[out, 0.0, 0.0, 0.0]]), ("<start>",), ("d0", "d1", "d2", "d3"))
     cross = t.stage("decoder.0.cross-attention", "cross-attention")
-    cross.rec("X", np.zeros((2, 4)), tok, ("d0", "d1", "d2", "d3"))
-    cross.rec("memory", np.ones((2, 4)), ("the", "cat"), ("d0", "d1", "d2", "d3"))
+    cross.input("X", np.zeros((2, 4)), tok, ("d0", "d1", "d2", "d3"))
+    cross.input("memory", np.ones((2, 4)), ("the", "cat"), ("d0", "d1", "d2", "d3"))
     ffn = t.stage("decoder.0.feed-forward", "feed-forward")
-    ffn.rec("X", np.array([[1.0, -1.0]]), ("<start>",), D)
-    ffn.rec("W_1", np.array([[2.0], [3.0]]), D, ("d0",))
-    ffn.rec("b_1", np.array([0.5]), ("b_1",), ("d0",))
+    ffn.input("X", np.array([[1.0, -1.0]]), ("<start>",), D)
+    ffn.weight("W_1", np.array([[2.0], [3.0]]), D, ("d0",))
+    ffn.weight("b_1", np.array([0.5]), ("b_1",), ("d0",))
+    ffn.rec("pre", np.array([[-0.5]]), ("<start>",), ("d0",))
     ffn.rec("hidden", np.array([[0.0]]), ("<start>",), ("d0",))
-    ffn.rec("W_2", np.array([[4.0, 1.0]]), ("d0",), D)
-    ffn.rec("b_2", np.array([0.25, -0.5]), ("b_2",), D)
+    ffn.weight("W_2", np.array([[4.0, 1.0]]), ("d0",), D)
+    ffn.weight("b_2", np.array([0.25, -0.5]), ("b_2",), D)
     ffn.rec("output", np.array([[0.25, -0.5]]), ("<start>",), D)
     head = t.stage("output.logits", "logits")
-    head.rec("X", np.array([[1.0, 2.0], [3.0, 4.0]]), tok, D)
+    head.input("X", np.array([[1.0, 2.0], [3.0, 4.0]]), tok, D)
     head.rec(
         "flattened", np.array([[1.0, 2.0, 3.0, 4.0]]), ("flattened",), ("p0.d0", "p0.d1", "p1.d0", "p1.d1")
     )
-    head.rec(
+    head.weight(
         "W",
         np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]),
         ("p0.d0", "p0.d1", "p1.d0", "p1.d1"),
         ("<start>", "<end>"),
     )
-    head.rec("b", np.array([0.5, -1.0]), ("b",), ("<start>", "<end>"))
+    head.weight("b", np.array([0.5, -1.0]), ("b",), ("<start>", "<end>"))
     head.rec("logits", np.array([[4.5, 5.0]]), ("flattened",), ("<start>", "<end>"))
     probs = t.stage("output.probabilities", "probabilities")
-    probs.rec("logits", np.array([[0.0, math.log(3.0)]]), ("<start>",), ("<start>", "<end>"))
+    probs.input("logits", np.array([[0.0, math.log(3.0)]]), ("<start>",), ("<start>", "<end>"))
     probs.rec("probabilities", np.array([[0.25, 0.75]]), ("<start>",), ("<start>", "<end>"))
+    # Where each input came from, as the model would have recorded it.
+    st.sources["X"] = pe.id
+    norm.sources |= {"X": pe.id, "sublayer": st.id}
+    cross.sources |= {"X": norm.id, "memory": pe.id}
+    for stage in (emb, pe, st, norm, cross, ffn, head, probs):
+        stage.output = "probabilities" if stage is probs else "logits" if stage is head else "output"
     return t
 
 
@@ -152,12 +159,15 @@ EXPECTED = {
         "  (sum[0, 0] − mean) / √(var + eps) = (1.00 − 2.50) / √(1.25 + 1e-05) = -1.34",
         "  × gamma[0] 2.00 + beta[0] 0.50 = -2.18",
     ],
-    ("decoder.0.feed-forward", "hidden", "0,0"): [
-        "decoder.0.feed-forward · hidden[<start>, d0] = hidden[0, 0] = 0.00",
-        "hidden = max(0, X·W_1 + b_1): row 0 of X (<start>) times column 0 of W_1",
+    ("decoder.0.feed-forward", "pre", "0,0"): [
+        "decoder.0.feed-forward · pre[<start>, d0] = pre[0, 0] = -0.50",
+        "pre = X·W_1 + b_1: row 0 of X (<start>) times column 0 of W_1",
         "  = 1.00·2.00 + (-1.00)·3.00 = -1.00",  # 2 − 3
         "  + b_1[0] 0.50 = -0.50",
-        "  ReLU: max(0, -0.50) = 0.00   (negative: this unit is off here)",
+    ],
+    ("decoder.0.feed-forward", "hidden", "0,0"): [
+        "decoder.0.feed-forward · hidden[<start>, d0] = hidden[0, 0] = 0.00",
+        "hidden = ReLU(pre) = max(0, pre): max(0, -0.50) = 0.00   (negative: this unit is off here)",
     ],
     ("encoder.positional-encoding", "PE", "1,2"): [
         "encoder.positional-encoding · PE[cat, d2] = PE[1, 2] = 0.01",
@@ -174,7 +184,7 @@ EXPECTED = {
     ("encoder.embedding", "E", "0,0"): [
         "encoder.embedding · E[<start>, d0] = E[0, 0] = 0.00",
         "E is a learned weight, not computed from anything: it was drawn uniform in [0, 1), as the article says,",
-        "from the generator seeded with 42 (dtype float64), and only training changes it.",
+        "from a stream seeded with 42 and the parameter's name (dtype float64); only training changes it.",
     ],
     ("output.probabilities", "probabilities", "0,1"): [
         "output.probabilities · probabilities[<start>, <end>] = probabilities[0, 1] = 0.75",
@@ -190,12 +200,13 @@ EXPECTED = {
     ],
     ("decoder.0.cross-attention", "memory", "1,0"): [
         "decoder.0.cross-attention · memory[cat, d0] = memory[1, 0] = 1.00",
-        "memory is the encoder's output, the same for every decoder layer: it gives the keys and values.",
+        "memory is the encoder's output (from encoder.positional-encoding), the same for every decoder layer: it gives the keys and values.",
     ],
     ("decoder.0.masked-attention", "W_Q1", "2,0"): [
         "decoder.0.masked-attention · W_Q1[d2, d0] = W_Q1[2, 0] = 0.50",
-        "W_Q1 is a learned weight, not computed from anything: it was drawn Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) (as PyTorch initialises nn.Transformer),",
-        "from the generator seeded with 42 (dtype float64), and only training changes it.",
+        "W_Q1 is head 1's block of d_k = 2 columns of the parameter decoder.0.masked-attention/W_QKV.",
+        "W_Q1 is a learned weight, not computed from anything: it was drawn Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / (4 + 4)) = ±0.87 (as PyTorch initialises nn.Transformer),",
+        "from a stream seeded with 42 and the parameter's name (dtype float64); only training changes it.",
     ],
     ("decoder.0.masked-attention", "output", "1,0"): [
         "decoder.0.masked-attention · output[sleeping, d0] = output[1, 0] = 1.75",

@@ -68,6 +68,7 @@ def test_matrix_names_follow_the_article(trace: Trace) -> None:
         "X",
         "W_1",
         "b_1",
+        "pre",
         "hidden",
         "W_2",
         "b_2",
@@ -208,12 +209,16 @@ def test_weights_follow_the_documented_initialisation() -> None:
     config = Config(model=ModelConfig(d_model=8, num_heads=2, d_ff=16))
     w = init_weights(config)
     bound = math.sqrt(6 / (8 + 8))  # Glorot/Xavier uniform
-    layer = w.encoder[0]
-    assert np.abs(layer.self_attention.W_Q).max() <= bound
-    assert np.abs(layer.feed_forward.W_1).max() <= math.sqrt(6 / (8 + 16))
-    assert np.abs(layer.feed_forward.b_1).max() <= 1 / math.sqrt(8)
-    assert (layer.norm_1.gamma == 1).all() and (layer.norm_1.beta == 0).all()
-    assert layer.self_attention.b_Q is None
+    W_QKV = w["encoder.0.self-attention/W_QKV"]
+    assert W_QKV.shape == (8, 24)
+    for block in (W_QKV[:, :8], W_QKV[:, 8:16], W_QKV[:, 16:]):  # W_Q, W_K, W_V: three d×d draws
+        assert np.abs(block).max() <= bound and np.abs(block).max() > 0.8 * bound
+    assert np.abs(w["encoder.0.feed-forward/W_1"]).max() <= math.sqrt(6 / (8 + 16))
+    assert np.abs(w["encoder.0.feed-forward/b_1"]).max() <= 1 / math.sqrt(8)
+    assert (w["encoder.0.add-norm-1/gamma"] == 1).all() and (w["encoder.0.add-norm-1/beta"] == 0).all()
+    assert "encoder.0.self-attention/b_QKV" not in w
+    E = w["encoder.embedding/E"]
+    assert E.min() >= 0 and E.max() < 1
 
 
 def test_same_seed_same_numbers_other_seed_other_numbers() -> None:

@@ -1,9 +1,11 @@
-"""Our NumPy forward pass against an independent reference: torch.nn.Transformer in float64.
+"""Our NumPy forward pass against an independent reference: PyTorch's transformer layers in float64.
 
-``reference.torch_checks`` copies our weights into PyTorch's modules, feeds in the embeddings plus
-positional encoding, and compares every attention stage's per-head weights, every layer's output and
-the logits. Here that runs over every example config, odd weights (attention biases, LayerNorms away
-from gamma 1, beta 0) and a hypothesis sweep of shapes. Everything must agree to 1e-10.
+``reference.torch_checks`` builds the model from ``nn.TransformerEncoderLayer`` /
+``nn.TransformerDecoderLayer`` with our weights, runs it on the same tokens, and compares the
+embeddings plus positions, every attention stage's per-head weights and output, every layer's
+output, the final norms and the logits. Here that runs over every example config, odd weights
+(attention biases, LayerNorms away from gamma 1, beta 0), every convention and a hypothesis sweep.
+Everything must agree to 1e-10.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import pytest
 import torch  # a test dependency, pinned in pyproject.toml: these tests must run, never skip
 from hypothesis import HealthCheck, given, settings
 
+from transformer_walkthrough.architecture import stack_output
 from transformer_walkthrough.config import Config, ModelConfig, load_config
 from transformer_walkthrough.model import Weights, init_weights, run_forward
-from transformer_walkthrough.reference import torch_checks, torch_transformer
+from transformer_walkthrough.reference import TorchTransformer, torch_checks
 
 from .strategies import configs
 
@@ -32,11 +35,11 @@ def assert_equal_to_torch(config: Config, weights: Weights | None = None) -> Non
     assert worst.max_diff <= 1e-10, worst
     m = config.model
     attention = [c for c in checks if c.what.startswith("A of every head")]
-    assert len(attention) == m.num_encoder_layers + 2 * m.num_decoder_layers
-    assert (
-        len([c for c in checks if c.what.endswith("layer output")])
-        == m.num_encoder_layers + m.num_decoder_layers
-    )
+    assert len(attention) == m.num_encoder_layers + (1 if m.decoder_only else 2) * m.num_decoder_layers
+    layers = {c.stage for c in checks if c.what == "output, by PyTorch" and "attention" not in c.stage}
+    # Each layer's output, the positions of each stack, and the final norms when there are any.
+    stacks = 1 if m.decoder_only else 2
+    assert len(layers) == m.num_encoder_layers + m.num_decoder_layers + stacks * (1 + m.has_final_norm)
     assert [c.stage for c in checks if c.what.startswith("logits")] == ["output.logits"]
 
 
@@ -53,22 +56,56 @@ def test_attention_biases_equal_torch() -> None:
     config = Config(model=ModelConfig(d_model=6, num_heads=3, attention_bias=True, num_decoder_layers=2))
     w = init_weights(config)
     rng = np.random.default_rng(1)
-    blocks = [lw.self_attention for lw in w.encoder]
-    blocks += [a for lw in w.decoder for a in (lw.masked_attention, lw.cross_attention)]
-    for aw in blocks:
-        aw.b_QKV, aw.b_O = rng.normal(size=18), rng.normal(size=6)  # nonzero, to be seen
+    for name in w:
+        if "/b_" in name and "attention" in name:
+            w[name][...] = rng.normal(size=w[name].shape)  # nonzero, to be seen
     assert_equal_to_torch(config, w)
 
 
-def test_trained_looking_norms_equal_torch() -> None:
+def _trained_looking_norms(w: Weights, seed: int) -> None:
     """gamma and beta away from 1 and 0: a missing or extra LayerNorm could not hide."""
+    rng = np.random.default_rng(seed)
+    for name in w:
+        if name.endswith("/gamma"):
+            w[name][...] = rng.uniform(0.5, 2.0, size=w[name].shape)
+        elif name.endswith("/beta"):
+            w[name][...] = rng.normal(size=w[name].shape)
+
+
+def test_trained_looking_norms_equal_torch() -> None:
     config = load_config(CONFIGS / "standard.yaml")
     w = init_weights(config)
-    rng = np.random.default_rng(2)
-    norms = [n for lw in w.encoder for n in (lw.norm_1, lw.norm_2)]
-    norms += [n for lw in w.decoder for n in (lw.norm_1, lw.norm_2, lw.norm_3)]
-    for norm in norms:
-        norm.gamma, norm.beta = rng.uniform(0.5, 2.0, size=8), rng.normal(size=8)
+    _trained_looking_norms(w, 2)
+    assert_equal_to_torch(config, w)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu-tanh", "silu"])
+@pytest.mark.parametrize("tie_embeddings", [False, True])
+@pytest.mark.parametrize("positional_encoding", ["sinusoidal", "sinusoidal-halves", "learned"])
+def test_every_combination_of_conventions_equals_torch(
+    norm_first: bool, activation: str, tie_embeddings: bool, positional_encoding: str
+) -> None:
+    model = ModelConfig(
+        d_model=6, num_heads=2, d_ff=10, num_encoder_layers=2, num_decoder_layers=2, norm_first=norm_first,
+        activation=activation, tie_embeddings=tie_embeddings, positional_encoding=positional_encoding,
+        scale_embeddings=True,
+    )  # fmt: skip
+    config = Config(model=model)
+    w = init_weights(config)
+    _trained_looking_norms(w, 7)
+    assert_equal_to_torch(config, w)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_only_equals_torch(norm_first: bool) -> None:
+    config = Config(
+        encoder_words=0,
+        model=ModelConfig(num_encoder_layers=0, num_decoder_layers=2, norm_first=norm_first,
+                          positional_encoding="learned", activation="gelu-tanh", tie_embeddings=True),
+    )  # fmt: skip
+    w = init_weights(config)
+    _trained_looking_norms(w, 3)
     assert_equal_to_torch(config, w)
 
 
@@ -78,22 +115,27 @@ def test_any_shape_equals_torch(config: Config) -> None:
     assert_equal_to_torch(config)
 
 
-def test_the_final_norms_of_nn_transformer_would_be_caught() -> None:
-    """With nn.Transformer's extra final LayerNorms left in, the logits differ well beyond tolerance."""
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs(max_layers=2, heads=("per-position",), conventions=True))
+def test_any_conventions_equal_torch(config: Config) -> None:
+    assert_equal_to_torch(config)
+
+
+def test_a_final_norm_where_the_model_has_none_would_be_caught() -> None:
+    """nn.Transformer adds a final LayerNorm after each stack that the paper's post-norm model does
+    not have: with one left in, the logits differ well beyond tolerance."""
     config = load_config(CONFIGS / "standard.yaml")
     w = init_weights(config)
-    rng = np.random.default_rng(3)
-    # The last add & norm of each stack, as training leaves it: a second LayerNorm after it is no
-    # longer close to the identity (with gamma 1 and beta 0 it moves the logits by only ~1e-6).
-    for norm in [w.encoder[-1].norm_2, w.decoder[-1].norm_3]:
-        norm.gamma, norm.beta = rng.uniform(0.5, 2.0, size=8), rng.normal(size=8)
+    _trained_looking_norms(w, 3)  # with gamma 1 and beta 0 a second norm moves the logits by ~1e-6
     trace = run_forward(config, w)
-    model = torch_transformer(torch, config.model, w)
-    model.encoder.norm = torch.nn.LayerNorm(8, eps=config.model.layer_norm_eps, dtype=torch.float64)
-    model.decoder.norm = torch.nn.LayerNorm(8, eps=config.model.layer_norm_eps, dtype=torch.float64)
-    src = torch.from_numpy(trace["encoder.positional-encoding"]["output"])[None]
-    tgt = torch.from_numpy(trace["decoder.positional-encoding"]["output"])[None]
-    mask = torch.nn.Transformer.generate_square_subsequent_mask(4, dtype=torch.float64)
+    model = TorchTransformer(torch, config, w)
+    layers = model.layers["decoder"]
+    norm = torch.nn.LayerNorm(8, eps=config.model.layer_norm_eps, dtype=torch.float64)
+    last = layers[-1]
+    layers[-1] = torch.nn.Sequential()  # the last layer, then a final norm it should not have
+    layers[-1].forward = lambda y, memory, tgt_mask: norm(last(y, memory, tgt_mask=tgt_mask))
+    index = config.index
     with torch.no_grad():
-        logits = model(src, tgt, tgt_mask=mask)[0].numpy() @ w.W + w.b
-    assert np.max(np.abs(trace["output.logits"]["logits"] - logits)) > 1e-2
+        logits = model.forward([index[t] for t in trace.source_tokens], [index[t] for t in trace.target_tokens])
+    assert np.max(np.abs(trace["output.logits"]["logits"] - logits.numpy())) > 1e-2
+    assert stack_output("decoder", config.model) == "decoder.1.add-norm-3"

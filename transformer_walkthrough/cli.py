@@ -317,7 +317,7 @@ def train(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .export import check_target, write_atomic
-    from .model import named_weights, run_forward
+    from .model import run_forward
     from .render import View, loss_curve, training_table
     from .training import train as fit
 
@@ -343,8 +343,7 @@ def train(
     console.print(loss_curve(losses, width=min(60, console.width - 12)))
     console.print(training_table(before, after, View(precision=settings.display.precision)))
     if target is not None:
-        arrays = named_weights(after)
-        write_atomic(target, lambda f: np.savez(f, **arrays))
+        write_atomic(target, lambda f: np.savez(f, **w.arrays))
         console.print(f"wrote {target}: walkthrough generate --weights {target}")
     else:
         console.print("(the weights were not kept: add --output weights.npz)")

@@ -23,6 +23,8 @@ from .errors import ConfigError, close_matches
 START, END = "<start>", "<end>"
 SPECIAL_TOKENS = (START, END)
 OUTPUT_HEADS = ("per-position", "flatten")
+ACTIVATIONS = ("relu", "gelu", "gelu-tanh", "silu")
+POSITIONAL_ENCODINGS = ("sinusoidal", "sinusoidal-halves", "learned")
 
 
 def _doc(text: str, default: Any) -> Any:
@@ -110,6 +112,22 @@ class ModelConfig(_Checked):
     output_head: Literal["per-position", "flatten"] = _doc(
         "per-position (the paper) or flatten (the article's literal step)", "per-position"
     )
+    norm_first: bool = _doc(
+        "true: pre-norm x + Sublayer(LN(x)); false: post-norm LN(x + Sublayer(x)), the paper", False
+    )
+    final_norm: Literal["auto", True, False] = _doc(
+        "a LayerNorm atop each stack; auto: when norm_first (as nn.Transformer, GPT-2)", "auto"
+    )
+    activation: Literal["relu", "gelu", "gelu-tanh", "silu"] = _doc(
+        "relu (the paper), gelu (erf), gelu-tanh (GPT-2), silu = x·σ(x) (Marian)", "relu"
+    )
+    positional_encoding: Literal["sinusoidal", "sinusoidal-halves", "learned"] = _doc(
+        "sinusoidal (the paper), sinusoidal-halves (Marian), learned table P (GPT-2)", "sinusoidal"
+    )
+    max_positions: int = _doc("rows of the learned position table P", 64)
+    tie_embeddings: bool = _doc(
+        "true: one table E for both stacks and the output, W = Eᵀ (the paper §3.4)", False
+    )
     scale_embeddings: bool = _doc("true: multiply embeddings by sqrt(d_model), as the paper", False)
     attention_bias: bool = _doc("true: attention projections get biases b_Q, b_K, b_V, b_O", False)
     layer_norm_eps: float = _doc("added to the variance inside the square root", 1.0e-5)
@@ -119,9 +137,14 @@ class ModelConfig(_Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("d_model", "num_heads", "d_ff", "num_encoder_layers", "num_decoder_layers"):
+        for name in ("d_model", "num_heads", "d_ff", "num_decoder_layers", "max_positions"):
             value = getattr(self, name)
             self._require(value > 0, name, f"must be a positive integer, got {value}")
+        self._require(
+            self.num_encoder_layers >= 0,
+            "num_encoder_layers",
+            f"must be 0 (decoder-only) or more, got {self.num_encoder_layers}",
+        )
         self._require(
             self.d_model % self.num_heads == 0,
             "d_model",
@@ -129,6 +152,28 @@ class ModelConfig(_Checked):
             "(each head takes d_model / num_heads dimensions)",
         )
         self._require(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
+        # YAML's true is Python's True, and 1 == True: only the three spellings are accepted.
+        self._require(
+            self.final_norm == "auto" or isinstance(self.final_norm, bool),
+            "final_norm",
+            f"must be one of auto, true, false; got {self.final_norm!r}",
+        )
+        self._require(
+            not (self.tie_embeddings and self.output_head == "flatten"),
+            "tie_embeddings",
+            "the flatten head's W has d_model rows per decoder position, so it cannot be Eᵀ; "
+            "use output_head: per-position",
+        )
+
+    @property
+    def decoder_only(self) -> bool:
+        """No encoder stack and no cross-attention: the GPT-style model."""
+        return self.num_encoder_layers == 0
+
+    @property
+    def has_final_norm(self) -> bool:
+        """Whether each stack ends on a LayerNorm of its own (``final_norm`` with ``auto`` resolved)."""
+        return self.norm_first if self.final_norm == "auto" else bool(self.final_norm)
 
     @property
     def d_k(self) -> int:
@@ -188,27 +233,45 @@ class Config(_Checked):
         words = tokenize(self.sentence)
         pair_words = [w for pair in self.training.dataset for text in pair for w in tokenize(text)]
         self._require(len(words) >= 2, "sentence", f"needs at least two words, got {self.sentence!r}")
-        self._require(
-            1 <= self.encoder_words < len(words),
-            "encoder_words",
-            f"must be 1 to {len(words) - 1} (the sentence has {len(words)} words and the decoder "
-            f"needs at least one), got {self.encoder_words}",
-        )
+        if self.model.decoder_only:
+            self._require(
+                self.encoder_words == 0,
+                "encoder_words",
+                f"must be 0 when model.num_encoder_layers is 0 (a decoder-only model has no encoder "
+                f"to feed), got {self.encoder_words}",
+            )
+        else:
+            self._require(
+                1 <= self.encoder_words < len(words),
+                "encoder_words",
+                f"must be 1 to {len(words) - 1} (the sentence has {len(words)} words and the decoder "
+                f"needs at least one), got {self.encoder_words}"
+                + ("; 0 needs model.num_encoder_layers: 0 (decoder-only)" if self.encoder_words == 0 else ""),
+            )
         self._require(self.seed >= 0, "seed", f"must be 0 or more, got {self.seed}")
         vocabulary = self.vocabulary
         if vocabulary is None:
             # Special tokens first, then the words in order of first appearance.
             vocabulary = tuple(dict.fromkeys([*SPECIAL_TOKENS, *words, *pair_words]))
             object.__setattr__(self, "vocabulary", vocabulary)
-        repeated = sorted({w for w in vocabulary if vocabulary.count(w) > 1})
+        seen: set[str] = set()  # linear in the vocabulary's size: a 50,000-token one is common
+        repeated = sorted({w for w in vocabulary if w in seen or seen.add(w)})
         self._require(not repeated, "vocabulary", f"lists {', '.join(map(repr, repeated))} twice")
-        missing = [w for w in dict.fromkeys([*SPECIAL_TOKENS, *words, *pair_words]) if w not in vocabulary]
+        missing = [w for w in dict.fromkeys([*SPECIAL_TOKENS, *words, *pair_words]) if w not in seen]
         self._require(
             not missing,
             "vocabulary",
             f"has no {', '.join(map(repr, missing))} (the sentence is lower-cased; "
             "<start> and <end> are always needed)",
         )
+
+        if self.model.positional_encoding == "learned":
+            longest = max(len(t) for pair in self.pairs for t in pair)
+            self._require(
+                longest <= self.model.max_positions,
+                "model.max_positions",
+                f"learned positions have {self.model.max_positions} rows, but a sentence needs {longest}",
+            )
 
     @property
     def source_tokens(self) -> tuple[str, ...]:
@@ -223,13 +286,25 @@ class Config(_Checked):
     @property
     def pairs(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """What training learns: (source tokens, decoder tokens) for the sentence, then the dataset."""
-        more = [(tuple(tokenize(s)), (START, *tokenize(t), END)) for s, t in self.training.dataset]
+        if self.model.decoder_only:  # no encoder: the whole pair feeds the decoder
+            more = [((), (START, *tokenize(s), *tokenize(t), END)) for s, t in self.training.dataset]
+        else:
+            more = [(tuple(tokenize(s)), (START, *tokenize(t), END)) for s, t in self.training.dataset]
         return [(self.source_tokens, self.target_tokens), *more]
 
     def token_ids(self, tokens: tuple[str, ...]) -> list[int]:
         """Each token's row in the embedding table."""
-        index = {word: i for i, word in enumerate(self.vocabulary or ())}
+        index = self.index
         return [index[t] for t in tokens]
+
+    @property
+    def index(self) -> dict[str, int]:
+        """Each word's row in the embedding table, built once."""
+        cached = self.__dict__.get("_index")
+        if cached is None:
+            cached = {word: i for i, word in enumerate(self.vocabulary or ())}
+            object.__setattr__(self, "_index", cached)
+        return cached
 
 
 # The sections of the file and the dataclass each one builds.

@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .architecture import Ref
 from .errors import StageError
-from .trace import Stage, Trace, is_weight
+from .trace import INPUT, MASK, Stage, Trace
 
 TERMS = 8  # a dot product longer than this shows its first and last terms around "…"
 
@@ -85,48 +86,83 @@ def explain(trace: Trace, stage_id: str, name: str, cell: str, digits: int = 4) 
 
 
 def _explainer(stage: Stage, name: str) -> Callable[[Cell, Trace], list[str]]:
-    if is_weight(name):
+    matrix = stage.matrices[name]
+    if matrix.is_weight:
         return _weight
-    if name in ("X", "memory"):
-        return _input
-    base = re.sub(r"\d+$", "", name)  # Q1 -> Q, S2 -> S, but S1+M stays
-    table: dict[str, Callable[[Cell, Trace], list[str]]] = {
-        "Q": _projection, "K": _projection, "V": _projection, "S": _scores, "M": _mask,
-        "A": _softmax_cell, "O": _weighted_sum, "concat": _concat, "sum": _sum, "sublayer": _sublayer,
-        "hidden": _hidden, "PE": _positional, "flattened": _flattened, "logits": _logits,
-        "probabilities": _softmax_cell,
-    }  # fmt: skip
-    if name.endswith("+M"):
-        return _masked_scores
-    if name == "output":
+    if matrix.role == MASK:
+        return _mask
+    if matrix.role == INPUT:
+        return _copied_logits if stage.kind == "probabilities" else _input
+    if name == stage.output:
         return {
             "embedding": _embedding, "positional-encoding": _sum, "add-norm": _layer_norm,
-            "feed-forward": _ffn_output, "self-attention": _attention_output,
-            "masked-attention": _attention_output, "cross-attention": _attention_output,
+            "layer-norm": _layer_norm, "residual": _sum, "feed-forward": _ffn_output,
+            "self-attention": _attention_output, "masked-attention": _attention_output,
+            "cross-attention": _attention_output, "logits": _logits, "probabilities": _softmax_cell,
         }[stage.kind]  # fmt: skip
-    if name == "logits" and stage.kind == "probabilities":
-        return _copied_logits
+    if name.endswith("+M"):
+        return _masked_scores
+    base = re.sub(r"\d+$", "", name)  # the per-head matrices: Q1 -> Q, S2 -> S
+    table: dict[str, Callable[[Cell, Trace], list[str]]] = {
+        "Q": _projection, "K": _projection, "V": _projection, "S": _scores, "A": _softmax_cell,
+        "O": _weighted_sum, "concat": _concat, "sum": _sum, "pre": _pre_activation, "hidden": _hidden,
+        "PE": _positional, "flattened": _flattened,
+    }  # fmt: skip
     return table[base]
 
 
 def _weight(c: Cell, trace: Trace) -> list[str]:
+    from .architecture import Spec, parameters
+
     m = trace.config.model
-    if c.name == "E":
+    ref = c.stage.params.get(_param_of(c.name), Ref(f"{c.stage.id}/{_param_of(c.name)}"))
+    lines = []
+    owner = ref.name.split("/")[0]
+    if ref.transposed:
+        lines.append(
+            f"W is Eᵀ, the embedding table of {owner} transposed (tied): W[{c.row}, {c.col}] = E[{c.col}, {c.row}]."
+        )
+    elif owner != c.stage.id:
+        lines.append(f"{c.name} is the embedding table of {owner}, shared with this stage (tied).")
+    if ref.name.split("/")[1] != c.name:
+        lines.append(
+            f"{c.name} is head {c.name[3:]}'s block of d_k = {m.d_k} columns of the parameter {ref.name}."
+        )
+    if c.name == "P":
+        lines.append(f"P is the learned position table: row {c.i} is added to the token at position {c.i}.")
+    if trace.weights_source is not None:
+        return [
+            *lines,
+            f"{c.name} is a learned weight, not computed from anything: its numbers come from {trace.weights_source}.",
+        ]
+    spec = parameters(trace.config)[0].get(ref.name, Spec(c.stage[c.name].shape, "xavier"))
+    if spec.init == "embedding":
         how = "uniform in [0, 1), as the article says"
-    elif c.name == "gamma":
-        how = "1 before training (LayerNorm starts as a pure normalisation)"
-    elif c.name == "beta":
-        how = "0 before training"
-    elif c.name.startswith("b_") and c.stage.kind.endswith("attention"):
-        how = "0 before training (PyTorch's nn.MultiheadAttention does the same)"
-    elif c.name.startswith("b"):
-        how = "uniform in ±1/√fan_in (PyTorch's nn.Linear)"
+    elif spec.init in ("xavier", "xavier-qkv"):
+        fan_in, fan_out = (m.d_model, m.d_model) if spec.init == "xavier-qkv" else spec.shape
+        how = (f"Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / ({fan_in} + {fan_out})) = "
+               f"±{c.f(math.sqrt(6 / (fan_in + fan_out)))} (as PyTorch initialises nn.Transformer)")  # fmt: skip
+    elif spec.init == "bias":
+        how = f"uniform in ±1/√fan_in = ±1/√{spec.fan_in} = ±{c.f(1 / math.sqrt(spec.fan_in))} (PyTorch's nn.Linear)"
+    elif spec.init == "positions":
+        how = "from a normal distribution of standard deviation 0.02 (as GPT-2 draws its position table)"
+    elif spec.init == "ones":
+        how = "as 1 (LayerNorm starts as a pure normalisation)"
     else:
-        how = "Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) (as PyTorch initialises nn.Transformer)"
+        how = "as 0" + (" (as PyTorch's nn.MultiheadAttention)" if c.stage.kind.endswith("attention") else "")
     return [
+        *lines,
         f"{c.name} is a learned weight, not computed from anything: it was drawn {how},",
-        f"from the generator seeded with {trace.config.seed} (dtype {m.dtype}), and only training changes it.",
+        f"from a stream seeded with {trace.config.seed} and the parameter's name (dtype {m.dtype}); "
+        "only training changes it.",
     ]
+
+
+def _param_of(name: str) -> str:
+    """The parameter a weight matrix is a view of: W_Q1 -> W_QKV, b_K2 -> b_QKV; others are their own."""
+    if re.fullmatch(r"[Wb]_[QKV]\d+", name):
+        return f"{name[0]}_QKV"
+    return name
 
 
 def _previous(stage: Stage, trace: Trace) -> Stage | None:
@@ -136,15 +172,17 @@ def _previous(stage: Stage, trace: Trace) -> Stage | None:
 
 
 def _input(c: Cell, trace: Trace) -> list[str]:
+    source = c.stage.sources.get(c.name)
+    where = f"the output of {source}" if source else "given"
     if c.name == "memory":
         return [
-            "memory is the encoder's output, the same for every decoder layer: it gives the keys and values."
+            f"memory is the encoder's output (from {source}), the same for every decoder layer: it gives the keys and values."
         ]
-    if c.stage.kind == "add-norm":
-        return ["X is the sublayer's input, carried around it by the residual connection."]
-    before = _previous(c.stage, trace)
-    src = f"the output of {before.id}" if before else "the embedded tokens"
-    return [f"X is this stage's input: {src}, row {c.i} ({c.row}), column {c.j}."]
+    if c.name == "sublayer":
+        return [f"sublayer is {where}, row {c.i}, column {c.j}."]
+    if c.stage.kind in ("add-norm", "residual"):
+        return [f"X is the sublayer's input, {where}, carried around it by the residual connection."]
+    return [f"X is this stage's input: {where}, row {c.i} ({c.row}), column {c.j}."]
 
 
 def _dot(c: Cell, left: np.ndarray, right: np.ndarray) -> tuple[list[str], float]:
@@ -257,41 +295,60 @@ def _sum(c: Cell, trace: Trace) -> list[str]:
             f"output = X + PE: {c.f(x)} + {c.f(pe)} = {c.f(c.value)} (the token's vector, shifted by its position's pattern)"
         ]
     x, s = float(c.stage["X"][c.i, c.j]), float(c.stage["sublayer"][c.i, c.j])
-    return [f"sum = X + sublayer (the residual connection): {c.f(x)} + {c.f(s)} = {c.f(c.value)}"]
-
-
-def _sublayer(c: Cell, trace: Trace) -> list[str]:
-    before = _previous(c.stage, trace)
-    return [
-        f"sublayer is the output of {before.id if before else 'the previous stage'}, row {c.i}, column {c.j}."
-    ]
+    return [f"{c.name} = X + sublayer (the residual connection): {c.f(x)} + {c.f(s)} = {c.f(c.value)}"]
 
 
 def _layer_norm(c: Cell, trace: Trace) -> list[str]:
     eps = trace.config.model.layer_norm_eps
-    row = c.stage["sum"][c.i].tolist()
+    x = "sum" if "sum" in c.stage else "X"
+    row = c.stage[x][c.i].tolist()
     d = len(row)
     mean = math.fsum(row) / d
     var = math.fsum((v - mean) ** 2 for v in row) / d
     gamma, beta = float(c.stage["gamma"][0, c.j]), float(c.stage["beta"][0, c.j])
     normed = (row[c.j] - mean) / math.sqrt(var + eps)
     return [
-        f"output = gamma ⊙ (sum − mean) / √(var + eps) + beta, over row {c.i} ({c.row}) of sum",
+        f"output = gamma ⊙ ({x} − mean) / √(var + eps) + beta, over row {c.i} ({c.row}) of {x}",
         f"  mean = ({c.sum_of([c.f(v) for v in row])}) / {d} = {c.f(mean)}",
         f"  var = Σ (v − mean)² / {d} = {c.f(var)}   (divided by d, not d − 1, as torch.nn.LayerNorm)",
-        f"  (sum[{c.i}, {c.j}] − mean) / √(var + eps) = ({c.f(row[c.j])} − {c.f(mean)}) / √({c.f(var)} + {eps:g}) = {c.f(normed)}",
+        f"  ({x}[{c.i}, {c.j}] − mean) / √(var + eps) = ({c.f(row[c.j])} − {c.f(mean)}) / √({c.f(var)} + {eps:g}) = {c.f(normed)}",
         f"  × gamma[{c.j}] {c.f(gamma)} + beta[{c.j}] {c.f(beta)} = {c.f(c.value)}",
     ]
 
 
-def _hidden(c: Cell, trace: Trace) -> list[str]:
-    lines = _linear(
-        c, f"hidden = max(0, X·W_1 + b_1): row {c.i} of X ({c.row}) times column {c.j} of W_1",
+def _pre_activation(c: Cell, trace: Trace) -> list[str]:
+    return _linear(
+        c, f"pre = X·W_1 + b_1: row {c.i} of X ({c.row}) times column {c.j} of W_1",
         c.stage["X"][c.i], c.stage["W_1"][:, c.j], "b_1",
     )  # fmt: skip
-    pre = float(c.stage["X"][c.i] @ c.stage["W_1"][:, c.j] + c.stage["b_1"][0, c.j])
-    off = "   (negative: this unit is off here)" if pre < 0 else ""
-    return [*lines, f"  ReLU: max(0, {c.f(pre)}) = {c.f(c.value)}{off}"]
+
+
+def _hidden(c: Cell, trace: Trace) -> list[str]:
+    x = float(c.stage["pre"][c.i, c.j])
+    activation = trace.config.model.activation
+    if activation == "relu":
+        off = "   (negative: this unit is off here)" if x < 0 else ""
+        return [f"hidden = ReLU(pre) = max(0, pre): max(0, {c.f(x)}) = {c.f(c.value)}{off}"]
+    if activation == "gelu":
+        cdf = (1 + math.erf(x / math.sqrt(2))) / 2
+        return [
+            "hidden = GELU(pre) = pre·Φ(pre), Φ(x) = (1 + erf(x/√2))/2 the chance that a standard normal is below x",
+            f"  Φ({c.f(x)}) = (1 + erf({c.f(x)}/√2))/2 = {c.f(cdf)}",
+            f"  {c._factor(x)}·{c.f(cdf)} = {c.f(c.value)}",
+        ]
+    if activation == "gelu-tanh":
+        u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+        return [
+            "hidden = pre·(1 + tanh(√(2/π)·(pre + 0.044715·pre³)))/2 (GELU, the tanh form GPT-2 uses)",
+            f"  √(2/π)·({c.f(x)} + 0.044715·{c._factor(x)}³) = {c.f(u)}; tanh({c.f(u)}) = {c.f(math.tanh(u))}",
+            f"  {c._factor(x)}·(1 + {c.f(math.tanh(u))})/2 = {c.f(c.value)}",
+        ]
+    sig = 1 / (1 + math.exp(-x)) if x > -700 else 0.0
+    return [
+        "hidden = SiLU(pre) = pre·σ(pre), σ(x) = 1/(1 + e^(−x))   (Marian's swish)",
+        f"  σ({c.f(x)}) = 1/(1 + e^({c.f(-x)})) = {c.f(sig)}",
+        f"  {c._factor(x)}·{c.f(sig)} = {c.f(c.value)}",
+    ]
 
 
 def _ffn_output(c: Cell, trace: Trace) -> list[str]:
@@ -303,7 +360,7 @@ def _ffn_output(c: Cell, trace: Trace) -> list[str]:
 
 def _embedding(c: Cell, trace: Trace) -> list[str]:
     m = trace.config.model
-    row = trace.vocabulary.index(c.row)
+    row = trace.config.index[c.row]
     e = float(c.stage["E"][row, c.j])
     line = f"output[{c.i}, {c.j}] = E[{c.row!s} (row {row} of E), {c.j}] = {c.f(e)}"
     if m.scale_embeddings:
@@ -312,7 +369,24 @@ def _embedding(c: Cell, trace: Trace) -> list[str]:
 
 
 def _positional(c: Cell, trace: Trace) -> list[str]:
-    d_model = trace.config.model.d_model
+    m = trace.config.model
+    d_model = m.d_model
+    if m.positional_encoding == "learned":
+        return [
+            f"PE[{c.i}, {c.j}] = P[{c.i}, {c.j}] = {c.f(c.value)}: the token at position {c.i} ({c.row}) takes row {c.i}",
+            "  of the learned position table P (a weight, trained like any other; no formula makes it).",
+        ]
+    if m.positional_encoding == "sinusoidal-halves":
+        sines = (d_model + 1) // 2
+        i, fn = (c.j, "sin") if c.j < sines else (c.j - sines, "cos")
+        angle = c.i / 10000 ** (2 * i / d_model)
+        return [
+            f"PE[pos, {'i' if fn == 'sin' else 'd_model/2 + i'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({c.row}), "
+            f"i = {i}, d_model = {d_model}",
+            f"  angle = {c.i} / 10000^({2 * i}/{d_model}) = {c.i} / {c.f(10000 ** (2 * i / d_model))} = {c.f(angle)}",
+            f"  {fn}({c.f(angle)}) = {c.f(c.value)}",
+            "  (the first half of the columns are sines, the second half the cosines of the same angles: Marian's layout)",
+        ]
     two_i = c.j - c.j % 2
     angle = c.i / 10000 ** (two_i / d_model)
     fn = "sin" if c.j % 2 == 0 else "cos"

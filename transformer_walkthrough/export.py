@@ -19,7 +19,7 @@ import numpy as np
 
 from .config import config_to_dict
 from .errors import ExportError
-from .trace import Stage, Trace, is_weight
+from .trace import Stage, Trace
 
 if TYPE_CHECKING:
     from .backprop import Backward
@@ -57,21 +57,28 @@ def _values(a: np.ndarray) -> list[list[Any]]:
     return rows
 
 
-def _matrix(values: np.ndarray, rows: tuple[str, ...], cols: tuple[str, ...]) -> dict[str, Any]:
-    return {"shape": list(values.shape), "rows": list(rows), "cols": list(cols), "values": _values(values)}
+def _matrix(values: np.ndarray, rows: tuple[str, ...], cols: tuple[str, ...], role: str) -> dict[str, Any]:
+    return {
+        "shape": list(values.shape),
+        "role": role,
+        "rows": list(rows),
+        "cols": list(cols),
+        "values": _values(values),
+    }
 
 
 def stage_to_dict(
     stage: Stage, weights: bool = True, grads: dict[str, np.ndarray] | None = None
 ) -> dict[str, Any]:
     """One stage; with ``grads``, also "gradients": dL/d(matrix) under the matrices' names."""
-    names = [name for name in stage.matrices if weights or not is_weight(name)]
+    names = [name for name, m in stage.matrices.items() if weights or not m.is_weight]
     out = {
         "id": stage.id,
         "kind": stage.kind,
         "title": stage.title,
         "explanation": stage.explanation,
         "formula": stage.formula,
+        "sources": dict(stage.sources),
         "matrices": {name: _matrix(*stage.matrices[name]) for name in names},
     }
     if grads is not None:
@@ -150,7 +157,7 @@ def matrices(
     out = {}
     for s in stages:
         for name, m in s.matrices.items():
-            if weights or not is_weight(name):
+            if weights or not m.is_weight:
                 out[f"{s.id}/{name}"] = m.values
                 if grads is not None:
                     out[f"{s.id}/dL/d{name}"] = grads.stages[s.id][name]

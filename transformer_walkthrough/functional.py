@@ -42,17 +42,26 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
 
 
 @functools.lru_cache(maxsize=16)
-def positional_encoding(n: int, d_model: int, dtype: np.dtype | type = np.float64) -> np.ndarray:
+def positional_encoding(
+    n: int, d_model: int, dtype: np.dtype | type = np.float64, halves: bool = False
+) -> np.ndarray:
     """Sinusoidal PE (paper §3.5): PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(…).
 
     Returns (n, d_model). Column j uses the angle of its even partner 2·⌊j/2⌋, so an odd
-    d_model simply ends on a sine column. It depends on the shape alone, so it is computed once
-    per shape and handed out read-only.
+    d_model simply ends on a sine column. ``halves`` puts the same sines in the first ⌈d_model/2⌉
+    columns and the cosines in the rest (Marian's layout): column i and column ⌈d/2⌉ + i share
+    the angle pos / 10000^(2i/d_model). It depends on the shape alone, so it is computed once per
+    shape and handed out read-only.
     """
     pos = np.arange(n, dtype=np.float64)[:, None]
-    two_i = (np.arange(d_model) // 2 * 2).astype(np.float64)
-    angle = pos / np.power(10000.0, two_i / d_model)
-    pe = np.where(np.arange(d_model) % 2 == 0, np.sin(angle), np.cos(angle)).astype(dtype)
+    if halves:
+        sines = (d_model + 1) // 2
+        angle = pos / np.power(10000.0, 2 * np.arange(sines, dtype=np.float64) / d_model)
+        pe = np.hstack([np.sin(angle), np.cos(angle[:, : d_model - sines])]).astype(dtype)
+    else:
+        two_i = (np.arange(d_model) // 2 * 2).astype(np.float64)
+        angle = pos / np.power(10000.0, two_i / d_model)
+        pe = np.where(np.arange(d_model) % 2 == 0, np.sin(angle), np.cos(angle)).astype(dtype)
     pe.flags.writeable = False
     return pe
 
@@ -155,18 +164,76 @@ def multi_head_attention(
     return MultiHeadAttention(Q, K, V, heads, concat, linear(concat, W_O, b_O))
 
 
+# The feed-forward's nonlinearity. Each takes the pre-activation and returns a new array.
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_erf = np.frompyfunc(math.erf, 1, 1)  # NumPy has no erf; math.erf is exact to the last bit
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    """max(0, x) (the paper)."""
+    return np.maximum(x, 0.0)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """x·Φ(x) = x·(1 + erf(x/√2))/2, Φ the standard normal's CDF (torch's "gelu")."""
+    return x * (0.5 * (1.0 + _erf(x * (1 / math.sqrt(2.0))).astype(x.dtype)))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))/2: GPT-2's approximation of GELU."""
+    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """σ(x) = 1/(1 + e^(−x)), written so that neither branch overflows."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x·σ(x) (Marian's "swish")."""
+    return x * sigmoid(x)
+
+
+ACTIVATIONS = {"relu": relu, "gelu": gelu, "gelu-tanh": gelu_tanh, "silu": silu}
+
+
+def activation_backward(dy: np.ndarray, x: np.ndarray, activation: str) -> np.ndarray:
+    """dL/dx of y = activation(x), given dL/dy."""
+    if activation == "relu":
+        return dy * (x > 0)  # ReLU passes gradient only where it passed the value
+    if activation == "gelu":  # d/dx x·Φ(x) = Φ(x) + x·φ(x)
+        cdf = 0.5 * (1.0 + _erf(x * (1 / math.sqrt(2.0))).astype(x.dtype))
+        return dy * (cdf + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+    if activation == "gelu-tanh":
+        t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))
+        return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x))
+    if activation == "silu":  # d/dx x·σ(x) = σ(x)·(1 + x·(1 − σ(x)))
+        s = sigmoid(x)
+        return dy * (s * (1 + x * (1 - s)))
+    raise ValueError(f"unknown activation {activation!r}")
+
+
 class FeedForward(NamedTuple):
-    hidden: np.ndarray  # ReLU(X·W_1 + b_1)   (n, d_ff)
-    output: np.ndarray  # hidden·W_2 + b_2     (n, d_model)
+    pre: np.ndarray  # X·W_1 + b_1             (n, d_ff)
+    hidden: np.ndarray  # activation(pre)       (n, d_ff)
+    output: np.ndarray  # hidden·W_2 + b_2      (n, d_model)
 
 
 def feed_forward(
-    x: np.ndarray, W_1: np.ndarray, b_1: np.ndarray, W_2: np.ndarray, b_2: np.ndarray
+    x: np.ndarray,
+    W_1: np.ndarray,
+    b_1: np.ndarray,
+    W_2: np.ndarray,
+    b_2: np.ndarray,
+    activation: str = "relu",
 ) -> FeedForward:
-    """FFN(x) = max(0, x·W_1 + b_1)·W_2 + b_2 (paper eq. 2); x: (n, d_model), W_1: (d_model, d_ff)."""
-    hidden = linear(x, W_1, b_1)
-    np.maximum(hidden, 0.0, out=hidden)  # ReLU
-    return FeedForward(hidden, linear(hidden, W_2, b_2))
+    """FFN(x) = act(x·W_1 + b_1)·W_2 + b_2, act = ReLU in the paper (eq. 2).
+
+    x: (n, d_model), W_1: (d_model, d_ff), W_2: (d_ff, d_model)."""
+    pre = linear(x, W_1, b_1)
+    hidden = ACTIVATIONS[activation](pre)
+    return FeedForward(pre, hidden, linear(hidden, W_2, b_2))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,13 +317,13 @@ def multi_head_attention_backward(
 
 
 def feed_forward_backward(
-    dy: np.ndarray, x: np.ndarray, W_1: np.ndarray, W_2: np.ndarray, hidden: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """dx, dW_1, db_1, dW_2, db_2 and d(hidden) of FFN(x) = max(0, x·W_1 + b_1)·W_2 + b_2."""
-    d_hidden, dW_2, db_2 = linear_backward(dy, hidden, W_2)
-    d_pre = d_hidden * (hidden > 0)  # ReLU passes gradient only where it passed the value
+    dy: np.ndarray, x: np.ndarray, W_1: np.ndarray, W_2: np.ndarray, r: FeedForward, activation: str = "relu"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """dx, dW_1, db_1, dW_2, db_2, d(pre) and d(hidden) of FFN(x) = act(x·W_1 + b_1)·W_2 + b_2."""
+    d_hidden, dW_2, db_2 = linear_backward(dy, r.hidden, W_2)
+    d_pre = activation_backward(d_hidden, r.pre, activation)
     dx, dW_1, db_1 = linear_backward(d_pre, x, W_1)
-    return dx, dW_1, db_1, dW_2, db_2, d_hidden
+    return dx, dW_1, db_1, dW_2, db_2, d_pre, d_hidden
 
 
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:

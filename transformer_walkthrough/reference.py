@@ -1,130 +1,216 @@
-"""The reference implementation: our weights in ``torch.nn.Transformer``, compared stage by stage.
+"""The reference implementation: our weights in PyTorch's own transformer layers, compared stage by stage.
+
+The layers are ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` (inside
+``nn.Transformer`` for an encoder–decoder model; encoder layers under a causal mask for a
+decoder-only one), with the config's ``norm_first`` and activation. The embedding lookup, the
+positional encoding, the final norms and the output layer are written here in torch, on leaf
+tensors of our parameters, so that autograd differentiates the whole model (a tied table is one
+leaf, used three times).
 
 PyTorch stores a linear layer's weight as (d_out, d_in) and computes x·Wᵀ, and stacks W_Q, W_K, W_V
 as the rows of ``in_proj_weight``; head h uses the h-th block of d_k rows, as our W_Q uses the h-th
-block of d_k columns. ``nn.Transformer`` adds a final LayerNorm after each stack that the paper's
-post-norm model does not have: both are removed. Dropout is 0; the dtype is the config's.
-Only imported when asked for: PyTorch is a test dependency, not a run-time one.
+block of d_k columns. Dropout is 0; the dtype is the config's. Only imported when asked for:
+PyTorch is a test dependency, not a run-time one.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import warnings
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from .config import ModelConfig
-from .model import AttentionWeights, FeedForwardWeights, LayerNormWeights, Weights
+from .architecture import DECODER, ENCODER, OUTPUT, connection, stack_output, stacks, stage_id, sublayers
+from .checks import Check, gap
+from .config import Config
 from .trace import Trace
-from .verify import Check, _diff
+from .weights import Weights
 
 
-def torch_transformer(torch: ModuleType, m: ModelConfig, w: Weights) -> Any:
-    """``nn.Transformer`` holding exactly the weights ``w``, in eval mode."""
-    nn = torch.nn
+class TorchTransformer:
+    """Our model rebuilt from PyTorch's layers, holding exactly the weights ``w``."""
 
-    def t(a: np.ndarray) -> Any:
-        return torch.from_numpy(np.ascontiguousarray(a, dtype=m.dtype))
-
-    def attention(mha: Any, aw: AttentionWeights) -> None:
-        zeros = np.zeros(m.d_model)
-        mha.in_proj_weight.copy_(t(aw.W_QKV.T))
-        mha.in_proj_bias.copy_(t(aw.b_QKV if aw.b_QKV is not None else np.zeros(3 * m.d_model)))
-        mha.out_proj.weight.copy_(t(aw.W_O.T))
-        mha.out_proj.bias.copy_(t(aw.b_O if aw.b_O is not None else zeros))
-
-    def norm(ln: Any, nw: LayerNormWeights) -> None:
-        ln.weight.copy_(t(nw.gamma))
-        ln.bias.copy_(t(nw.beta))
-
-    def feed_forward(layer: Any, fw: FeedForwardWeights) -> None:
-        layer.linear1.weight.copy_(t(fw.W_1.T))
-        layer.linear1.bias.copy_(t(fw.b_1))
-        layer.linear2.weight.copy_(t(fw.W_2.T))
-        layer.linear2.bias.copy_(t(fw.b_2))
-
-    with warnings.catch_warnings():  # nested tensors are a fast path we do not use
-        warnings.filterwarnings("ignore", "enable_nested_tensor is True")
-        model = nn.Transformer(
-            d_model=m.d_model, nhead=m.num_heads, num_encoder_layers=m.num_encoder_layers,
-            num_decoder_layers=m.num_decoder_layers, dim_feedforward=m.d_ff, dropout=0.0,
-            layer_norm_eps=m.layer_norm_eps, batch_first=True, norm_first=False,
+    def __init__(self, torch: ModuleType, config: Config, w: Weights) -> None:
+        self.torch, self.config, self.w = torch, config, w
+        m = self.m = config.model
+        nn, F = torch.nn, torch.nn.functional
+        activation = {
+            "relu": "relu", "gelu": "gelu", "gelu-tanh": functools.partial(F.gelu, approximate="tanh"),
+            "silu": F.silu,
+        }[m.activation]  # fmt: skip
+        common = dict(
+            d_model=m.d_model, nhead=m.num_heads, dim_feedforward=m.d_ff, dropout=0.0, activation=activation,
+            layer_norm_eps=m.layer_norm_eps, batch_first=True, norm_first=m.norm_first,
             dtype=getattr(torch, m.dtype),
         )  # fmt: skip
-    model.encoder.norm = None  # the paper's stacks end on their last add & norm
-    model.decoder.norm = None
-    with torch.no_grad():
-        for layer, lw in zip(model.encoder.layers, w.encoder, strict=True):
-            attention(layer.self_attn, lw.self_attention)
-            norm(layer.norm1, lw.norm_1)
-            feed_forward(layer, lw.feed_forward)
-            norm(layer.norm2, lw.norm_2)
-        for layer, lw in zip(model.decoder.layers, w.decoder, strict=True):
-            attention(layer.self_attn, lw.masked_attention)
-            norm(layer.norm1, lw.norm_1)
-            attention(layer.multihead_attn, lw.cross_attention)
-            norm(layer.norm2, lw.norm_2)
-            feed_forward(layer, lw.feed_forward)
-            norm(layer.norm3, lw.norm_3)
-    return model.eval()
+        with warnings.catch_warnings():  # nested tensors are a fast path we do not use
+            warnings.filterwarnings("ignore", "enable_nested_tensor is True")
+            if m.decoder_only:
+                self.layers = {DECODER: nn.ModuleList(nn.TransformerEncoderLayer(**common)
+                                                      for _ in range(m.num_decoder_layers))}  # fmt: skip
+            else:
+                t = nn.Transformer(num_encoder_layers=m.num_encoder_layers,
+                                   num_decoder_layers=m.num_decoder_layers, **common)  # fmt: skip
+                self.layers = {ENCODER: t.encoder.layers, DECODER: t.decoder.layers}
+        self.norms = {side: nn.LayerNorm(m.d_model, eps=m.layer_norm_eps, dtype=common["dtype"])
+                      for side in stacks(m)} if m.has_final_norm else {}  # fmt: skip
+        # Our parameter name -> (the torch tensor holding it, stored transposed?).
+        self.tensors: dict[str, tuple[Any, bool]] = {}
+        for name, a in w.items():
+            if name.endswith(("/E", "/P")) or name.startswith(OUTPUT):  # leaves of our own
+                self.tensors[name] = (torch.tensor(a, requires_grad=True), False)
+        for side, layers in self.layers.items():
+            for i, layer in enumerate(layers):
+                self._bind_layer(side, i, layer)
+        for side, norm in self.norms.items():
+            self._bind(
+                stage_id(side, "final-norm"), {"gamma": (norm.weight, False), "beta": (norm.bias, False)}
+            )
+        with torch.no_grad():
+            for name, (t, transposed) in self.tensors.items():
+                t.copy_(torch.from_numpy(np.ascontiguousarray(w[name].T if transposed else w[name])))
+            if not m.attention_bias:  # the paper's attention has no biases: PyTorch's are set to 0
+                for layers in self.layers.values():
+                    for mod in layers.modules():
+                        if isinstance(mod, nn.MultiheadAttention):
+                            mod.in_proj_bias.zero_()
+                            mod.out_proj.bias.zero_()
+
+    def _bind(self, stage: str, locals_: dict[str, tuple[Any, bool]]) -> None:
+        for local, tensor in locals_.items():
+            name = f"{stage}/{local}"
+            if name in self.w:
+                self.tensors[name] = tensor
+
+    def _bind_layer(self, side: str, i: int, layer: Any) -> None:
+        """Which of the layer's tensors holds which of our parameters."""
+        m = self.m
+        modules = {"self-attention": layer.self_attn, "masked-attention": layer.self_attn,
+                   "cross-attention": getattr(layer, "multihead_attn", None)}  # fmt: skip
+        for k, kind in enumerate(sublayers(side, m), 1):
+            if kind == "feed-forward":
+                self._bind(stage_id(side, kind, i), {
+                    "W_1": (layer.linear1.weight, True), "b_1": (layer.linear1.bias, False),
+                    "W_2": (layer.linear2.weight, True), "b_2": (layer.linear2.bias, False)})  # fmt: skip
+            else:
+                mha = modules[kind]
+                self._bind(stage_id(side, kind, i), {
+                    "W_QKV": (mha.in_proj_weight, True), "W_O": (mha.out_proj.weight, True),
+                    "b_QKV": (mha.in_proj_bias, False), "b_O": (mha.out_proj.bias, False)})  # fmt: skip
+            c = connection(side, i, k, m)
+            norm = getattr(layer, f"norm{k}")
+            self._bind(c.norm or c.after, {"gamma": (norm.weight, False), "beta": (norm.bias, False)})
+
+    def parameter(self, stage: str, local: str) -> Any:
+        ref = self.w.ref(stage, local)
+        t, _ = self.tensors[ref.name]
+        return t.T if ref.transposed else t
+
+    def _positions(self, side: str, n: int) -> Any:
+        torch, m = self.torch, self.m
+        dtype = getattr(torch, m.dtype)
+        if m.positional_encoding == "learned":
+            return self.parameter(stage_id(side, "positional-encoding"), "P")[:n]
+        pos = torch.arange(n, dtype=torch.float64)[:, None]
+        if m.positional_encoding == "sinusoidal-halves":
+            s = (m.d_model + 1) // 2
+            angle = pos / 10000.0 ** (2 * torch.arange(s, dtype=torch.float64) / m.d_model)
+            return torch.cat([torch.sin(angle), torch.cos(angle[:, : m.d_model - s])], dim=1).to(dtype)
+        j = torch.arange(m.d_model)
+        angle = pos / 10000.0 ** ((j // 2 * 2).to(torch.float64) / m.d_model)
+        return torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle)).to(dtype)
+
+    def forward(
+        self, source_ids: list[int], target_ids: list[int], outputs: dict[str, Any] | None = None
+    ) -> Any:
+        """The logits, (decoder tokens, vocab); ``outputs`` collects each layer's and norm's output
+        under our stage ids."""
+        torch, m = self.torch, self.m
+        outputs = {} if outputs is None else outputs
+        scale = math.sqrt(m.d_model) if m.scale_embeddings else 1.0
+
+        def bottom(side: str, ids: list[int]) -> Any:
+            x = self.parameter(stage_id(side, "embedding"), "E")[torch.tensor(ids)] * scale
+            x = x + self._positions(side, len(ids))
+            outputs[stage_id(side, "positional-encoding")] = x
+            return x[None]
+
+        def top(side: str, x: Any, i: int) -> None:
+            outputs[connection(side, i, len(sublayers(side, m)), m).after] = x[0]
+
+        memory = None
+        if not m.decoder_only:
+            memory = bottom(ENCODER, source_ids)
+            for i, layer in enumerate(self.layers[ENCODER]):
+                memory = layer(memory)
+                top(ENCODER, memory, i)
+            if m.has_final_norm:
+                memory = self.norms[ENCODER](memory)
+            outputs[stack_output(ENCODER, m)] = memory[0]
+        y = bottom(DECODER, target_ids)
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(y.shape[1], dtype=y.dtype)
+        for i, layer in enumerate(self.layers[DECODER]):
+            y = layer(y, src_mask=mask) if memory is None else layer(y, memory, tgt_mask=mask)
+            top(DECODER, y, i)
+        if m.has_final_norm:
+            y = self.norms[DECODER](y)
+        outputs[stack_output(DECODER, m)] = y[0]
+        logits = y[0] @ self.parameter(stage_id(OUTPUT, "logits"), "W") + self.parameter(
+            stage_id(OUTPUT, "logits"), "b"
+        )
+        outputs[stage_id(OUTPUT, "logits")] = logits
+        return logits
+
+    def gradients(self) -> dict[str, np.ndarray]:
+        """After ``backward()``: dL/d(every parameter), in our layout and under our names."""
+        out = {}
+        for name, (t, transposed) in self.tensors.items():
+            g = t.grad if t.grad is not None else self.torch.zeros_like(t)
+            out[name] = (g.T if transposed else g).detach().numpy()
+        return out
+
+    def attention_modules(self) -> list[Any]:
+        return [mod for layers in self.layers.values() for mod in layers.modules()
+                if isinstance(mod, self.torch.nn.MultiheadAttention)]  # fmt: skip
 
 
 def torch_checks(torch: ModuleType, trace: Trace, w: Weights) -> list[Check]:
-    """Run nn.Transformer layer by layer on our embeddings + PE and compare: every attention stage's
-    per-head weights (need_weights=True, average_attn_weights=False), each layer's output, the logits."""
-    nn = torch.nn
-    model = torch_transformer(torch, trace.config.model, w)
+    """Run the PyTorch model on the same tokens and compare: the embeddings plus positions, every
+    attention stage's per-head weights (need_weights=True, average_attn_weights=False) and
+    output, each layer's output, the final norms, and the logits."""
+    config = trace.config
+    model = TorchTransformer(torch, config, w)
     calls: list[tuple[Any, tuple, dict]] = []  # each attention module's inputs, in call order
     hooks = [
         mod.register_forward_pre_hook(
             lambda mod, args, kwargs: calls.append((mod, args, kwargs)), with_kwargs=True
         )
-        for mod in model.modules()
-        if isinstance(mod, nn.MultiheadAttention)
+        for mod in model.attention_modules()
     ]
-    src = torch.from_numpy(np.ascontiguousarray(trace["encoder.positional-encoding"]["output"]))[None]
-    tgt = torch.from_numpy(np.ascontiguousarray(trace["decoder.positional-encoding"]["output"]))[None]
-    mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], dtype=tgt.dtype)
+    index = config.index
+    source = [index[t] for t in trace.source_tokens]
+    target = [index[t] for t in trace.target_tokens]
     checks: list[Check] = []
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)  # call the modules themselves, so the hooks see them
     try:
         with torch.no_grad():
-            memory = src
-            for i, layer in enumerate(model.encoder.layers):
-                memory = layer(memory)
-                sid = f"encoder.{i}.add-norm-2"
-                checks.append(
-                    Check(sid, "encoder layer output", _diff(trace[sid]["output"], memory[0].numpy()))
-                )
-            y = tgt
-            for i, layer in enumerate(model.decoder.layers):
-                y = layer(y, memory, tgt_mask=mask)
-                sid = f"decoder.{i}.add-norm-3"
-                checks.append(Check(sid, "decoder layer output", _diff(trace[sid]["output"], y[0].numpy())))
+            outputs: dict[str, Any] = {}
+            model.forward(source, target, outputs)
+            for sid, value in outputs.items():
+                stage = trace[sid]
+                what = "logits, by PyTorch" if sid.startswith(OUTPUT) else f"{stage.output}, by PyTorch"
+                checks.append(Check(sid, what, gap(stage[stage.output], value.numpy())))
             attention = [s for s in trace if s.kind.endswith("attention")]
             for stage, (mod, args, kwargs) in zip(attention, calls[: len(attention)], strict=True):
-                out, weights = mod(*args, **{**kwargs, "need_weights": True, "average_attn_weights": False})
-                heads = max(_diff(stage[f"A{h + 1}"], weights[0, h].numpy()) for h in range(weights.shape[1]))
-                checks.append(Check(stage.id, "A of every head, by torch", heads))
-                checks.append(
-                    Check(
-                        stage.id,
-                        "output, by torch",
-                        _diff(stage["output"], out[0].numpy()),
-                    )
-                )
-            whole = model(src, tgt, tgt_mask=mask)[0].numpy()  # the whole model in one call
-            logits = whole @ w.W + w.b
-            checks.append(
-                Check(
-                    "output.logits",
-                    "logits, by nn.Transformer",
-                    _diff(trace["output.logits"]["logits"], logits),
-                )
-            )
+                kwargs = {**kwargs, "need_weights": True, "average_attn_weights": False, "is_causal": False}
+                out, weights = mod(*args, **kwargs)
+                heads = max(gap(stage[f"A{h + 1}"], weights[0, h].numpy()) for h in range(weights.shape[1]))
+                checks.append(Check(stage.id, "A of every head, by PyTorch", heads))
+                checks.append(Check(stage.id, "output, by PyTorch", gap(stage["output"], out[0].numpy())))
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
         for hook in hooks:

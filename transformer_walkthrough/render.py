@@ -27,8 +27,8 @@ from .trace import Matrix, Stage, Trace
 
 if TYPE_CHECKING:
     from .backprop import Backward
+    from .checks import Check
     from .training import GenerationStep
-    from .verify import Check
 
 LABEL = "bold cyan"
 TITLE = "bold"

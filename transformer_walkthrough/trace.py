@@ -15,88 +15,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from .architecture import Ref
 from .errors import StageError, close_matches
 
 if TYPE_CHECKING:
     from .config import Config
-
-
-class Kind(NamedTuple):
-    name: str  # shown in the title: "Encoder layer 0 · <name>"
-    explanation: str  # one plain-English sentence
-    formula: str  # the paper's arithmetic; lines separated by "\n"
-
-
-_ATTENTION = (
-    "Q_h = {q}·W_Qh,  K_h = {kv}·W_Kh,  V_h = {kv}·W_Vh    (h = 1 … num_heads)\n"
-    "S_h = Q_h·K_hᵀ / √d_k\n"
-    "A_h = softmax({s})    (row-wise)\n"
-    "O_h = A_h·V_h\n"
-    "output = concat(O_1, …, O_num_heads)·W_O"
-)
-
-# Every kind of stage, in the order they first appear in a forward pass.
-KINDS: dict[str, Kind] = {
-    "embedding": Kind(
-        "embedding",
-        "Each token looks up its row of the embedding table E, a vector of d_model numbers "
-        "(random until the model is trained).",
-        "output[i] = E[token_i]",
-    ),
-    "positional-encoding": Kind(
-        "positional encoding",
-        "Attention by itself ignores word order, so a fixed pattern of sines and cosines, "
-        "different for every position, is added to each token's vector.",
-        "PE[pos, 2i]   = sin(pos / 10000^(2i/d_model))\n"
-        "PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model))\n"
-        "output = X + PE",
-    ),
-    "self-attention": Kind(
-        "multi-head self-attention",
-        "Every token scores every token (query against key), turns the scores into weights with "
-        "softmax and takes the weighted mix of their values; each head does this in its own "
-        "d_k-dimensional subspace.",
-        _ATTENTION.format(q="X", kv="X", s="S_h"),
-    ),
-    "add-norm": Kind(
-        "add & norm",
-        "The sublayer's output is added back to its input (a residual connection), then each row "
-        "is normalised to mean 0 and variance 1, scaled by gamma and shifted by beta.",
-        "sum = X + sublayer\n"
-        "output = gamma ⊙ (sum − mean) / √(var + eps) + beta\n"
-        "    (mean and var of each row of sum; var divides by d_model)",
-    ),
-    "feed-forward": Kind(
-        "position-wise feed-forward",
-        "Each position goes on its own through the same two-layer network: widen to d_ff, keep "
-        "the positive part (ReLU), come back to d_model.",
-        "hidden = max(0, X·W_1 + b_1)\noutput = hidden·W_2 + b_2",
-    ),
-    "masked-attention": Kind(
-        "masked multi-head self-attention",
-        "Self-attention where the mask M puts −∞ above the diagonal, so no position can look at "
-        "a later one: softmax turns −∞ into a weight of exactly 0.",
-        _ATTENTION.format(q="X", kv="X", s="S_h + M"),
-    ),
-    "cross-attention": Kind(
-        "multi-head cross-attention",
-        "The decoder's tokens ask the questions (queries from X) and the encoder output answers "
-        "(keys and values from memory): this is how the source sentence reaches the decoder.",
-        _ATTENTION.format(q="X", kv="memory", s="S_h"),
-    ),
-    "logits": Kind(
-        "output linear layer",
-        "One linear layer turns each decoder position's vector into a score (logit) for every "
-        "word of the vocabulary.",
-        "logits = X·W + b",
-    ),
-    "probabilities": Kind(
-        "softmax over the vocabulary",
-        "Softmax turns each row of logits into probabilities that sum to 1; the most likely "
-        "word is the prediction for the next token.",
-        "probabilities = softmax(logits)    (row-wise)",
-    ),
-}
 
 
 @functools.lru_cache(maxsize=64)
@@ -105,26 +28,42 @@ def dims(n: int) -> tuple[str, ...]:
     return tuple(f"d{j}" for j in range(n))
 
 
-def is_weight(name: str) -> bool:
-    """A learned parameter (E, W_Q1, b_1, gamma, W, …), as opposed to an activation computed from them."""
-    return name in ("E", "W", "b", "gamma", "beta") or name.startswith(("W_", "b_"))
+# What a matrix is, recorded with it, so that no reader has to guess from its name.
+WEIGHT = "weight"  # a learned parameter (or a view of one: W_Q1 is a block of W_QKV)
+INPUT = "input"  # an earlier stage's output, read here (its source is in Stage.sources)
+ACTIVATION = "activation"  # computed in this stage
+ATTENTION = "attention"  # attention weights A_h: each row sums to 1
+PROBABILITIES = "probabilities"  # next-token probabilities: each row sums to 1
+MASK = "mask"  # the causal mask M: a constant of 0 and −∞
+CONSTANT = "constant"  # fixed numbers that are not learned: the sinusoidal PE
+ROLES = (WEIGHT, INPUT, ACTIVATION, ATTENTION, PROBABILITIES, MASK, CONSTANT)
 
 
 class Matrix(NamedTuple):
-    """A 2-D array with a label for every row and column."""
+    """A 2-D array with a label for every row and column, and its role in the stage."""
 
     values: np.ndarray
     rows: tuple[str, ...]
     cols: tuple[str, ...]
+    role: str = ACTIVATION
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.values.shape  # type: ignore[return-value]
 
+    @property
+    def is_weight(self) -> bool:
+        return self.role == WEIGHT
+
 
 @dataclass
 class Stage:
-    """One step of the forward pass and every matrix it used or made, in computing order."""
+    """One step of the forward pass and every matrix it used or made, in computing order.
+
+    ``sources`` says which earlier stage's output each input matrix is (``X`` <- the stage id),
+    ``params`` which parameter each weight it used is: the backward pass, ``verify`` and
+    ``explain`` walk that graph instead of wiring Figure 1 again.
+    """
 
     id: str
     kind: str
@@ -132,18 +71,44 @@ class Stage:
     explanation: str
     formula: str
     matrices: dict[str, Matrix] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # input name -> the stage it came from
+    params: dict[str, Ref] = field(default_factory=dict)  # local parameter name -> the parameter
+    output: str = "output"  # the matrix that the stage hands on
     # What the forward function returned, kept for its backward (never shown or exported).
     cache: Any = field(default=None, repr=False, compare=False)
+    trace: Trace | None = field(default=None, repr=False, compare=False)
     records: ClassVar[bool] = True  # a _NullStage does not: stages may skip work only shown
 
-    def rec(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
+    def rec(
+        self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str], role: str = ACTIVATION
+    ) -> np.ndarray:
         """Record ``values`` as matrix ``name`` and return it unchanged; a 1-D array is one row."""
         if values.ndim == 1:
             values = values.reshape(1, -1)
         if values.shape != (len(rows), len(cols)):
             raise ValueError(f"{self.id}/{name}: shape {values.shape} but {len(rows)}×{len(cols)} labels")
-        self.matrices[name] = Matrix(values, tuple(rows), tuple(cols))
+        self.matrices[name] = Matrix(values, tuple(rows), tuple(cols), role)
         return values
+
+    def input(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
+        """Record an input and the earlier stage whose output it is (found by identity)."""
+        if self.trace is not None:
+            source = self.trace.producer(values)
+            if source is not None:
+                self.sources[name] = source
+        return self.rec(name, values, rows, cols, INPUT)
+
+    def out(
+        self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str], role: str = ACTIVATION
+    ) -> np.ndarray:
+        """Record the stage's output: what the next stages read, and what they name as their source."""
+        self.output = name
+        if self.trace is not None:
+            self.trace.produced(values, self.id)
+        return self.rec(name, values, rows, cols, role)
+
+    def weight(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
+        return self.rec(name, values, rows, cols, WEIGHT)
 
     @property
     def layer(self) -> int | None:
@@ -195,15 +160,29 @@ class Trace:
     source_tokens: tuple[str, ...]
     target_tokens: tuple[str, ...]
     stages: dict[str, Stage] = field(default_factory=dict)
+    weights_source: str | None = None  # the file the weights came from; None: drawn from the seed
 
-    def stage(self, stage_id: str, kind: str, formula: str | None = None) -> Stage:
-        """Open a new stage; ``formula`` overrides the kind's when the config changes the arithmetic."""
-        info = KINDS[kind]
+    _producers: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def stage(
+        self, stage_id: str, kind: str, title: str | None = None, explanation: str = "", formula: str = ""
+    ) -> Stage:
+        """Open a new stage (``model`` passes what its kind says about it: ``kinds.open_stage``)."""
+        title = title or kind
         side, *layer, _ = stage_id.split(".")
         where = f"{side.capitalize()} layer {layer[0]}" if layer else side.capitalize()
-        new = Stage(stage_id, kind, f"{where} · {info.name}", info.explanation, formula or info.formula)
+        new = Stage(stage_id, kind, f"{where} · {title}", explanation, formula, trace=self)
         self.stages[stage_id] = new
         return new
+
+    def produced(self, values: np.ndarray, stage_id: str) -> None:
+        """Note that ``values`` is the output of ``stage_id``. The trace keeps the array alive, so
+        its id() names it for as long as the trace lives."""
+        self._producers[id(values)] = stage_id
+
+    def producer(self, values: np.ndarray) -> str | None:
+        """The stage whose output ``values`` is, if any."""
+        return self._producers.get(id(values))
 
     @property
     def vocabulary(self) -> tuple[str, ...]:
@@ -286,12 +265,17 @@ class _NullStage:
     cache = None
     records = False
 
-    def rec(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
+    def __init__(self, stage_id: str, kind: str) -> None:
+        self.id, self.kind, self.params = stage_id, kind, {}
+
+    def rec(self, name: str, values: np.ndarray, *args: Any) -> np.ndarray:
         return values
+
+    input = out = weight = rec
 
 
 class NullTrace(Trace):
     """A trace that keeps no matrices: the forward pass at full speed and with no memory held."""
 
-    def stage(self, stage_id: str, kind: str, formula: str | None = None) -> Stage:
-        return _NullStage()  # type: ignore[return-value]
+    def stage(self, stage_id: str, kind: str, *args: Any) -> Stage:
+        return _NullStage(stage_id, kind)  # type: ignore[return-value]

@@ -22,18 +22,9 @@ from .trace import Trace
 
 
 def parameters(w: Weights) -> list[np.ndarray]:
-    """Every parameter array of the model, in a fixed order (gradients come in the same order)."""
-
-    def walk(node: object) -> list[np.ndarray]:
-        if isinstance(node, np.ndarray):
-            return [node]
-        if isinstance(node, list):
-            return [a for item in node for a in walk(item)]
-        if node is None:  # an absent bias
-            return []
-        return [a for value in vars(node).values() for a in walk(value)]  # a dataclass, fields in order
-
-    return walk(w)
+    """Every parameter array of the model, each once (a tied table too), in a fixed order;
+    ``parameters`` of the gradients come in the same order."""
+    return list(w.values())
 
 
 class Adam:

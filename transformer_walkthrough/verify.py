@@ -8,38 +8,17 @@ whole model with ``torch.nn.Transformer`` (float64), when PyTorch is installed.
 
 from __future__ import annotations
 
-import itertools
 import math
-from typing import NamedTuple
 
 import numpy as np
 
+from .architecture import ENCODER, stack_output
+from .checks import TOLERANCE, Check, gap
 from .errors import WalkthroughError
-from .model import Weights
 from .trace import Stage, Trace
+from .weights import Weights
 
-# Largest difference that still counts as equal: float64 agrees to ~1e-15, float32 to ~1e-6.
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
-
-
-class Check(NamedTuple):
-    stage: str
-    what: str
-    max_diff: float
-    tolerance: float = TOLERANCE["float64"]
-
-    @property
-    def ok(self) -> bool:
-        return self.max_diff <= self.tolerance
-
-
-def _diff(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.shape != b.shape:
-        return math.inf
-    with np.errstate(invalid="ignore"):  # -inf - -inf is nan; those cells are equal
-        gap = np.where(a == b, 0.0, np.abs(a - b))
-    return float(np.max(np.nan_to_num(gap, nan=math.inf), initial=0.0))
+__all__ = ["TOLERANCE", "Check", "against_torch", "recompute"]
 
 
 def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -65,16 +44,26 @@ def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) 
     return np.array(rows) * gamma + beta
 
 
-def _positional_encoding(n: int, d_model: int) -> np.ndarray:
-    return np.array(
-        [
-            [
-                (math.sin if j % 2 == 0 else math.cos)(pos / 10000 ** ((j - j % 2) / d_model))
-                for j in range(d_model)
-            ]
-            for pos in range(n)
-        ]
-    )
+def _positional_encoding(n: int, d_model: int, halves: bool) -> np.ndarray:
+    def cell(pos: int, j: int) -> float:
+        if halves:  # sines in the first ⌈d/2⌉ columns, the cosines of the same angles after them
+            sines = (d_model + 1) // 2
+            i, f = (j, math.sin) if j < sines else (j - sines, math.cos)
+            return f(pos / 10000 ** (2 * i / d_model))
+        return (math.sin if j % 2 == 0 else math.cos)(pos / 10000 ** ((j - j % 2) / d_model))
+
+    return np.array([[cell(pos, j) for j in range(d_model)] for pos in range(n)])
+
+
+def _activation(x: np.ndarray, activation: str) -> np.ndarray:
+    """The feed-forward's nonlinearity, one cell at a time with ``math``."""
+    f = {
+        "relu": lambda v: max(v, 0.0),
+        "gelu": lambda v: v * (1 + math.erf(v / math.sqrt(2))) / 2,
+        "gelu-tanh": lambda v: v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))) / 2,
+        "silu": lambda v: v / (1 + math.exp(-v)) if v > -700 else 0.0,
+    }[activation]
+    return np.array([[f(v) for v in row] for row in x.tolist()]).reshape(x.shape)
 
 
 def _attention(stage: Stage, num_heads: int, d_k: int) -> list[Check]:
@@ -86,7 +75,7 @@ def _attention(stage: Stage, num_heads: int, d_k: int) -> list[Check]:
     if "M" in stage:
         n = len(x)
         mask = np.array([[0.0 if j <= i else -math.inf for j in range(n)] for i in range(n)])
-        checks.append(Check(stage.id, "M: 0 on and below diagonal, -∞ above", _diff(stage["M"], mask)))
+        checks.append(Check(stage.id, "M: 0 on and below diagonal, -∞ above", gap(stage["M"], mask)))
     for h in range(1, num_heads + 1):
         q = _mm(x, stage[f"W_Q{h}"]) + (stage.get(f"b_Q{h}", 0))
         k = _mm(kv, stage[f"W_K{h}"]) + (stage.get(f"b_K{h}", 0))
@@ -98,14 +87,14 @@ def _attention(stage: Stage, num_heads: int, d_k: int) -> list[Check]:
         o = _mm(a, v)
         heads.append(o)
         checks.append(Check(stage.id, f"head {h}: Q, K, V, S, A, O", max(
-            _diff(stage[f"Q{h}"], q), _diff(stage[f"K{h}"], k), _diff(stage[f"V{h}"], v),
-            _diff(stage[f"S{h}+M"] if "M" in stage else stage[f"S{h}"], s), _diff(stage[f"A{h}"], a),
-            _diff(stage[f"O{h}"], o),
+            gap(stage[f"Q{h}"], q), gap(stage[f"K{h}"], k), gap(stage[f"V{h}"], v),
+            gap(stage[f"S{h}+M"] if "M" in stage else stage[f"S{h}"], s), gap(stage[f"A{h}"], a),
+            gap(stage[f"O{h}"], o),
         )))  # fmt: skip
     concat = np.concatenate(heads, axis=1)
     out = _mm(concat, stage["W_O"]) + (stage.get("b_O", 0))
     checks.append(Check(stage.id, "concat = heads side by side; ·W_O", max(
-        _diff(stage["concat"], concat), _diff(stage["output"], out))))  # fmt: skip
+        gap(stage["concat"], concat), gap(stage["output"], out))))  # fmt: skip
     return checks
 
 
@@ -113,41 +102,71 @@ def recompute(trace: Trace) -> list[Check]:
     """Recompute every stage from its own recorded inputs; check each stage reads what it should."""
     m = trace.config.model
     checks: list[Check] = []
-    vocabulary = list(trace.vocabulary)
+    index = trace.config.index
     for stage in trace:
         kind = stage.kind
         if kind == "embedding":
-            tokens = trace.source_tokens if stage.id.startswith("encoder") else trace.target_tokens
-            rows = stage["E"][[vocabulary.index(t) for t in tokens]] * (
-                math.sqrt(m.d_model) if m.scale_embeddings else 1
-            )
-            checks.append(Check(stage.id, "output = the tokens' rows of E", _diff(stage["output"], rows)))
+            rows = stage["E"][[index[t] for t in stage.matrices["output"].rows]]
+            rows = rows * (math.sqrt(m.d_model) if m.scale_embeddings else 1)
+            checks.append(Check(stage.id, "output = the tokens' rows of E", gap(stage["output"], rows)))
         elif kind == "positional-encoding":
-            pe = _positional_encoding(len(stage["X"]), m.d_model)
-            checks.append(Check(stage.id, "PE by sin/cos, output = X + PE", max(
-                _diff(stage["PE"], pe), _diff(stage["output"], stage["X"] + pe))))  # fmt: skip
+            n = len(stage["X"])
+            if m.positional_encoding == "learned":
+                pe, what = stage["P"][:n], "PE = the first rows of P, output = X + PE"
+            else:
+                pe = _positional_encoding(n, m.d_model, m.positional_encoding == "sinusoidal-halves")
+                what = "PE by sin/cos, output = X + PE"
+            checks.append(
+                Check(
+                    stage.id,
+                    what,
+                    max(gap(stage["PE"], pe), gap(stage["output"], stage["X"] + pe)),
+                )
+            )
         elif kind.endswith("attention"):
             checks.extend(_attention(stage, m.num_heads, m.d_k))
         elif kind == "add-norm":
             total = stage["X"] + stage["sublayer"]
             out = _layer_norm(total, stage["gamma"], stage["beta"], m.layer_norm_eps)
             checks.append(Check(stage.id, "sum = X + sublayer; LayerNorm rows", max(
-                _diff(stage["sum"], total), _diff(stage["output"], out))))  # fmt: skip
+                gap(stage["sum"], total), gap(stage["output"], out))))  # fmt: skip
+        elif kind == "layer-norm":
+            out = _layer_norm(stage["X"], stage["gamma"], stage["beta"], m.layer_norm_eps)
+            checks.append(Check(stage.id, "LayerNorm rows", gap(stage["output"], out)))
+        elif kind == "residual":
+            x, sub = stage["X"].tolist(), stage["sublayer"].tolist()
+            total = np.array(
+                [[a + b for a, b in zip(r, s, strict=True)] for r, s in zip(x, sub, strict=True)]
+            )
+            checks.append(Check(stage.id, "output = X + sublayer", gap(stage["output"], total)))
         elif kind == "feed-forward":
-            hidden = np.maximum(_mm(stage["X"], stage["W_1"]) + stage["b_1"], 0.0)
+            pre = _mm(stage["X"], stage["W_1"]) + stage["b_1"]
+            hidden = _activation(pre, m.activation)
             out = _mm(hidden, stage["W_2"]) + stage["b_2"]
-            checks.append(Check(stage.id, "hidden = ReLU(X·W_1 + b_1); output", max(
-                _diff(stage["hidden"], hidden), _diff(stage["output"], out))))  # fmt: skip
+            what = f"pre = X·W_1 + b_1; hidden = {m.activation}(pre); output"
+            worst = max(gap(stage["pre"], pre), gap(stage["hidden"], hidden), gap(stage["output"], out))
+            checks.append(Check(stage.id, what, worst))
         elif kind == "logits":
             x = stage["flattened"] if "flattened" in stage else stage["X"]
             checks.append(
-                Check(stage.id, "logits = X·W + b", _diff(stage["logits"], _mm(x, stage["W"]) + stage["b"]))
+                Check(
+                    stage.id,
+                    "logits = X·W + b",
+                    gap(stage["logits"], _mm(x, stage["W"]) + stage["b"]),
+                )
             )
+            if m.tie_embeddings:
+                E = next(s for s in trace if s.kind == "embedding")["E"]
+                checks.append(Check(stage.id, "W = Eᵀ (tied)", gap(stage["W"], E.T)))
         elif kind == "probabilities":
             checks.append(
-                Check(stage.id, "softmax per row", _diff(stage["probabilities"], _softmax(stage["logits"])))
+                Check(
+                    stage.id,
+                    "softmax per row",
+                    gap(stage["probabilities"], _softmax(stage["logits"])),
+                )
             )
-    checks.extend(_chain(trace))
+    checks.extend(_graph(trace))
     return with_tolerance(checks, trace)
 
 
@@ -157,28 +176,24 @@ def with_tolerance(checks: list[Check], trace: Trace) -> list[Check]:
     return [c._replace(tolerance=tolerance) for c in checks]
 
 
-def _chain(trace: Trace) -> list[Check]:
-    """Each stage reads what it should: the wiring of Figure 1."""
+def _graph(trace: Trace) -> list[Check]:
+    """Each input equals the output of the stage it says it came from, and cross-attention reads
+    the encoder's output: the wiring of Figure 1, as the trace recorded it."""
     checks = []
-    stages = list(trace)
-    memory = [s for s in stages if s.id.startswith("encoder.")][-1]["output"]
-    for before, stage in itertools.pairwise(stages):
-        if stage.kind == "add-norm":  # the residual input is the sublayer's input
-            checks.append(Check(stage.id, f"X, sublayer = {before.id} X, output", max(
-                _diff(stage["X"], before["X"]), _diff(stage["sublayer"], before["output"]))))  # fmt: skip
-        elif stage.kind == "probabilities":
-            checks.append(
-                Check(stage.id, f"logits = {before.id} logits", _diff(stage["logits"], before["logits"]))
-            )
-        elif "X" in stage:
-            checks.append(Check(stage.id, f"X = {before.id} output", _diff(stage["X"], before["output"])))
+    m = trace.config.model
+    for stage in trace:
+        for name, source in stage.sources.items():
+            given = trace[source]
+            checks.append(Check(stage.id, f"{name} = {source} {given.output}",
+                                gap(stage[name], given[given.output])))  # fmt: skip
         if "memory" in stage:
-            checks.append(Check(stage.id, "memory = the encoder's output", _diff(stage["memory"], memory)))
+            ok = stage.sources.get("memory") == stack_output(ENCODER, m)
+            checks.append(Check(stage.id, "memory is the encoder's output", 0.0 if ok else math.inf))
     return checks
 
 
 def against_torch(trace: Trace, weights: Weights) -> list[Check]:
-    """The whole model rebuilt in ``torch.nn.Transformer`` (float64, dropout 0, no final norms)."""
+    """The whole model rebuilt from PyTorch's transformer layers (``reference``), compared stage by stage."""
     try:
         import torch
     except ImportError:
@@ -187,7 +202,7 @@ def against_torch(trace: Trace, weights: Weights) -> list[Check]:
         ) from None
     if trace.config.model.output_head != "per-position":
         raise WalkthroughError(
-            "--against torch: nn.Transformer has no flatten head; use output_head: per-position"
+            "--against torch: PyTorch's transformer has no flatten head; use output_head: per-position"
         )
     from .reference import torch_checks
 

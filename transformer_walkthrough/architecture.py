@@ -1,0 +1,180 @@
+"""Figure 1 described once: the stacks, the sublayers of each layer, the stage ids, the parameters.
+
+The forward pass (``model``), the parameters (``weights``), the backward pass and ``verify`` all
+read this description instead of wiring the figure again. A convention of the config changes the
+description here, and nowhere else:
+
+- ``norm_first``: a post-norm sublayer k is two stages, the sublayer and ``add-norm-k``
+  (LayerNorm(x + Sublayer(x)), the paper); a pre-norm one is three, ``norm-k``, the sublayer and
+  ``residual-k`` (x + Sublayer(LayerNorm(x)), GPT-2 and most models since).
+- ``num_encoder_layers: 0``: no encoder stack, and decoder layers without cross-attention.
+- ``tie_embeddings``: one table E for both embeddings and the output layer (W = Eᵀ).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from .config import Config, ModelConfig
+
+ENCODER, DECODER, OUTPUT = "encoder", "decoder", "output"
+
+
+def stage_id(side: str, name: str, layer: int | None = None) -> str:
+    """The id of a stage: ``decoder.0.masked-attention``, or ``encoder.embedding`` outside layers."""
+    return f"{side}.{name}" if layer is None else f"{side}.{layer}.{name}"
+
+
+def stacks(m: ModelConfig) -> tuple[str, ...]:
+    """The stacks the model has, bottom to top: both, or the decoder alone."""
+    return (DECODER,) if m.decoder_only else (ENCODER, DECODER)
+
+
+def num_layers(side: str, m: ModelConfig) -> int:
+    return m.num_encoder_layers if side == ENCODER else m.num_decoder_layers
+
+
+def sublayers(side: str, m: ModelConfig) -> tuple[str, ...]:
+    """The kinds of the sublayers of one layer, in order (each is the kind of its stage)."""
+    if side == ENCODER:
+        return ("self-attention", "feed-forward")
+    if m.decoder_only:
+        return ("masked-attention", "feed-forward")
+    return ("masked-attention", "cross-attention", "feed-forward")
+
+
+class Connection(NamedTuple):
+    """The stage ids around sublayer k: the norm before it (pre-norm) and the stage after it."""
+
+    norm: str | None  # pre-norm: "{side}.N.norm-k", a layer-norm stage; post-norm: None
+    after: str  # post-norm: "{side}.N.add-norm-k"; pre-norm: "{side}.N.residual-k"
+
+
+def connection(side: str, layer: int, k: int, m: ModelConfig) -> Connection:
+    """Where the residual connection and the norm of sublayer k (from 1) sit."""
+    if m.norm_first:
+        return Connection(stage_id(side, f"norm-{k}", layer), stage_id(side, f"residual-{k}", layer))
+    return Connection(None, stage_id(side, f"add-norm-{k}", layer))
+
+
+def stack_output(side: str, m: ModelConfig) -> str:
+    """The stage whose output leaves the stack (the memory, for the encoder)."""
+    if m.has_final_norm:
+        return stage_id(side, "final-norm")
+    last = num_layers(side, m) - 1
+    if last < 0:  # a stack of no layers hands on its input
+        return stage_id(side, "positional-encoding")
+    return connection(side, last, len(sublayers(side, m)), m).after
+
+
+def stage_ids(config: Config) -> list[str]:
+    """Every stage id of a forward pass, in computing order (pinned by a test)."""
+    m = config.model
+    ids = []
+    for side in stacks(m):
+        ids += [stage_id(side, "embedding"), stage_id(side, "positional-encoding")]
+        for i in range(num_layers(side, m)):
+            for k, kind in enumerate(sublayers(side, m), 1):
+                c = connection(side, i, k, m)
+                ids += (
+                    [c.norm, stage_id(side, kind, i), c.after]
+                    if c.norm
+                    else [stage_id(side, kind, i), c.after]
+                )
+        if m.has_final_norm:
+            ids.append(stage_id(side, "final-norm"))
+    return [*ids, stage_id(OUTPUT, "logits"), stage_id(OUTPUT, "probabilities")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters: named by the stage that uses them ("decoder.0.feed-forward/W_1"); a tied table is
+# one parameter, named by its first use, that later uses refer to.
+# ---------------------------------------------------------------------------------------------
+
+
+class Ref(NamedTuple):
+    """The parameter a stage uses under a local name: its own, or a tied one (transposed for W = Eᵀ)."""
+
+    name: str
+    transposed: bool = False
+
+
+class Spec(NamedTuple):
+    """A parameter's shape and how it is first drawn (an ``init`` of ``weights``)."""
+
+    shape: tuple[int, ...]
+    init: str  # "embedding", "xavier", "xavier-qkv", "bias", "zeros", "ones", "positions"
+    fan_in: int = 0  # for "bias": the layer's input width
+
+
+def _stage_parameters(kind: str, m: ModelConfig) -> dict[str, Spec]:
+    """The parameters of one stage of ``kind``, by local name."""
+    d = m.d_model
+    if kind.endswith("attention"):
+        specs = {"W_QKV": Spec((d, 3 * d), "xavier-qkv"), "W_O": Spec((d, d), "xavier")}
+        if m.attention_bias:
+            specs |= {"b_QKV": Spec((3 * d,), "zeros"), "b_O": Spec((d,), "zeros")}
+        return specs
+    if kind == "feed-forward":
+        return {
+            "W_1": Spec((d, m.d_ff), "xavier"),
+            "b_1": Spec((m.d_ff,), "bias", d),
+            "W_2": Spec((m.d_ff, d), "xavier"),
+            "b_2": Spec((d,), "bias", m.d_ff),
+        }
+    if kind in ("add-norm", "layer-norm"):
+        return {"gamma": Spec((d,), "ones"), "beta": Spec((d,), "zeros")}
+    return {}
+
+
+def parameters(config: Config) -> tuple[dict[str, Spec], dict[str, Ref]]:
+    """Every parameter of the model in a fixed order, and every use of a parameter by a stage.
+
+    Returns ``specs`` (parameter name -> Spec) and ``uses`` ("stage id/local name" -> Ref).
+    With ``tie_embeddings`` the first stack's E is the only table: the other embedding and the
+    output layer's W use it (W as Eᵀ).
+    """
+    m, vocab = config.model, len(config.vocabulary or ())
+    specs: dict[str, Spec] = {}
+    uses: dict[str, Ref] = {}
+
+    def add(stage: str, kind: str, more: dict[str, Spec] | None = None) -> None:
+        for local, spec in (_stage_parameters(kind, m) | (more or {})).items():
+            name = f"{stage}/{local}"
+            specs[name] = spec
+            uses[name] = Ref(name)
+
+    shared: str | None = None  # the tied table, once drawn
+    for side in stacks(m):
+        embedding = stage_id(side, "embedding")
+        if m.tie_embeddings and shared is not None:
+            uses[f"{embedding}/E"] = Ref(shared)
+        else:
+            add(embedding, "embedding", {"E": Spec((vocab, m.d_model), "embedding")})
+            shared = f"{embedding}/E"
+        if m.positional_encoding == "learned":
+            add(
+                stage_id(side, "positional-encoding"),
+                "",
+                {"P": Spec((m.max_positions, m.d_model), "positions")},
+            )
+        for i in range(num_layers(side, m)):
+            for k, kind in enumerate(sublayers(side, m), 1):
+                c = connection(side, i, k, m)
+                if c.norm:
+                    add(c.norm, "layer-norm")
+                add(stage_id(side, kind, i), kind)
+                if not c.norm:
+                    add(c.after, "add-norm")
+        if m.has_final_norm:
+            add(stage_id(side, "final-norm"), "layer-norm")
+    logits = stage_id(OUTPUT, "logits")
+    head_in = m.d_model * (len(config.target_tokens) if m.output_head == "flatten" else 1)
+    if m.tie_embeddings:
+        assert shared is not None
+        uses[f"{logits}/W"] = Ref(shared, transposed=True)
+    else:
+        add(logits, "", {"W": Spec((head_in, vocab), "xavier")})
+    add(logits, "", {"b": Spec((vocab,), "bias", head_in)})
+    return specs, uses

@@ -1,0 +1,148 @@
+"""The model's parameters, by name: drawn from the seed, loaded from or saved to an .npz.
+
+A parameter is named by the stage that uses it (``decoder.0.feed-forward/W_1``), independently of
+any trace, as ``architecture.parameters`` lists them. Each array is held once: a tied embedding
+table is one parameter, used by both embeddings and (as Eᵀ) by the output layer, so its gradient
+is the sum of its uses, Adam moves it once and the .npz stores it once.
+
+Each parameter is drawn from its own stream, keyed by the seed and the parameter's name: changing
+a convention of the config (pre-norm, say) leaves every other weight as it was, so that
+``walkthrough diff`` shows the convention's effect alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from .architecture import Ref, Spec, parameters
+from .config import Config
+from .errors import WalkthroughError
+
+
+class Weights(Mapping[str, np.ndarray]):
+    """Every parameter of the model: a mapping from its name to its array, each array once."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], uses: dict[str, Ref]) -> None:
+        self.arrays, self.uses = arrays, uses
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.arrays)
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def ref(self, stage_id: str, local: str) -> Ref:
+        """The parameter that stage ``stage_id`` uses under the name ``local``."""
+        return self.uses[f"{stage_id}/{local}"]
+
+    def resolve(self, ref: Ref) -> np.ndarray:
+        a = self.arrays[ref.name]
+        return a.T if ref.transposed else a
+
+    def take(self, stage: object, local: str) -> np.ndarray:
+        """The array that ``stage`` uses as ``local``, noted in the stage's ``params``."""
+        ref = self.ref(stage.id, local)  # type: ignore[attr-defined]
+        stage.params[local] = ref  # type: ignore[attr-defined]
+        return self.resolve(ref)
+
+    def get_local(self, stage_id: str, local: str) -> np.ndarray | None:
+        """The array a stage uses as ``local``, or None when the model has no such parameter."""
+        ref = self.uses.get(f"{stage_id}/{local}")
+        return None if ref is None else self.resolve(ref)
+
+    def like(self, arrays: dict[str, np.ndarray]) -> Weights:
+        """Other arrays (gradients, say) under the same names and ties."""
+        return Weights(arrays, self.uses)
+
+
+def _draw(spec: Spec, rng: np.random.Generator) -> np.ndarray:
+    """A parameter's first values, as PyTorch would draw them (the article for the embeddings)."""
+
+    def xavier(fan_in: int, fan_out: int) -> np.ndarray:
+        a = math.sqrt(6.0 / (fan_in + fan_out))
+        return rng.uniform(-a, a, size=(fan_in, fan_out))
+
+    if spec.init == "embedding":  # the article: uniform in [0, 1)
+        return rng.random(spec.shape)
+    if spec.init == "xavier":  # Glorot/Xavier uniform, as nn.Transformer
+        return xavier(*spec.shape)
+    if spec.init == "xavier-qkv":  # [W_Q | W_K | W_V]: each its own d×d Glorot draw
+        d = spec.shape[0]
+        return np.hstack([xavier(d, d), xavier(d, d), xavier(d, d)])
+    if spec.init == "bias":  # nn.Linear: uniform in ±1/√fan_in
+        a = 1.0 / math.sqrt(spec.fan_in)
+        return rng.uniform(-a, a, size=spec.shape)
+    if spec.init == "positions":  # a learned position table, as GPT-2 draws wpe: N(0, 0.02²)
+        return rng.normal(0.0, 0.02, size=spec.shape)
+    if spec.init == "ones":
+        return np.ones(spec.shape)
+    return np.zeros(spec.shape)
+
+
+def stream(seed: int, name: str) -> np.random.Generator:
+    """The random stream of one parameter: keyed by the seed and the name, the same on every machine."""
+    return np.random.default_rng(np.random.SeedSequence([seed, *name.encode()]))
+
+
+def init_weights(config: Config) -> Weights:
+    """Every parameter drawn from the seed: embeddings uniform in [0, 1) (the article), weight
+    matrices Glorot/Xavier uniform (nn.Transformer), feed-forward and output biases uniform in
+    ±1/√fan_in (nn.Linear), attention biases 0 (nn.MultiheadAttention), LayerNorm gamma 1 and beta
+    0, learned positions N(0, 0.02²) (GPT-2). Drawn in float64, then rounded to the config's dtype,
+    so float32 weights are float64's rounded."""
+    specs, uses = parameters(config)
+    dtype = np.dtype(config.model.dtype)
+    arrays = {
+        name: _draw(spec, stream(config.seed, name)).astype(dtype, copy=False) for name, spec in specs.items()
+    }
+    return Weights(arrays, uses)
+
+
+def load_weights(config: Config, path: str | Path) -> Weights:
+    """Weights for ``config`` from an .npz (as ``walkthrough train --output`` writes), every name
+    and shape checked against the config's parameters before any array is read."""
+    import zipfile
+
+    specs, uses = parameters(config)
+    dtype = np.dtype(config.model.dtype)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            names = list(npz.files)
+            missing = [name for name in specs if name not in names]
+            if missing:
+                raise WalkthroughError(
+                    f"{path}: has no {missing[0]}, which this config's model needs ({len(missing)} missing)"
+                )
+            extra = [name for name in names if name not in specs]
+            if extra:
+                raise WalkthroughError(f"{path}: has {extra[0]}, which this config's model does not have")
+            arrays = {}
+            for name, spec in specs.items():
+                a = npz[name]
+                if a.shape != spec.shape:
+                    have, want = "×".join(map(str, a.shape)), "×".join(map(str, spec.shape))
+                    raise WalkthroughError(
+                        f"{path}: {name} is {have} in the file but {want} in this config's model"
+                    )
+                if a.dtype.kind != "f":
+                    raise WalkthroughError(f"{path}: {name} holds {a.dtype} numbers, not floating point")
+                arrays[name] = a.astype(dtype)
+    except FileNotFoundError:
+        raise WalkthroughError(f"{path}: no such file") from None
+    except (OSError, ValueError, zipfile.BadZipFile):
+        raise WalkthroughError(
+            f"{path}: not a weights .npz (as `walkthrough train --output` writes)"
+        ) from None
+    return Weights(arrays, uses)
+
+
+def save_weights(w: Weights) -> dict[str, np.ndarray]:
+    """What an .npz of these weights holds: each parameter once, under its name."""
+    return dict(w.arrays)
