@@ -18,7 +18,9 @@ from transformer_walkthrough.reference import TorchTransformer
 from .strategies import configs
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-PER_POSITION = [p.name for p in sorted(CONFIGS.glob("*.yaml")) if load_config(p).model.output_head != "flatten"]
+PER_POSITION = [
+    p.name for p in sorted(CONFIGS.glob("*.yaml")) if load_config(p).model.output_head != "flatten"
+]
 
 
 def torch_gradients(config: Config, w: Weights) -> tuple[float, dict[str, np.ndarray]]:
@@ -99,9 +101,13 @@ def test_a_tied_table_is_one_parameter_whose_gradient_sums_its_three_uses() -> N
     assert [n for n in w if n.endswith("/E") or n.endswith("/W")] == ["encoder.embedding/E"]
     b = backward(run_forward(config, w), w)
     stages = b.stages
-    uses = stages["encoder.embedding"]["E"] + stages["decoder.embedding"]["E"] + stages["output.logits"]["W"].T
+    uses = (
+        stages["encoder.embedding"]["E"] + stages["decoder.embedding"]["E"] + stages["output.logits"]["W"].T
+    )
     assert np.max(np.abs(b.weights["encoder.embedding/E"] - uses)) < 1e-15
-    assert np.abs(stages["output.logits"]["W"]).max() > 0 and np.abs(stages["encoder.embedding"]["E"]).max() > 0
+    assert (
+        np.abs(stages["output.logits"]["W"]).max() > 0 and np.abs(stages["encoder.embedding"]["E"]).max() > 0
+    )
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -128,7 +134,8 @@ def test_a_repeated_token_gathers_both_gradients() -> None:
         (dict(norm_first=True, activation="gelu", positional_encoding="learned", tie_embeddings=True),
          ["decoder.0.norm-2/gamma", "encoder.final-norm/beta", "decoder.positional-encoding/P",
           "encoder.embedding/E", "encoder.0.feed-forward/W_1"]),
-        (dict(activation="silu", attention_bias=True), ["decoder.0.feed-forward/b_1", "encoder.0.self-attention/b_QKV"]),
+        (dict(activation="silu", attention_bias=True),
+         ["decoder.0.feed-forward/b_1", "encoder.0.self-attention/b_QKV"]),
     ],
 )  # fmt: skip
 def test_loss_gradient_by_finite_differences_through_the_whole_model(model: dict, names: list[str]) -> None:
@@ -137,7 +144,7 @@ def test_loss_gradient_by_finite_differences_through_the_whole_model(model: dict
     b = backward(run_forward(config, w), w)
     for name in names:
         array, grad = w[name], b.weights[name]
-        for index in [(0, 0), (1, 2), (3, 1)][: 3 if array.ndim == 2 else 0] or [(0,), (2,), (3,)]:
+        for index in [(0, 0), (1, 2), (3, 1)] if array.ndim == 2 else [(0,), (2,), (3,)]:
             old = array[index]
             array[index] = old + 1e-6
             up = backward(run_forward(config, w), w).loss
@@ -148,7 +155,10 @@ def test_loss_gradient_by_finite_differences_through_the_whole_model(model: dict
 
 
 def test_every_matrix_of_every_stage_has_a_gradient_of_its_shape() -> None:
-    for model in (ModelConfig(attention_bias=True), ModelConfig(norm_first=True, positional_encoding="learned")):
+    for model in (
+        ModelConfig(attention_bias=True),
+        ModelConfig(norm_first=True, positional_encoding="learned"),
+    ):
         trace = run_forward(Config(model=model))
         stages = backward(trace, init_weights(trace.config)).stages
         for stage in trace:

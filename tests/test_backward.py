@@ -107,7 +107,9 @@ def test_feed_forward_backward(activation: str) -> None:
     assert (r.pre < 0).any() and (r.pre > 0).any()  # both sides of the bend are exercised
     dx, dW_1, db_1, dW_2, db_2, _, _ = F.feed_forward_backward(R, x, W_1, W_2, r, activation)
     for analytic, wrt in ((dx, x), (dW_1, W_1), (db_1, b_1), (dW_2, W_2), (db_2, b_2)):
-        check(analytic, lambda: float(np.sum(R * F.feed_forward(x, W_1, b_1, W_2, b_2, activation).output)), wrt)
+        check(
+            analytic, lambda: float(np.sum(R * F.feed_forward(x, W_1, b_1, W_2, b_2, activation).output)), wrt
+        )
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu", "gelu-tanh", "silu"])

@@ -136,6 +136,8 @@ def test_a_final_norm_where_the_model_has_none_would_be_caught() -> None:
     layers[-1].forward = lambda y, memory, tgt_mask: norm(last(y, memory, tgt_mask=tgt_mask))
     index = config.index
     with torch.no_grad():
-        logits = model.forward([index[t] for t in trace.source_tokens], [index[t] for t in trace.target_tokens])
+        logits = model.forward(
+            [index[t] for t in trace.source_tokens], [index[t] for t in trace.target_tokens]
+        )
     assert np.max(np.abs(trace["output.logits"]["logits"] - logits.numpy())) > 1e-2
     assert stack_output("decoder", config.model) == "decoder.1.add-norm-3"
