@@ -413,30 +413,11 @@ def named_weights(trace: Trace) -> dict[str, np.ndarray]:
 
 def load_weights(config: Config, path: str | Path) -> Weights:
     """Weights for ``config`` from an .npz written by ``walkthrough train``, every name and shape checked."""
-    import zipfile
+    from .npzfile import read_npz
 
     w = init_weights(config)
     slots = named_weights(run_forward(config, w))  # views into w: writing them fills w
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            stored = {name: npz[name] for name in npz.files}
-    except FileNotFoundError:
-        raise WalkthroughError(f"{path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile):
-        raise WalkthroughError(
-            f"{path}: not a weights .npz (as `walkthrough train --output` writes)"
-        ) from None
-    missing = [name for name in slots if name not in stored]
-    if missing:
-        raise WalkthroughError(
-            f"{path}: has no {missing[0]}, which this config's model needs ({len(missing)} missing)"
-        )
-    extra = [name for name in stored if name not in slots]
-    if extra:
-        raise WalkthroughError(f"{path}: has {extra[0]}, which this config's model does not have")
+    stored = read_npz(path, expected={name: view.shape for name, view in slots.items()})
     for name, view in slots.items():
-        if stored[name].shape != view.shape:
-            have, want = "×".join(map(str, stored[name].shape)), "×".join(map(str, view.shape))
-            raise WalkthroughError(f"{path}: {name} is {have} in the file but {want} in this config's model")
         view[...] = stored[name]
     return w
