@@ -252,7 +252,8 @@ def verify(
     failed = [c for c in checks if not c.ok]
     dtype = settings.model.dtype
     console.print(
-        f"{len(checks) - len(failed)} of {len(checks)} checks agree to {TOLERANCE[dtype]:g} ({dtype})."
+        f"{len(checks) - len(failed)} of {len(checks)} checks agree to {TOLERANCE[dtype]:g} of their stage's "
+        f"largest value ({dtype})."
     )
     if failed:
         raise typer.Exit(1)

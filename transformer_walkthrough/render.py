@@ -327,8 +327,9 @@ def loss_curve(losses: list[float], width: int = 60, height: int = 8) -> Text:
     # One column every n/cols steps, the first and the last included; log scale, as losses fall by
     # orders of magnitude.
     picked = [losses[round(i * (n - 1) / max(cols - 1, 1))] for i in range(cols)]
-    logs = [math.log10(max(loss, 1e-12)) for loss in picked]
-    top, bottom = max(logs), min(logs)
+    finite = [math.log10(max(loss, 1e-12)) for loss in picked if math.isfinite(loss)] or [0.0]
+    top, bottom = max(finite), min(finite)
+    logs = [math.log10(max(loss, 1e-12)) if math.isfinite(loss) else top for loss in picked]  # inf, nan: top
     span = (top - bottom) or 1.0
     grid = [[" "] * cols for _ in range(height)]
     for x, y in enumerate(logs):
