@@ -1,0 +1,41 @@
+"""Where a forward pass first stopped being numbers: the stage that produced a NaN or an infinity.
+
+A model with huge weights overflows somewhere and then prints tables of ``nan``; saying which
+stage did it first is what tells the reader why. The mask's −∞ is a number the walkthrough means
+(e^−∞ = 0), so −∞ in ``M`` and in the masked scores ``S1+M`` is not counted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .trace import Trace
+
+
+def _masked(name: str) -> bool:
+    return name == "M" or name.endswith("+M")
+
+
+def first_non_finite(trace: Trace) -> tuple[str, str] | None:
+    """The (stage id, matrix name) of the first NaN or infinity in the trace's order, or None."""
+    for stage in trace:
+        for name, m in stage.matrices.items():
+            values = m.values
+            bad = np.isnan(values) | (values == np.inf)
+            if not _masked(name):
+                bad |= values == -np.inf
+            if bad.any():
+                return stage.id, name
+    return None
+
+
+def warning(trace: Trace) -> str | None:
+    """One line for stderr when the trace holds a value that is not a number, else None."""
+    found = first_non_finite(trace)
+    if found is None:
+        return None
+    stage, name = found
+    return (
+        f"{stage} is the first stage whose {name} is not finite (NaN or ±∞): the numbers overflowed "
+        f"{trace.config.model.dtype}; every stage after it is meaningless"
+    )
