@@ -285,11 +285,11 @@ def export(
         warning = size_warning(stages, include_weights, trace.config.model.dtype)
         if warning:
             typer.echo(f"warning: {warning}", err=True)
-    text = write(trace, target, stages, include_weights, _gradients(trace, w, backward))
+    text = write(trace, target, stages, include_weights, _gradients(trace, w, backward), force=force)
     if text is not None:
         typer.echo(text, nl=False)
     else:
-        typer.echo(f"wrote {target}", err=True)
+        typer.echo(f"wrote {printable(str(target))}", err=True)
 
 
 class Reference(str, Enum):
@@ -415,8 +415,9 @@ def train(
     console.print(training_table(before, after, View(precision=settings.display.precision)))
     if target is not None:
         arrays = named_weights(after)
-        write_atomic(target, lambda f: np.savez(f, **arrays))
-        console.print(f"wrote {target}: walkthrough generate --weights {target}")
+        write_atomic(target, lambda f: np.savez(f, **arrays), force)
+        shown = printable(str(target))
+        console.print(f"wrote {shown}: walkthrough generate --weights {shown}")
     else:
         console.print("(the weights were not kept: add --output weights.npz)")
 
