@@ -76,6 +76,8 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a list, got {_describe(value)}")
         if Ellipsis not in args and len(value) != len(args):
             raise ConfigError(f"{key}: expected a list of {len(args)}, got {len(value)}: {quote(value)}")
+        if args == (str, Ellipsis) and all(type(v) is str and v.isprintable() for v in value):
+            return tuple(value)  # the common case, a long vocabulary, in one pass
         kinds = [args[0]] * len(value) if Ellipsis in args else list(args)
         return tuple(_coerce(v, t, f"{key}[{i}]") for i, (v, t) in enumerate(zip(value, kinds, strict=True)))
     if dataclasses.is_dataclass(hint):
@@ -96,7 +98,7 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
                 raise ConfigError(f"{key}: must be a finite number, got {quote(value)}")
             return number
         raise ConfigError(f"{key}: expected a number, got {_describe(value)}")
-    if hint is str and isinstance(value, str):
+    if hint is str and isinstance(value, str) and not value.isprintable():
         bad = next((ch for ch in value if _is_control(ch)), None)
         if bad is not None:
             raise ConfigError(f"{key}: contains the control character {bad!r}; got {quote(value)}")
@@ -312,13 +314,17 @@ def estimate_size(
     def add_norm(rows: int) -> Size:
         return Size(4 * rows * d + 2 * d, 6)
 
-    parts = [Size(v * d + n * d, 2), Size(3 * n * d, 3), Size(v * d + m * d, 2), Size(3 * m * d, 3)]
-    parts += encoder_layers * [attention(n, n, False), add_norm(n), feed_forward(n), add_norm(n)]
-    parts += decoder_layers * [
-        attention(m, m, True), add_norm(m), attention(m, n, False), add_norm(m), feed_forward(m), add_norm(m)
-    ]  # fmt: skip
+    def layers(count: int, parts: list[Size]) -> Size:
+        return Size(count * sum(p.numbers for p in parts), count * sum(p.tables for p in parts))
+
     head_in = m * d if flatten else d
-    parts.append(Size(head_in * v + v + 3 * m * v + m * d, 5))
+    parts = [
+        Size(v * d + n * d, 2), Size(3 * n * d, 3), Size(v * d + m * d, 2), Size(3 * m * d, 3),
+        layers(encoder_layers, [attention(n, n, False), add_norm(n), feed_forward(n), add_norm(n)]),
+        layers(decoder_layers, [attention(m, m, True), add_norm(m), attention(m, n, False), add_norm(m),
+                                feed_forward(m), add_norm(m)]),
+        Size(head_in * v + v + 3 * m * v + m * d, 5),
+    ]  # fmt: skip
     return Size(sum(p.numbers for p in parts), sum(p.tables for p in parts))
 
 

@@ -71,7 +71,9 @@ def read_npz(
             try:
                 with archive.open(info) as member:
                     shape, fortran, dtype = _header(member)
-            except (ValueError, EOFError, OSError, zipfile.BadZipFile, NotImplementedError):
+            except (zipfile.BadZipFile, OSError, EOFError) as err:
+                raise _refuse(name, f"{_short(key)} is damaged or truncated ({_short(str(err), 60)})") from None
+            except Exception:  # noqa: BLE001 -- numpy parses the header dict: any error means not .npy
                 raise _refuse(name, f"{_short(key)} is not .npy data; expected {what}") from None
             if dtype.kind not in _FLOATS or dtype.fields is not None or dtype.subdtype is not None:
                 raise _refuse(name, f"{_short(key)} holds {dtype} values; weights are real floats")

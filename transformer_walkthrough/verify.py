@@ -42,7 +42,7 @@ def _diff(a: np.ndarray, b: np.ndarray) -> float:
     with np.errstate(invalid="ignore", over="ignore"):  # -inf - -inf is nan; those cells are equal
         gap = np.where(a == b, 0.0, np.abs(a - b))
     gap[np.isnan(a) | np.isnan(b)] = math.inf
-    return float(np.max(np.nan_to_num(gap, nan=math.inf), initial=0.0))
+    return float(np.max(np.nan_to_num(gap, nan=math.inf, posinf=math.inf), initial=0.0))
 
 
 def scale(stage: Stage) -> float:
