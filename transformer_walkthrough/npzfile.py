@@ -72,8 +72,10 @@ def read_npz(
                 with archive.open(info) as member:
                     shape, fortran, dtype = _header(member)
             except (zipfile.BadZipFile, OSError, EOFError) as err:
-                raise _refuse(name, f"{_short(key)} is damaged or truncated ({_short(str(err), 60)})") from None
-            except Exception:  # noqa: BLE001 -- numpy parses the header dict: any error means not .npy
+                raise _refuse(
+                    name, f"{_short(key)} is damaged or truncated ({_short(str(err), 60)})"
+                ) from None
+            except Exception:
                 raise _refuse(name, f"{_short(key)} is not .npy data; expected {what}") from None
             if dtype.kind not in _FLOATS or dtype.fields is not None or dtype.subdtype is not None:
                 raise _refuse(name, f"{_short(key)} holds {dtype} values; weights are real floats")
@@ -127,4 +129,3 @@ def _short(text: str, limit: int = 40) -> str:
     """A name from the file, quoted in a message: control characters escaped, cut to a prefix."""
     text = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
