@@ -488,18 +488,25 @@ def _read_text(source: Path) -> str:
 
 
 def _loader() -> type:
-    """``yaml.SafeLoader`` that refuses aliases: ``*name`` can repeat a node until memory runs out."""
+    """``yaml.SafeLoader`` (LibYAML's when installed: 50x faster) after checking there are no aliases.
+
+    ``*name`` can repeat a node until memory runs out; a config never needs one. The events are
+    scanned first (cheap, nothing is built), then the document is built.
+    """
     import yaml
 
-    class NoAliases(yaml.SafeLoader):
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                mark = self.peek_event().start_mark
-                raise ConfigError(
-                    f"line {mark.line + 1}, column {mark.column + 1}: YAML aliases (*name) are not allowed; "
-                    "write the value out"
-                )
-            return super().compose_node(parent, index)
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class NoAliases(base):  # type: ignore[misc,valid-type]
+        def __init__(self, stream: str) -> None:
+            for event in yaml.parse(stream, Loader=base):
+                if isinstance(event, yaml.AliasEvent):
+                    mark = event.start_mark
+                    raise ConfigError(
+                        f"line {mark.line + 1}, column {mark.column + 1}: YAML aliases (*name) are not "
+                        "allowed; write the value out"
+                    )
+            super().__init__(stream)
 
     return NoAliases
 
