@@ -136,9 +136,11 @@ EXPECTED = {
         "decoder.0.masked-attention · A1[sleeping, sleeping] = A1[1, 1] = 0.75",
         "A1 = softmax(S1+M), row by row: A1[i, j] = e^(S1+M)[i, j] / Σ_k e^(S1+M)[i, k]",
         "  row 1 of S1+M (sleeping): <start> 0.00, sleeping 1.10",  # ln 3 = 1.0986
-        "  each exp: e^0.00 = 1.00, e^1.10 = 3.00",
-        "  sum = 1.00 + 3.00 = 4.00",
-        "  A1[1, 1] = 3.00 / 4.00 = 0.75",
+        "  subtract the row's largest value m = 1.10 first: e^(x − m) / Σ e^(x − m) is the same quotient, "
+        "and no exp can overflow",
+        "  each exp: e^-1.10 = 0.33, e^0.00 = 1.00",  # e^-ln 3 = 1/3
+        "  sum = 0.33 + 1.00 = 1.33",
+        "  A1[1, 1] = 1.00 / 1.33 = 0.75",
     ],
     ("decoder.0.masked-attention", "O1", "1,0"): [
         "decoder.0.masked-attention · O1[sleeping, d0] = O1[1, 0] = 3.50",
@@ -190,9 +192,11 @@ EXPECTED = {
         "output.probabilities · probabilities[<start>, <end>] = probabilities[0, 1] = 0.75",
         "probabilities = softmax(logits), row by row: probabilities[i, j] = e^logits[i, j] / Σ_k e^logits[i, k]",
         "  row 0 of logits (<start>): <start> 0.00, <end> 1.10",
-        "  each exp: e^0.00 = 1.00, e^1.10 = 3.00",
-        "  sum = 1.00 + 3.00 = 4.00",
-        "  probabilities[0, 1] = 3.00 / 4.00 = 0.75",
+        "  subtract the row's largest value m = 1.10 first: e^(x − m) / Σ e^(x − m) is the same quotient, "
+        "and no exp can overflow",
+        "  each exp: e^-1.10 = 0.33, e^0.00 = 1.00",  # e^-ln 3 = 1/3
+        "  sum = 0.33 + 1.00 = 1.33",
+        "  probabilities[0, 1] = 1.00 / 1.33 = 0.75",
     ],
     ("decoder.0.masked-attention", "X", "1,1"): [
         "decoder.0.masked-attention · X[sleeping, d1] = X[1, 1] = 1.00",

@@ -123,7 +123,7 @@ def test_check_target_refuses_what_it_cannot_write(tmp_path: Path) -> None:
 def test_write_is_atomic_and_leaves_no_temporary_files(trace: Trace, tmp_path: Path) -> None:
     path = tmp_path / "out.json"
     path.write_text("old")
-    export(trace, path, list(trace))
+    export(trace, path, list(trace), force=True)
     assert strict_load(path.read_text(encoding="utf-8"))["schema_version"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 

@@ -9,15 +9,22 @@ anywhere below becomes one line on stderr and exit code 2.
 """
 
 import functools
+import os
+import sys
+import warnings
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from . import __version__
 from .errors import WalkthroughError
+
+# Click's usage error (typer ≥ 0.23 vendors Click, so it is reached through the class typer exports).
+UsageError: type[Exception] = typer.BadParameter.__base__  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -26,7 +33,41 @@ if TYPE_CHECKING:
     from .model import Weights
     from .trace import Stage, Trace
 
+def printable(text: str) -> str:
+    """Text safe for a terminal: control characters (ESC, newline, …) shown as escapes, never sent."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+class OneLineUsageError(UsageError):  # type: ignore[misc,valid-type]
+    """A Click usage error (bad --seed, unknown option, missing --stage) shown as our one line."""
+
+    def show(self, file: object = None) -> None:
+        where = f" (see {self.ctx.command_path} --help)" if self.ctx is not None else ""
+        typer.echo(f"error: {printable(self.format_message()).rstrip('.')}{where}", err=True)
+
+
+class OneLineErrors(TyperGroup):
+    """typer's group, with Click's four lines of usage on bad options turned into one ``error:`` line."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except UsageError as err:
+            raise OneLineUsageError(err.message, err.ctx) from None
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OneLineUsageError:
+            raise
+        except UsageError as err:
+            raise OneLineUsageError(err.format_message(), err.ctx) from None
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     name="walkthrough",
     help="Compute the original transformer (Vaswani et al., 2017) on a tiny sentence, "
     "stage by stage, and show every matrix with the formula that made it.",
@@ -64,17 +105,41 @@ F = TypeVar("F", bound=Callable[..., None])
 
 
 def user_errors(command: F) -> F:
-    """Turn a WalkthroughError into one clean line on stderr and exit code 2."""
+    """Turn a WalkthroughError, or output that cannot be written, into one line on stderr and exit code 2.
+
+    NumPy's overflow warnings are not printed raw: a value that overflowed is reported once, by
+    the stage that produced it (``nonfinite``).
+    """
 
     @functools.wraps(command)
     def wrapper(*args: object, **kwargs: object) -> None:
         try:
-            command(*args, **kwargs)
+            if sys.stdout is None:  # started with stdout closed (`>&-`): nothing could be shown
+                raise WalkthroughError("standard output is closed; nothing can be written to it")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                command(*args, **kwargs)
+            sys.stdout.flush()
         except WalkthroughError as err:
-            typer.echo(f"error: {err}", err=True)
+            typer.echo(f"error: {printable(str(err))}", err=True)
+            raise typer.Exit(2) from None
+        except OSError as err:  # a full disk (> /dev/full), a closed pipe, an unreadable folder
+            _silence_stdout()
+            where = f"{printable(str(err.filename))}: " if err.filename else "cannot write the output: "
+            typer.echo(f"error: {where}{err.strerror or err}", err=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush does not fail a second time."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, AttributeError, ValueError):  # not a real file (CliRunner): nothing to silence
+        pass
 
 
 def _trace(
@@ -83,10 +148,15 @@ def _trace(
     """The forward pass of the config, with the weights from ``weights`` or drawn from the seed."""
     from .config import load_config
     from .model import init_weights, load_weights, run_forward
+    from .nonfinite import warning
 
     settings = load_config(config, seed=seed, precision=precision)
     w = load_weights(settings, weights) if weights is not None else init_weights(settings)
-    return run_forward(settings, w), w
+    trace = run_forward(settings, w)
+    problem = warning(trace)
+    if problem:
+        typer.echo(f"warning: {problem}", err=True)
+    return trace, w
 
 
 def _gradients(trace: "Trace", w: "Weights", backward: bool) -> "Backward | None":
@@ -215,11 +285,11 @@ def export(
         warning = size_warning(stages, include_weights, trace.config.model.dtype)
         if warning:
             typer.echo(f"warning: {warning}", err=True)
-    text = write(trace, target, stages, include_weights, _gradients(trace, w, backward))
+    text = write(trace, target, stages, include_weights, _gradients(trace, w, backward), force=force)
     if text is not None:
         typer.echo(text, nl=False)
     else:
-        typer.echo(f"wrote {target}", err=True)
+        typer.echo(f"wrote {printable(str(target))}", err=True)
 
 
 class Reference(str, Enum):
@@ -252,7 +322,8 @@ def verify(
     failed = [c for c in checks if not c.ok]
     dtype = settings.model.dtype
     console.print(
-        f"{len(checks) - len(failed)} of {len(checks)} checks agree to {TOLERANCE[dtype]:g} ({dtype})."
+        f"{len(checks) - len(failed)} of {len(checks)} checks agree to {TOLERANCE[dtype]:g} of their stage's "
+        f"largest value ({dtype})."
     )
     if failed:
         raise typer.Exit(1)
@@ -343,10 +414,14 @@ def train(
     console.print(loss_curve(losses, width=min(60, console.width - 12)))
     console.print(training_table(before, after, View(precision=settings.display.precision)))
     if target is not None:
-        write_atomic(target, lambda f: np.savez(f, **w.arrays))
-        console.print(f"wrote {target}: walkthrough generate --weights {target}")
+        write_atomic(target, lambda f: np.savez(f, **w.arrays), force)
+        shown = printable(str(target))
+        console.print(f"wrote {shown}: walkthrough generate --weights {shown}")
     else:
         console.print("(the weights were not kept: add --output weights.npz)")
+
+
+MAX_GENERATED = 512  # tokens: a model that never says <end> stops here
 
 
 @app.command()
@@ -366,6 +441,8 @@ def generate(
     from .render import View, comparison_table, generation_table
     from .training import generate as decode
 
+    if max_len > MAX_GENERATED:
+        raise WalkthroughError(f"--max-len: at most {MAX_GENERATED}, got {max_len}")
     settings = load_config(config, seed=seed)
     w = load_weights(settings, weights) if weights is not None else init_weights(settings)
     steps, teacher_forced = decode(settings, w, max_len)
@@ -376,6 +453,11 @@ def generate(
     table, worst = comparison_table(steps, teacher_forced)
     if compare:
         console.print(table)
+    if not worst <= 1e-9:  # NaN included: a comparison with NaN is a failure, not agreement
+        raise WalkthroughError(
+            f"generation differs from the teacher-forced pass (max |diff| {worst:.1e}): "
+            "the numbers overflowed; try smaller weights"
+        )
     console.print(
         f"Step i equals row i of one teacher-forced pass over the final input (max |diff| {worst:.1e}): "
         "the causal mask keeps row i from seeing anything after position i."

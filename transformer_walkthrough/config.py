@@ -9,9 +9,13 @@ in ``__post_init__``, so a config built in Python is held to the same rules as o
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import math
+import os
 import re
+import stat
 import types
 import typing
 from dataclasses import dataclass, field
@@ -25,6 +29,8 @@ SPECIAL_TOKENS = (START, END)
 OUTPUT_HEADS = ("per-position", "flatten")
 ACTIVATIONS = ("relu", "gelu", "gelu-tanh", "silu")
 POSITIONAL_ENCODINGS = ("sinusoidal", "sinusoidal-halves", "learned")
+MAX_FILE_BYTES = 4_000_000  # a config is a page of YAML; a 50,257-word vocabulary is about 0.5 MB
+QUOTE = 40  # characters of a value quoted in a message
 
 
 def _doc(text: str, default: Any) -> Any:
@@ -65,13 +71,15 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         return _coerce(value, hint, key)
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{key}: must be one of {', '.join(map(str, args))}; got {value!r}")
+            raise ConfigError(f"{key}: must be one of {', '.join(map(str, args))}; got {quote(value)}")
         return value
     if origin is tuple:  # tuple[str, ...], or a fixed length: tuple[str, str]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {_describe(value)}")
         if Ellipsis not in args and len(value) != len(args):
-            raise ConfigError(f"{key}: expected a list of {len(args)}, got {len(value)}: {list(value)!r}")
+            raise ConfigError(f"{key}: expected a list of {len(args)}, got {len(value)}: {quote(value)}")
+        if args == (str, Ellipsis) and all(type(v) is str and v.isprintable() for v in value):
+            return tuple(value)  # the common case, a long vocabulary, in one pass
         kinds = [args[0]] * len(value) if Ellipsis in args else list(args)
         return tuple(_coerce(v, t, f"{key}[{i}]") for i, (v, t) in enumerate(zip(value, kinds, strict=True)))
     if dataclasses.is_dataclass(hint):
@@ -84,8 +92,19 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
             with contextlib.suppress(ValueError):
                 value = float(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                number = float(value)
+            except OverflowError:  # an integer too large for a float
+                number = math.inf
+            if not math.isfinite(number):
+                raise ConfigError(f"{key}: must be a finite number, got {quote(value)}")
+            return number
         raise ConfigError(f"{key}: expected a number, got {_describe(value)}")
+    if hint is str and isinstance(value, str) and not value.isprintable():
+        bad = next((ch for ch in value if _is_control(ch)), None)
+        if bad is not None:
+            raise ConfigError(f"{key}: contains the control character {bad!r}; got {quote(value)}")
+        return value
     # bool is a subclass of int in Python, but `d_model: true` is a mistake, not a 1.
     if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
         return value
@@ -95,7 +114,30 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
 
 def _describe(value: Any) -> str:
     kind = {dict: "a section", list: "a list", type(None): "nothing"}.get(type(value))
-    return kind or f"{value!r} ({type(value).__name__})"
+    return kind or f"{quote(value)} ({type(value).__name__})"
+
+
+def _is_control(ch: str) -> bool:
+    return ch in "\x7f" or ord(ch) < 32 or 0x80 <= ord(ch) < 0xA0 or ch in "\u2028\u2029"
+
+
+def quote(value: Any, limit: int = QUOTE) -> str:
+    """A value as a message quotes it: ``repr`` (control characters escaped), cut to a short prefix.
+
+    An alias bomb or a megabyte string must not become a megabyte error line.
+    """
+    import reprlib
+
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    short = reprlib.Repr()  # keyword arguments only from Python 3.12
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict = 2, 4, 4, 4
+    short.maxstring = short.maxother = limit
+    try:
+        text = short.repr(value)
+    except ValueError:  # an integer nested in a list, too long to print
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -213,7 +255,7 @@ class TrainingConfig(_Checked):
             self.learning_rate > 0, "learning_rate", f"must be positive, got {self.learning_rate:g}"
         )
         for k, (source, _) in enumerate(self.dataset):
-            self._require(bool(tokenize(source)), f"dataset[{k}]", f"has no source words: {source!r}")
+            self._require(bool(tokenize(source)), f"dataset[{k}]", f"has no source words: {quote(source)}")
 
 
 @dataclass(frozen=True)
@@ -232,7 +274,7 @@ class Config(_Checked):
         super().__post_init__()
         words = tokenize(self.sentence)
         pair_words = [w for pair in self.training.dataset for text in pair for w in tokenize(text)]
-        self._require(len(words) >= 2, "sentence", f"needs at least two words, got {self.sentence!r}")
+        self._require(len(words) >= 2, "sentence", f"needs at least two words, got {quote(self.sentence)}")
         if self.model.decoder_only:
             self._require(
                 self.encoder_words == 0,
@@ -254,16 +296,20 @@ class Config(_Checked):
             # Special tokens first, then the words in order of first appearance.
             vocabulary = tuple(dict.fromkeys([*SPECIAL_TOKENS, *words, *pair_words]))
             object.__setattr__(self, "vocabulary", vocabulary)
-        seen: set[str] = set()  # linear in the vocabulary's size: a 50,000-token one is common
-        repeated = sorted({w for w in vocabulary if w in seen or seen.add(w)})
-        self._require(not repeated, "vocabulary", f"lists {', '.join(map(repr, repeated))} twice")
-        missing = [w for w in dict.fromkeys([*SPECIAL_TOKENS, *words, *pair_words]) if w not in seen]
+        counts = collections.Counter(vocabulary)  # one pass: a 50,257-word vocabulary is instant
+        repeated = sorted(w for w, n in counts.items() if n > 1)
+        self._require(
+            not repeated, "vocabulary", f"lists {', '.join(map(quote, repeated[:3]))} twice"
+            + (f" ({len(repeated)} words in all)" if len(repeated) > 3 else "")
+        )  # fmt: skip
+        missing = [w for w in dict.fromkeys([*SPECIAL_TOKENS, *words, *pair_words]) if w not in counts]
         self._require(
             not missing,
             "vocabulary",
-            f"has no {', '.join(map(repr, missing))} (the sentence is lower-cased; "
-            "<start> and <end> are always needed)",
+            f"has no {', '.join(map(quote, missing[:3]))}{' …' if len(missing) > 3 else ''} (the sentence "
+            "is lower-cased; <start> and <end> are always needed)",
         )
+        check_size(self)
 
         if self.model.positional_encoding == "learned":
             longest = max(len(t) for pair in self.pairs for t in pair)
@@ -307,6 +353,89 @@ class Config(_Checked):
         return cached
 
 
+class Size(typing.NamedTuple):
+    """What a config costs before any work: the numbers its trace holds, the tables ``run`` prints."""
+
+    numbers: int
+    tables: int
+
+
+MAX_BYTES = 1 << 31  # 2 GiB of matrices in the trace: the paper's base model (d_model 512, 6+6 layers) fits
+MAX_TABLES = 5_000  # matrices printed by `run`: the base model prints about 1,600
+
+
+def estimate_size(
+    d_model: int, num_heads: int, d_ff: int, encoder_layers: int, decoder_layers: int,
+    source: int, target: int, vocabulary: int, flatten: bool = False,
+) -> Size:  # fmt: skip
+    """Numbers and tables of one forward trace, counted from the sizes alone (an upper bound, roughly).
+
+    ``source`` and ``target`` are the encoder's and the decoder's token counts. Every stage records
+    its input, its weights and its intermediates, so this is the sum of their areas.
+    """
+    d, h, n, m, v = d_model, num_heads, source, target, vocabulary
+    d_k = max(d // max(h, 1), 1)
+
+    def attention(queries: int, keys: int, masked: bool) -> Size:
+        weights, rows = 3 * d * d_k, (2 * queries + 2 * keys) * d_k
+        per_head = weights + rows + (2 + 2 * masked) * queries * keys
+        numbers = queries * d + keys * d * (queries != keys) + h * per_head + 2 * queries * d + d * d + 4 * d
+        return Size(numbers, h * (9 + 2 * masked) + 4)
+
+    def feed_forward(rows: int) -> Size:
+        return Size(2 * rows * d + 2 * d * d_ff + rows * d_ff + d_ff + d, 7)
+
+    def add_norm(rows: int) -> Size:
+        return Size(4 * rows * d + 2 * d, 6)
+
+    def layers(count: int, parts: list[Size]) -> Size:
+        return Size(count * sum(p.numbers for p in parts), count * sum(p.tables for p in parts))
+
+    head_in = m * d if flatten else d
+    parts = [
+        Size(v * d + n * d, 2), Size(3 * n * d, 3), Size(v * d + m * d, 2), Size(3 * m * d, 3),
+        layers(encoder_layers, [attention(n, n, False), add_norm(n), feed_forward(n), add_norm(n)]),
+        layers(decoder_layers, [attention(m, m, True), add_norm(m), attention(m, n, False), add_norm(m),
+                                feed_forward(m), add_norm(m)]),
+        Size(head_in * v + v + 3 * m * v + m * d, 5),
+    ]  # fmt: skip
+    return Size(sum(p.numbers for p in parts), sum(p.tables for p in parts))
+
+
+def check_size(config: Config) -> None:
+    """Refuse, before any work, a config whose trace would not fit in memory or on a screen.
+
+    The message says what it would need and which key, set back to its default, saves the most.
+    """
+    model = config.model
+    words = len(tokenize(config.sentence))
+    # The arguments of estimate_size, each under the key that sets it, and the key's default.
+    sizes = {
+        "model.d_model": (model.d_model, 4), "model.num_heads": (model.num_heads, 2),
+        "model.d_ff": (model.d_ff, 8), "model.num_encoder_layers": (model.num_encoder_layers, 1),
+        "model.num_decoder_layers": (model.num_decoder_layers, 1),
+        "sentence": (max(len(s) for s, _ in config.pairs), 3),
+        "sentence (decoder)": (max([len(t) for _, t in config.pairs] + [words - config.encoder_words]), 4),
+        "vocabulary": (len(config.vocabulary or ()), 7),
+    }  # fmt: skip
+
+    def cost(key: str | None = None) -> tuple[int, int]:
+        values = [default if k == key else value for k, (value, default) in sizes.items()]
+        size = estimate_size(*values, flatten=model.output_head == "flatten")
+        return size.numbers * (8 if model.dtype == "float64" else 4), size.tables
+
+    need, tables = cost()
+    if need <= MAX_BYTES and tables <= MAX_TABLES:
+        return
+    over = 0 if need > MAX_BYTES else 1
+    key = min(sizes, key=lambda k: cost(k)[over]).removesuffix(" (decoder)")
+    if need > MAX_BYTES:
+        what = f"about {need / 2**30:,.1f} GiB of matrices; the limit is {MAX_BYTES / 2**30:g} GiB"
+    else:
+        what = f"{tables:,} matrices to show; the limit is {MAX_TABLES:,}"
+    raise ConfigError(f"{key}: this model would need {what}; lower {key}")
+
+
 # The sections of the file and the dataclass each one builds.
 SECTIONS: dict[str, type] = {"model": ModelConfig, "display": DisplayConfig, "training": TrainingConfig}
 
@@ -318,7 +447,7 @@ def _check_keys(mapping: dict, cls: type, where: str) -> None:
         if key in allowed:
             continue
         prefix = f"{where}." if where else ""
-        hint = close_matches(str(key), allowed)
+        hint = close_matches(str(key)[:100], allowed)
         # A key put in the wrong section (d_model at the top) is worth pointing at too.
         elsewhere = [
             f"{name}.{key}"
@@ -326,7 +455,8 @@ def _check_keys(mapping: dict, cls: type, where: str) -> None:
             if section is not cls and key in [f.name for f in dataclasses.fields(section)]
         ]
         suggestion = elsewhere[0] if elsewhere else (f"{prefix}{hint[0]}" if hint else None)
-        message = f"unknown key {prefix}{key}"
+        plain = isinstance(key, str) and key.isprintable() and len(key) <= QUOTE
+        message = f"unknown key {prefix}{key if plain else quote(key)}"
         if suggestion:
             message += f"; did you mean {suggestion}?"
         else:
@@ -366,18 +496,17 @@ def load_config(
     import yaml  # deferred: `walkthrough --help` should not pay for it
 
     source = Path(path) if path is not None else default_config_path()
+    text = _read_text(source)
     try:
-        text = source.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{source}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{source}: is a directory, not a YAML file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{source}: cannot be read ({err})") from None
-    try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_loader())  # a SafeLoader that also refuses aliases
     except yaml.YAMLError as err:
         raise ConfigError(f"{source}: {_yaml_problem(err)}") from None
+    except ConfigError as err:  # an alias
+        raise ConfigError(f"{source}: {err}") from None
+    except ValueError as err:  # an integer of more than 4,300 digits, say
+        raise ConfigError(f"{source}: {quote(str(err), 80)}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply") from None
     try:
         config = config_from_dict(data)
     except ConfigError as err:
@@ -392,6 +521,68 @@ def load_config(
     except ConfigError as err:
         raise ConfigError(f"{err} (given on the command line)") from None
     return config
+
+
+def _read_text(source: Path) -> str:
+    """The file's text, refused before reading when it is not a regular file or too large to be a config.
+
+    Opened without blocking, so that a FIFO cannot hang the command; /dev/zero is not regular either.
+    """
+    try:
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{source}: is a directory, not a YAML file") from None
+    except OSError as err:
+        raise ConfigError(f"{source}: cannot be read ({err.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ConfigError(f"{source}: is a directory, not a YAML file")
+        raise ConfigError(f"{source}: not a regular file (a pipe or a device); give a YAML file")
+    with open(fd, "rb", closefd=True) as f:
+        if info.st_size > MAX_FILE_BYTES:
+            raise ConfigError(
+                f"{source}: {info.st_size:,} bytes is too large for a config "
+                f"(the limit is {MAX_FILE_BYTES:,})"
+            )
+        try:
+            data = f.read(MAX_FILE_BYTES + 1)
+        except OSError as err:
+            raise ConfigError(f"{source}: cannot be read ({err.strerror})") from None
+    if len(data) > MAX_FILE_BYTES:  # it grew while we read it
+        raise ConfigError(f"{source}: too large for a config (the limit is {MAX_FILE_BYTES:,} bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        where = f"{err.reason} at byte {err.start}"
+        raise ConfigError(f"{source}: cannot be read ({where}; expected UTF-8)") from None
+
+
+def _loader() -> type:
+    """``yaml.SafeLoader`` (LibYAML's when installed: 50x faster) after checking there are no aliases.
+
+    ``*name`` can repeat a node until memory runs out; a config never needs one. The events are
+    scanned first (cheap, nothing is built), then the document is built.
+    """
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class NoAliases(base):  # type: ignore[misc,valid-type]
+        def __init__(self, stream: str) -> None:
+            for event in yaml.parse(stream, Loader=base):
+                if isinstance(event, yaml.AliasEvent):
+                    mark = event.start_mark
+                    raise ConfigError(
+                        f"line {mark.line + 1}, column {mark.column + 1}: YAML aliases (*name) are not "
+                        "allowed; write the value out"
+                    )
+            super().__init__(stream)
+
+    return NoAliases
 
 
 def _yaml_problem(err: Exception) -> str:

@@ -18,6 +18,7 @@ from .architecture import Ref
 from .errors import StageError
 from .trace import INPUT, MASK, Stage, Trace
 
+MAX_DIGITS = 17  # float64 has 17 significant digits: more shows nothing but noise
 TERMS = 8  # a dot product longer than this shows its first and last terms around "…"
 
 
@@ -79,10 +80,17 @@ def explain(trace: Trace, stage_id: str, name: str, cell: str, digits: int = 4) 
     stage = trace[stage_id]
     if name not in stage.matrices:
         raise StageError(f"stage {stage.id} has no matrix {name!r}; it has {', '.join(stage.matrices)}")
+    if not 0 <= digits <= MAX_DIGITS:
+        raise StageError(f"--digits: must be 0 to {MAX_DIGITS}, got {digits}")
     i, j = parse_cell(cell, stage, name)
     c = Cell(stage, name, i, j, digits)
     head = f"{stage.id} · {name}[{c.row}, {c.col}] = {name}[{i}, {j}] = {c.f(c.value)}"
-    return [head, *_explainer(stage, name)(c, trace)]
+    try:
+        return [head, *_explainer(stage, name)(c, trace)]
+    except OverflowError:  # a LayerNorm's variance of numbers near 1e200, say: too large for a float
+        raise StageError(
+            f"{stage.id} {name}[{i}, {j}]: the numbers of this cell are too large to show their arithmetic"
+        ) from None
 
 
 def _explainer(stage: Stage, name: str) -> Callable[[Cell, Trace], list[str]]:
@@ -247,14 +255,19 @@ def _softmax_cell(c: Cell, trace: Trace) -> list[str]:
         source = f"S{h}+M" if f"S{h}+M" in c.stage else f"S{h}"
     row = c.stage[source][c.i].tolist()
     labels = c.stage.matrices[source].cols
-    exps = [math.exp(v) for v in row]
+    # The stable form: e^(x − m) / Σ e^(x − m) equals e^x / Σ e^x, and with m the row's largest value
+    # no exp exceeds 1, so scores of any size (a trained model's reach millions) cannot overflow.
+    top = max(row)
+    exps = [math.exp(v - top) for v in row]  # e^-∞ is exactly 0
     total = math.fsum(exps)
     x = f"({source})" if "+" in source else source
     return [
         f"{c.name} = softmax({source}), row by row: {c.name}[i, j] = e^{x}[i, j] / Σ_k e^{x}[i, k]",
         f"  row {c.i} of {source} ({c.row}): "
         + ", ".join(f"{lab} {c.f(v)}" for lab, v in zip(labels, row, strict=True)),
-        "  each exp: " + ", ".join(f"e^{c.f(v)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
+        f"  subtract the row's largest value m = {c.f(top)} first: e^(x − m) / Σ e^(x − m) is the same "
+        "quotient, and no exp can overflow",
+        "  each exp: " + ", ".join(f"e^{c.f(v - top)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
         f"  sum = {c.sum_of([c.f(e) for e in exps])} = {c.f(total)}",
         f"  {c.name}[{c.i}, {c.j}] = {c.f(exps[c.j])} / {c.f(total)} = {c.f(c.value)}",
     ]

@@ -7,9 +7,12 @@ written atomically: a reader never sees half a file, and a failed export leaves 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
+import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,7 +38,11 @@ def check_target(path: str, force: bool, formats: tuple[str, ...] = FORMATS) -> 
     if path == "-" and ".json" in formats:
         return None
     target = Path(path)
-    if target.is_dir():
+    try:
+        directory = target.is_dir()
+    except OSError as err:
+        raise ExportError(f"{target}: cannot write ({err.strerror})") from None
+    if directory:
         raise ExportError(f"{target}: is a directory")
     if target.suffix.lower() not in formats:
         stdout = ", or - for JSON on stdout" if ".json" in formats else ""
@@ -43,11 +50,26 @@ def check_target(path: str, force: bool, formats: tuple[str, ...] = FORMATS) -> 
         raise ExportError(
             f"{target}: unknown format {target.suffix or '(no suffix)'!s}; use {choices}{stdout}"
         )
-    if target.exists() and not force:
-        raise ExportError(f"{target}: already exists; pass --force to overwrite it")
-    if not target.parent.is_dir():
-        raise ExportError(f"{target.parent}: no such directory")
+    try:
+        # lexists: a symlink counts even when it points nowhere (a dangling link is not replaced
+        # without --force, and with it the link itself is replaced, never written through).
+        if os.path.lexists(target) and not force:
+            raise ExportError(f"{target}: already exists; pass --force to overwrite it")
+        if not target.parent.is_dir():
+            raise ExportError(f"{target.parent}: no such directory")
+        if len(os.fsencode(target.name)) > NAME_MAX:
+            raise ExportError(f"{target.name[:40]}…: the file name is too long ({NAME_MAX} bytes at most)")
+        if not os.access(target.parent, os.W_OK | os.X_OK):
+            raise ExportError(f"{target.parent}: cannot write there (permission denied)")
+    except OSError as err:  # a folder that cannot be searched, a name the system refuses
+        raise ExportError(f"{target}: cannot write ({err.strerror})") from None
     return target
+
+
+def number(v: float) -> float | str:
+    """A number for strict JSON: finite ones as they are, others as the schema's strings."""
+    v = float(v)
+    return v if math.isfinite(v) else _NON_FINITE.get(v, "nan")
 
 
 def _values(a: np.ndarray) -> list[list[Any]]:
@@ -110,14 +132,14 @@ def trace_to_dict(
                 "after": p.after,
                 "expected": p.expected,
                 "predicted": p.word,
-                "probability": p.probability,
-                "top": [{"token": t, "probability": q} for t, q in p.top],
+                "probability": number(p.probability),
+                "top": [{"token": t, "probability": number(q)} for t, q in p.top],
             }
             for p in trace.prediction
         ],
     }
     if grads is not None:
-        doc["loss"] = grads.loss
+        doc["loss"] = number(grads.loss)
     return doc
 
 
@@ -175,6 +197,7 @@ def _umask() -> int:
     return mask
 
 
+NAME_MAX = 255  # bytes in one file name, on Linux and macOS alike
 LARGE = 2_000_000  # numbers: past this a JSON export runs to tens of megabytes
 
 
@@ -189,24 +212,69 @@ def size_warning(stages: list[Stage], weights: bool, dtype: str) -> str | None:
     return f"{numbers:,} numbers make about {json_mb:,.0f} MB of JSON{hint}; as .npz, {npz_mb:,.0f} MB"
 
 
-def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write through ``write`` to a temporary file beside ``path``, then rename it into place in one step."""
+def write_atomic(path: Path, write: Callable[[BinaryIO], None], force: bool = False) -> None:
+    """Write through ``write`` to a temporary file beside ``path``, then put it in place in one step.
+
+    Without ``force`` the file is linked into place, which fails if ``path`` exists by then: of two
+    exports racing to one name, the second fails instead of silently replacing the first. With
+    ``force`` it is renamed over ``path``; a symlink there is replaced, not written through. The
+    temporary file is removed on any failure, Ctrl-C and SIGTERM included.
+    """
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".tmp")
     except OSError as err:
         raise ExportError(f"{path}: cannot write ({err.strerror})") from None
+    previous = _raise_on_sigterm()
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes the file private; an export is not
-        os.replace(tmp, path)
+        if force:
+            os.replace(tmp, path)
+        else:
+            _link_exclusive(tmp, path)
     except BaseException as err:
-        os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(err, FileExistsError):
+            raise ExportError(f"{path}: already exists; pass --force to overwrite it") from None
         if isinstance(err, OSError):
             raise ExportError(f"{path}: cannot write ({err.strerror})") from None
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _link_exclusive(tmp: str, path: Path) -> None:
+    """Give ``tmp`` the name ``path`` only if nothing has it (FileExistsError otherwise)."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        # A file system without hard links: check, then rename (a race is possible only here).
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "exists", str(path)) from None
+        os.rename(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def _raise_on_sigterm() -> Any:
+    """Make SIGTERM unwind like Ctrl-C (so that ``finally`` and ``except`` run); the old handler."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        return signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        return None
 
 
 def export(
@@ -215,19 +283,22 @@ def export(
     stages: list[Stage],
     weights: bool = True,
     grads: Backward | None = None,
+    force: bool = False,
 ) -> str | None:
     """Write the stages to ``target`` in the format its suffix names; return the JSON text
     instead when ``target`` is None (stdout)."""
     suffix = "" if target is None else target.suffix.lower()
     if suffix == ".npz":
         arrays = matrices(stages, weights, grads)
-        write_atomic(target, lambda f: np.savez(f, **arrays))  # streamed to the file, no copy in memory
+        write_atomic(target, lambda f: np.savez(f, **arrays), force)  # streamed, no copy in memory
         return None
     if suffix in (".html", ".md", ".tex"):
         from .documents import WRITERS
 
         text = WRITERS[suffix](trace, stages, trace.config.display.precision)
-        write_atomic(target, lambda f: f.write(text.encode("utf-8")))
+        if suffix == ".tex":
+            _check_latin(text, target)
+        write_atomic(target, lambda f: f.write(text.encode("utf-8")), force)
         return None
     doc = trace_to_dict(trace, stages, weights, grads)
     if target is None:
@@ -238,8 +309,26 @@ def export(
             f.write(piece.encode("utf-8"))
         f.write(b"\n")
 
-    write_atomic(target, write)
+    write_atomic(target, write, force)
     return None
+
+
+def _check_latin(text: str, target: Path) -> None:
+    """Refuse a .tex that pdflatex cannot typeset: its T1 fonts have Latin letters only.
+
+    Cyrillic, CJK or emoji would need XeLaTeX or LuaLaTeX and fonts that a plain TeX installation
+    (texlive-latex-base) does not have; the .html and .md exports show every script.
+    """
+    bad = next((k for k, ch in enumerate(text) if ord(ch) > 0xFF), None)
+    if bad is None:
+        return
+    start = max(text.rfind(" ", 0, bad), text.rfind("{", 0, bad)) + 1
+    end = min(k for k in (text.find(" ", bad), text.find("}", bad), len(text)) if k >= 0)
+    word = text[start:end][:20]
+    raise ExportError(
+        f"{target}: the word {word!r} has characters that pdflatex cannot typeset (Latin script only); "
+        "export .html or .md instead"
+    )
 
 
 def schema() -> dict[str, Any]:

@@ -327,8 +327,9 @@ def loss_curve(losses: list[float], width: int = 60, height: int = 8) -> Text:
     # One column every n/cols steps, the first and the last included; log scale, as losses fall by
     # orders of magnitude.
     picked = [losses[round(i * (n - 1) / max(cols - 1, 1))] for i in range(cols)]
-    logs = [math.log10(max(loss, 1e-12)) for loss in picked]
-    top, bottom = max(logs), min(logs)
+    finite = [math.log10(max(loss, 1e-12)) for loss in picked if math.isfinite(loss)] or [0.0]
+    top, bottom = max(finite), min(finite)
+    logs = [math.log10(max(loss, 1e-12)) if math.isfinite(loss) else top for loss in picked]  # inf, nan: top
     span = (top - bottom) or 1.0
     grid = [[" "] * cols for _ in range(height)]
     for x, y in enumerate(logs):
@@ -389,17 +390,17 @@ def comparison_table(steps: list[GenerationStep], teacher_forced: Trace) -> tupl
     table = styled_table("Step i of generation = row i of the teacher-forced pass")
     for header in ("step", "decoder input", "row", "max |diff|"):
         table.add_column(Text(header), no_wrap=True)
-    worst = 0.0
+    gaps = [0.0]
     for i, s in enumerate(steps):
         gap = float(np.max(np.abs(s.probabilities - rows[i])))
-        worst = max(worst, gap)
+        gaps.append(gap)
         table.add_row(
             Text(str(i)),
             Text(" ".join(s.decoder_input)),
             Text(teacher_forced.target_tokens[i]),
             Text(f"{gap:.1e}"),
         )
-    return table, worst
+    return table, float(np.max(gaps))  # NaN if any gap is: max(0.0, nan) would say 0.0
 
 
 def print_all(console: Console, renderables: Iterator[RenderableType]) -> None:

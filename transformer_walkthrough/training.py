@@ -95,16 +95,32 @@ def train(
         raise WalkthroughError(f"--steps: must be a positive integer, got {steps}")
     if not lr > 0:
         raise WalkthroughError(f"--lr: must be positive, got {lr:g}")
+    if not math.isfinite(lr):
+        raise WalkthroughError(f"--lr: must be a finite number, got {lr:g}")
     adam = Adam(parameters(w), lr)
     losses = []
-    for step in range(steps):
-        loss, grads = loss_and_gradients(config, w)
-        losses.append(loss)
-        if on_step:
-            on_step(step, loss)
-        adam.step(grads)
-    losses.append(loss_and_gradients(config, w)[0])
+    with np.errstate(all="ignore"):  # an overflow is reported below, as the loss it spoils
+        for step in range(steps):
+            loss, grads = loss_and_gradients(config, w)
+            _check_finite(loss, step, lr)
+            losses.append(loss)
+            if on_step:
+                on_step(step, loss)
+            adam.step(grads)
+        losses.append(loss_and_gradients(config, w)[0])
+    _check_finite(losses[-1], steps, lr)
     return losses
+
+
+def _check_finite(loss: float, step: int, lr: float) -> None:
+    """Stop a training that diverged: one line naming the step (``w`` is then half-trained: not saved)."""
+    if math.isfinite(loss):
+        return
+    if step == 0:
+        raise WalkthroughError(f"the loss is {loss} before training: the weights are too large")
+    raise WalkthroughError(
+        f"training diverged: the loss became {loss} at step {step}; try a smaller --lr than {lr:g}"
+    )
 
 
 class GenerationStep(NamedTuple):

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from .architecture import ENCODER, stack_output
-from .checks import TOLERANCE, Check, gap
+from .checks import TOLERANCE, Check, gap, scale
 from .errors import WalkthroughError
 from .trace import Stage, Trace
 from .weights import Weights
@@ -171,9 +171,10 @@ def recompute(trace: Trace) -> list[Check]:
 
 
 def with_tolerance(checks: list[Check], trace: Trace) -> list[Check]:
-    """The checks judged at the tolerance of the trace's dtype."""
+    """The checks judged at the tolerance of the trace's dtype, relative to each stage's scale."""
     tolerance = TOLERANCE[trace.config.model.dtype]
-    return [c._replace(tolerance=tolerance) for c in checks]
+    scales = {sid: scale(trace[sid]) for sid in {c.stage for c in checks}}
+    return [c._replace(tolerance=tolerance * scales[c.stage]) for c in checks]
 
 
 def _graph(trace: Trace) -> list[Check]:

@@ -20,7 +20,6 @@ import numpy as np
 
 from .architecture import Ref, Spec, parameters
 from .config import Config
-from .errors import WalkthroughError
 
 
 class Weights(Mapping[str, np.ndarray]):
@@ -106,43 +105,12 @@ def init_weights(config: Config) -> Weights:
 
 
 def load_weights(config: Config, path: str | Path) -> Weights:
-    """Weights for ``config`` from an .npz (as ``walkthrough train --output`` writes), every name
-    and shape checked against the config's parameters before any array is read."""
-    import zipfile
+    """Weights for ``config`` from an .npz (as ``walkthrough train --output`` writes): every name,
+    shape and dtype checked against the config's parameters before any array is read
+    (``npzfile.read_npz``), and no forward pass needed to know them."""
+    from .npzfile import read_npz
 
     specs, uses = parameters(config)
+    stored = read_npz(path, expected={name: spec.shape for name, spec in specs.items()})
     dtype = np.dtype(config.model.dtype)
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            names = list(npz.files)
-            missing = [name for name in specs if name not in names]
-            if missing:
-                raise WalkthroughError(
-                    f"{path}: has no {missing[0]}, which this config's model needs ({len(missing)} missing)"
-                )
-            extra = [name for name in names if name not in specs]
-            if extra:
-                raise WalkthroughError(f"{path}: has {extra[0]}, which this config's model does not have")
-            arrays = {}
-            for name, spec in specs.items():
-                a = npz[name]
-                if a.shape != spec.shape:
-                    have, want = "×".join(map(str, a.shape)), "×".join(map(str, spec.shape))
-                    raise WalkthroughError(
-                        f"{path}: {name} is {have} in the file but {want} in this config's model"
-                    )
-                if a.dtype.kind != "f":
-                    raise WalkthroughError(f"{path}: {name} holds {a.dtype} numbers, not floating point")
-                arrays[name] = a.astype(dtype)
-    except FileNotFoundError:
-        raise WalkthroughError(f"{path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile):
-        raise WalkthroughError(
-            f"{path}: not a weights .npz (as `walkthrough train --output` writes)"
-        ) from None
-    return Weights(arrays, uses)
-
-
-def save_weights(w: Weights) -> dict[str, np.ndarray]:
-    """What an .npz of these weights holds: each parameter once, under its name."""
-    return dict(w.arrays)
+    return Weights({name: stored[name].astype(dtype, copy=False) for name in specs}, uses)
