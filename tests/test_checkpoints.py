@@ -1,0 +1,511 @@
+"""Marian checkpoints against transformers: tiny random models and tokenizers made here, offline.
+
+A session fixture trains two SentencePiece models (source and target) on a few sentences, writes
+the vocab.json that joins them, and saves a random MarianMTModel of the same vocabulary twice: as
+``model.safetensors`` (``save_pretrained``) and as a ``pytorch_model.bin`` (``torch.save`` of the
+state dict, as the hub's older opus-mt repos hold it: every tied name and the sinusoid tables).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
+import sentencepiece as spm
+import torch
+import transformers
+
+from transformer_walkthrough.checkpoints import (
+    CheckpointError,
+    MarianTokenizer,
+    load_marian,
+    read_torch_bin,
+    read_weights,
+)
+from transformer_walkthrough.checkpoints.marian import marian_rows
+from transformer_walkthrough.errors import WalkthroughError
+
+SOURCE_TEXT = [
+    "the cat is sleeping comfortably.",
+    "a dog runs in the park!",
+    "it was 42 degrees, said the café owner.",
+    "the quick brown fox jumps over the lazy dog",
+    "where is the bus stop? near the station.",
+]
+TARGET_TEXT = [
+    "die Katze schläft bequem.",
+    "ein Hund läuft im Park!",
+    "es waren 42 Grad, sagte der Cafébesitzer.",
+    "der schnelle braune Fuchs springt über den faulen Hund",
+    "wo ist die Haltestelle? nahe dem Bahnhof.",
+]
+SENTENCES = [
+    "The cat is sleeping comfortably.",
+    "the  cat,is sleeping!!",
+    "Es waren 1234 Grad — 5,6 % mehr.",
+    "naïve café über Straße",
+    "数字 and ✓ emoji 🐈 never seen",
+    "",
+    "   spaces   around   ",
+    ">>de<< the cat",
+    "the cat </s> is <unk> here",
+]
+D_MODEL, HEADS, LAYERS, D_FF = 16, 2, 2, 32
+DROPPED = 2  # source pieces left out of vocab.json, so that transformers maps them to <unk>
+
+
+def _train_spm(text: list[str], prefix: Path) -> spm.SentencePieceProcessor:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text * 4),
+        model_prefix=str(prefix),
+        vocab_size=60,
+        model_type="unigram",
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        minloglevel=2,
+        num_threads=1,
+    )
+    shutil.move(f"{prefix}.model", f"{prefix}.spm")
+    return spm.SentencePieceProcessor(model_file=f"{prefix}.spm")
+
+
+@pytest.fixture(scope="session")
+def marian(tmp_path_factory):
+    """(safetensors folder, bin folder, the float64 eager transformers model)."""
+    root = tmp_path_factory.mktemp("marian")
+    st, bin_ = root / "safetensors", root / "bin"
+    st.mkdir(), bin_.mkdir()
+    source = _train_spm(SOURCE_TEXT, root / "source")
+    target = _train_spm(TARGET_TEXT, root / "target")
+    meta = {"<unk>", "<s>", "</s>"}
+    source_pieces = [source.id_to_piece(i) for i in range(source.get_piece_size())]
+    pieces = ["</s>", "<unk>", *[p for p in source_pieces if p not in meta][:-DROPPED]]
+    pieces += [
+        p
+        for p in (target.id_to_piece(i) for i in range(target.get_piece_size()))
+        if p not in meta and p not in pieces and p not in source_pieces[-DROPPED:]
+    ]
+    pieces.append("<pad>")
+    vocab = {p: i for i, p in enumerate(pieces)}
+    config = transformers.MarianConfig(
+        vocab_size=len(vocab),
+        d_model=D_MODEL,
+        encoder_layers=LAYERS,
+        decoder_layers=LAYERS,
+        encoder_attention_heads=HEADS,
+        decoder_attention_heads=HEADS,
+        encoder_ffn_dim=D_FF,
+        decoder_ffn_dim=D_FF,
+        max_position_embeddings=64,
+        activation_function="swish",
+        scale_embedding=True,
+        pad_token_id=len(vocab) - 1,
+        decoder_start_token_id=len(vocab) - 1,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+    )
+    torch.manual_seed(0)
+    model = transformers.MarianMTModel(config)
+    with torch.no_grad():  # init leaves these at 0 and 1, which would hide a mix-up
+        model.final_logits_bias.normal_()
+        for name, p in model.named_parameters():
+            if "layer_norm" in name:
+                p.normal_()
+    model.save_pretrained(st)
+    torch.save(model.state_dict(), bin_ / "pytorch_model.bin")
+    shutil.copy(st / "config.json", bin_ / "config.json")
+    for folder in (st, bin_):
+        shutil.copy(root / "source.spm", folder / "source.spm")
+        shutil.copy(root / "target.spm", folder / "target.spm")
+        (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    reference = transformers.MarianMTModel.from_pretrained(st, attn_implementation="eager").double().eval()
+    return st, bin_, reference
+
+
+@pytest.fixture(scope="session")
+def reference_tokenizer(marian):
+    st = marian[0]
+    return transformers.MarianTokenizer(
+        str(st / "source.spm"), str(st / "target.spm"), str(st / "vocab.json")
+    )
+
+
+def _one_line(err: pytest.ExceptionInfo) -> str:
+    message = str(err.value)
+    assert message and "\n" not in message
+    return message
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizer
+
+
+def test_tokenization_equals_transformers(marian, reference_tokenizer):
+    ours = MarianTokenizer(marian[0])
+    unknown = 0
+    for text in SENTENCES:
+        ids = ours.encode_source(text)
+        assert ids == reference_tokenizer(text)["input_ids"], text
+        assert ours.encode_target(text) == reference_tokenizer(text_target=text)["input_ids"], text
+        for skip in (True, False):
+            assert ours.decode(ids, skip_special_tokens=skip) == reference_tokenizer.decode(
+                ids, skip_special_tokens=skip
+            ), text
+        unknown += ids.count(ours.unk_id)
+    assert unknown > 3  # pieces missing from vocab.json and characters never seen both became <unk>
+    assert ours.source_vocabulary == tuple(
+        reference_tokenizer.convert_ids_to_tokens(range(len(ours.source_vocabulary)))
+    )
+
+
+def test_vocabulary_with_gaps_and_a_large_vocabulary_loads_fast(marian, tmp_path):
+    folder = tmp_path / "big"
+    folder.mkdir()
+    for name in ("source.spm", "target.spm"):
+        shutil.copy(marian[0] / name, folder / name)
+    size = 58_101
+    vocab = {"</s>": 0, "<unk>": 1, **{f"▁w{i}": i for i in range(2, size - 1) if i != 7}, "<pad>": size - 1}
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        tok = MarianTokenizer(folder)
+        times.append(time.perf_counter() - start)
+    assert len(tok.source_vocabulary) == size
+    assert tok.source_vocabulary[58_000] == "▁w58000" and tok.source_vocabulary[size - 1] == "<pad>"
+    gap = spm.SentencePieceProcessor(model_file=str(folder / "source.spm")).id_to_piece(7)
+    assert tok.source_vocabulary[7] == gap  # an id vocab.json skips: the SentencePiece piece, as transformers
+    assert min(times) <= 0.2, f"loading a {size}-piece vocabulary took {min(times):.3f} s"
+
+
+# ---------------------------------------------------------------------------------------------
+# converter
+
+
+def _expected(state: dict[str, torch.Tensor], row) -> np.ndarray:
+    parts = [state[n].double().numpy() for n in row.theirs]
+    parts = [p.T for p in parts] if row.transposed else parts
+    return np.concatenate(parts, axis=-1)
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["safetensors", "pytorch_model.bin"])
+def test_every_weight_equals_transformers(marian, which):
+    folder, reference = marian[which], marian[2]
+    ckpt = load_marian(folder, dtype="float64")
+    state = reference.state_dict()
+    rows = marian_rows(LAYERS, LAYERS)
+    assert set(ckpt.weights) == {r.ours for r in rows} | {"encoder.embedding/E", "output.logits/b"}
+    for row in rows:
+        assert ckpt.weights[row.ours].dtype == np.float64
+        np.testing.assert_array_equal(ckpt.weights[row.ours], _expected(state, row), err_msg=row.ours)
+    assert ckpt.weights["encoder.0.self-attention/W_QKV"].shape == (16, 48)
+    E = state["model.shared.weight"].numpy()
+    np.testing.assert_array_equal(ckpt.weights["encoder.embedding/E"], E)
+    np.testing.assert_array_equal(ckpt.weights["encoder.embedding/E"].T, state["lm_head.weight"].numpy().T)
+    np.testing.assert_array_equal(ckpt.weights["output.logits/b"], state["final_logits_bias"].numpy()[0])
+    vocab = E.shape[0]
+    assert ckpt.model == {
+        "d_model": 16,
+        "num_heads": 2,
+        "d_ff": 32,
+        "num_encoder_layers": 2,
+        "num_decoder_layers": 2,
+        "norm_first": False,
+        "final_norm": False,
+        "activation": "silu",
+        "positional_encoding": "sinusoidal-halves",
+        "scale_embeddings": True,
+        "attention_bias": True,
+        "tie_embeddings": True,
+        "layer_norm_eps": 1e-5,
+        "max_positions": 64,
+    }
+    assert (ckpt.decoder_start_token_id, ckpt.eos_token_id, ckpt.pad_token_id) == (vocab - 1, 0, vocab - 1)
+    assert len(ckpt.tokenizer.source_vocabulary) == vocab
+    assert ckpt.source.endswith(("(model.safetensors)", "(pytorch_model.bin)")[which])
+    assert load_marian(folder).weights["encoder.0.feed-forward/W_1"].dtype == np.float32
+
+
+def test_separate_tables_stay_separate(marian, tmp_path):
+    """share_encoder_decoder_embeddings and tie_word_embeddings false: three arrays, not one."""
+    folder = _copy(marian[0], tmp_path / "untied")
+    config = transformers.MarianConfig.from_pretrained(folder)
+    config.share_encoder_decoder_embeddings = config.tie_word_embeddings = False
+    torch.manual_seed(1)
+    model = transformers.MarianMTModel(config)
+    model.save_pretrained(folder)
+    state = model.state_dict()
+    ckpt = load_marian(folder, dtype="float64")
+    assert ckpt.model["tie_embeddings"] is False
+    for ours, theirs in (
+        ("encoder.embedding/E", "model.encoder.embed_tokens.weight"),
+        ("decoder.embedding/E", "model.decoder.embed_tokens.weight"),
+        ("output.logits/W", "lm_head.weight"),
+    ):
+        expected = state[theirs].double().numpy()
+        np.testing.assert_array_equal(
+            ckpt.weights[ours], expected.T if ours.startswith("output") else expected
+        )
+    assert not np.array_equal(ckpt.weights["encoder.embedding/E"], ckpt.weights["decoder.embedding/E"])
+
+
+def test_the_bin_holds_every_tied_name_and_the_sinusoid_tables(marian):
+    tensors = read_torch_bin(marian[1] / "pytorch_model.bin")
+    state = marian[2].state_dict()
+    assert set(tensors) == set(state)  # so the converter accounted for aliases and buffers too
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(value, state[name].float().numpy(), err_msg=name)
+
+
+def _sinusoid_halves(n: int, d: int) -> np.ndarray:  # [n] -> [n, d]: sin | cos, positions from 0
+    angle = np.arange(n)[:, None] / 10000 ** (2 * np.arange(d // 2) / d)
+    return np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+
+
+def test_encoder_attention_layer0_equals_transformers(marian):
+    """An independent forward of encoder layer 0's attention weights from the converted arrays."""
+    folder, reference = marian[0], marian[2]
+    ckpt = load_marian(folder, dtype="float64")
+    ids = ckpt.tokenizer.encode_source("the cat is sleeping comfortably.")
+    n, d, h = len(ids), D_MODEL, HEADS
+    d_k = d // h
+    # transformers rounds its sinusoid table to float32 even in a float64 model; so does this reference.
+    P = _sinusoid_halves(64, d).astype(np.float32).astype(np.float64)
+    np.testing.assert_array_equal(P, reference.model.encoder.embed_positions.weight.detach().numpy())
+    X = ckpt.weights["encoder.embedding/E"][ids] * np.sqrt(d) + P[:n]
+    W, b = ckpt.weights["encoder.0.self-attention/W_QKV"], ckpt.weights["encoder.0.self-attention/b_QKV"]
+    QKV = X @ W + b
+    Q, K = QKV[:, :d], QKV[:, d : 2 * d]
+    expected = []
+    for head in range(h):
+        cols = slice(head * d_k, (head + 1) * d_k)
+        S = Q[:, cols] @ K[:, cols].T / np.sqrt(d_k)
+        A = np.exp(S - S.max(axis=1, keepdims=True))
+        expected.append(A / A.sum(axis=1, keepdims=True))
+    with torch.no_grad():
+        out = reference.model.encoder(torch.tensor([ids]), output_attentions=True)
+    actual = out.attentions[0][0].numpy()
+    assert actual.shape == (h, n, n)
+    np.testing.assert_allclose(np.stack(expected), actual, rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input: one line, nothing run, nothing allocated
+
+
+def _copy(folder: Path, to: Path) -> Path:
+    shutil.copytree(folder, to)
+    return to
+
+
+def test_wrong_model_type_is_one_line(marian, tmp_path):
+    folder = _copy(marian[0], tmp_path / "bart")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "bart"}))
+    with pytest.raises(CheckpointError) as err:
+        load_marian(folder)
+    assert "model_type is 'bart'" in _one_line(err)
+
+
+def test_unknown_activation_is_one_line(marian, tmp_path):
+    folder = _copy(marian[0], tmp_path / "act")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "activation_function": "gelu_fast"}))
+    with pytest.raises(CheckpointError) as err:
+        load_marian(folder)
+    assert "'gelu_fast' is not supported" in _one_line(err)
+
+
+def test_missing_spm_is_one_line(marian, tmp_path):
+    folder = _copy(marian[0], tmp_path / "nospm")
+    (folder / "target.spm").unlink()
+    with pytest.raises(CheckpointError) as err:
+        load_marian(folder)
+    assert "missing tokenizer file target.spm" in _one_line(err)
+
+
+def test_a_tensor_that_is_not_marian_is_refused(marian, tmp_path):
+    from safetensors.numpy import save_file
+
+    folder = _copy(marian[0], tmp_path / "extra")
+    tensors = read_weights(folder)[0]
+    save_file(
+        {**{k: tensors[k] for k in tensors}, "model.encoder.extra": np.zeros(3, np.float32)},
+        str(folder / "model.safetensors"),
+    )
+    with pytest.raises(CheckpointError) as err:
+        load_marian(folder)
+    assert "model.encoder.extra is not part of a Marian model" in _one_line(err)
+
+
+def test_truncated_safetensors_is_one_line(marian, tmp_path):
+    folder = _copy(marian[0], tmp_path / "cut")
+    data = (folder / "model.safetensors").read_bytes()
+    for size in (len(data) // 2, 20, 5):
+        (folder / "model.safetensors").write_bytes(data[:size])
+        with pytest.raises(CheckpointError) as err:
+            load_marian(folder)
+        assert "truncated" in _one_line(err)
+
+
+def test_a_header_claiming_a_huge_tensor_allocates_nothing(tmp_path):
+    header = json.dumps({"w": {"dtype": "F32", "shape": [10**6, 10**6], "data_offsets": [0, 4 * 10**12]}})
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header.encode() + b"\0" * 16)
+    with pytest.raises(CheckpointError) as err:
+        read_weights(tmp_path)["w"]
+    assert "truncated" in _one_line(err)
+
+
+# A pickle written opcode by opcode, as torch writes a state dict, so that it can lie.
+def _text(s: str) -> bytes:
+    return b"X" + struct.pack("<I", len(s.encode())) + s.encode()
+
+
+def _state_dict_pickle(numel: int, shape: tuple[int, ...]) -> bytes:
+    ints = b"".join(b"J" + struct.pack("<i", v) for v in shape)
+    row_major = [int(np.prod(shape[k + 1 :])) for k in range(len(shape))]
+    strides = b"".join(b"J" + struct.pack("<i", v) for v in row_major)
+    storage = b"((" + _text("storage") + b"ctorch\nFloatStorage\n" + _text("0") + _text("cpu")
+    storage += b"\x8a\x08" + struct.pack("<q", numel) + b"tQ"
+    tensor = b"ctorch._utils\n_rebuild_tensor_v2\n" + storage + b"J\0\0\0\0(" + ints + b"t(" + strides
+    tensor += b"t\x89ccollections\nOrderedDict\n)Rt" + b"R"
+    return b"\x80\x02ccollections\nOrderedDict\n)R(" + _text("w") + tensor + b"u."
+
+
+def _write_bin(path: Path, pickled: bytes, data: bytes = b"") -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pickled)
+        z.writestr("archive/byteorder", "little")
+        z.writestr("archive/data/0", data)
+    return path
+
+
+def test_a_handwritten_state_dict_reads_and_a_lying_one_is_refused(tmp_path):
+    data = np.arange(6, dtype="<f4").tobytes()
+    good = read_torch_bin(_write_bin(tmp_path / "good.bin", _state_dict_pickle(6, (2, 3)), data))
+    np.testing.assert_array_equal(good["w"], np.arange(6.0).reshape(2, 3))
+    with pytest.raises(CheckpointError) as err:  # a storage of 2**40 floats backed by 24 bytes
+        read_torch_bin(_write_bin(tmp_path / "huge.bin", _state_dict_pickle(2**40, (2**20, 2**20)), data))
+    assert "should hold 4398046511104 bytes" in _one_line(err)
+    with pytest.raises(CheckpointError) as err:  # a view past its storage's end
+        read_torch_bin(_write_bin(tmp_path / "past.bin", _state_dict_pickle(6, (3, 3)), data))
+    assert "reaches element" in _one_line(err)
+
+
+class _Exploit:
+    def __init__(self, call, arg):
+        self.call, self.arg = call, arg
+
+    def __reduce__(self):
+        return (self.call, (self.arg,))
+
+
+@pytest.mark.parametrize("call", [os.system, eval, subprocess.call], ids=["os.system", "eval", "subprocess"])
+def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(tmp_path, call):
+    import pickle
+
+    marker = tmp_path / "marker"
+    command = f"touch {marker}" if call is not eval else f"open({str(marker)!r}, 'w')"
+    arg = command.split() if call is subprocess.call else command
+    folder = tmp_path / "evil"
+    folder.mkdir()
+    _write_bin(folder / "pytorch_model.bin", pickle.dumps({"w": _Exploit(call, arg)}, protocol=2))
+    with pytest.raises(CheckpointError) as err:
+        read_weights(folder)
+    assert "refused" in _one_line(err) and "nothing from the file was run" in str(err.value)
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# hub cache, extras
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ, **env}
+    )
+
+
+def test_hub_id_is_read_from_the_cache_offline(marian, tmp_path):
+    cache = tmp_path / "hub"
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / "models--tiny-org--opus-mt-xx-yy"
+    shutil.copytree(marian[0], repo / "snapshots" / revision)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    code = (
+        "from transformer_walkthrough.checkpoints import resolve, load_marian\n"
+        "p = resolve('tiny-org/opus-mt-xx-yy'); c = load_marian(p, name='tiny-org/opus-mt-xx-yy')\n"
+        "print(p); print(c.source)"
+    )
+    done = _python(code, HF_HUB_CACHE=str(cache), HF_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        str(repo / "snapshots" / revision),
+        "tiny-org/opus-mt-xx-yy (model.safetensors)",
+    ]
+
+
+def test_hub_id_offline_without_cache_is_one_line(tmp_path):
+    code = (
+        "from transformer_walkthrough.checkpoints import resolve\n"
+        "from transformer_walkthrough.errors import WalkthroughError\n"
+        "try:\n    resolve('Helsinki-NLP/opus-mt-en-de')\n"
+        "except WalkthroughError as e:\n    print(e)\n"
+    )
+    done = _python(
+        code, HF_HUB_CACHE=str(tmp_path / "empty"), HF_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("\n") == 1
+    assert "Helsinki-NLP/opus-mt-en-de: not in the local hub cache" in done.stdout
+    assert "pass its path" in done.stdout
+
+
+def test_not_a_folder_nor_a_hub_id_is_one_line(tmp_path):
+    from transformer_walkthrough.checkpoints import resolve
+
+    with pytest.raises(CheckpointError) as err:
+        resolve(str(tmp_path / "no" / "such" / "folder"))
+    assert "no such folder" in _one_line(err)
+
+
+def test_without_the_extra_the_import_says_which_to_install():
+    code = (
+        "import sys; sys.modules['sentencepiece'] = None\n"
+        "from transformer_walkthrough.errors import WalkthroughError\n"
+        "try:\n    import transformer_walkthrough.checkpoints\n"
+        "except WalkthroughError as e:\n    print(e)\n"
+    )
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
+    assert (
+        done.stdout == "real checkpoints need sentencepiece: pip install 'transformer-walkthrough[models]'\n"
+    )
+
+
+def test_the_toy_imports_none_of_the_extra():
+    heavy = ("safetensors", "sentencepiece", "tokenizers", "huggingface_hub", "torch", "transformers")
+    code = (
+        "import sys\nimport transformer_walkthrough.cli, transformer_walkthrough.model\n"
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_checkpoint_error_is_a_walkthrough_error():
+    assert issubclass(CheckpointError, WalkthroughError)

@@ -1,0 +1,76 @@
+"""Where a checkpoint's files are: a folder given by its path, or a hub id fetched into the hub's cache."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .errors import CheckpointError
+
+# What a Marian folder needs, and nothing else (the hub's opus-mt repos also hold TensorFlow and
+# Rust weights of the same size, which a download must not fetch).
+CONFIG_AND_TOKENIZER = ("config.json", "source.spm", "target.spm", "vocab.json", "target_vocab.json")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in order of preference
+
+# The hub's rule for repository ids: [namespace/]name, letters, digits, '-', '_', '.'.
+_HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
+
+
+def _offline() -> bool:
+    """HF_HUB_OFFLINE as huggingface_hub reads it, but read now rather than at its import."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return value.strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def resolve(model: str) -> Path:
+    """The folder holding ``model``'s files: ``model`` itself if it is a folder, else a hub id's snapshot.
+
+    A hub id (``Helsinki-NLP/opus-mt-en-de``) is fetched with ``huggingface_hub`` into its usual
+    cache (HF_HUB_CACHE or HF_HOME), config, tokenizer and one weights file only; when the files
+    are cached, no network is needed (and with HF_HUB_OFFLINE=1 none is tried).
+    """
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise CheckpointError(f"{model}: not a folder; pass the checkpoint's folder or a hub id")
+    if ".." in model or "--" in model or not _HUB_ID.match(model):
+        raise CheckpointError(f"{model}: no such folder, and not a hub id (like Helsinki-NLP/opus-mt-en-de)")
+    return _download(model)
+
+
+def _download(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+
+    offline = _offline()
+    try:
+        folder = Path(
+            snapshot_download(
+                repo_id, allow_patterns=[*CONFIG_AND_TOKENIZER, WEIGHT_FILES[0]], local_files_only=offline
+            )
+        )
+        if not (folder / WEIGHT_FILES[0]).is_file():  # older repos have only torch's format
+            folder = Path(
+                snapshot_download(repo_id, allow_patterns=[WEIGHT_FILES[1]], local_files_only=offline)
+            )
+    except Exception as err:  # the hub client's errors span HTTP, OS and its own classes
+        raise CheckpointError(_download_failure(repo_id, err, offline)) from None
+    return folder
+
+
+def _download_failure(repo_id: str, err: Exception, offline: bool) -> str:
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+
+    how = (
+        "run once with network access to cache it, or download the model's folder "
+        "(config.json, model.safetensors, source.spm, target.spm, vocab.json) and pass its path"
+    )
+    if isinstance(err, RepositoryNotFoundError):
+        return f"{repo_id}: no such model on the hub (or it is private or gated)"
+    if offline:
+        return f"{repo_id}: not in the local hub cache and HF_HUB_OFFLINE is set: {how}"
+    if isinstance(err, LocalEntryNotFoundError):
+        return f"{repo_id}: the hub cannot be reached and the model is not in the local cache: {how}"
+    detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return f"{repo_id}: download failed ({detail}): {how}"

@@ -1,0 +1,325 @@
+"""A Marian (opus-mt) checkpoint converted to this project's parameter names and layout.
+
+Marian is the paper's encoder–decoder with a few conventions of its own, each read from
+``config.json`` rather than assumed: post-norm layers, a feed-forward activation named by
+``activation_function`` (opus-mt's "swish" is SiLU), embeddings scaled by √d_model
+(``scale_embedding``), sinusoids split in halves (sines in the first d_model/2 columns, cosines in
+the rest, positions from 0), biases on every projection, one embedding table shared by the encoder,
+the decoder and the output layer, and an output bias ``final_logits_bias``.
+
+Weights here act on the right (``y = x @ W + b``), so every ``nn.Linear.weight`` is transposed; the
+query, key and value projections sit side by side in one ``W_QKV = [W_Q | W_K | W_V]``, head h
+using the h-th block of d_k columns of each third, as ``view(…, heads, head_dim)`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import CheckpointError
+from .tensors import read_weights
+from .tokenizer import MarianTokenizer
+
+# Marian's activation_function values and ours; anything else is refused, never approximated.
+ACTIVATIONS = {
+    "swish": "silu",
+    "silu": "silu",
+    "gelu": "gelu",
+    "relu": "relu",
+    "gelu_new": "gelu-tanh",
+    "gelu_pytorch_tanh": "gelu-tanh",
+}
+
+# MarianConfig's defaults (transformers), for the keys an older config.json leaves out.
+CONFIG_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 58101,
+    "decoder_vocab_size": None,
+    "max_position_embeddings": 1024,
+    "encoder_layers": 12,
+    "encoder_ffn_dim": 4096,
+    "encoder_attention_heads": 16,
+    "decoder_layers": 12,
+    "decoder_ffn_dim": 4096,
+    "decoder_attention_heads": 16,
+    "activation_function": "gelu",
+    "d_model": 1024,
+    "scale_embedding": False,
+    "decoder_start_token_id": 58100,
+    "pad_token_id": 58100,
+    "eos_token_id": 0,
+    "share_encoder_decoder_embeddings": True,
+    "tie_word_embeddings": True,
+}
+
+# Tensors a Marian checkpoint may hold that are not parameters: the sinusoid tables, which
+# transformers recomputes (older checkpoints saved them; newer ones leave them out).
+IGNORED_BUFFERS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
+
+T = True  # "transposed": our W is their nn.Linear.weight transposed
+
+
+@dataclass(frozen=True)
+class Row:
+    """One of our parameters and where it comes from: their tensors, transposed or not, side by side."""
+
+    ours: str
+    theirs: tuple[str, ...]
+    transposed: bool = False
+
+
+def marian_rows(num_encoder_layers: int, num_decoder_layers: int) -> list[Row]:
+    """Our name ← their name(s), for every parameter of the layers (embeddings and output apart)."""
+    rows: list[Row] = []
+
+    def attention(stage: str, module: str) -> None:
+        q, k, v, o = (f"{module}.{p}" for p in ("q_proj", "k_proj", "v_proj", "out_proj"))
+        rows.extend(
+            [
+                Row(f"{stage}/W_QKV", (f"{q}.weight", f"{k}.weight", f"{v}.weight"), T),
+                Row(f"{stage}/b_QKV", (f"{q}.bias", f"{k}.bias", f"{v}.bias")),
+                Row(f"{stage}/W_O", (f"{o}.weight",), T),
+                Row(f"{stage}/b_O", (f"{o}.bias",)),
+            ]
+        )
+
+    def add_norm(stage: str, module: str) -> None:
+        rows.extend([Row(f"{stage}/gamma", (f"{module}.weight",)), Row(f"{stage}/beta", (f"{module}.bias",))])
+
+    def feed_forward(stage: str, layer: str) -> None:
+        rows.extend(
+            [
+                Row(f"{stage}/W_1", (f"{layer}.fc1.weight",), T),
+                Row(f"{stage}/b_1", (f"{layer}.fc1.bias",)),
+                Row(f"{stage}/W_2", (f"{layer}.fc2.weight",), T),
+                Row(f"{stage}/b_2", (f"{layer}.fc2.bias",)),
+            ]
+        )
+
+    for n in range(num_encoder_layers):
+        layer = f"model.encoder.layers.{n}"
+        attention(f"encoder.{n}.self-attention", f"{layer}.self_attn")
+        add_norm(f"encoder.{n}.add-norm-1", f"{layer}.self_attn_layer_norm")
+        feed_forward(f"encoder.{n}.feed-forward", layer)
+        add_norm(f"encoder.{n}.add-norm-2", f"{layer}.final_layer_norm")
+    for n in range(num_decoder_layers):
+        layer = f"model.decoder.layers.{n}"
+        attention(f"decoder.{n}.masked-attention", f"{layer}.self_attn")
+        add_norm(f"decoder.{n}.add-norm-1", f"{layer}.self_attn_layer_norm")
+        attention(f"decoder.{n}.cross-attention", f"{layer}.encoder_attn")
+        add_norm(f"decoder.{n}.add-norm-2", f"{layer}.encoder_attn_layer_norm")
+        feed_forward(f"decoder.{n}.feed-forward", layer)
+        add_norm(f"decoder.{n}.add-norm-3", f"{layer}.final_layer_norm")
+    return rows
+
+
+@dataclass
+class MarianCheckpoint:
+    """A Marian checkpoint in this project's terms: model config keys, named weights, tokenizer."""
+
+    model: dict[str, Any]
+    weights: dict[str, np.ndarray]
+    tokenizer: MarianTokenizer
+    decoder_start_token_id: int
+    eos_token_id: int
+    pad_token_id: int
+    source: str
+
+
+def load_marian(
+    path: str | Path, dtype: str | np.dtype = "float32", name: str | None = None
+) -> MarianCheckpoint:
+    """The Marian checkpoint in folder ``path``, converted; ``name`` (a hub id) is used in ``source``."""
+    folder = Path(path)
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise CheckpointError(f"dtype {dtype} is not supported; use float32 or float64")
+    config = _read_config(folder)
+    tensors, file = read_weights(folder)
+    weights, tied = _convert(tensors, config, dtype, f"{folder / file}")
+    vocab_size = weights["encoder.embedding/E"].shape[0]
+    tokenizer = MarianTokenizer(folder, size=vocab_size)
+    for which, vocabulary in (
+        ("vocab.json", tokenizer.source_vocabulary),
+        ("target vocabulary", tokenizer.target_vocabulary),
+    ):
+        if len(vocabulary) > vocab_size:
+            raise CheckpointError(
+                f"{folder}: {which} has ids up to {len(vocabulary) - 1}, "
+                f"the embedding table only {vocab_size} rows"
+            )
+    model = {
+        "d_model": config["d_model"],
+        "num_heads": config["encoder_attention_heads"],
+        "d_ff": config["encoder_ffn_dim"],
+        "num_encoder_layers": config["encoder_layers"],
+        "num_decoder_layers": config["decoder_layers"],
+        "norm_first": False,
+        "final_norm": False,
+        "activation": ACTIVATIONS[config["activation_function"]],
+        "positional_encoding": "sinusoidal-halves",
+        "scale_embeddings": bool(config["scale_embedding"]),
+        "attention_bias": True,
+        "tie_embeddings": tied,
+        "layer_norm_eps": 1e-5,  # nn.LayerNorm's default: Marian's layers do not set it
+        "max_positions": config["max_position_embeddings"],
+    }
+    return MarianCheckpoint(
+        model=model,
+        weights=weights,
+        tokenizer=tokenizer,
+        decoder_start_token_id=config["decoder_start_token_id"],
+        eos_token_id=config["eos_token_id"],
+        pad_token_id=config["pad_token_id"],
+        source=f"{name or folder} ({file})",
+    )
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    """config.json with MarianConfig's defaults filled in, every value this converter uses checked."""
+    path = folder / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{folder}: no config.json (is this a checkpoint folder?)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not readable JSON ({err})") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    if raw.get("model_type") != "marian":
+        raise CheckpointError(
+            f"{path}: model_type is {raw.get('model_type')!r}; only 'marian' checkpoints are supported"
+        )
+    config = {**CONFIG_DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}
+    for key in (
+        "vocab_size",
+        "max_position_embeddings",
+        "encoder_layers",
+        "decoder_layers",
+        "d_model",
+        "encoder_ffn_dim",
+        "decoder_ffn_dim",
+        "encoder_attention_heads",
+        "decoder_attention_heads",
+    ):
+        if type(config[key]) is not int or config[key] < 1:
+            raise CheckpointError(f"{path}: {key} is {config[key]!r}, not a positive integer")
+    for key in ("decoder_start_token_id", "pad_token_id", "eos_token_id"):
+        if type(config[key]) is not int or config[key] < 0:
+            raise CheckpointError(f"{path}: {key} is {config[key]!r}, not a token id")
+    for key in ("scale_embedding", "share_encoder_decoder_embeddings", "tie_word_embeddings"):
+        if type(config[key]) is not bool:
+            raise CheckpointError(f"{path}: {key} is {config[key]!r}, not true or false")
+    if config["activation_function"] not in ACTIVATIONS:
+        raise CheckpointError(
+            f"{path}: activation_function {config['activation_function']!r} is not supported "
+            f"(supported: {', '.join(ACTIVATIONS)})"
+        )
+    for enc, dec in (
+        ("encoder_attention_heads", "decoder_attention_heads"),
+        ("encoder_ffn_dim", "decoder_ffn_dim"),
+    ):
+        if config[enc] != config[dec]:
+            raise CheckpointError(
+                f"{path}: {enc} ({config[enc]}) differs from {dec} ({config[dec]}); "
+                "the walkthrough's model has one value for both"
+            )
+    if config["d_model"] % config["encoder_attention_heads"]:
+        raise CheckpointError(
+            f"{path}: d_model {config['d_model']} is not a multiple of "
+            f"encoder_attention_heads {config['encoder_attention_heads']}"
+        )
+    return config
+
+
+def _convert(
+    tensors: Mapping[str, np.ndarray], config: dict[str, Any], dtype: np.dtype, where: str
+) -> tuple[dict[str, np.ndarray], bool]:
+    """Their tensors -> our weights, each checkpoint tensor used once or known; returns (weights, tied)."""
+    d_model, d_ff = config["d_model"], config["encoder_ffn_dim"]
+    names = set(tensors)
+    used: set[str] = set()
+
+    def shape(name: str) -> tuple[int, ...]:
+        if name not in names:
+            raise CheckpointError(f"{where}: missing tensor {name}")
+        get_shape = getattr(tensors, "shape", None)
+        return tuple(get_shape(name)) if get_shape else tuple(tensors[name].shape)
+
+    def take(name: str, expected: tuple[int, ...]) -> np.ndarray:
+        if shape(name) != expected:
+            raise CheckpointError(
+                f"{where}: tensor {name} has shape {list(shape(name))}, config.json implies {list(expected)}"
+            )
+        used.add(name)
+        return tensors[name]
+
+    expected_shapes = {"weight": (d_model, d_model), "bias": (d_model,)}
+    weights: dict[str, np.ndarray] = {}
+    for row in marian_rows(config["encoder_layers"], config["decoder_layers"]):
+        parts = []
+        for their in row.theirs:
+            kind = their.rsplit(".", 1)[1]
+            if ".fc1." in their:
+                expected = (d_ff, d_model) if kind == "weight" else (d_ff,)
+            elif ".fc2." in their:
+                expected = (d_model, d_ff) if kind == "weight" else (d_model,)
+            elif "layer_norm" in their:
+                expected = (d_model,)
+            else:
+                expected = expected_shapes[kind]
+            part = take(their, expected)
+            parts.append(part.T if row.transposed else part)
+        joined = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+        weights[row.ours] = np.ascontiguousarray(joined, dtype=dtype)
+
+    # Embeddings and output layer: one table for all three when the checkpoint shares and ties them.
+    share, tie = config["share_encoder_decoder_embeddings"], config["tie_word_embeddings"]
+    encoder_table = "model.shared.weight"
+    if encoder_table not in names:  # a checkpoint of separate tables names the encoder's own
+        encoder_table = "model.encoder.embed_tokens.weight"
+    E_enc = take(encoder_table, (shape(encoder_table)[0], d_model))
+    if share:
+        decoder_table, E_dec = encoder_table, E_enc
+    else:
+        decoder_table = "model.decoder.embed_tokens.weight"
+        E_dec = take(decoder_table, (shape(decoder_table)[0], d_model))
+    target_vocab = E_dec.shape[0]
+    W_out = E_dec if tie else take("lm_head.weight", (target_vocab, d_model))
+    # Copies of the shared table that some checkpoints store under every name that uses it.
+    for alias, table_name, table in (
+        ("model.encoder.embed_tokens.weight", encoder_table, E_enc),
+        ("model.decoder.embed_tokens.weight", decoder_table, E_dec),
+        ("lm_head.weight", decoder_table, E_dec),
+    ):
+        is_copy = alias in names and alias not in used and (alias != "lm_head.weight" or tie)
+        if is_copy and not np.array_equal(take(alias, table.shape), table):
+            raise CheckpointError(
+                f"{where}: {alias} differs from {table_name}, which config.json says "
+                "it is (share_encoder_decoder_embeddings / tie_word_embeddings)"
+            )
+    if "final_logits_bias" in names:
+        b = take("final_logits_bias", (1, target_vocab))[0]
+    else:  # transformers starts it at zero when a checkpoint leaves it out
+        b = np.zeros(target_vocab)
+    used.update(n for n in IGNORED_BUFFERS if n in names)
+    unused = sorted(names - used)
+    if unused:
+        more = f" and {len(unused) - 1} more" if len(unused) > 1 else ""
+        raise CheckpointError(f"{where}: tensor {unused[0]}{more} is not part of a Marian model")
+
+    tied = share and tie
+    ends = {"encoder.embedding/E": E_enc}
+    if not tied:
+        ends.update({"decoder.embedding/E": E_dec, "output.logits/W": W_out.T})
+    ends["output.logits/b"] = b
+    weights.update({k: np.ascontiguousarray(v, dtype=dtype) for k, v in ends.items()})
+    if not all(np.isfinite(w).all() for w in weights.values()):
+        bad = next(k for k, w in weights.items() if not np.isfinite(w).all())
+        raise CheckpointError(f"{where}: {bad} holds NaN or infinite values")
+    return weights, tied

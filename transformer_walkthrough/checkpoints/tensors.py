@@ -1,0 +1,355 @@
+"""Checkpoint files read into NumPy arrays, safely: nothing in a file can run code or exhaust memory.
+
+Two formats, as the hub stores them:
+
+- ``model.safetensors``: an 8-byte header length, a JSON header naming each tensor's dtype, shape
+  and byte range, then the bytes. The header is checked against the file's size before any tensor
+  is read; tensors are then read one at a time, when asked for, with the ``safetensors`` package.
+- ``pytorch_model.bin``: torch's zip format, a pickle ``data.pkl`` whose tensors point at raw
+  storages ``data/<key>``. Unpickling can call any function a file names, so this reader's
+  unpickler knows exactly the few names a state dict uses and maps each to a NumPy stand-in: torch
+  is never imported and no callable from the file is ever looked up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import zipfile
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import CheckpointError
+
+# A header larger than this is not a header (the hub's own limit is 100 MB).
+MAX_HEADER_BYTES = 100_000_000
+# A state dict's pickle is a few bytes of names and shapes per tensor (opus-mt's: ~40 kB); capping
+# it caps the objects a hostile pickle can make before it is refused.
+MAX_PICKLE_BYTES = 16_000_000
+
+# safetensors dtype -> (NumPy dtype of the stored bytes, bytes per element)
+_SAFETENSORS_DTYPES = {
+    "F64": (np.dtype("<f8"), 8),
+    "F32": (np.dtype("<f4"), 4),
+    "F16": (np.dtype("<f2"), 2),
+    "BF16": (np.dtype("<u2"), 2),  # NumPy has no bfloat16: the upper half of a float32
+    "I64": (np.dtype("<i8"), 8),
+}
+
+
+def _bfloat16_to_float32(raw: np.ndarray) -> np.ndarray:
+    """bfloat16 is float32 with the low 16 bits of the mantissa dropped: shift them back in."""
+    return (raw.astype(np.uint32) << 16).view(np.float32)
+
+
+class SafetensorsFile(Mapping):
+    """A ``.safetensors`` file as a read-only mapping ``name -> ndarray``, each read on first use.
+
+    ``shape(name)`` and ``dtype(name)`` answer from the header without reading the tensor.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._entries = _safetensors_header(self.path)
+        self._handle: Any = None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        entry = self._entries[name]
+        if entry["dtype"] == "BF16":  # the numpy framework refuses bfloat16; the bytes are checked
+            start, end = entry["absolute"]
+            raw = np.fromfile(self.path, dtype="<u2", count=(end - start) // 2, offset=start)
+            return _bfloat16_to_float32(raw).reshape(entry["shape"])
+        if self._handle is None:
+            from safetensors import SafetensorError, safe_open
+
+            try:
+                self._handle = safe_open(str(self.path), framework="numpy")
+            except (SafetensorError, OSError) as err:
+                raise CheckpointError(
+                    f"{self.path}: not a readable safetensors file ({_first_line(err)})"
+                ) from None
+        try:
+            return self._handle.get_tensor(name)
+        except Exception as err:  # the package's errors have no common base worth naming
+            raise CheckpointError(f"{self.path}: cannot read tensor {name!r} ({_first_line(err)})") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._entries[name]["shape"])
+
+    def dtype(self, name: str) -> str:
+        return self._entries[name]["dtype"]
+
+
+def read_safetensors(path: str | Path) -> SafetensorsFile:
+    """The tensors of a ``.safetensors`` file, header checked, each read when first asked for."""
+    return SafetensorsFile(Path(path))
+
+
+def _safetensors_header(path: Path) -> dict[str, dict]:
+    """The header's entries, each checked to lie inside the file and to match its shape and dtype."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            prefix = f.read(8)
+            if len(prefix) < 8:
+                raise CheckpointError(f"{path}: truncated safetensors file ({size} bytes)")
+            n = int.from_bytes(prefix, "little")
+            if n > min(MAX_HEADER_BYTES, size - 8):
+                raise CheckpointError(
+                    f"{path}: truncated or corrupt safetensors file (header of {n} bytes in a file of {size})"
+                )
+            header = json.loads(f.read(n).decode("utf-8"))
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError(f"{path}: corrupt safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: corrupt safetensors file (its header is not a JSON object)")
+    data_start, data_size = 8 + n, size - 8 - n
+    entries = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        where = f"{path}: tensor {name!r}"
+        if not isinstance(entry, dict):
+            raise CheckpointError(f"{where} has no description in the header")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if dtype not in _SAFETENSORS_DTYPES:
+            allowed = ", ".join(_SAFETENSORS_DTYPES)
+            raise CheckpointError(f"{where} has dtype {dtype!r}; readable dtypes are {allowed}")
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+            raise CheckpointError(f"{where} has an invalid shape {shape!r}")
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(type(o) is int for o in offsets)
+            and 0 <= offsets[0] <= offsets[1]
+        ):
+            raise CheckpointError(f"{where} has invalid data offsets {offsets!r}")
+        expected = math.prod(shape) * _SAFETENSORS_DTYPES[dtype][1]  # Python ints: no overflow
+        if offsets[1] - offsets[0] != expected:
+            raise CheckpointError(
+                f"{where}: shape {shape} needs {expected} bytes, the header gives it "
+                f"{offsets[1] - offsets[0]}"
+            )
+        if offsets[1] > data_size:
+            raise CheckpointError(
+                f"{path}: truncated safetensors file (tensor {name!r} ends at byte "
+                f"{data_start + offsets[1]} of {size})"
+            )
+        entries[name] = {
+            "dtype": dtype,
+            "shape": shape,
+            "absolute": (data_start + offsets[0], data_start + offsets[1]),
+        }
+    return entries
+
+
+# ---------------------------------------------------------------------------------------------
+# torch's zip format, read by a restricted unpickler
+
+
+class _StorageType:
+    """Stands for ``torch.FloatStorage`` and its kin: only the dtype of the storage's bytes."""
+
+    def __init__(self, name: str, dtype: str):
+        self.name, self.dtype = name, np.dtype(dtype)
+
+
+_STORAGE_TYPES = {
+    "FloatStorage": _StorageType("FloatStorage", "<f4"),
+    "DoubleStorage": _StorageType("DoubleStorage", "<f8"),
+    "HalfStorage": _StorageType("HalfStorage", "<f2"),
+    "BFloat16Storage": _StorageType("BFloat16Storage", "<u2"),
+    "LongStorage": _StorageType("LongStorage", "<i8"),
+}
+
+
+class _Storage:
+    """A storage's elements, read from the zip as a flat read-only NumPy array."""
+
+    def __init__(self, kind: _StorageType, data: np.ndarray):
+        self.kind, self.data = kind, data
+
+
+def _rebuild_tensor(
+    storage: Any,
+    storage_offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any = False,
+    backward_hooks: Any = None,
+    metadata: Any = None,
+) -> np.ndarray:
+    """``torch._utils._rebuild_tensor_v2``: a strided view of a storage, every index checked in bounds."""
+    if not isinstance(storage, _Storage):
+        raise CheckpointError("a tensor in the pickle is not built on a storage")
+    shape, strides = _int_tuple(size, "size"), _int_tuple(stride, "stride")
+    if len(shape) != len(strides) or type(storage_offset) is not int or storage_offset < 0:
+        raise CheckpointError("a tensor in the pickle has an invalid size, stride or offset")
+    if any(s < 0 for s in strides):
+        raise CheckpointError("a tensor in the pickle has a negative stride")
+    n = storage.data.size
+    last = storage_offset + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
+    if math.prod(shape) > 0 and last >= n:
+        raise CheckpointError(f"a tensor in the pickle reaches element {last} of a storage of {n}")
+    base = storage.data[storage_offset:] if math.prod(shape) > 0 else storage.data[:0]
+    item = base.itemsize
+    view = np.lib.stride_tricks.as_strided(
+        base, shape=shape, strides=tuple(s * item for s in strides), writeable=False
+    )
+    if storage.kind.name == "BFloat16Storage":
+        return _bfloat16_to_float32(view)
+    return view
+
+
+def _rebuild_parameter(data: Any, requires_grad: Any = False, backward_hooks: Any = None) -> Any:
+    """``torch._utils._rebuild_parameter``: a Parameter is its tensor."""
+    if not isinstance(data, np.ndarray):
+        raise CheckpointError("a parameter in the pickle is not a tensor")
+    return data
+
+
+def _int_tuple(value: Any, what: str) -> tuple[int, ...]:
+    if not (isinstance(value, tuple | list) and all(type(v) is int and v >= 0 for v in value)):
+        raise CheckpointError(f"a tensor in the pickle has an invalid {what}")
+    return tuple(value)
+
+
+# Every global a state dict's pickle may name, and what it becomes here. Nothing else is looked up.
+_ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
+    ("collections", "OrderedDict"): OrderedDict,
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    **{("torch", name): kind for name, kind in _STORAGE_TYPES.items()},
+}
+
+
+class _StateDictUnpickler(pickle.Unpickler):
+    """Unpickles a state dict and nothing else: globals come from a fixed table, never from imports."""
+
+    def __init__(self, file: Any, archive: zipfile.ZipFile, prefix: str, path: Path):
+        super().__init__(file)
+        self.archive, self.prefix, self.path = archive, prefix, path
+        self.storages: dict[str, _Storage] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return _ALLOWED_GLOBALS[(module, name)]
+        except KeyError:
+            raise CheckpointError(
+                f"{self.path}: refused: its pickle asks for {module}.{name}, which a state dict of "
+                "tensors never needs (nothing from the file was run)"
+            ) from None
+
+    def persistent_load(self, pid: Any) -> _Storage:
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise CheckpointError(f"{self.path}: refused: unknown persistent reference in its pickle")
+        _, kind, key, _location, numel = pid
+        if not isinstance(kind, _StorageType) or not isinstance(key, str) or type(numel) is not int:
+            raise CheckpointError(f"{self.path}: refused: malformed storage reference in its pickle")
+        if key in self.storages:
+            return self.storages[key]
+        member = f"{self.prefix}data/{key}"
+        try:
+            info = self.archive.getinfo(member)
+        except KeyError:
+            raise CheckpointError(f"{self.path}: truncated or corrupt (no storage {member})") from None
+        nbytes = numel * kind.dtype.itemsize
+        # Sizes are checked before anything is allocated: the zip's directory says how many bytes
+        # the member holds, and a stored (uncompressed) member cannot hold more than the file.
+        if info.file_size != nbytes or info.compress_type != zipfile.ZIP_STORED:
+            raise CheckpointError(
+                f"{self.path}: corrupt: storage {key} should hold {nbytes} bytes uncompressed, "
+                f"the archive lists {info.file_size}"
+            )
+        if info.header_offset + nbytes > self.path.stat().st_size:
+            raise CheckpointError(f"{self.path}: truncated (storage {key} lies past the end of the file)")
+        try:
+            raw = self.archive.read(member)
+        except (zipfile.BadZipFile, OSError, EOFError) as err:
+            raise CheckpointError(f"{self.path}: truncated or corrupt ({_first_line(err)})") from None
+        data = np.frombuffer(raw, dtype=kind.dtype)
+        self.storages[key] = storage = _Storage(kind, data)
+        return storage
+
+
+def read_torch_bin(path: str | Path) -> dict[str, np.ndarray]:
+    """The tensors of a torch ``pytorch_model.bin`` (zip format) as NumPy arrays, without torch.
+
+    Tensors that share a storage in the file (tied weights) share memory here too.
+    """
+    path = Path(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        raise CheckpointError(
+            f"{path}: not a torch zip checkpoint (truncated, corrupt, or the legacy format of torch < 1.6)"
+        ) from None
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
+    with archive:
+        pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+        if len(pickles) != 1:
+            raise CheckpointError(f"{path}: not a torch checkpoint (no single */data.pkl in the archive)")
+        prefix = pickles[0][: -len("data.pkl")]
+        if prefix + "byteorder" in archive.namelist() and archive.read(prefix + "byteorder") != b"little":
+            raise CheckpointError(f"{path}: saved on a big-endian machine, which this reader does not handle")
+        info = archive.getinfo(pickles[0])
+        if info.file_size > MAX_PICKLE_BYTES:
+            raise CheckpointError(f"{path}: its pickle is {info.file_size} bytes, too large for a state dict")
+        try:
+            with archive.open(pickles[0]) as f:
+                state = _StateDictUnpickler(f, archive, prefix, path).load()
+        except CheckpointError:
+            raise
+        except (
+            pickle.UnpicklingError,
+            zipfile.BadZipFile,
+            EOFError,
+            ValueError,
+            TypeError,
+            IndexError,
+            KeyError,
+            AttributeError,
+            OSError,
+        ) as err:
+            raise CheckpointError(f"{path}: corrupt pickle ({_first_line(err)})") from None
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, np.ndarray) for k, v in state.items()
+    ):
+        raise CheckpointError(f"{path}: its pickle is not a state dict of named tensors")
+    return dict(state)
+
+
+def read_weights(folder: str | Path) -> tuple[Mapping[str, np.ndarray], str]:
+    """A checkpoint folder's tensors, from ``model.safetensors`` or else ``pytorch_model.bin``.
+
+    Returns the tensors and the name of the file they came from.
+    """
+    folder = Path(folder)
+    if (folder / "model.safetensors").is_file():
+        return read_safetensors(folder / "model.safetensors"), "model.safetensors"
+    if (folder / "pytorch_model.bin").is_file():
+        return read_torch_bin(folder / "pytorch_model.bin"), "pytorch_model.bin"
+    if (folder / "model.safetensors.index.json").is_file():
+        raise CheckpointError(
+            f"{folder}: sharded checkpoints (model.safetensors.index.json) are not read yet"
+        )
+    raise CheckpointError(f"{folder}: no weights (model.safetensors or pytorch_model.bin)")
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__

@@ -1,0 +1,157 @@
+"""Marian's tokenizer, equal to ``transformers.MarianTokenizer``: SentencePiece pieces, then vocab.json ids.
+
+A sentence is cut into pieces by a SentencePiece model (``source.spm`` for the encoder's text,
+``target.spm`` for the decoder's), each piece is looked up in ``vocab.json`` (a piece it lacks is
+``<unk>``: Marian's ids are not SentencePiece's), and ``</s>`` is appended. A leading language code
+such as ``>>fr<<`` is a token of its own. The literal strings ``</s>``, ``<unk>`` and ``<pad>`` in a
+text are those special tokens, as in ``transformers``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import CheckpointError
+
+UNK, EOS, PAD = "<unk>", "</s>", "<pad>"
+SPIECE_UNDERLINE = "▁"
+MAX_VOCABULARY = 10_000_000  # ids beyond this are not a vocabulary but a corrupt file
+
+
+def _read_vocab(path: Path) -> dict[str, int]:
+    """``vocab.json``: piece -> id, every id a non-negative int below MAX_VOCABULARY."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            vocab = json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path.parent}: missing tokenizer file {path.name}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not a readable vocabulary ({err})") from None
+    if not isinstance(vocab, dict):
+        raise CheckpointError(f"{path}: not a vocabulary (expected a JSON object of piece -> id)")
+    for piece, i in vocab.items():
+        if type(i) is not int or not 0 <= i < MAX_VOCABULARY:
+            raise CheckpointError(f"{path}: piece {piece!r} has id {i!r}, not an id")
+    if UNK not in vocab:
+        raise CheckpointError(f"{path}: the vocabulary has no {UNK}")
+    return vocab
+
+
+def _load_spm(path: Path) -> Any:
+    import sentencepiece
+
+    if not path.is_file():
+        raise CheckpointError(f"{path.parent}: missing tokenizer file {path.name}")
+    processor = sentencepiece.SentencePieceProcessor()
+    try:
+        processor.Load(str(path))
+    except (OSError, RuntimeError) as err:
+        raise CheckpointError(f"{path}: not a SentencePiece model ({err})") from None
+    return processor
+
+
+class MarianTokenizer:
+    """Text -> ids and ids -> text for a Marian checkpoint, as ``transformers.MarianTokenizer`` does.
+
+    ``source_vocabulary`` and ``target_vocabulary`` are tuples of pieces indexed by id (the same
+    tuple unless the checkpoint has a separate ``target_vocab.json``).
+    """
+
+    def __init__(self, folder: str | Path, size: int | None = None):
+        folder = Path(folder)
+        self.folder = folder
+        self.separate_vocabs = bool(_tokenizer_config(folder).get("separate_vocabs", False))
+        self.spm_source = _load_spm(folder / "source.spm")
+        self.spm_target = _load_spm(folder / "target.spm")
+        self.source_ids = _read_vocab(folder / "vocab.json")
+        self.target_ids = self.source_ids
+        if self.separate_vocabs:
+            self.target_ids = _read_vocab(folder / "target_vocab.json")
+        # transformers decodes with the source model unless the vocabularies are separate.
+        decoding_spm = self.spm_target if self.separate_vocabs else self.spm_source
+        self.source_vocabulary = _pieces_by_id(self.source_ids, self.spm_source, size)
+        self.target_vocabulary = self.source_vocabulary
+        if self.separate_vocabs:
+            self.target_vocabulary = _pieces_by_id(self.target_ids, decoding_spm, size)
+        self._decoding_spm = decoding_spm
+        self.unk_id = self.source_ids[UNK]
+        self.eos_id = self.source_ids.get(EOS, self.unk_id)
+        self.pad_id = self.source_ids.get(PAD)
+        specials = [t for t in (EOS, UNK, PAD) if t in self.source_ids]
+        self._special = re.compile("(" + "|".join(re.escape(t) for t in specials) + ")")
+        self._special_ids = {self.source_ids[t] for t in specials}
+
+    def source_pieces(self, text: str) -> list[str]:
+        """The encoder's pieces of ``text`` (without the ``</s>`` that ``encode_source`` appends)."""
+        return self._pieces(text, self.spm_source)
+
+    def target_pieces(self, text: str) -> list[str]:
+        """The decoder's pieces of ``text`` (without ``</s>``)."""
+        return self._pieces(text, self.spm_target)
+
+    def encode_source(self, text: str) -> list[int]:
+        """The encoder's input ids: source pieces looked up in vocab.json, then ``</s>``."""
+        return [self.source_ids.get(p, self.unk_id) for p in self.source_pieces(text)] + [self.eos_id]
+
+    def encode_target(self, text: str) -> list[int]:
+        """The decoder's label ids: target pieces looked up in the target vocabulary, then ``</s>``."""
+        unk = self.target_ids.get(UNK, self.unk_id)
+        return [self.target_ids.get(p, unk) for p in self.target_pieces(text)] + [self.eos_id]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """The text of decoder ids, as ``MarianTokenizer.decode`` (specials skipped or kept as words)."""
+        vocabulary, out, run = self.target_vocabulary, "", []
+        for i in ids:
+            if i in self._special_ids:
+                if not skip_special_tokens:
+                    out += self._decoding_spm.decode_pieces(run) + vocabulary[i] + " "
+                    run = []
+            else:
+                run.append(vocabulary[i] if 0 <= i < len(vocabulary) else UNK)
+        out += self._decoding_spm.decode_pieces(run)
+        return out.replace(SPIECE_UNDERLINE, " ").strip()
+
+    def _pieces(self, text: str, spm: Any) -> list[str]:
+        pieces: list[str] = []
+        for part in self._special.split(text):
+            if not part:
+                continue
+            if self._special.fullmatch(part):
+                pieces.append(part)
+                continue
+            if part.startswith(">>") and (end := part.find("<<")) != -1:  # a language code, e.g. >>fr<<
+                pieces.append(part[: end + 2])
+                part = part[end + 2 :]
+            pieces.extend(spm.encode(part, out_type=str))
+        return pieces
+
+
+def _tokenizer_config(folder: Path) -> dict:
+    path = folder / "tokenizer_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not readable JSON ({err})") from None
+    return config if isinstance(config, dict) else {}
+
+
+def _pieces_by_id(vocab: dict[str, int], spm: Any, size: int | None) -> tuple[str, ...]:
+    """The vocabulary as a tuple indexed by id; an id vocab.json skips is the SentencePiece piece of
+    that id (as transformers' fallback), and a later piece with an id already taken wins (as there)."""
+    n = max(max(vocab.values()) + 1, size or 0)
+    pieces: list[str | None] = [None] * n
+    for piece, i in vocab.items():
+        pieces[i] = piece
+    if None in pieces:
+        spm_size = spm.get_piece_size()
+        pieces = [
+            p if p is not None else (spm.id_to_piece(i) if i < spm_size else UNK)
+            for i, p in enumerate(pieces)
+        ]
+    return tuple(pieces)  # type: ignore[arg-type]
