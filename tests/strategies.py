@@ -19,7 +19,8 @@ def configs(
     """Any valid config: 1-4 heads of 1-4 dims, any d_ff, 1-``max_layers`` layers, a random sentence.
 
     With ``conventions``, any combination of the conventions too: pre- or post-norm, final norms,
-    every activation, every positional encoding, tied embeddings, attention biases, decoder-only.
+    every activation, every positional encoding, tied embeddings, attention and output biases,
+    decoder-only.
     """
     num_heads, d_k = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     words = draw(st.lists(st.sampled_from(WORDS), min_size=2, max_size=9))
@@ -36,6 +37,7 @@ def configs(
             max_positions=draw(st.integers(len(words) + 2, 16)),
             tie_embeddings=head == "per-position" and draw(st.booleans()),
             attention_bias=draw(st.booleans()),
+            output_bias=draw(st.booleans()),
         )
     model = ModelConfig(
         d_model=num_heads * d_k,

@@ -176,5 +176,6 @@ def parameters(config: Config) -> tuple[dict[str, Spec], dict[str, Ref]]:
         uses[f"{logits}/W"] = Ref(shared, transposed=True)
     else:
         add(logits, "", {"W": Spec((head_in, vocab), "xavier")})
-    add(logits, "", {"b": Spec((vocab,), "bias", head_in)})
+    if m.output_bias:
+        add(logits, "", {"b": Spec((vocab,), "bias", head_in)})
     return specs, uses

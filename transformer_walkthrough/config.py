@@ -170,6 +170,7 @@ class ModelConfig(_Checked):
     tie_embeddings: bool = _doc(
         "true: one table E for both stacks and the output, W = Eᵀ (the paper §3.4)", False
     )
+    output_bias: bool = _doc("false: the output layer has no bias b (GPT-2)", True)
     scale_embeddings: bool = _doc("true: multiply embeddings by sqrt(d_model), as the paper", False)
     attention_bias: bool = _doc("true: attention projections get biases b_Q, b_K, b_V, b_O", False)
     layer_norm_eps: float = _doc("added to the variance inside the square root", 1.0e-5)

@@ -440,8 +440,8 @@ def logits(stage: Stage, w: Weights, y: np.ndarray, tokens: tuple[str, ...], voc
     else:
         x, rows, W_rows = y, tokens, D
     W = stage.weight("W", w.take(stage, "W"), W_rows, vocabulary)
-    b = stage.weight("b", w.take(stage, "b"), ("b",), vocabulary)
-    return stage.out("logits", F.linear(x, W, b.ravel()), rows, vocabulary)
+    b = stage.weight("b", w.take(stage, "b"), ("b",), vocabulary).ravel() if m.output_bias else None
+    return stage.out("logits", F.linear(x, W, b), rows, vocabulary)
 
 
 def logits_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
@@ -450,14 +450,17 @@ def logits_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) 
     grads = {"X": dx.reshape(stage["X"].shape), "W": dW, "b": db[None], "logits": d_out}
     if "flattened" in stage:
         grads["flattened"] = dx
-    return Grads({name: grads[name] for name in stage.matrices}, {"W": dW, "b": db})
+    return Grads(
+        {name: grads[name] for name in stage.matrices}, {"W": dW, "b": db} if "b" in p else {"W": dW}
+    )
 
 
 def _logits_formula(m: ModelConfig) -> str:
     tied = "\n    (W = Eᵀ: the embedding table, transposed — tied)" if m.tie_embeddings else ""
+    b = " + b" if m.output_bias else ""
     if m.output_head == "flatten":
-        return "flattened = X as one row\nlogits = flattened·W + b" + tied
-    return "logits = X·W + b" + tied
+        return f"flattened = X as one row\nlogits = flattened·W{b}" + tied
+    return f"logits = X·W{b}" + tied
 
 
 LOGITS = Kind(

@@ -158,9 +158,9 @@ class TorchTransformer:
         if m.has_final_norm:
             y = self.norms[DECODER](y)
         outputs[stack_output(DECODER, m)] = y[0]
-        logits = y[0] @ self.parameter(stage_id(OUTPUT, "logits"), "W") + self.parameter(
-            stage_id(OUTPUT, "logits"), "b"
-        )
+        logits = y[0] @ self.parameter(stage_id(OUTPUT, "logits"), "W")
+        if m.output_bias:
+            logits = logits + self.parameter(stage_id(OUTPUT, "logits"), "b")
         outputs[stage_id(OUTPUT, "logits")] = logits
         return logits
 

@@ -148,13 +148,8 @@ def recompute(trace: Trace) -> list[Check]:
             checks.append(Check(stage.id, what, worst))
         elif kind == "logits":
             x = stage["flattened"] if "flattened" in stage else stage["X"]
-            checks.append(
-                Check(
-                    stage.id,
-                    "logits = X·W + b",
-                    gap(stage["logits"], _mm(x, stage["W"]) + stage["b"]),
-                )
-            )
+            logits = _mm(x, stage["W"]) + stage.get("b", 0)
+            checks.append(Check(stage.id, "logits = X·W + b", gap(stage["logits"], logits)))
             if m.tie_embeddings:
                 E = next(s for s in trace if s.kind == "embedding")["E"]
                 checks.append(Check(stage.id, "W = Eᵀ (tied)", gap(stage["W"], E.T)))
