@@ -15,18 +15,24 @@ Targets (float32): ours with the trace <= 1.0 x torch; without <= 0.9 x torch.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 import tracemalloc
 from collections.abc import Callable
 
-import numpy as np
+# Both libraries on the same number of threads (NumPy's BLAS reads it once, when it loads): the
+# caller's OPENBLAS_NUM_THREADS or OMP_NUM_THREADS, else 2.
+THREADS = int(os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "2")))
+os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 
-from transformer_walkthrough.config import Config, ModelConfig
-from transformer_walkthrough.functional import positional_encoding
-from transformer_walkthrough.model import forward, init_weights, run_forward
-from transformer_walkthrough.training import parameters
+import numpy as np  # noqa: E402
+
+from transformer_walkthrough.config import Config, ModelConfig  # noqa: E402
+from transformer_walkthrough.functional import positional_encoding  # noqa: E402
+from transformer_walkthrough.model import forward, init_weights, run_forward  # noqa: E402
+from transformer_walkthrough.training import parameters  # noqa: E402
 
 N_SOURCE = N_TARGET = 64
 VOCAB = 1000
@@ -79,6 +85,7 @@ def main() -> int:
     src, tgt = rng.integers(0, VOCAB, N_SOURCE).tolist(), rng.integers(0, VOCAB, N_TARGET).tolist()
     w = init_weights(config)
 
+    torch.set_num_threads(THREADS)
     torch.set_grad_enabled(False)
     net = torch_transformer(torch, model, w)
     E_src, E_tgt = torch.from_numpy(w.encoder_embedding), torch.from_numpy(w.decoder_embedding)
@@ -127,7 +134,7 @@ def main() -> int:
     n_matrices = sum(len(s.matrices) for s in trace)
 
     shape = f"d_model 512, 8 heads, d_ff 2048, 6+6 layers, {N_SOURCE}+{N_TARGET} tokens"
-    print(f"base size, {args.dtype}: {shape}, median of {args.rounds} x 3 runs each")
+    print(f"base size, {args.dtype}: {shape}, {THREADS} threads each, median of {args.rounds} x 3 runs each")
     print(f"{'':<22}{'median (ms)':>12}{'x torch':>10}{'GEMM peak':>11}")
     for name, t in (
         ("ours, full trace", ours_trace),

@@ -150,3 +150,25 @@ def test_exported_files_are_readable_by_others_like_any_new_file(trace: Trace, t
         os.umask(old)
     for name in ("a.json", "a.npz"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("numbers_at_once", [65_536, 5, 1])
+def test_json_file_streams_the_same_bytes_as_the_whole_document(
+    trace: Trace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, numbers_at_once: int
+) -> None:
+    """The file is written a few rows at a time; its bytes are those of the document built whole."""
+    from transformer_walkthrough import export as module
+    from transformer_walkthrough.backprop import backward
+    from transformer_walkthrough.model import init_weights
+
+    monkeypatch.setattr(module, "_NUMBERS_AT_ONCE", numbers_at_once)  # 5: pieces of 1 to 5 rows
+    config = Config(model=ModelConfig(dtype="float32"), seed=3)
+    w = init_weights(config)
+    small = run_forward(config, w)
+    for t, grads in ((trace, None), (small, backward(small, w))):
+        path = tmp_path / f"{numbers_at_once}-{grads is None}.json"
+        export(t, path, list(t), grads=grads)
+        whole = to_json(trace_to_dict(t, grads=grads)) + "\n"
+        assert path.read_text(encoding="utf-8") == whole
+        assert export(t, None, list(t), grads=grads) == whole  # stdout
+        assert '"-inf"' in whole and "[[" in whole

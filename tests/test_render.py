@@ -1,14 +1,27 @@
-"""What the terminal shows, compared as plain text from a 100-column console without colour."""
+"""What the terminal shows, compared as plain text from a 100-column console without colour; and
+the matrix blocks, byte for byte, against the Rich-table renderer they replaced (tests/table_renderer.py)."""
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 from rich.console import Console
 
-from transformer_walkthrough.render import View, matrix_table, prediction_table, render_trace, side_by_side
-from transformer_walkthrough.trace import Matrix, Trace
+from tests import table_renderer
+from transformer_walkthrough import render
+from transformer_walkthrough.backprop import backward
+from transformer_walkthrough.config import Config, load_config
+from transformer_walkthrough.model import init_weights, run_forward
+from transformer_walkthrough.render import View, matrix_block, prediction_table, render_trace, side_by_side
+from transformer_walkthrough.trace import ATTENTION, PROBABILITIES, Matrix, Trace
+
+CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
 
 
 def plain(*renderables: object, width: int = 100) -> str:
@@ -20,7 +33,7 @@ def plain(*renderables: object, width: int = 100) -> str:
 
 def show(name: str, matrix: Matrix, view: View) -> str:
     console = Console(width=view.width, no_color=True, record=True, file=io.StringIO())
-    for r in side_by_side(console, [matrix_table(name, matrix, view)], view.width):
+    for r in side_by_side([matrix_block(name, matrix, view)], view.width):
         console.print(r, crop=False)
     return "\n".join(line.rstrip() for line in console.export_text().splitlines())
 
@@ -67,13 +80,13 @@ def test_tall_matrix_shows_first_and_last_rows() -> None:
 def test_small_matrices_sit_side_by_side_when_they_fit() -> None:
     a = Matrix(np.ones((2, 2)), ("a", "b"), ("x", "y"))
     console = Console(width=100, no_color=True, record=True, file=io.StringIO())
-    tables = [matrix_table(n, a, View()) for n in ("Q1", "K1", "V1")]
-    for r in side_by_side(console, tables, 100):
+    blocks = [matrix_block(n, a, View()) for n in ("Q1", "K1", "V1")]
+    for r in side_by_side(blocks, 100):
         console.print(r)
     first = console.export_text().splitlines()[0]
     assert first.split() == ["Q1", "(2×2)", "K1", "(2×2)", "V1", "(2×2)"]
     narrow = Console(width=30, no_color=True, record=True, file=io.StringIO())
-    for r in side_by_side(narrow, tables, 30):
+    for r in side_by_side(blocks, 30):
         narrow.print(r)
     titles = [line.split()[0] for line in narrow.export_text().splitlines() if "(2×2)" in line]
     assert titles == ["Q1", "K1", "V1"]  # one per row: two would not fit in 30 columns
@@ -125,13 +138,12 @@ def coloured(name: str, matrix: Matrix, view: View) -> str:
     console = Console(
         width=100, force_terminal=True, color_system="truecolor", record=True, file=io.StringIO()
     )
-    table, _ = matrix_table(name, matrix, view)
-    console.print(table)
+    console.print(matrix_block(name, matrix, view))
     return console.export_text(styles=True)
 
 
 def test_attention_weights_are_shaded_and_heatmap_colours_everything() -> None:
-    weights = Matrix(np.array([[1.0, 0.0], [0.25, 0.75]]), ("a", "b"), ("a", "b"))
+    weights = Matrix(np.array([[1.0, 0.0], [0.25, 0.75]]), ("a", "b"), ("a", "b"), ATTENTION)
     scores = Matrix(np.array([[2.0, -1.0], [0.5, -np.inf]]), ("a", "b"), ("a", "b"))
     assert "48;2;65;165;85" in coloured("A1", weights, View())  # weight 1: the deepest green
     assert "48;2;255;255;255" in coloured("A1", weights, View())  # weight 0: white
@@ -142,3 +154,98 @@ def test_attention_weights_are_shaded_and_heatmap_colours_everything() -> None:
     assert "48;2" not in coloured("A1", weights, View(shade_weights=False))
     # and with no colour (a pipe, NO_COLOR) the same table is plain text
     assert "\x1b[" not in show("A1", weights, View(heatmap=True))
+
+
+# The renderer that laid each matrix out as a rich.table.Table is the reference: the new blocks
+# must print the very bytes it printed, trailing spaces and colour codes included.
+
+
+def printed(
+    module: object, trace: Trace, stages: list, view: View, grads: object = None, colour: bool = False
+) -> str:
+    """What `walkthrough run` writes: to a pipe (plain) or to a true-colour terminal."""
+    terminal = {"force_terminal": True, "color_system": "truecolor"} if colour else {}
+    console = Console(width=view.width, file=io.StringIO(), highlight=False, **terminal)
+    render.print_all(console, module.render_trace(console, trace, stages, view, prediction=True, grads=grads))
+    return console.file.getvalue()
+
+
+def same_as_the_table_renderer(trace: Trace, view: View, stages: list | None = None, **kw: object) -> None:
+    stages = list(trace) if stages is None else stages
+    new = printed(render, trace, stages, view, **kw)
+    assert new == printed(table_renderer, trace, stages, view, **kw)
+    assert "─" * 10 in new  # a matrix was drawn, not nothing on both sides
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+@pytest.mark.parametrize("path", [None, *CONFIGS], ids=lambda p: "default" if p is None else p.stem)
+def test_every_shipped_config_prints_as_the_table_renderer_did(path: Path | None, width: int) -> None:
+    same_as_the_table_renderer(run_forward(load_config(path)), View(width=width))
+
+
+@pytest.mark.parametrize(
+    "view",
+    [View(width=80, full=True), View(width=200, full=True), View(precision=4), View(precision=0, width=80)],
+    ids=["full-80", "full-200", "precision-4", "precision-0"],
+)
+def test_full_and_precision_print_as_the_table_renderer_did(view: View) -> None:
+    same_as_the_table_renderer(run_forward(load_config(CONFIGS[-1])), view)  # standard: d_model 8
+
+
+def test_step_colours_heatmap_and_gradients_print_as_the_table_renderer_did(trace: Trace) -> None:
+    for kind in ("masked-attention", "cross-attention", "probabilities"):
+        same_as_the_table_renderer(trace, View(width=80), trace.select([kind]))
+    same_as_the_table_renderer(trace, View(), colour=True)  # -∞ in red, attention shaded green
+    same_as_the_table_renderer(trace, View(width=80, heatmap=True), colour=True)
+    config = Config()
+    w = init_weights(config)
+    grads = backward(run_forward(config, w), w)
+    same_as_the_table_renderer(trace, View(width=100), grads=grads, colour=True)
+    same_as_the_table_renderer(trace, View(width=80, full=True), grads=grads)
+
+
+labels = st.text(st.sampled_from("ab<>[]/_0"), min_size=1, max_size=9)
+
+
+@st.composite
+def matrices(draw: st.DrawFn) -> Matrix:
+    r, c = draw(st.integers(1, 30)), draw(st.integers(1, 40))
+    values = draw(
+        arrays(
+            np.float64, (r, c), elements=st.floats(-1e6, 1e6) | st.sampled_from([0.5, -0.0, -np.inf, np.inf])
+        )
+    )
+    return Matrix(
+        values,
+        tuple(draw(st.lists(labels, min_size=r, max_size=r))),
+        tuple(draw(st.lists(labels, min_size=c, max_size=c))),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    matrices(),
+    st.sampled_from(["A1", "S1+M", "probabilities", "a name longer than the matrix"]),
+    st.builds(
+        View,
+        precision=st.integers(0, 5),
+        width=st.integers(10, 120),
+        full=st.booleans(),
+        heatmap=st.booleans(),
+        shade_weights=st.booleans(),
+    ),
+)
+def test_any_matrix_prints_as_the_table_renderer_did(matrix: Matrix, name: str, view: View) -> None:
+    # The old renderer knew attention weights and probabilities by their names; the model records
+    # their roles now, as it would for these names.
+    matrix = matrix._replace(role={"A1": ATTENTION, "probabilities": PROBABILITIES}.get(name, matrix.role))
+    for colour in (False, True):
+        terminal = {"force_terminal": True, "color_system": "truecolor"} if colour else {}
+        old = Console(width=view.width, file=io.StringIO(), **terminal)
+        new = Console(width=view.width, file=io.StringIO(), **terminal)
+        render.print_all(
+            old,
+            table_renderer.side_by_side(old, [table_renderer.matrix_table(name, matrix, view)], view.width),
+        )
+        render.print_all(new, side_by_side([matrix_block(name, matrix, view)], view.width))
+        assert new.file.getvalue() == old.file.getvalue()

@@ -16,7 +16,7 @@ import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 import numpy as np
 
@@ -79,20 +79,50 @@ def _values(a: np.ndarray) -> list[list[Any]]:
     return rows
 
 
-def _matrix(values: np.ndarray, rows: tuple[str, ...], cols: tuple[str, ...], role: str) -> dict[str, Any]:
-    return {
-        "shape": list(values.shape),
-        "role": role,
-        "rows": list(rows),
-        "cols": list(cols),
-        "values": _values(values),
-    }
+class _Rows(NamedTuple):
+    """A matrix's numbers left as an array until ``iter_json`` writes them, a few rows at a time:
+    the document of a large export is then never whole in memory."""
+
+    array: np.ndarray
+
+
+_NUMBERS_AT_ONCE = 65_536  # numbers turned into Python floats and text in one piece
+
+
+def _iter_rows(a: np.ndarray) -> Iterator[str]:
+    """``json.dumps(_values(a))``, the same bytes, in pieces of about ``_NUMBERS_AT_ONCE`` numbers."""
+    if not len(a):
+        yield "[]"
+        return
+    step = max(1, _NUMBERS_AT_ONCE // max(1, a.shape[1]))
+    yield "["
+    for start in range(0, len(a), step):
+        piece = json.dumps(_values(a[start : start + step]), allow_nan=False, separators=(", ", ": "))
+        yield (", " if start else "") + piece[1:-1]
+    yield "]"
+
+
+def _matrix(
+    values: np.ndarray,
+    rows: tuple[str, ...],
+    cols: tuple[str, ...],
+    role: str,
+    numbers: Callable[[np.ndarray], Any],
+) -> dict[str, Any]:
+    shape = list(values.shape)
+    return {"shape": shape, "role": role, "rows": list(rows), "cols": list(cols), "values": numbers(values)}
 
 
 def stage_to_dict(
-    stage: Stage, weights: bool = True, grads: dict[str, np.ndarray] | None = None
+    stage: Stage,
+    weights: bool = True,
+    grads: dict[str, np.ndarray] | None = None,
+    numbers: Callable[[np.ndarray], Any] = _values,
 ) -> dict[str, Any]:
-    """One stage; with ``grads``, also "gradients": dL/d(matrix) under the matrices' names."""
+    """One stage; with ``grads``, also "gradients": dL/d(matrix) under the matrices' names.
+
+    ``numbers`` turns a matrix's array into what the document holds: lists of rows, by default.
+    """
     names = [name for name, m in stage.matrices.items() if weights or not m.is_weight]
     out = {
         "id": stage.id,
@@ -101,20 +131,26 @@ def stage_to_dict(
         "explanation": stage.explanation,
         "formula": stage.formula,
         "sources": dict(stage.sources),
-        "matrices": {name: _matrix(*stage.matrices[name]) for name in names},
+        "matrices": {name: _matrix(*stage.matrices[name], numbers) for name in names},
     }
     if grads is not None:
-        out["gradients"] = {name: _matrix(grads[name], *stage.matrices[name][1:]) for name in names}
+        out["gradients"] = {name: _matrix(grads[name], *stage.matrices[name][1:], numbers) for name in names}
     return out
 
 
 def trace_to_dict(
-    trace: Trace, stages: list[Stage] | None = None, weights: bool = True, grads: Backward | None = None
+    trace: Trace,
+    stages: list[Stage] | None = None,
+    weights: bool = True,
+    grads: Backward | None = None,
+    numbers: Callable[[np.ndarray], Any] = _values,
 ) -> dict[str, Any]:
     """The export document (schema version 1) of the given stages, all of them by default.
 
     Without ``weights`` the learned parameters are left out and only activations remain; with
-    ``grads`` (a backward pass) each stage has its gradients and the document its loss.
+    ``grads`` (a backward pass) each stage has its gradients and the document its loss. The
+    matrices' numbers are lists of rows, or whatever ``numbers`` makes of each array (``export``
+    leaves them as arrays, for ``iter_json`` to write piece by piece).
     """
     doc = {
         "schema_version": SCHEMA_VERSION,
@@ -123,7 +159,7 @@ def trace_to_dict(
         "source_tokens": list(trace.source_tokens),
         "target_tokens": list(trace.target_tokens),
         "stages": [
-            stage_to_dict(s, weights, None if grads is None else grads.stages[s.id])
+            stage_to_dict(s, weights, None if grads is None else grads.stages[s.id], numbers)
             for s in (trace if stages is None else stages)
         ],
         "prediction": [
@@ -147,10 +183,13 @@ def iter_json(doc: Any, level: int = 0) -> Iterator[str]:
     """Strict JSON in pieces, readable: objects one key a line, every list (a matrix row) on one line.
 
     Floats are written with ``repr``, so they read back bit for bit. Pieces, so that a large
-    export streams to its file instead of being built whole in memory.
+    export streams to its file instead of being built whole in memory; a matrix left as an array
+    (``_Rows``) is written a few rows at a time, the same bytes as its lists would be.
     """
     pad = "  " * (level + 1)
-    if isinstance(doc, dict) and doc:
+    if isinstance(doc, _Rows):
+        yield from _iter_rows(doc.array)
+    elif isinstance(doc, dict) and doc:
         yield "{\n"
         for k, (key, value) in enumerate(doc.items()):
             yield f"{',' if k else ''}\n{pad}" if k else pad
@@ -300,7 +339,7 @@ def export(
             _check_latin(text, target)
         write_atomic(target, lambda f: f.write(text.encode("utf-8")), force)
         return None
-    doc = trace_to_dict(trace, stages, weights, grads)
+    doc = trace_to_dict(trace, stages, weights, grads, numbers=_Rows)
     if target is None:
         return to_json(doc) + "\n"
 

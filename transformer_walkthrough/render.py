@@ -1,15 +1,18 @@
-"""Everything the terminal shows: stages as Rich tables with labelled rows and columns.
+"""Everything the terminal shows: stages as blocks of matrices with labelled rows and columns.
 
-All styling lives here. Cells are ``Text`` objects, never markup strings (a token like ``<start>``
-or ``[1]`` must show as itself, and parsing markup is the slow path). Matrices wider than the
-console are summarised numpy-style, with an ellipsis column, unless ``full`` is set.
+All styling lives here. Text is never markup (a token like ``<start>`` or ``[1]`` must show as
+itself, and parsing markup is the slow path). A matrix is laid out here, as lines of Rich
+segments, in the look of a borderless Rich table; the prediction and the other small tables are
+Rich tables. Matrices wider than the console are summarised numpy-style, with an ellipsis
+column, unless ``full`` is set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import math
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,13 +20,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType
+from rich.measure import Measurement
 from rich.rule import Rule
 from rich.segment import Segment
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
 from .palette import diverging, sequential
-from .trace import Matrix, Stage, Trace
+from .trace import ATTENTION, PROBABILITIES, Matrix, Stage, Trace
 
 if TYPE_CHECKING:
     from .backprop import Backward
@@ -38,6 +43,10 @@ ELLIPSIS = "…"
 MAX_ROWS = 24  # taller matrices show their first and last rows around a "⋮"
 GAP = 3  # spaces between matrices placed side by side
 COL_GAP = 3  # spaces between the columns of a matrix
+
+# The matrix blocks' styles, parsed once.
+_LABEL, _TITLE, _NEG_INF, _NULL = Style.parse(LABEL), Style.parse(TITLE), Style.parse(NEG_INF), Style()
+_LABEL_PAD, _NULL_PAD = Segment(" ", _LABEL), Segment(" ", _NULL)
 
 
 @dataclass(frozen=True)
@@ -100,18 +109,10 @@ def summarise(widths: list[int], budget: int, ellipsis: int) -> list[int]:
     return [*head, -1, *tail[::-1]]
 
 
-class Block:
-    """A table rendered once to lines of a known width, ready to be placed beside others."""
-
-    def __init__(self, console: Console, table: Table, width: int) -> None:
-        self.width = width
-        self.lines = console.render_lines(table, console.options.update(width=width), pad=True)
-
-
 class SideBySide:
     """Blocks placed left to right with a gap, top-aligned: the lines are joined, not re-rendered."""
 
-    def __init__(self, blocks: list[Block]) -> None:
+    def __init__(self, blocks: list[MatrixBlock]) -> None:
         self.blocks = blocks
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
@@ -128,15 +129,38 @@ class SideBySide:
             yield Segment.line()
 
 
-def matrix_table(name: str, matrix: Matrix, view: View) -> tuple[Table, int]:
-    """One matrix as a table titled with its name and shape, rows and columns labelled; and the
-    width it takes.
+class MatrixBlock:
+    """One matrix as the terminal shows it: the title with its shape, the column labels over a
+    rule, then one labelled line per row; every line ``width`` cells wide, ready to be set beside
+    others.
 
-    Rich pays for every cell it lays out, so each row of numbers is one Text whose columns are
-    right-aligned here: a table of two fixed-width columns, row labels and values. Only the
-    numbers shown are formatted, so a 512-column matrix costs little more than a 4-column one.
+    The lines are laid out here, as Rich ``Segment``s, instead of by a ``rich.table.Table``: a
+    table measures and wraps every cell of every matrix, and at the paper's size (1,708 matrices)
+    that was most of `walkthrough run`. The look is the table's, segment for segment: the tests
+    compare both, plain and in colour. The Console still decides colour, width and pipes.
     """
-    r, c = matrix.shape
+
+    def __init__(self, width: int, lines: list[list[Segment]]) -> None:
+        self.width = width
+        self.lines = lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        for line in self.lines:
+            yield from line
+            yield Segment.line()
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(self.width, self.width)
+
+
+def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
+    """One matrix titled with its name and shape, rows and columns labelled.
+
+    Wider than the view, it is summarised numpy-style (an ellipsis column, a "⋮" row) unless
+    ``view.full``. Only the numbers shown are formatted, so a 512-column matrix costs little more
+    than a 4-column one. A line is one plain segment unless a cell in it is coloured.
+    """
+    r, c = matrix.values.shape
     row_index = list(range(r)) if view.full else summarise([1] * r, MAX_ROWS, 1)
     shown = matrix.values[[i for i in row_index if i >= 0]]
     estimate = np.maximum(text_widths(shown, view.precision), [len(label) for label in matrix.cols])
@@ -152,76 +176,100 @@ def matrix_table(name: str, matrix: Matrix, view: View) -> tuple[Table, int]:
     cells = [[format_value(v, view.precision) for v in row] for row in shown[:, kept].tolist()]
     width_of = {j: max(len(matrix.cols[j]), *(len(row[k]) for row in cells)) for k, j in enumerate(kept)}
     width_of[-1] = len(ELLIPSIS)
+    widths = [width_of[j] for j in columns]
+    # Where each column's text ends on the line: the spans that colour a cell.
+    ends = list(itertools.accumulate(w + COL_GAP for w in widths))
+    ends = [e - COL_GAP for e in ends]
+    gap = " " * COL_GAP
+    shade = _shading(name, matrix, shown, view)
 
-    shade = _shading(name, shown, view)
+    def numbers(texts: list[str], values: list[float] | None = None) -> list[Segment]:
+        """A line of right-aligned cells; -∞ in red and, with ``values``, every cell shaded."""
+        line = gap.join(t.rjust(w) for t, w in zip(texts, widths, strict=True))
+        if not ("-∞" in texts or (shade and values)):
+            return [Segment(line)]  # the common case: one run of text
+        spans = []
+        k = 0
+        for j, text, w, end in zip(columns, texts, widths, ends, strict=True):
+            if text == "-∞":
+                spans.append((end - 2, end, _NEG_INF))
+            elif shade and values and j >= 0:
+                spans.append((end - w, end, shade(values[k])))
+            k += j >= 0
+        return _spans(line, spans)
 
-    def line(texts: list[str], values: list[float] | None = None) -> Text:
-        out = Text((" " * COL_GAP).join(t.rjust(width_of[j]) for j, t in zip(columns, texts, strict=True)))
-        if "-∞" in texts or (shade and values):  # otherwise one plain run of text: cheap
-            end, k = 0, 0
-            for j, text in zip(columns, texts, strict=True):
-                end += width_of[j]
-                if text == "-∞":
-                    out.stylize(NEG_INF, end - 2, end)
-                elif shade and values and j >= 0:
-                    out.stylize(shade(values[k]), end - width_of[j], end)
-                k += j >= 0
-                end += COL_GAP
-        return out
-
-    header = line([ELLIPSIS if j < 0 else matrix.cols[j] for j in columns])
     title = f"{name}  ({r}×{c})"
-    table = Table(
-        # A title wider than its table stays on one line, over the gap beside it.
-        title=Text(title, style=TITLE, no_wrap=True, overflow="ignore"),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        padding=(0, 1),
-        header_style=LABEL,
-    )
-    table.add_column(Text(""), style=LABEL, no_wrap=True, width=label_width)
-    table.add_column(header, no_wrap=True, width=header.cell_len)
-    numbers = iter(cells)
+    header = gap.join((ELLIPSIS if j < 0 else matrix.cols[j]).rjust(width_of[j]) for j in columns)
+    table_width = label_width + 3 + len(header)
+    width = max(table_width, len(title))
+    pad = [Segment(" " * (width - table_width))] if width > table_width else []
+    # Between the labels and the numbers: the label column's padding, the divider, the numbers'
+    # padding; in the header the numbers' padding is a label's (a table's header style).
+    head_gap, row_gap = [_LABEL_PAD, _NULL_PAD, _LABEL_PAD], [_LABEL_PAD, _NULL_PAD, _NULL_PAD]
+    lines = [
+        [Segment(title, _TITLE), *([Segment(" " * (width - len(title)))] if width > len(title) else [])],
+        [Segment(" " * label_width, _LABEL), *head_gap, Segment(header, _LABEL), *pad],
+        [Segment("─" * table_width, _NULL), *pad],
+    ]
+    body = iter(cells)
     for i in row_index:
         if i < 0:
-            table.add_row(Text("⋮"), line(["⋮"] * len(columns)))
-            continue
-        row = next(numbers)
-        texts, k = [], 0
-        for j in columns:
-            if j < 0:
-                texts.append(ELLIPSIS)
-            else:
-                texts.append(row[k])
-                k += 1
-        table.add_row(Text(matrix.rows[i]), line(texts, matrix.values[i, kept].tolist() if shade else None))
-    return table, max(label_width + 3 + header.cell_len, len(title))
+            label, line = "⋮", numbers(["⋮"] * len(columns))
+        else:
+            row = next(body)
+            row_texts = iter(row)
+            texts = [ELLIPSIS if j < 0 else next(row_texts) for j in columns]
+            label = matrix.rows[i]
+            line = numbers(texts, matrix.values[i, kept].tolist() if shade else None)
+        lines.append([Segment(label.ljust(label_width), _LABEL), *row_gap, *line, *pad])
+    return MatrixBlock(width, lines)
 
 
-def _shading(name: str, values: np.ndarray, view: View) -> Callable[[float], str] | None:
+def _spans(text: str, spans: list[tuple[int, int, Style]]) -> list[Segment]:
+    """``text`` cut into segments at the (start, end, style) spans, in order; unstyled between them."""
+    out = []
+    at = 0
+    for start, end, style in spans:
+        if start > at:
+            out.append(Segment(text[at:start], _NULL))
+        out.append(Segment(text[start:end], style))
+        at = end
+    if at < len(text):
+        out.append(Segment(text[at:], _NULL))
+    return out
+
+
+def _shading(name: str, matrix: Matrix, shown: np.ndarray, view: View) -> Callable[[float], Style] | None:
     """How to colour a cell's background by its value, or None: a heatmap of the whole matrix with
-    ``--heatmap``, else attention weights and probabilities alone (0 to 1, by default)."""
+    ``--heatmap``, else attention weights and probabilities alone (0 white to 1 green, by default).
+
+    The one place that decides which matrices are shaded (``shown``: the rows on screen, which
+    set the heatmap's scale).
+    """
     if view.heatmap:
-        finite = values[np.isfinite(values)]
+        finite = shown[np.isfinite(shown)]
         scale = float(np.max(np.abs(finite))) if finite.size else 0.0
-        return lambda v: "black on rgb({},{},{})".format(*diverging(v, scale))
-    if view.shade_weights and (re.fullmatch(r"A\d+", name) or name == "probabilities"):
-        return lambda v: "black on rgb({},{},{})".format(*sequential(v))
+        return lambda v: _background(diverging(v, scale))
+    if view.shade_weights and matrix.role in (ATTENTION, PROBABILITIES):
+        return lambda v: _background(sequential(v))
     return None
 
 
-def side_by_side(console: Console, tables: list[tuple[Table, int]], width: int) -> Iterator[RenderableType]:
-    """Pack consecutive tables into rows that fit the console, the way a textbook lays them out."""
-    row: list[Block] = []
+@functools.lru_cache(maxsize=4096)
+def _background(rgb: tuple[int, int, int]) -> Style:
+    return Style.parse("black on rgb({},{},{})".format(*rgb))
+
+
+def side_by_side(blocks: list[MatrixBlock], width: int) -> Iterator[RenderableType]:
+    """Pack consecutive blocks into rows that fit the console, the way a textbook lays them out."""
+    row: list[MatrixBlock] = []
     used = 0
-    for table, w in tables:
-        if row and used + GAP + w > width:
+    for block in blocks:
+        if row and used + GAP + block.width > width:
             yield SideBySide(row)
             row, used = [], 0
-        row.append(Block(console, table, w))
-        used += w + (GAP if len(row) > 1 else 0)
+        row.append(block)
+        used += block.width + (GAP if len(row) > 1 else 0)
     if row:
         yield SideBySide(row)
 
@@ -244,12 +292,12 @@ def render_stage(
     yield stage_header(stage)
     # Gradients are small numbers: two more digits, so that they do not all read 0.00.
     grad_view = dataclasses.replace(view, precision=view.precision + 2)
-    tables = []
+    blocks = []
     for name, m in stage.matrices.items():
-        tables.append(matrix_table(name, m, view))
+        blocks.append(matrix_block(name, m, view))
         if grads is not None:
-            tables.append(matrix_table(f"dL/d{name}", Matrix(grads[name], m.rows, m.cols), grad_view))
-    yield from side_by_side(console, tables, view.width)
+            blocks.append(matrix_block(f"dL/d{name}", Matrix(grads[name], m.rows, m.cols), grad_view))
+    yield from side_by_side(blocks, view.width)
     yield Text("")
 
 
