@@ -33,6 +33,7 @@ from .trace import ATTENTION, PROBABILITIES, Matrix, Stage, Trace
 if TYPE_CHECKING:
     from .backprop import Backward
     from .checks import Check
+    from .diff import StageDiff
     from .training import GenerationStep
 
 LABEL = "bold cyan"
@@ -455,3 +456,53 @@ def print_all(console: Console, renderables: Iterator[RenderableType]) -> None:
     """Print without cropping: widths were chosen above, and --full may be wider than the screen."""
     for renderable in renderables:
         console.print(renderable, crop=False)
+
+
+def diff_table(diffs: list[StageDiff], first: str | None) -> Table:
+    """Stage by stage: in A only, in B only, or the matrix that differs most and by how much."""
+    table = styled_table()
+    table.pad_edge = False
+    table.add_column(Text("stage"), no_wrap=True, style=LABEL)
+    table.add_column(Text("max |A−B|"), justify="right", no_wrap=True)
+    table.add_column(Text("where"))
+    for d in diffs:
+        if d.where != "both":
+            table.add_row(Text(d.id), Text("—"), Text(f"only in {d.where}", style="yellow"))
+            continue
+        worst = d.largest
+        if worst is None:
+            size, where = Text("0", style="dim"), Text("the same", style="dim")
+        elif worst.shapes[0] != worst.shapes[1]:
+            shapes = " vs ".join("×".join(map(str, s)) for s in worst.shapes)
+            size, where = Text("—"), Text(f"{worst.name}: shapes differ, {shapes}")
+        else:
+            size = Text(f"{worst.largest:.2e}")
+            differ = sum(m.largest > 0 for m in d.matrices)
+            where = Text(f"{worst.name}; {differ} of {len(d.matrices)} matrices differ")
+        if d.only:
+            where.append(f"; only in one: {', '.join(d.only)}")
+        if d.id == first:
+            where.append("  ◀ first", style="bold red")
+        table.add_row(Text(d.id), size, where)
+    return table
+
+
+def diff_stage(a: Stage, b: Stage, view: View) -> Iterator[RenderableType]:
+    """Every matrix the two stages share: A, B and A − B side by side (A alone where B lacks it)."""
+    yield stage_header(a)
+    if b.formula != a.formula:
+        yield Text("B computes it otherwise:", style="bold")
+        yield Text("\n".join(f"  {line}" for line in b.formula.splitlines()), style=FORMULA)
+    for name, m in a.matrices.items():
+        blocks = [matrix_block(f"{name} (A)", m, view)]
+        if name in b.matrices:
+            other = b.matrices[name]
+            blocks.append(matrix_block(f"{name} (B)", other, view))
+            if other.shape == m.shape:
+                with np.errstate(invalid="ignore"):  # −∞ − (−∞): the same mask, no difference
+                    delta = np.where(m.values == other.values, 0.0, m.values - other.values)
+                blocks.append(matrix_block(f"{name} A − B", Matrix(delta, m.rows, m.cols), view))
+        yield from side_by_side(blocks, view.width)
+    for name in b.matrices:
+        if name not in a.matrices:
+            yield from side_by_side([matrix_block(f"{name} (B only)", b.matrices[name], view)], view.width)

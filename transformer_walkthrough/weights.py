@@ -20,6 +20,7 @@ import numpy as np
 
 from .architecture import Ref, Spec, parameters
 from .config import Config
+from .errors import WalkthroughError
 
 
 class Weights(Mapping[str, np.ndarray]):
@@ -111,6 +112,48 @@ def load_weights(config: Config, path: str | Path) -> Weights:
     from .npzfile import read_npz
 
     specs, uses = parameters(config)
-    stored = read_npz(path, expected={name: spec.shape for name, spec in specs.items()})
+    try:
+        stored = read_npz(path, expected={name: spec.shape for name, spec in specs.items()})
+    except WalkthroughError as err:
+        hint = _convention_hint(config, path)
+        raise WalkthroughError(f"{err}{hint}") from None
     dtype = np.dtype(config.model.dtype)
     return Weights({name: stored[name].astype(dtype, copy=False) for name in specs}, uses)
+
+
+# The switches whose parameters have other names or shapes: a file made under another setting of
+# one of them is recognised, and the message says which.
+_SWITCHES = {
+    "norm_first": (False, True),
+    "final_norm": ("auto", True, False),
+    "positional_encoding": ("sinusoidal", "learned"),
+    "tie_embeddings": (False, True),
+    "attention_bias": (False, True),
+    "output_bias": (True, False),
+}
+
+
+def _convention_hint(config: Config, path: str | Path) -> str:
+    """"; it fits norm_first: true" when the file's parameter names are those of the config with
+    one convention switched; "" when they are not, or cannot be read."""
+    import dataclasses
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = {n.removesuffix(".npy") for n in archive.namelist()}
+    except (OSError, zipfile.BadZipFile):
+        return ""
+    m = config.model
+    for key, values in _SWITCHES.items():
+        for value in values:
+            if value == getattr(m, key):
+                continue
+            try:
+                other = dataclasses.replace(config, model=dataclasses.replace(m, **{key: value}))
+            except WalkthroughError:
+                continue
+            if set(parameters(other)[0]) == names:
+                shown = str(value).lower() if isinstance(value, bool) else value
+                return f"; it fits this config with model.{key}: {shown}"
+    return ""
