@@ -72,7 +72,10 @@ def test_each_stage_records_where_its_inputs_came_from() -> None:
         "X": "encoder.positional-encoding",
         "sublayer": "encoder.0.self-attention",
     }
-    assert trace["decoder.0.cross-attention"].sources == {"X": "decoder.0.norm-2", "memory": "encoder.final-norm"}
+    assert trace["decoder.0.cross-attention"].sources == {
+        "X": "decoder.0.norm-2",
+        "memory": "encoder.final-norm",
+    }
     assert trace["output.logits"].sources == {"X": "decoder.final-norm"}
     post = run_forward(Config())
     assert post["decoder.0.cross-attention"].sources["memory"] == "encoder.0.add-norm-2"
@@ -190,7 +193,10 @@ def test_explain_the_new_kinds_by_hand() -> None:
     lines = explain(trace, ffn.id, "hidden", "0,0", digits=4)
     assert f"tanh({u:.4f}) = {math.tanh(u):.4f}" in lines[2]
     w = explain(trace, "output.logits", "W", "d1,cat", digits=4)
-    assert w[1] == "W is Eᵀ, the embedding table of decoder.embedding transposed (tied): W[d1, cat] = E[cat, d1]."
+    assert (
+        w[1]
+        == "W is Eᵀ, the embedding table of decoder.embedding transposed (tied): W[d1, cat] = E[cat, d1]."
+    )
     norm = explain(trace, "decoder.final-norm", "output", "0,0", digits=4)
     assert "over row 0 (<start>) of X" in norm[1]
 
@@ -246,7 +252,9 @@ def test_weights_from_another_convention_name_the_mismatch(tmp_path: Path) -> No
         f"{tmp_path / 'pre.npz'}: has no encoder.0.add-norm-1/gamma, which this config's model needs "
         "(10 missing); it fits this config with model.norm_first: true"
     )
-    assert np.array_equal(load_weights(PRE_NORM, tmp_path / "pre.npz")["decoder.final-norm/beta"], np.zeros(4))
+    assert np.array_equal(
+        load_weights(PRE_NORM, tmp_path / "pre.npz")["decoder.final-norm/beta"], np.zeros(4)
+    )
     np.savez(tmp_path / "tied.npz", **init_weights(Config(model=ModelConfig(tie_embeddings=True))))
     with pytest.raises(WalkthroughError, match=r"has no decoder\.embedding/E.*model\.tie_embeddings: true$"):
         load_weights(Config(), tmp_path / "tied.npz")
@@ -275,14 +283,18 @@ def test_diff_of_training_and_of_one_stage(runner: CliRunner, tmp_path: Path) ->
     train(config, after, steps=5)
     np.savez(tmp_path / "before.npz", **before)
     np.savez(tmp_path / "after.npz", **after)
-    result = runner.invoke(app, ["diff", "-w", str(tmp_path / "before.npz"), "-w", str(tmp_path / "after.npz")])
+    result = runner.invoke(
+        app, ["diff", "-w", str(tmp_path / "before.npz"), "-w", str(tmp_path / "after.npz")]
+    )
     assert result.exit_code == 0, result.output
     assert "encoder.embedding" in result.output and "◀ first" in result.output
     result = runner.invoke(app, ["diff", str(CONFIGS / "article.yaml"), str(CONFIGS / "marian-style.yaml"),
                                  "--stage", "decoder.positional-encoding"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "PE A − B" in result.output and "B computes it otherwise:" in result.output
-    same = runner.invoke(app, ["diff", "-w", str(tmp_path / "before.npz"), "-w", str(tmp_path / "before.npz")])
+    same = runner.invoke(
+        app, ["diff", "-w", str(tmp_path / "before.npz"), "-w", str(tmp_path / "before.npz")]
+    )
     assert same.output.splitlines()[-1] == "Every output is the same in A and B."
 
 

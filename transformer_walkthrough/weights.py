@@ -134,7 +134,7 @@ _SWITCHES = {
 
 
 def _convention_hint(config: Config, path: str | Path) -> str:
-    """"; it fits norm_first: true" when the file's parameter names are those of the config with
+    """ "; it fits norm_first: true" when the file's parameter names are those of the config with
     one convention switched; "" when they are not, or cannot be read."""
     import dataclasses
     import zipfile
