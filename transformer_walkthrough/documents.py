@@ -112,54 +112,11 @@ def tex(text: str) -> str:
     return "".join(_TEX_SPECIAL.get(ch, ch) for ch in text)
 
 
-_ATTENTION_TEX = [
-    r"Q_h &= {q}\,W^Q_h{bq}, \quad K_h = {kv}\,W^K_h{bk}, \quad V_h = {kv}\,W^V_h{bv} \qquad (h = 1, \ldots, {H})",
-    r"S_h &= Q_h K_h^{{\top}} / \sqrt{{d_k}}",
-    r"A_h &= \operatorname{{softmax}}({s}) \quad \text{{(row-wise)}}",
-    r"O_h &= A_h V_h",
-    r"\mathrm{{output}} &= [O_1 \cdots O_{H}]\, W^O{bo}",
-]
-
-
 def tex_formula(stage: Stage, trace: Trace) -> list[str]:
-    """The stage's formula as align* lines (the plain-text formula, written for LaTeX)."""
-    m = trace.config.model
-    kind = stage.kind
-    if kind == "embedding":
-        scale = r" \cdot \sqrt{d_\mathrm{model}}" if m.scale_embeddings else ""
-        return [rf"\mathrm{{output}}_i &= E[\mathrm{{token}}_i]{scale}"]
-    if kind == "positional-encoding":
-        return [
-            r"PE_{pos, 2i} &= \sin\left(pos / 10000^{2i/d_\mathrm{model}}\right), \quad "
-            r"PE_{pos, 2i+1} = \cos\left(pos / 10000^{2i/d_\mathrm{model}}\right)",
-            r"\mathrm{output} &= X + PE",
-        ]
-    if kind.endswith("attention"):
-        bias = "b_QKV" in stage.matrices or "b_Q1" in stage.matrices
-        kv = r"\mathrm{memory}" if kind == "cross-attention" else "X"
-        s = "S_h + M" if kind == "masked-attention" else "S_h"
-        parts = {"q": "X", "kv": kv, "s": s, "H": m.num_heads, "bq": " + b^Q_h" if bias else "",
-                 "bk": " + b^K_h" if bias else "", "bv": " + b^V_h" if bias else "", "bo": " + b^O" if bias else ""}  # fmt: skip
-        return [line.format(**parts) for line in _ATTENTION_TEX]
-    if kind == "add-norm":
-        return [
-            r"\mathrm{sum} &= X + \mathrm{sublayer}",
-            r"\mathrm{output} &= \gamma \odot \frac{\mathrm{sum} - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta"
-            r" \quad \text{(per row; } \sigma^2 \text{ divides by } d_\mathrm{model}\text{)}",
-        ]
-    if kind == "feed-forward":
-        return [
-            r"\mathrm{hidden} &= \max(0,\ X W_1 + b_1)",
-            r"\mathrm{output} &= \mathrm{hidden}\, W_2 + b_2",
-        ]
-    if kind == "logits":
-        if "flattened" in stage.matrices:
-            return [
-                r"\mathrm{flattened} &= \text{the rows of } X \text{ end to end}",
-                r"\mathrm{logits} &= \mathrm{flattened}\, W + b",
-            ]
-        return [r"\mathrm{logits} &= X W + b"]
-    return [r"\mathrm{probabilities} &= \operatorname{softmax}(\mathrm{logits}) \quad \text{(row-wise)}"]
+    """The stage's formula as align* lines, as its kind writes it under the trace's config."""
+    from .kinds import KINDS
+
+    return KINDS[stage.kind].latex(trace.config.model)
 
 
 def _tex_name(name: str) -> str:

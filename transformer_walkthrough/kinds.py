@@ -37,6 +37,7 @@ class Kind(NamedTuple):
     title: str  # shown in the header: "Decoder layer 0 · <title>"
     explanation: str  # one plain-English sentence
     formula: Callable[[ModelConfig], str]  # the arithmetic under this config; lines split by "\n"
+    latex: Callable[[ModelConfig], list[str]]  # the same, as the lines of a LaTeX align*
     backward: Callable[[Stage, np.ndarray, Arrays, ModelConfig], Grads] | None
 
 
@@ -82,6 +83,10 @@ EMBEDDING = Kind(
             else ""
         )
     ),
+    lambda m: [
+        r"\mathrm{output}_i &= E[\mathrm{token}_i]"
+        + (r" \cdot \sqrt{d_\mathrm{model}}" if m.scale_embeddings else "")
+    ],
     embed_backward,
 )
 
@@ -134,12 +139,24 @@ def _positions_formula(m: ModelConfig) -> str:
     )
 
 
+def _positions_latex(m: ModelConfig) -> list[str]:
+    angle = r"pos / 10000^{2i/d_\mathrm{model}}"
+    if m.positional_encoding == "learned":
+        first = r"PE_{pos} &= P_{pos} \quad \text{(a row of the learned table } P\text{)}"
+    elif m.positional_encoding == "sinusoidal-halves":
+        first = rf"PE_{{pos, i}} &= \sin({angle}), \quad PE_{{pos, d_\mathrm{{model}}/2 + i}} = \cos({angle})"
+    else:
+        first = rf"PE_{{pos, 2i}} &= \sin({angle}), \quad PE_{{pos, 2i+1}} = \cos({angle})"
+    return [first, r"\mathrm{output} &= X + PE"]
+
+
 POSITIONAL_ENCODING = Kind(
     "positional-encoding",
     "positional encoding",
     "Attention by itself ignores word order, so a pattern different for every position is added "
     "to each token's vector: fixed sines and cosines, or a table learned like any weight.",
     _positions_formula,
+    _positions_latex,
     positions_backward,
 )
 
@@ -226,6 +243,21 @@ def attention_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfi
     )
 
 
+def _attention_latex(kv: str, s: str) -> Callable[[ModelConfig], list[str]]:
+    def latex(m: ModelConfig) -> list[str]:
+        b = (lambda x: f" + b^{x}") if m.attention_bias else (lambda x: "")
+        return [
+            rf"Q_h &= X\,W^Q_h{b('Q_h')}, \quad K_h = {kv}\,W^K_h{b('K_h')}, "
+            rf"\quad V_h = {kv}\,W^V_h{b('V_h')} \qquad (h = 1, \ldots, {m.num_heads})",
+            r"S_h &= Q_h K_h^{\top} / \sqrt{d_k}",
+            rf"A_h &= \operatorname{{softmax}}({s}) \quad \text{{(row-wise)}}",
+            r"O_h &= A_h V_h",
+            rf"\mathrm{{output}} &= [O_1 \cdots O_{{{m.num_heads}}}]\, W^O{b('O')}",
+        ]
+
+    return latex
+
+
 def _attention_formula(kv: str, s: str) -> Callable[[ModelConfig], str]:
     def formula(m: ModelConfig) -> str:
         b = (lambda name: f" + b_{name}") if m.attention_bias else (lambda name: "")
@@ -248,6 +280,7 @@ SELF_ATTENTION = Kind(
     "softmax and takes the weighted mix of their values; each head does this in its own "
     "d_k-dimensional subspace.",
     _attention_formula("X", "S_h"),
+    _attention_latex("X", "S_h"),
     attention_backward,
 )
 MASKED_ATTENTION = Kind(
@@ -256,6 +289,7 @@ MASKED_ATTENTION = Kind(
     "Self-attention where the mask M puts −∞ above the diagonal, so no position can look at "
     "a later one: softmax turns −∞ into a weight of exactly 0.",
     _attention_formula("X", "S_h + M"),
+    _attention_latex("X", "S_h + M"),
     attention_backward,
 )
 CROSS_ATTENTION = Kind(
@@ -265,6 +299,7 @@ CROSS_ATTENTION = Kind(
     "(keys and values from memory): this is how the source sentence reaches the decoder. "
     "(The article says it the other way round; that cannot work when the sentences differ in length.)",
     _attention_formula("memory", "S_h"),
+    _attention_latex(r"\mathrm{memory}", "S_h"),
     attention_backward,
 )
 
@@ -307,6 +342,10 @@ def add_norm_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig
     )
 
 
+_NORM_TEX = (
+    r"\mathrm{{output}} &= \gamma \odot \frac{{{x} - \mu}}{{\sqrt{{\sigma^2 + \epsilon}}}} + \beta"
+    r" \quad \text{{(per row; }} \sigma^2 \text{{ divides by }} d_\mathrm{{model}}\text{{)}}"
+)
 _NORM = (
     "output = gamma ⊙ ({x} − mean) / √(var + eps) + beta\n"
     "    (mean and var of each row of {x}; var divides by d_model)"
@@ -318,6 +357,7 @@ ADD_NORM = Kind(
     "The sublayer's output is added back to its input (a residual connection), then each row "
     "is normalised to mean 0 and variance 1, scaled by gamma and shifted by beta (post-norm, the paper).",
     lambda m: "sum = X + sublayer\n" + _NORM.format(x="sum"),
+    lambda m: [r"\mathrm{sum} &= X + \mathrm{sublayer}", _NORM_TEX.format(x=r"\mathrm{sum}")],
     add_norm_backward,
 )
 
@@ -346,6 +386,7 @@ LAYER_NORM = Kind(
     "Each row is normalised to mean 0 and variance 1, then scaled by gamma and shifted by beta: "
     "in a pre-norm model before each sublayer, and once more at the top of each stack.",
     lambda m: _NORM.format(x="X"),
+    lambda m: [_NORM_TEX.format(x="X")],
     layer_norm_backward,
 )
 
@@ -369,6 +410,7 @@ RESIDUAL = Kind(
     "The sublayer's output is added back to the stream it read (pre-norm): the stream itself is "
     "never normalised, so the sum of every sublayer's contribution reaches the top.",
     lambda m: "output = X + sublayer",
+    lambda m: [r"\mathrm{output} &= X + \mathrm{sublayer}"],
     residual_backward,
 )
 
@@ -382,6 +424,17 @@ ACTIVATION_FORMULAS = {
     "gelu": "hidden = pre·Φ(pre) = pre·(1 + erf(pre/√2))/2    (GELU)",
     "gelu-tanh": "hidden = pre·(1 + tanh(√(2/π)·(pre + 0.044715·pre³)))/2    (GELU, tanh form)",
     "silu": "hidden = pre·σ(pre) = pre / (1 + e^(−pre))    (SiLU, or swish)",
+}
+
+
+ACTIVATION_LATEX = {
+    "relu": r"\mathrm{hidden} &= \max(0,\ \mathrm{pre}) \quad \text{(ReLU)}",
+    "gelu": r"\mathrm{hidden} &= \mathrm{pre} \cdot \Phi(\mathrm{pre}) = \mathrm{pre} \cdot \tfrac{1}{2}"
+    r"\left(1 + \operatorname{erf}(\mathrm{pre}/\sqrt{2})\right) \quad \text{(GELU)}",
+    "gelu-tanh": r"\mathrm{hidden} &= \tfrac{1}{2}\,\mathrm{pre}\left(1 + \tanh\left(\sqrt{2/\pi}\,"
+    r"(\mathrm{pre} + 0.044715\,\mathrm{pre}^3)\right)\right) \quad \text{(GELU, tanh form)}",
+    "silu": r"\mathrm{hidden} &= \mathrm{pre} \cdot \sigma(\mathrm{pre}) = "
+    r"\frac{\mathrm{pre}}{1 + e^{-\mathrm{pre}}} \quad \text{(SiLU)}",
 }
 
 
@@ -419,6 +472,11 @@ FEED_FORWARD = Kind(
     "Each position goes on its own through the same two-layer network: widen to d_ff, bend "
     "with a nonlinearity, come back to d_model.",
     lambda m: f"pre = X·W_1 + b_1\n{ACTIVATION_FORMULAS[m.activation]}\noutput = hidden·W_2 + b_2",
+    lambda m: [
+        r"\mathrm{pre} &= X W_1 + b_1",
+        ACTIVATION_LATEX[m.activation],
+        r"\mathrm{output} &= \mathrm{hidden}\, W_2 + b_2",
+    ],
     feed_forward_backward,
 )
 
@@ -463,12 +521,22 @@ def _logits_formula(m: ModelConfig) -> str:
     return f"logits = X·W{b}" + tied
 
 
+def _logits_latex(m: ModelConfig) -> list[str]:
+    b = " + b" if m.output_bias else ""
+    tied = [r"W &= E^{\top} \quad \text{(tied to the embedding table)}"] if m.tie_embeddings else []
+    if m.output_head == "flatten":
+        return [r"\mathrm{flattened} &= \text{the rows of } X \text{ end to end}",
+                rf"\mathrm{{logits}} &= \mathrm{{flattened}}\, W{b}", *tied]  # fmt: skip
+    return [rf"\mathrm{{logits}} &= X W{b}", *tied]
+
+
 LOGITS = Kind(
     "logits",
     "output linear layer",
     "One linear layer turns each decoder position's vector into a score (logit) for every "
     "word of the vocabulary.",
     _logits_formula,
+    _logits_latex,
     logits_backward,
 )
 
@@ -486,6 +554,7 @@ PROBABILITIES_KIND = Kind(
     "Softmax turns each row of logits into probabilities that sum to 1; the most likely "
     "word is the prediction for the next token.",
     lambda m: "probabilities = softmax(logits)    (row-wise)",
+    lambda m: [r"\mathrm{probabilities} &= \operatorname{softmax}(\mathrm{logits}) \quad \text{(row-wise)}"],
     None,  # the loss starts from the logits: cross-entropy differentiates softmax and log together
 )
 
