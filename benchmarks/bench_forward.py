@@ -1,13 +1,17 @@
 """The forward pass at the paper's base size: ours, with and without the trace, against PyTorch.
 
 Run: python benchmarks/bench_forward.py [--dtype float32|float64] [--rounds N]
+                                        [--convention post|pre|decoder-only]
 
 Base size (paper, Table 3): d_model 512, 8 heads, d_ff 2048, 6 + 6 layers; 64 source and 64 target
 tokens; one process, the same weights. Timed, each as the median of its runs, taken in turns:
   ours, trace   run_forward: every intermediate recorded under its name (what `walkthrough` shows)
   ours, no trace  forward: the same arithmetic, nothing kept
-  torch         torch.nn.Transformer, eager, under torch.inference_mode, with the same embedding
-                lookup, positional encoding, output layer and softmax around it
+  torch         PyTorch's own transformer layers, eager, under torch.inference_mode, with the same
+                embedding lookup, positional encoding, output layer and softmax around them: the
+                harness the tests use (reference.TorchTransformer)
+Conventions: post (the paper's post-norm), pre (pre-norm with final norms), decoder-only (pre-norm,
+no encoder, 6 layers over the 64 + 64 tokens as one 128-token sequence).
   GEMM          one NumPy matmul of the feed-forward's shape (64×512 by 512×2048): the machine's peak
 Targets (float32): ours with the trace <= 1.0 x torch; without <= 0.9 x torch.
 """
@@ -30,7 +34,6 @@ os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 import numpy as np  # noqa: E402
 
 from transformer_walkthrough.config import Config, ModelConfig  # noqa: E402
-from transformer_walkthrough.functional import positional_encoding  # noqa: E402
 from transformer_walkthrough.model import forward, init_weights, run_forward  # noqa: E402
 from transformer_walkthrough.training import parameters  # noqa: E402
 
@@ -63,7 +66,7 @@ def flops(m: ModelConfig, n_s: int, n_t: int, vocab: int) -> int:
     encoder = 4 * 2 * n_s * d * d + 2 * 2 * n_s * n_s * d + 2 * 2 * n_s * d * f
     self_attention = 4 * 2 * n_t * d * d + 2 * 2 * n_t * n_t * d
     cross = 2 * 2 * n_t * d * d + 2 * 2 * n_s * d * d + 2 * 2 * n_t * n_s * d
-    decoder = self_attention + cross + 2 * 2 * n_t * d * f
+    decoder = self_attention + (0 if m.decoder_only else cross) + 2 * 2 * n_t * d * f
     return m.num_encoder_layers * encoder + m.num_decoder_layers * decoder + 2 * n_t * d * vocab
 
 
@@ -71,37 +74,33 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--rounds", type=int, default=20, help="turns of 3 runs of each")
+    parser.add_argument("--convention", choices=["post", "pre", "decoder-only"], default="post")
     args = parser.parse_args()
 
     import torch
 
-    from transformer_walkthrough.reference import torch_transformer
+    from transformer_walkthrough.reference import TorchTransformer
 
     words = [f"w{i}" for i in range(VOCAB - 2)]
-    model = ModelConfig(d_model=512, num_heads=8, d_ff=2048, num_encoder_layers=6, num_decoder_layers=6,
-                        scale_embeddings=True, dtype=args.dtype)  # fmt: skip
-    config = Config(sentence="w0 w1", encoder_words=1, vocabulary=("<start>", "<end>", *words), model=model)
+    decoder_only = args.convention == "decoder-only"
+    model = ModelConfig(d_model=512, num_heads=8, d_ff=2048, num_encoder_layers=0 if decoder_only else 6,
+                        num_decoder_layers=6, scale_embeddings=True, dtype=args.dtype,
+                        norm_first=args.convention != "post")  # fmt: skip
+    config = Config(sentence="w0 w1", encoder_words=0 if decoder_only else 1,
+                    vocabulary=("<start>", "<end>", *words), model=model)  # fmt: skip
     rng = np.random.default_rng(0)
     src, tgt = rng.integers(0, VOCAB, N_SOURCE).tolist(), rng.integers(0, VOCAB, N_TARGET).tolist()
+    if decoder_only:
+        src, tgt = [], src + tgt
     w = init_weights(config)
 
     torch.set_num_threads(THREADS)
     torch.set_grad_enabled(False)
-    net = torch_transformer(torch, model, w)
-    E_src, E_tgt = torch.from_numpy(w.encoder_embedding), torch.from_numpy(w.decoder_embedding)
-    W, b = torch.from_numpy(w.W), torch.from_numpy(w.b)
-    pe_src = torch.from_numpy(positional_encoding(N_SOURCE, 512, w.W.dtype).copy())
-    pe_tgt = torch.from_numpy(positional_encoding(N_TARGET, 512, w.W.dtype).copy())
-    mask = torch.nn.Transformer.generate_square_subsequent_mask(N_TARGET, dtype=W.dtype)
-    src_t, tgt_t = torch.tensor(src), torch.tensor(tgt)
-    scale = 512**0.5
+    net = TorchTransformer(torch, config, w)
 
     def torch_forward() -> object:
         with torch.inference_mode():
-            x = (E_src[src_t] * scale + pe_src)[None]
-            y = (E_tgt[tgt_t] * scale + pe_tgt)[None]
-            out = net(x, y, tgt_mask=mask)[0]
-            return torch.softmax(out @ W + b, dim=-1)
+            return torch.softmax(net.forward(src, tgt), dim=-1)
 
     a = rng.standard_normal((N_TARGET, 512)).astype(args.dtype)
     B = rng.standard_normal((512, 2048)).astype(args.dtype)
@@ -119,7 +118,7 @@ def main() -> int:
     agree = np.max(np.abs(torch_forward().numpy() - forward(config, w, src, tgt)))
 
     peak = 2 * N_TARGET * 512 * 2048 / gemm
-    work = flops(model, N_SOURCE, N_TARGET, VOCAB)
+    work = flops(model, len(src), len(tgt), VOCAB)
 
     tracemalloc.start()
     trace = run_forward(config, w, source_ids=src, target_ids=tgt)
@@ -133,7 +132,8 @@ def main() -> int:
     weight_bytes = sum(a.nbytes for a in parameters(w))
     n_matrices = sum(len(s.matrices) for s in trace)
 
-    shape = f"d_model 512, 8 heads, d_ff 2048, 6+6 layers, {N_SOURCE}+{N_TARGET} tokens"
+    layers = "6 decoder layers" if decoder_only else "6+6 layers"
+    shape = f"d_model 512, 8 heads, d_ff 2048, {layers}, {len(src)}+{len(tgt)} tokens, {args.convention}-norm"
     print(f"base size, {args.dtype}: {shape}, {THREADS} threads each, median of {args.rounds} x 3 runs each")
     print(f"{'':<22}{'median (ms)':>12}{'x torch':>10}{'GEMM peak':>11}")
     for name, t in (

@@ -16,8 +16,6 @@ import sys
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 from transformer_walkthrough.backprop import next_tokens
 from transformer_walkthrough.config import Config
 from transformer_walkthrough.model import init_weights, run_forward
@@ -44,7 +42,7 @@ def main() -> int:
 
     import torch
 
-    from transformer_walkthrough.reference import torch_transformer
+    from transformer_walkthrough.reference import TorchTransformer
 
     config = Config()
     lr = config.training.learning_rate
@@ -58,23 +56,14 @@ def main() -> int:
 
     tw = init_weights(config)
     trace = run_forward(config, tw)
-    net = torch_transformer(torch, config.model, tw).train()  # dropout is 0: train mode is the same math
-    E_src = torch.nn.Parameter(torch.tensor(tw.encoder_embedding))
-    E_tgt = torch.nn.Parameter(torch.tensor(tw.decoder_embedding))
-    W, b = torch.nn.Parameter(torch.tensor(tw.W)), torch.nn.Parameter(torch.tensor(tw.b))
-    optimizer = torch.optim.Adam([*net.parameters(), E_src, E_tgt, W, b], lr=lr)
-    vocab = {t: i for i, t in enumerate(trace.vocabulary)}
-    src = torch.tensor([vocab[t] for t in trace.source_tokens])
-    tgt = torch.tensor([vocab[t] for t in trace.target_tokens])
-    pe_src = torch.tensor(np.array(trace["encoder.positional-encoding"]["PE"]))
-    pe_tgt = torch.tensor(np.array(trace["decoder.positional-encoding"]["PE"]))
-    mask = torch.nn.Transformer.generate_square_subsequent_mask(len(tgt), dtype=torch.float64)
+    net = TorchTransformer(torch, config, tw)  # the harness the tests use: every parameter a leaf
+    optimizer = torch.optim.Adam([t for t, _ in net.tensors.values()], lr=lr)
+    src, tgt = config.token_ids(trace.source_tokens), config.token_ids(trace.target_tokens)
     targets = torch.tensor(next_tokens(trace)[:-1])
 
     def torch_step() -> None:
         optimizer.zero_grad()
-        out = net((E_src[src] + pe_src)[None], (E_tgt[tgt] + pe_tgt)[None], tgt_mask=mask)[0]
-        loss = torch.nn.functional.cross_entropy(out[:-1] @ W + b, targets)
+        loss = torch.nn.functional.cross_entropy(net.forward(src, tgt)[:-1], targets)
         loss.backward()
         optimizer.step()
 

@@ -314,3 +314,20 @@ def test_diff_bad_input_is_one_line(runner: CliRunner, args: list[str], message:
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert message in result.output and result.output.count("\n") == 1
+
+
+def test_documents_write_the_formulas_of_the_config() -> None:
+    from transformer_walkthrough.documents import to_latex, to_markdown
+
+    trace = run_forward(GPT)
+    stages = list(trace)
+    tex = to_latex(trace, stages, 2)
+    assert r"\tanh\left(\sqrt{2/\pi}" in tex and r"PE_{pos} &= P_{pos}" in tex
+    assert r"W &= E^{\top}" in tex and r"\mathrm{logits} &= X W" + "\n" not in tex  # no output bias here
+    assert r"\max(0" not in tex and r"\sin" not in tex
+    md = to_markdown(trace, stages, 2)
+    assert "hidden = pre·(1 + tanh(√(2/π)·(pre + 0.044715·pre³)))/2" in md
+    assert "output = X + sublayer" in md and "decoder.final-norm" in md
+    marian = run_forward(load_config(CONFIGS / "marian-style.yaml"))
+    tex = to_latex(marian, list(marian), 2)
+    assert r"PE_{pos, d_\mathrm{model}/2 + i} = \cos" in tex and r"\sigma(\mathrm{pre})" in tex

@@ -443,7 +443,7 @@ def feed_forward(
 ) -> np.ndarray:
     """FFN(x) = act(x·W_1 + b_1)·W_2 + b_2, the same for every position (§3.3)."""
     W_1, b_1, W_2, b_2 = (w.take(stage, name) for name in ("W_1", "b_1", "W_2", "b_2"))
-    D, H = dims(x.shape[1]), tuple(f"f{j}" for j in range(W_1.shape[1]))
+    D, H = dims(x.shape[1]), dims(W_1.shape[1], "f")
     stage.input("X", x, tokens, D)
     r = F.feed_forward(x, W_1, b_1, W_2, b_2, m.activation)
     stage.cache = r

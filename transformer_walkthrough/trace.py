@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
 
 @functools.lru_cache(maxsize=64)
-def dims(n: int) -> tuple[str, ...]:
-    """Labels of n dimensions: d0, d1, …"""
-    return tuple(f"d{j}" for j in range(n))
+def dims(n: int, prefix: str = "d") -> tuple[str, ...]:
+    """Labels of n dimensions: d0, d1, … (or f0, f1, … for the feed-forward's units)."""
+    return tuple(f"{prefix}{j}" for j in range(n))
 
 
 # What a matrix is, recorded with it, so that no reader has to guess from its name.
