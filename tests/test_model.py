@@ -107,9 +107,10 @@ def check_invariants(trace: Trace) -> None:
             heads = []
             for h in range(1, m.num_heads + 1):
                 Q, K, V, A = stage[f"Q{h}"], stage[f"K{h}"], stage[f"V{h}"], stage[f"A{h}"]
-                np.testing.assert_allclose(Q, x @ stage[f"W_Q{h}"], rtol=1e-12, atol=1e-12)
-                np.testing.assert_allclose(K, kv @ stage[f"W_K{h}"], rtol=1e-12, atol=1e-12)
-                np.testing.assert_allclose(V, kv @ stage[f"W_V{h}"], rtol=1e-12, atol=1e-12)
+                b = {name: stage.get(f"b_{name}{h}", 0.0) for name in "QKV"}  # with attention_bias
+                np.testing.assert_allclose(Q, x @ stage[f"W_Q{h}"] + b["Q"], rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(K, kv @ stage[f"W_K{h}"] + b["K"], rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(V, kv @ stage[f"W_V{h}"] + b["V"], rtol=1e-12, atol=1e-12)
                 np.testing.assert_allclose(stage[f"S{h}"], Q @ K.T / math.sqrt(m.d_k), rtol=1e-12, atol=1e-12)
                 np.testing.assert_allclose(A.sum(axis=1), 1.0, rtol=0, atol=1e-12)  # softmax rows sum to 1
                 assert (A >= 0).all()
@@ -121,20 +122,32 @@ def check_invariants(trace: Trace) -> None:
                 heads.append(stage[f"O{h}"])
             assert (stage["concat"] == np.hstack(heads)).all()  # the heads side by side, nothing else
             np.testing.assert_allclose(
-                stage["output"], stage["concat"] @ stage["W_O"], rtol=1e-12, atol=1e-12
+                stage["output"],
+                stage["concat"] @ stage["W_O"] + stage.get("b_O", 0.0),
+                rtol=1e-12,
+                atol=1e-12,
             )
         if stage.kind == "masked-attention":
             n = len(stage["X"])
             assert stage["M"].tolist() == [[0.0 if j <= i else -math.inf for j in range(n)] for i in range(n)]
-        if stage.kind == "add-norm":
-            assert (stage["sum"] == stage["X"] + stage["sublayer"]).all()
+        if stage.kind in ("add-norm", "residual"):
+            total = stage["sum" if stage.kind == "add-norm" else "output"]
+            assert (total == stage["X"] + stage["sublayer"]).all()
             assert (stage["sublayer"] == previous["output"]).all()  # the sublayer just computed
+        if stage.kind in ("add-norm", "layer-norm"):
             normed = (stage["output"] - stage["beta"]) / stage["gamma"]
             np.testing.assert_allclose(normed.mean(axis=1), 0.0, atol=1e-12)
-            var = stage["sum"].var(axis=1)
+            var = stage["sum" if "sum" in stage else "X"].var(axis=1)
             np.testing.assert_allclose(normed.var(axis=1), var / (var + eps), rtol=1e-10)  # 1, less eps
         if stage.kind == "feed-forward":
-            hidden = np.maximum(stage["X"] @ stage["W_1"] + stage["b_1"], 0)
+            pre = stage["X"] @ stage["W_1"] + stage["b_1"]
+            np.testing.assert_allclose(stage["pre"], pre, rtol=1e-12, atol=1e-12)
+            hidden = {
+                "relu": lambda x: np.maximum(x, 0),
+                "gelu": lambda x: x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))) / 2,
+                "gelu-tanh": lambda x: x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))) / 2,
+                "silu": lambda x: x / (1 + np.exp(-x)),
+            }[m.activation](pre)
             np.testing.assert_allclose(stage["hidden"], hidden, rtol=1e-12, atol=1e-12)
             np.testing.assert_allclose(
                 stage["output"], hidden @ stage["W_2"] + stage["b_2"], rtol=1e-12, atol=1e-12
@@ -144,14 +157,17 @@ def check_invariants(trace: Trace) -> None:
             np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-12)
             assert (stage["logits"] == trace["output.logits"]["logits"]).all()
         if (
-            stage.kind in ("positional-encoding", "self-attention", "masked-attention", "feed-forward")
+            stage.kind
+            in ("positional-encoding", "self-attention", "masked-attention", "feed-forward", "layer-norm")
             and previous
+            and not (stage.kind == "positional-encoding" and previous.kind != "embedding")
         ):
             assert (stage["X"] == previous["output"]).all()  # each stage reads what the last one wrote
         previous = stage
-    encoder_out = [s for s in trace if s.id.startswith("encoder.")][-1]["output"]
-    for stage in trace.select(["cross-attention"]):
-        assert (stage["memory"] == encoder_out).all()
+    if not m.decoder_only:
+        encoder_out = [s for s in trace if s.id.startswith("encoder.")][-1]["output"]
+        for stage in trace.select(["cross-attention"]):
+            assert (stage["memory"] == encoder_out).all()
     assert len(trace.prediction) == (1 if m.output_head == "flatten" else len(trace.target_tokens))
     for pred in trace.prediction:
         probs = [q for _, q in pred.top]

@@ -50,7 +50,7 @@ def test_torch_agrees_on_every_per_position_config() -> None:
         m = config.model
         assert (
             sum("A of every head" in c.what for c in checks)
-            == m.num_encoder_layers + 2 * m.num_decoder_layers
+            == m.num_encoder_layers + (1 if m.decoder_only else 2) * m.num_decoder_layers
         )
         assert all(c.ok for c in checks)
 
