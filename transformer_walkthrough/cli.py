@@ -456,7 +456,8 @@ def generate(
     console = _console()
     view = View(precision=settings.display.precision)
     console.print(generation_table(steps, view))
-    console.print(f"{' '.join(settings.source_tokens)} → {' '.join(s.chosen for s in steps)}")
+    prompt = " ".join(settings.source_tokens) or steps[0].decoder_input[0]  # a decoder-only model: <start>
+    console.print(f"{prompt} → {' '.join(s.chosen for s in steps)}")
     table, worst = comparison_table(steps, teacher_forced)
     if compare:
         console.print(table)
