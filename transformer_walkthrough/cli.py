@@ -222,6 +222,7 @@ def _trace(
     settings = load_config(config, seed=seed, precision=precision)
     w = load_weights(settings, weights) if weights is not None else init_weights(settings)
     trace = run_forward(settings, w)
+    trace.weights_source = None if weights is None else str(weights)
     problem = warning(trace)
     if problem:
         typer.echo(f"warning: {problem}", err=True)
@@ -393,8 +394,8 @@ def export(
     from .export import check_target, size_warning
     from .export import export as write
 
-    target = check_target(path, force)  # before any work: a bad path costs nothing
     checkpoint = _model_args(model, source, target, dtype)
+    target = check_target(path, force)  # before any work: a bad path costs nothing
     trace, w = _trace(config, seed, None, weights, checkpoint, notes_to_stderr=True)
     stages = trace.select(stage or (), layer)
     if target is None or target.suffix.lower() == ".json":

@@ -218,6 +218,7 @@ class Translation(NamedTuple):
     teacher_forced: Trace  # over [start, t1, …] without the last token: row i is step i
     source: str
     text: str  # the translation, decoded (special tokens skipped)
+    ids: list[int]  # the decoder's input: decoder_start, then each chosen token
 
 
 def translate(
@@ -232,4 +233,4 @@ def translate(
     config = dataclasses.replace(config, target=text)
     trace = run_forward(config, w, source_ids=source_ids, target_ids=sequence[:-1])
     trace.weights_source = ckpt.source
-    return Translation(steps, trace, source, text)
+    return Translation(steps, trace, source, text, sequence)
