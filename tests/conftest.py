@@ -18,3 +18,20 @@ def trace() -> Trace:
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
+
+
+@pytest.fixture(scope="session")
+def marian(tmp_path_factory):
+    """A tiny random Marian checkpoint: (safetensors folder, bin folder, float64 eager transformers model)."""
+    pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
+    from tests.tiny_marian import build
+
+    return build(tmp_path_factory.mktemp("marian"))
+
+
+@pytest.fixture(scope="session")
+def reference_tokenizer(marian):
+    """transformers' MarianTokenizer of the tiny checkpoint."""
+    from tests.tiny_marian import reference_tokenizer
+
+    return reference_tokenizer(marian[0])

@@ -27,9 +27,7 @@ def torch_gradients(config: Config, w: Weights) -> tuple[float, dict[str, np.nda
     """The same loss in PyTorch, differentiated by autograd; gradients in our layout, by our names."""
     trace = run_forward(config, w)
     model = TorchTransformer(torch, config, w)
-    index = config.index
-    source = [index[t] for t in trace.source_tokens]
-    target = [index[t] for t in trace.target_tokens]
+    source, target = list(trace.source_ids), list(trace.target_ids)
     torch.backends.mha.set_fastpath_enabled(False)
     try:
         logits = model.forward(source, target)

@@ -22,7 +22,9 @@ D = ("d0", "d1")
 def hand_trace() -> Trace:
     """A trace of made-up round numbers (default config: d_model 4, 2 heads, d_k 2)."""
     config = Config()
-    t = Trace(config, ("the", "cat"), ("<start>", "sleeping"))
+    source, target = ("the", "cat"), ("<start>", "sleeping")
+    t = Trace(config, source, target, source_ids=tuple(config.token_ids(source)),
+              target_ids=tuple(config.token_ids(target)))  # fmt: skip
     emb = t.stage("encoder.embedding", "embedding")
     emb.weight("E", np.arange(28.0).reshape(7, 4) / 10, config.vocabulary, ("d0", "d1", "d2", "d3"))
     emb.rec(

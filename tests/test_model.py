@@ -280,11 +280,14 @@ def test_token_ids_feed_any_input() -> None:
     trace = run_forward(config, source_ids=[3, 2], target_ids=[0, 6, 6, 5, 1])
     assert trace.source_tokens == ("cat", "the") and trace.target_tokens == (
         "<start>",
-        "comfortably",
-        "comfortably",
+        "comfortably@1",  # a repeated token is labelled by its position: each label names one row
+        "comfortably@2",
         "sleeping",
         "<end>",
     )
+    assert trace.target_ids == (0, 6, 6, 5, 1)
+    # the prediction's expected tokens are the vocabulary's, not the labels
+    assert [p.expected for p in trace.prediction] == ["comfortably", "comfortably", "sleeping", "<end>", None]
     assert trace["decoder.0.masked-attention"]["A1"].shape == (5, 5)
     assert trace["decoder.0.cross-attention"]["S2"].shape == (5, 2)
     check_invariants(trace)

@@ -134,10 +134,7 @@ def test_a_final_norm_where_the_model_has_none_would_be_caught() -> None:
     last = layers[-1]
     layers[-1] = torch.nn.Sequential()  # the last layer, then a final norm it should not have
     layers[-1].forward = lambda y, memory, tgt_mask: norm(last(y, memory, tgt_mask=tgt_mask))
-    index = config.index
     with torch.no_grad():
-        logits = model.forward(
-            [index[t] for t in trace.source_tokens], [index[t] for t in trace.target_tokens]
-        )
+        logits = model.forward(list(trace.source_ids), list(trace.target_ids))
     assert np.max(np.abs(trace["output.logits"]["logits"] - logits.numpy())) > 1e-2
     assert stack_output("decoder", config.model) == "decoder.1.add-norm-3"

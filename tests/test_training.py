@@ -59,7 +59,7 @@ def test_generation_step_i_is_row_i_of_the_teacher_forced_pass(trained: tuple) -
         rows = forced["output.probabilities"]["probabilities"]
         for i, s in enumerate(steps):
             assert np.max(np.abs(s.probabilities - rows[i])) <= 1e-12
-            assert s.decoder_input == forced.target_tokens[: i + 1]
+            assert s.decoder_input == tuple(config.vocabulary[j] for j in forced.target_ids[: i + 1])
 
 
 def test_a_dataset_of_more_pairs_is_learned_too() -> None:

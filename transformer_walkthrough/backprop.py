@@ -33,7 +33,7 @@ class Backward(NamedTuple):
 
 def next_tokens(trace: Trace) -> np.ndarray:
     """The target of each decoder position: the next token's id, or -1 where there is none."""
-    following = trace.config.token_ids(trace.target_tokens[1:])
+    following = trace.target_ids[1:]
     return np.array([*following, -1])
 
 

@@ -64,12 +64,16 @@ def _index(part: str, labels: tuple[str, ...], n: int, what: str, name: str) -> 
     if re.fullmatch(r"-?\d+", part):
         k = int(part)
         if not 0 <= k < n:
-            raise StageError(
-                f"{what} {k} is out of range: {name} has {what}s 0 to {n - 1} ({', '.join(labels)})"
-            )
+            listed = f" ({', '.join(labels)})" if n <= 40 else ""
+            raise StageError(f"{what} {k} is out of range: {name} has {what}s 0 to {n - 1}{listed}")
         return k
     if part in labels:
         return labels.index(part)
+    repeats = [label for label in labels if label.startswith(f"{part}@")]
+    if repeats:  # a piece that occurs more than once is labelled by its position too
+        raise StageError(f"{what} {part!r} of {name} is ambiguous: give one of {', '.join(repeats)}")
+    if n > 40:  # a vocabulary-sized matrix: its 58,101 labels are not a message
+        raise StageError(f"{what} {part!r} is not a {what} of {name} (nor a number from 0 to {n - 1})")
     raise StageError(
         f"{what} {part!r} is not a {what} of {name}; its {what}s are {', '.join(labels)} (or 0 to {n - 1})"
     )
@@ -373,7 +377,7 @@ def _ffn_output(c: Cell, trace: Trace) -> list[str]:
 
 def _embedding(c: Cell, trace: Trace) -> list[str]:
     m = trace.config.model
-    row = trace.config.index[c.row]
+    row = trace.ids(c.stage.id)[c.i]
     e = float(c.stage["E"][row, c.j])
     line = f"output[{c.i}, {c.j}] = E[{c.row!s} (row {row} of E), {c.j}] = {c.f(e)}"
     if m.scale_embeddings:

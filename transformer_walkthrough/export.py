@@ -158,6 +158,9 @@ def trace_to_dict(
         "vocabulary": list(trace.vocabulary),
         "source_tokens": list(trace.source_tokens),
         "target_tokens": list(trace.target_tokens),
+        "source_ids": list(trace.source_ids),
+        "target_ids": list(trace.target_ids),
+        "model": trace.weights_source,
         "stages": [
             stage_to_dict(s, weights, None if grads is None else grads.stages[s.id], numbers)
             for s in (trace if stages is None else stages)

@@ -18,7 +18,7 @@ from . import kinds as K
 from .architecture import DECODER, ENCODER, OUTPUT, connection, num_layers, stacks, stage_id, sublayers
 from .config import Config, ModelConfig
 from .errors import WalkthroughError
-from .trace import NullTrace, Stage, Trace
+from .trace import NullTrace, Stage, Trace, token_labels
 from .weights import Weights, init_weights, load_weights
 
 __all__ = ["Weights", "forward", "init_weights", "load_weights", "run_forward", "transformer"]
@@ -107,12 +107,13 @@ def transformer(
 
 
 def _ids(
-    config: Config, ids: Sequence[int] | None, tokens: tuple[str, ...], side: str
+    config: Config, ids: Sequence[int] | None, side: str
 ) -> tuple[list[int], tuple[str, ...]]:
-    """Token ids (the config's sentence when None), checked, and their words as labels."""
+    """Token ids (the config's sentence when None), checked, and their labels (``token_labels``)."""
     vocabulary = config.vocabulary or ()
     if ids is None:
-        return config.token_ids(tokens), tokens
+        tokens = config.source_tokens if side == "source" else config.target_tokens
+        return config.token_ids(tokens), token_labels(tokens)
     ids = [int(i) for i in ids]
     if side == "source" and config.model.decoder_only:
         if ids:
@@ -133,7 +134,7 @@ def _ids(
         raise WalkthroughError(
             f"target ids: the flatten head is sized for {len(config.target_tokens)} decoder tokens"
         )
-    return ids, tuple(vocabulary[i] for i in ids)
+    return ids, token_labels([vocabulary[i] for i in ids])
 
 
 def run_forward(
@@ -146,11 +147,12 @@ def run_forward(
     """The whole forward pass, every stage recorded in a Trace.
 
     By default on the config's sentence; ``source_ids`` and ``target_ids`` (rows of the
-    vocabulary) feed any other input, of any length.
+    vocabulary: a checkpoint's tokenizer gives them) feed any other input, of any length. Rows
+    and columns are labelled by the tokens, ``piece@position`` where a piece repeats.
     """
-    src, source_tokens = _ids(config, source_ids, config.source_tokens, "source")
-    tgt, target_tokens = _ids(config, target_ids, config.target_tokens, "target")
-    trace = Trace(config, source_tokens, target_tokens)
+    src, source_tokens = _ids(config, source_ids, "source")
+    tgt, target_tokens = _ids(config, target_ids, "target")
+    trace = Trace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt))
     w = weights if weights is not None else init_weights(config)
     transformer(trace, w, config.model, src, tgt)
     return trace
@@ -163,6 +165,7 @@ def forward(
     target_ids: Sequence[int] | None = None,
 ) -> np.ndarray:
     """The same arithmetic with nothing recorded: just the next-token probabilities."""
-    src, source_tokens = _ids(config, source_ids, config.source_tokens, "source")
-    tgt, target_tokens = _ids(config, target_ids, config.target_tokens, "target")
-    return transformer(NullTrace(config, source_tokens, target_tokens), weights, config.model, src, tgt)
+    src, source_tokens = _ids(config, source_ids, "source")
+    tgt, target_tokens = _ids(config, target_ids, "target")
+    null = NullTrace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt))
+    return transformer(null, weights, config.model, src, tgt)

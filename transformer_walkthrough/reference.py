@@ -190,9 +190,7 @@ def torch_checks(torch: ModuleType, trace: Trace, w: Weights) -> list[Check]:
         )
         for mod in model.attention_modules()
     ]
-    index = config.index
-    source = [index[t] for t in trace.source_tokens]
-    target = [index[t] for t in trace.target_tokens]
+    source, target = list(trace.source_ids), list(trace.target_ids)
     checks: list[Check] = []
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)  # call the modules themselves, so the hooks see them

@@ -8,6 +8,7 @@ every export read the same trace. Matrices are stored as given (often views), ne
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -132,6 +133,16 @@ class Stage:
         return name in self.matrices
 
 
+def token_labels(pieces: Sequence[str]) -> tuple[str, ...]:
+    """Row and column labels of a sequence: each token's piece, ``piece@position`` where it repeats.
+
+    "▁the ▁cat ▁saw ▁the" -> ▁the@0, ▁cat, ▁saw, ▁the@3: every label names one row, so that a
+    cell can be asked for by label (``explain --cell ▁the@3,▁cat``).
+    """
+    counts = collections.Counter(pieces)
+    return tuple(p if counts[p] == 1 else f"{p}@{i}" for i, p in enumerate(pieces))
+
+
 TOP_K = 3  # next-word candidates kept per position
 
 
@@ -161,6 +172,8 @@ class Trace:
     target_tokens: tuple[str, ...]
     stages: dict[str, Stage] = field(default_factory=dict)
     weights_source: str | None = None  # the file the weights came from; None: drawn from the seed
+    source_ids: tuple[int, ...] = ()  # the embedding rows the encoder read, one per source token
+    target_ids: tuple[int, ...] = ()  # the embedding rows the decoder read, one per target token
 
     _producers: dict[int, str] = field(default_factory=dict, repr=False)
 
@@ -188,6 +201,10 @@ class Trace:
     def vocabulary(self) -> tuple[str, ...]:
         return self.config.vocabulary or ()
 
+    def ids(self, stage_id: str) -> tuple[int, ...]:
+        """The token ids of the stack that stage ``stage_id`` belongs to (its rows' embedding rows)."""
+        return self.source_ids if stage_id.startswith("encoder.") else self.target_ids
+
     @functools.cached_property
     def prediction(self) -> list[Prediction]:
         """The top next tokens after each decoder position, with the sentence's true next token.
@@ -210,7 +227,8 @@ class Trace:
             if self.config.model.output_head == "flatten":
                 out.append(Prediction(None, " ".join(tokens), None, best))
             else:
-                expected = tokens[i + 1] if i + 1 < len(tokens) else None
+                following = self.target_ids[i + 1] if i + 1 < len(self.target_ids) else None
+                expected = None if following is None else vocabulary[following]
                 out.append(Prediction(i, tokens[i], expected, best))
         return out
 

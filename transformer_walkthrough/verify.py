@@ -102,11 +102,10 @@ def recompute(trace: Trace) -> list[Check]:
     """Recompute every stage from its own recorded inputs; check each stage reads what it should."""
     m = trace.config.model
     checks: list[Check] = []
-    index = trace.config.index
     for stage in trace:
         kind = stage.kind
         if kind == "embedding":
-            rows = stage["E"][[index[t] for t in stage.matrices["output"].rows]]
+            rows = stage["E"][list(trace.ids(stage.id))]
             rows = rows * (math.sqrt(m.d_model) if m.scale_embeddings else 1)
             checks.append(Check(stage.id, "output = the tokens' rows of E", gap(stage["output"], rows)))
         elif kind == "positional-encoding":

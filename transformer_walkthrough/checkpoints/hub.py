@@ -10,7 +10,10 @@ from .errors import CheckpointError
 
 # What a Marian folder needs, and nothing else (the hub's opus-mt repos also hold TensorFlow and
 # Rust weights of the same size, which a download must not fetch).
-CONFIG_AND_TOKENIZER = ("config.json", "source.spm", "target.spm", "vocab.json", "target_vocab.json")
+CONFIG_AND_TOKENIZER = (
+    "config.json", "generation_config.json", "tokenizer_config.json",
+    "source.spm", "target.spm", "vocab.json", "target_vocab.json",
+)  # fmt: skip
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in order of preference
 
 # The hub's rule for repository ids: [namespace/]name, letters, digits, '-', '_', '.'.

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -120,7 +120,11 @@ def marian_rows(num_encoder_layers: int, num_decoder_layers: int) -> list[Row]:
 
 @dataclass
 class MarianCheckpoint:
-    """A Marian checkpoint in this project's terms: model config keys, named weights, tokenizer."""
+    """A Marian checkpoint in this project's terms: model config keys, named weights, tokenizer.
+
+    ``bad_words_ids`` and ``forced_eos_token_id`` are what config.json (or generation_config.json)
+    tells generation: opus-mt bans ``<pad>`` (``[[58100]]``) and ends on ``</s>`` at the length limit.
+    """
 
     model: dict[str, Any]
     weights: dict[str, np.ndarray]
@@ -129,6 +133,10 @@ class MarianCheckpoint:
     eos_token_id: int
     pad_token_id: int
     source: str
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    forced_eos_token_id: int | None = None
+    family: ClassVar[str] = "marian"
+    encoder_decoder: ClassVar[bool] = True  # input: --source (and --target); a decoder-only family: --prompt
 
 
 def load_marian(
@@ -177,6 +185,8 @@ def load_marian(
         eos_token_id=config["eos_token_id"],
         pad_token_id=config["pad_token_id"],
         source=f"{name or folder} ({file})",
+        bad_words_ids=config["bad_words_ids"],
+        forced_eos_token_id=config["forced_eos_token_id"],
     )
 
 
@@ -196,6 +206,7 @@ def _read_config(folder: Path) -> dict[str, Any]:
             f"{path}: model_type is {raw.get('model_type')!r}; only 'marian' checkpoints are supported"
         )
     config = {**CONFIG_DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}
+    config.update(_generation_settings(folder, raw))
     for key in (
         "vocab_size",
         "max_position_embeddings",
@@ -235,6 +246,30 @@ def _read_config(folder: Path) -> dict[str, Any]:
             f"encoder_attention_heads {config['encoder_attention_heads']}"
         )
     return config
+
+
+def _generation_settings(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """``bad_words_ids`` and ``forced_eos_token_id``, from generation_config.json where it has them
+    (as transformers reads them), else from config.json; each checked."""
+    settings = {key: config.get(key) for key in ("bad_words_ids", "forced_eos_token_id")}
+    path = folder / "generation_config.json"
+    if path.is_file():
+        try:
+            generation = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise CheckpointError(f"{path}: not readable JSON ({err})") from None
+        if isinstance(generation, dict):
+            settings.update({k: generation[k] for k in settings if k in generation})
+    bad = settings["bad_words_ids"] or []
+    if not (
+        isinstance(bad, list)
+        and all(isinstance(s, list) and s and all(type(i) is int and i >= 0 for i in s) for s in bad)
+    ):
+        raise CheckpointError(f"{folder}: bad_words_ids is {bad!r}, not a list of lists of token ids")
+    forced = settings["forced_eos_token_id"]
+    if forced is not None and (type(forced) is not int or forced < 0):
+        raise CheckpointError(f"{folder}: forced_eos_token_id is {forced!r}, not a token id")
+    return {"bad_words_ids": tuple(tuple(s) for s in bad), "forced_eos_token_id": forced}
 
 
 def _convert(

@@ -1,0 +1,292 @@
+"""A checkpoint walked through (``--model``) against transformers, on the tiny random Marian of conftest.
+
+Every attention weight matrix (encoder self-attention, decoder masked and cross-attention; every
+head of every layer) and the logits are compared with ``MarianMTModel`` run eagerly with
+``output_attentions=True``; greedy generation with ``generate(num_beams=1, do_sample=False)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
+import torch
+import transformers
+from jsonschema import Draft202012Validator
+
+from tests.tiny_marian import D_MODEL, HEADS, LAYERS
+from transformer_walkthrough.checkpoints.run import translate, walk
+from transformer_walkthrough.cli import app
+from transformer_walkthrough.export import schema
+
+SOURCE = "the cat is sleeping comfortably. the cat"  # "▁the" and "t" repeat: labels by position
+TARGET = "die Katze schläft bequem."
+SOURCES = ["the cat is sleeping comfortably.", "a dog runs in the park!", "where is the bus stop?"]
+
+
+def _exact_table(n: int, d: int) -> np.ndarray:
+    """Marian's sinusoids in float64, by transformers' own formula: sines | cosines, positions from 0."""
+    angle = np.array([[pos / np.power(10000, 2 * (j // 2) / d) for j in range(d)] for pos in range(n)])
+    return np.concatenate([np.sin(angle[:, 0::2]), np.cos(angle[:, 1::2])], axis=1)
+
+
+@pytest.fixture(scope="module")
+def exact(marian):
+    """The float64 reference with the exact float64 sinusoid table.
+
+    transformers fills ``embed_positions.weight`` through ``torch.FloatTensor`` (float32) even in a
+    ``.double()`` model, a rounding of ~3e-8 that reaches the attention weights at ~5e-8; this
+    copy of the model gets the table computed in float64 by the same formula (``_exact_table``),
+    copied into the encoder's and the decoder's ``embed_positions`` weights.
+    """
+    model = copy.deepcopy(marian[2])
+    rows = model.model.encoder.embed_positions.weight.shape[0]
+    table = torch.from_numpy(_exact_table(rows, D_MODEL))
+    with torch.no_grad():
+        model.model.encoder.embed_positions.weight.copy_(table)
+        model.model.decoder.embed_positions.weight.copy_(table)
+    return model
+
+
+def _gaps(trace, out, relative: bool) -> dict[str, float]:
+    """The largest difference of each attention kind and of the logits (relative: to the matrix's largest)."""
+
+    def gap(ours: np.ndarray, theirs: torch.Tensor) -> float:
+        theirs = theirs.detach().numpy()
+        assert ours.shape == theirs.shape
+        d = float(np.max(np.abs(ours - theirs)))
+        return d / float(np.max(np.abs(theirs))) if relative else d
+
+    kinds = {
+        "self": ("encoder.{}.self-attention", out.encoder_attentions),
+        "masked": ("decoder.{}.masked-attention", out.decoder_attentions),
+        "cross": ("decoder.{}.cross-attention", out.cross_attentions),
+    }
+    gaps = {}
+    for kind, (stage, attentions) in kinds.items():
+        assert len(attentions) == LAYERS
+        gaps[kind] = max(
+            gap(trace[stage.format(n)][f"A{h + 1}"], attentions[n][0, h])
+            for n in range(LAYERS)
+            for h in range(HEADS)
+        )
+    gaps["logits"] = gap(trace["output.logits"]["logits"], out.logits[0])
+    return gaps
+
+
+def _transformers(model, trace):
+    with torch.no_grad():
+        return model(
+            input_ids=torch.tensor([trace.source_ids]),
+            decoder_input_ids=torch.tensor([trace.target_ids]),
+            output_attentions=True,
+        )
+
+
+def test_every_attention_matrix_and_the_logits_equal_transformers_in_float64(marian, exact):
+    walked = walk(str(marian[0]), SOURCE, TARGET, dtype="float64")
+    trace = walked.trace
+    assert trace["encoder.0.self-attention"]["A1"].dtype == np.float64
+    gaps = _gaps(trace, _transformers(exact, trace), relative=False)
+    assert max(gaps.values()) <= 1e-9, gaps  # measured: ~1e-16 for the attention, ~1e-15 for the logits
+    # the exact table matters: with transformers' float32-rounded one the gaps are 1e5 times larger
+    # (measured: attention ~5e-11, logits ~1e-9)
+    rounded = _gaps(trace, _transformers(marian[2], trace), relative=False)
+    assert max(rounded.values()) > 1e3 * max(gaps.values()), (rounded, gaps)
+
+
+def test_float32_equals_transformers_to_1e_4_relative(marian):
+    walked = walk(str(marian[0]), SOURCE, TARGET, dtype="float32")
+    assert walked.trace["output.logits"]["logits"].dtype == np.float32
+    model = transformers.MarianMTModel.from_pretrained(marian[0], attn_implementation="eager").eval()
+    gaps = _gaps(walked.trace, _transformers(model, walked.trace), relative=True)
+    assert max(gaps.values()) <= 1e-4, gaps  # measured: ~3e-7
+
+
+def test_tokens_are_the_tokenizers_ids_and_repeats_are_labelled_by_position(marian, reference_tokenizer):
+    trace = walk(str(marian[0]), SOURCE, TARGET, dtype="float64").trace
+    expected = reference_tokenizer(SOURCE, text_target=TARGET)
+    assert list(trace.source_ids) == expected["input_ids"]
+    start = marian[2].config.decoder_start_token_id
+    assert list(trace.target_ids) == [start, *expected["labels"]]  # shift_tokens_right of the labels
+    labels = trace.source_tokens
+    assert len(set(labels)) == len(labels)
+    pieces = reference_tokenizer.convert_ids_to_tokens(expected["input_ids"])
+    repeated = [p for p in pieces if pieces.count(p) > 1]
+    assert repeated, "the sentence should repeat a piece"
+    assert f"{repeated[0]}@{pieces.index(repeated[0])}" in labels
+    assert trace.weights_source == f"{marian[0]} (model.safetensors)"
+
+
+def _greedy(model, folder: Path, source: str, max_new_tokens: int) -> list[int]:
+    from transformer_walkthrough.checkpoints import MarianTokenizer
+
+    ids = torch.tensor([MarianTokenizer(folder).encode_source(source)])
+    with torch.no_grad():
+        return model.generate(ids, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens)[0].tolist()
+
+
+def test_generate_equals_transformers_greedy_token_for_token(marian, exact):
+    for source in SOURCES:
+        ours = translate(str(marian[0]), source, dtype="float64", max_len=12)
+        assert ours.ids == _greedy(exact, marian[0], source, 12), source
+        assert ours.ids[-1] == 0  # forced_eos_token_id ends it at the limit, as in transformers
+
+
+def test_generate_never_picks_a_bad_word_as_generation_config_says(marian, exact, tmp_path):
+    """A checkpoint whose output bias makes <pad> the likeliest token everywhere: banned by
+    bad_words_ids [[pad]] (generation_config.json), neither side ever picks it."""
+    folder = tmp_path / "pad"
+    model = copy.deepcopy(exact)
+    pad = model.config.pad_token_id
+    with torch.no_grad():
+        model.final_logits_bias[0, pad] = 50.0
+    model.save_pretrained(folder)
+    for name in ("source.spm", "target.spm", "vocab.json", "generation_config.json"):
+        shutil.copy(marian[0] / name, folder / name)
+    assert json.loads((folder / "generation_config.json").read_text())["bad_words_ids"] == [[pad]]
+    ours = translate(str(folder), SOURCES[0], dtype="float64", max_len=8)
+    assert pad not in ours.ids[1:]
+    assert ours.steps[0].probabilities[pad] > 0.99  # it would have been chosen
+    assert ours.ids == _greedy(model, folder, SOURCES[0], 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line, through CliRunner
+
+
+def _cli(runner, *args: str):
+    return runner.invoke(app, [*args])
+
+
+def test_run_with_model_shows_pieces_summarised_and_the_prediction(runner, marian):
+    result = _cli(runner, "run", "--model", str(marian[0]), "--source", SOURCE, "--target", TARGET)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "translation (greedy)" not in out  # the target was given: teacher forcing
+    trace = walk(str(marian[0]), SOURCE, TARGET).trace
+    repeated = [label for label in trace.source_tokens if "@" in label]
+    assert repeated and all(f"\n{label} " in out for label in repeated)
+    rows, vocab = trace["output.logits"]["logits"].shape
+    logits = out[out.index(f"logits  ({rows}×{vocab})") :].splitlines()
+    assert "…" in logits[1]  # vocabulary-sized matrices summarised on screen
+    assert "Prediction" in out
+
+
+def test_run_without_target_translates_first(runner, marian):
+    result = _cli(runner, "run", "--model", str(marian[0]), "--source", "the cat", "--dtype", "float64")
+    assert result.exit_code == 0, result.output
+    first = result.output.splitlines()[0]
+    text = translate(str(marian[0]), "the cat", dtype="float64", max_len=63).text
+    assert first == f"translation (greedy): {text}"
+
+
+def test_step_with_model_one_layer(runner, marian):
+    result = _cli(runner, "step", "--model", str(marian[0]), "--source", "the cat", "--target", TARGET,
+                  "--stage", "cross-attention", "--layer", "1")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "decoder.1.cross-attention" in result.output and "decoder.0.cross-attention" not in result.output
+
+
+def test_export_with_model_carries_ids_model_and_full_matrices(runner, marian, tmp_path):
+    path = tmp_path / "out.json"
+    result = _cli(runner, "export", str(path), "--model", str(marian[0]), "--source", SOURCE,
+                  "--target", TARGET, "--dtype", "float64")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(path.read_text())
+    Draft202012Validator(schema()).validate(doc)
+    trace = walk(str(marian[0]), SOURCE, TARGET, dtype="float64").trace
+    assert doc["source_ids"] == list(trace.source_ids) and doc["target_ids"] == list(trace.target_ids)
+    assert doc["model"] == f"{marian[0]} (model.safetensors)"
+    logits = next(s for s in doc["stages"] if s["id"] == "output.logits")["matrices"]["logits"]
+    assert np.array_equal(np.array(logits["values"]), trace["output.logits"]["logits"])  # every column
+
+
+def test_export_of_the_toy_carries_ids_and_no_model(runner):
+    result = _cli(runner, "export", "-")
+    doc = json.loads(result.output)
+    assert doc["source_ids"] == [2, 3, 4] and doc["target_ids"] == [0, 5, 6, 1] and doc["model"] is None
+    Draft202012Validator(schema()).validate(doc)
+
+
+def test_explain_a_logit_cell_by_label_and_an_ambiguous_label(runner, marian):
+    base = ["explain", "--model", str(marian[0]), "--source", SOURCE, "--target", TARGET,
+            "--dtype", "float64"]  # fmt: skip
+    trace = walk(str(marian[0]), SOURCE, TARGET, dtype="float64").trace
+    column = trace.vocabulary[7]
+    result = _cli(runner, *base, "--stage", "output.logits", "--matrix", "logits", "--cell", f"1,{column}")
+    assert result.exit_code == 0, result.output
+    value = trace["output.logits"]["logits"][1, 7]
+    assert f"= {value:.4f}" in result.output.splitlines()[0]
+    repeated = next(label for label in trace.source_tokens if "@" in label).split("@")[0]
+    result = _cli(runner, *base, "--stage", "encoder.0.self-attention", "--matrix", "A1",
+                  "--cell", f"{repeated},0")  # fmt: skip
+    assert result.exit_code == 2
+    assert f"is ambiguous: give one of {repeated}@" in result.output
+
+
+def test_generate_with_model_compares_with_teacher_forcing(runner, marian):
+    result = _cli(runner, "generate", "--model", str(marian[0]), "--source", "the cat", "--max-len", "6",
+                  "--compare", "--dtype", "float64")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # the tables wrap at 80 columns
+    assert "Step i of generation = row i of the teacher-forced pass" in text
+    worst = float(re.search(r"Step i equals row i .* \(max \|diff\| (\S+)\)", text).group(1))
+    assert worst <= 1e-9
+    ours = translate(str(marian[0]), "the cat", dtype="float64", max_len=6)
+    assert f"the cat → {ours.text}" in text
+
+
+def test_verify_with_model_agrees(runner, marian):
+    result = _cli(runner, "verify", "--model", str(marian[0]), "--source", SOURCE, "--target", TARGET,
+                  "--against", "torch")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert "checks agree" in last and "(float32)" in last
+
+
+def _copy(folder: Path, to: Path) -> Path:
+    shutil.copytree(folder, to)
+    return to
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["missing folder", "other model_type", "missing tokenizer", "no source", "source without model",
+     "config with model", "bad dtype"],
+)  # fmt: skip
+def test_bad_input_is_one_line_exit_2(runner, marian, tmp_path, case):
+    folder = str(marian[0])
+    args = {"missing folder": ["--model", str(tmp_path / "nothing"), "--source", "x"],
+            "no source": ["--model", folder],
+            "source without model": ["--source", "the cat"],
+            "config with model": ["--model", folder, "--source", "x", "--seed", "3"],
+            "bad dtype": ["--model", folder, "--source", "x", "--dtype", "float16"]}.get(case)  # fmt: skip
+    if case == "other model_type":
+        copy_ = _copy(marian[0], tmp_path / "bert")
+        config = json.loads((copy_ / "config.json").read_text())
+        (copy_ / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
+        args = ["--model", str(copy_), "--source", "x"]
+    if case == "missing tokenizer":
+        copy_ = _copy(marian[0], tmp_path / "no-spm")
+        (copy_ / "target.spm").unlink()
+        args = ["--model", str(copy_), "--source", "x"]
+    result = _cli(runner, "run", *args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+
+
+def test_a_target_piece_the_vocabulary_lacks_is_unk_as_in_marian_tokenizer(marian, reference_tokenizer):
+    text = "数字 ✓ Katze"
+    trace = walk(str(marian[0]), "the cat", text, dtype="float64").trace
+    expected = reference_tokenizer(text_target=text)["input_ids"]
+    assert list(trace.target_ids[1:]) == expected
+    assert reference_tokenizer.unk_token_id in expected

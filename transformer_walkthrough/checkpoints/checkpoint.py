@@ -1,0 +1,82 @@
+"""Any checkpoint family in one shape, and the one place that picks the family: config.json's model_type.
+
+A family's converter (``load_marian``; ``load_gpt2`` next) returns an object with the fields of
+``Checkpoint``: the model's keys of our ``ModelConfig``, the weights under our parameter names,
+a tokenizer, and what generation needs. Everything after loading (``run.walk``) reads only these.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from .errors import CheckpointError
+from .hub import resolve
+
+
+class Tokenizer(Protocol):
+    """Text -> ids and ids -> text, and each id's piece (the labels of rows and columns)."""
+
+    source_vocabulary: tuple[str, ...]
+    target_vocabulary: tuple[str, ...]
+
+    def encode_source(self, text: str) -> list[int]: ...
+
+    def encode_target(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+
+
+class Checkpoint(Protocol):
+    """A converted checkpoint, whatever its family."""
+
+    family: str  # config.json's model_type: "marian"
+    encoder_decoder: bool  # True: --source (and --target); False (GPT-2): --prompt
+    model: dict[str, Any]  # keys of ModelConfig
+    weights: dict[str, np.ndarray]  # our parameter names (architecture.parameters)
+    tokenizer: Tokenizer
+    decoder_start_token_id: int
+    eos_token_id: int
+    pad_token_id: int
+    bad_words_ids: tuple[tuple[int, ...], ...]  # generation never picks these (opus-mt: <pad>)
+    forced_eos_token_id: int | None  # the token forced at the length limit
+    source: str  # where the weights came from: "Helsinki-NLP/opus-mt-en-de (model.safetensors)"
+
+
+def _marian(folder: Path, dtype: str, name: str | None) -> Checkpoint:
+    from .marian import load_marian
+
+    return load_marian(folder, dtype, name)
+
+
+# model_type -> the family's loader. A second family is one line here (and its hub files in hub.py):
+#   "gpt2": lambda folder, dtype, name: load_gpt2(folder, dtype),   with encoder_decoder = False
+LOADERS: dict[str, Callable[[Path, str, str | None], Checkpoint]] = {"marian": _marian}
+
+
+def model_type(folder: Path) -> str:
+    """config.json's ``model_type``, read before anything else of the folder."""
+    path = folder / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{folder}: no config.json (is this a checkpoint folder?)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not readable JSON ({err})") from None
+    kind = raw.get("model_type") if isinstance(raw, dict) else None
+    if kind not in LOADERS:
+        raise CheckpointError(
+            f"{path}: model_type is {kind!r}; supported: {', '.join(repr(k) for k in LOADERS)}"
+        )
+    return kind
+
+
+def load_checkpoint(path_or_id: str, dtype: str = "float32") -> Checkpoint:
+    """The checkpoint in a folder or under a hub id, converted by its family's loader."""
+    folder = resolve(path_or_id)
+    name = None if Path(path_or_id).expanduser().is_dir() else path_or_id
+    return LOADERS[model_type(folder)](folder, dtype, name)

@@ -1,0 +1,236 @@
+"""A real checkpoint walked through: its Config, its Weights, its tokens, one traced forward pass.
+
+The toy's ``Config`` describes a sentence split into words of its own vocabulary; a checkpoint's
+input is text cut into pieces by the checkpoint's tokenizer. So a checkpoint gets its own config,
+``CheckpointConfig``: the vocabulary is the checkpoint's pieces (id order), the model keys come
+from its config.json, and the sentence checks of the toy do not apply. The tokens reach the
+model as ids (``run_forward(config, w, source_ids=…, target_ids=…)``), and the trace labels each
+row by its piece (``▁the``, ``▁the@4`` where a piece repeats).
+
+Without a target text, the model first translates the source greedily (``generate``), and the
+pass is walked on its own translation: ``decoder_start`` followed by the tokens it chose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from ..architecture import parameters
+from ..config import MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelConfig, estimate_size
+from ..errors import ConfigError
+from ..model import forward, run_forward
+from ..trace import TOP_K, Trace
+from ..training import GenerationStep
+from ..weights import Weights
+from .checkpoint import Checkpoint, load_checkpoint
+from .errors import CheckpointError
+
+MAX_TRANSLATION = 64  # tokens the greedy translation of `run` may take before it is cut
+
+
+@dataclass(frozen=True)
+class CheckpointConfig(Config):
+    """A checkpoint's config: the model from its config.json, its pieces as the vocabulary.
+
+    ``sentence`` is the source text as given and ``target`` the decoder's text (the greedy
+    translation when none was given); ``checkpoint`` says where the weights came from. The
+    toy's checks of the sentence against the vocabulary do not apply: the tokenizer decides.
+    """
+
+    target: str = ""
+    checkpoint: str = ""
+
+    def __post_init__(self) -> None:  # the toy's sentence rules are not a checkpoint's
+        if not self.vocabulary:
+            raise ConfigError("a checkpoint's config needs its vocabulary")
+
+    @property
+    def source_tokens(self) -> tuple[str, ...]:
+        raise ConfigError("a checkpoint's tokens are ids from its tokenizer: pass source_ids to run_forward")
+
+    target_tokens = source_tokens
+
+
+class Walk(NamedTuple):
+    """A checkpoint's forward pass and what it was made from."""
+
+    config: CheckpointConfig
+    weights: Weights
+    trace: Trace
+    checkpoint: Checkpoint
+    translation: list[GenerationStep] | None  # the greedy steps, when the target was not given
+
+
+def checkpoint_config(
+    ckpt: Checkpoint, dtype: str, source: str, target: str = "", precision: int | None = None
+) -> CheckpointConfig:
+    """The config of a checkpoint: its model keys (ModelConfig checks them), its pieces, its text."""
+    display = DisplayConfig() if precision is None else DisplayConfig(precision=precision)
+    try:
+        model = ModelConfig(**{**ckpt.model, "dtype": dtype})
+    except ConfigError as err:
+        raise CheckpointError(f"{ckpt.source}: {err}") from None
+    return CheckpointConfig(
+        sentence=source,
+        encoder_words=0,
+        vocabulary=ckpt.tokenizer.target_vocabulary,
+        seed=0,
+        model=model,
+        display=display,
+        target=target,
+        checkpoint=ckpt.source,
+    )
+
+
+def checkpoint_weights(config: Config, ckpt: Checkpoint) -> Weights:
+    """The checkpoint's arrays as ``Weights``: every parameter the config's architecture names, of
+    its shape, and nothing else (a converter's mistake is caught here, not in the arithmetic)."""
+    specs, uses = parameters(config)
+    names, have = set(specs), set(ckpt.weights)
+    if names != have:
+        odd = sorted(names ^ have)[0]
+        why = "missing" if odd in names else "not part of the model"
+        raise CheckpointError(f"{ckpt.source}: parameter {odd} is {why}")
+    for name, spec in specs.items():
+        if ckpt.weights[name].shape != spec.shape:
+            raise CheckpointError(
+                f"{ckpt.source}: {name} has shape {ckpt.weights[name].shape}, the model needs {spec.shape}"
+            )
+    return Weights({name: ckpt.weights[name] for name in specs}, uses)
+
+
+def check_size(config: Config, source: int, target: int) -> None:
+    """Refuse, before the traced pass, an input whose trace would not fit in memory or on a screen."""
+    m = config.model
+    if (not m.decoder_only and source > m.max_positions) or target > m.max_positions:
+        raise CheckpointError(
+            f"the input has {max(source, target)} tokens; this model reads at most {m.max_positions}"
+        )
+    size = estimate_size(
+        m.d_model, m.num_heads, m.d_ff, m.num_encoder_layers, m.num_decoder_layers,
+        source, target, len(config.vocabulary or ()),
+    )  # fmt: skip
+    need = size.numbers * np.dtype(m.dtype).itemsize
+    if need > MAX_BYTES or size.tables > MAX_TABLES:
+        raise CheckpointError(
+            f"{source} + {target} tokens would need about {need / 2**30:,.1f} GiB of matrices and "
+            f"{size.tables:,} tables (limits {MAX_BYTES / 2**30:g} GiB, {MAX_TABLES:,}); give a shorter text"
+        )
+
+
+def banned(ckpt: Checkpoint, sequence: list[int]) -> set[int]:
+    """The ids generation may not choose next: each bad word whose prefix ``sequence`` ends with
+    (a one-token bad word always), as transformers' NoBadWordsLogitsProcessor."""
+    out = set()
+    for bad in ckpt.bad_words_ids:
+        prefix = list(bad[:-1])
+        if not prefix or sequence[-len(prefix) :] == prefix:
+            out.add(bad[-1])
+    return out
+
+
+def generate(
+    config: Config, w: Weights, ckpt: Checkpoint, source_ids: list[int], max_len: int
+) -> tuple[list[GenerationStep], list[int]]:
+    """Greedy decoding from ``decoder_start_token_id``: the most likely token, fed back, until ``</s>``.
+
+    As ``transformers``' ``generate(num_beams=1, do_sample=False)``: the bad words of config.json
+    are never chosen, and the ``max_len``-th token is ``forced_eos_token_id`` when it is set.
+    Returns the steps and the decoder's full input, ``[start, t1, …, </s>]``.
+    """
+    vocabulary = config.vocabulary or ()
+    sequence = [ckpt.decoder_start_token_id]
+    steps: list[GenerationStep] = []
+    for _ in range(max_len):
+        row = forward(config, w, source_ids, sequence)[-1]
+        allowed = row.astype(np.float64)
+        allowed[list(banned(ckpt, sequence))] = -np.inf
+        if ckpt.forced_eos_token_id is not None and len(sequence) == max_len:
+            allowed[np.arange(len(allowed)) != ckpt.forced_eos_token_id] = -np.inf
+        k = min(TOP_K, len(allowed))
+        top = np.argpartition(-allowed, k - 1)[:k]
+        top = top[np.lexsort((top, -allowed[top]))]
+        choice = int(top[0])
+        pieces = tuple(vocabulary[i] for i in sequence)
+        best = [(vocabulary[i], float(row[i])) for i in top.tolist() if allowed[i] > -np.inf]
+        steps.append(GenerationStep(pieces, row, best, vocabulary[choice]))
+        sequence.append(choice)
+        if choice == ckpt.eos_token_id:
+            break
+    return steps, sequence
+
+
+class Loaded(NamedTuple):
+    """A checkpoint made ready: its config, its weights, the source text's ids."""
+
+    checkpoint: Checkpoint
+    config: CheckpointConfig
+    weights: Weights
+    source_ids: list[int]
+
+
+def load(model: str, source: str, dtype: str = "float32", precision: int | None = None) -> Loaded:
+    """Load ``model`` (a folder or a hub id) and tokenize the source text."""
+    ckpt = load_checkpoint(model, dtype)
+    if not ckpt.encoder_decoder:  # the hook for decoder-only families (GPT-2): --prompt
+        raise CheckpointError(f"{ckpt.source}: a decoder-only model takes --prompt, not --source")
+    config = checkpoint_config(ckpt, dtype, source, "", precision)
+    return Loaded(ckpt, config, checkpoint_weights(config, ckpt), ckpt.tokenizer.encode_source(source))
+
+
+def walk(
+    model: str,
+    source: str,
+    target: str | None = None,
+    dtype: str = "float32",
+    precision: int | None = None,
+    max_len: int = MAX_TRANSLATION,
+) -> Walk:
+    """Load ``model``, translate when ``target`` is None, and trace the pass.
+
+    The decoder reads ``[decoder_start] + target ids`` (``</s>`` included), as transformers'
+    ``shift_tokens_right`` makes of the labels: each row's next token is the one after it.
+    """
+    ckpt, config, w, source_ids = load(model, source, dtype, precision)
+    steps = None
+    if target is None:
+        max_len = min(max_len, config.model.max_positions - 1)  # the decoder reads at most that many
+        check_size(config, len(source_ids), max_len + 1)
+        steps, target_ids = generate(config, w, ckpt, source_ids, max_len)
+        target = ckpt.tokenizer.decode(target_ids)
+    else:
+        target_ids = [ckpt.decoder_start_token_id, *ckpt.tokenizer.encode_target(target)]
+    config = dataclasses.replace(config, target=target)
+    check_size(config, len(source_ids), len(target_ids))
+    trace = run_forward(config, w, source_ids=source_ids, target_ids=target_ids)
+    trace.weights_source = ckpt.source
+    return Walk(config, w, trace, ckpt, steps)
+
+
+class Translation(NamedTuple):
+    """Greedy decoding of a checkpoint, and the teacher-forced pass to compare it with."""
+
+    steps: list[GenerationStep]
+    teacher_forced: Trace  # over [start, t1, …] without the last token: row i is step i
+    source: str
+    text: str  # the translation, decoded (special tokens skipped)
+    ids: list[int]  # the decoder's input: decoder_start, then each chosen token
+
+
+def translate(
+    model: str, source: str, dtype: str = "float32", max_len: int = MAX_TRANSLATION
+) -> Translation:
+    """``generate`` on the source text, then one teacher-forced pass over what it chose."""
+    ckpt, config, w, source_ids = load(model, source, dtype)
+    max_len = min(max_len, config.model.max_positions - 1)
+    check_size(config, len(source_ids), max_len + 1)
+    steps, sequence = generate(config, w, ckpt, source_ids, max_len)
+    text = ckpt.tokenizer.decode(sequence)
+    config = dataclasses.replace(config, target=text)
+    trace = run_forward(config, w, source_ids=source_ids, target_ids=sequence[:-1])
+    trace.weights_source = ckpt.source
+    return Translation(steps, trace, source, text, sequence)
