@@ -28,11 +28,12 @@ def torch_gradients(config: Config, w: Weights) -> tuple[float, dict[str, np.nda
     trace = run_forward(config, w)
     model = TorchTransformer(torch, config, w)
     source, target = list(trace.source_ids), list(trace.target_ids)
+    fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     try:
         logits = model.forward(source, target)
     finally:
-        torch.backends.mha.set_fastpath_enabled(True)
+        torch.backends.mha.set_fastpath_enabled(fastpath)
     loss = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(next_tokens(trace)[:-1]))
     loss.backward()
     return float(loss.detach()), model.gradients()

@@ -323,7 +323,7 @@ def test_documents_write_the_formulas_of_the_config() -> None:
     stages = list(trace)
     tex = to_latex(trace, stages, 2)
     assert r"\tanh\left(\sqrt{2/\pi}" in tex and r"PE_{pos} &= P_{pos}" in tex
-    assert r"W &= E^{\top}" in tex and r"\mathrm{logits} &= X W" + "\n" not in tex  # no output bias here
+    assert r"W &= E^{\top}" in tex and r"\mathrm{logits} &= X W \\" in tex and "X W + b" not in tex
     assert r"\max(0" not in tex and r"\sin" not in tex
     md = to_markdown(trace, stages, 2)
     assert "hidden = pre·(1 + tanh(√(2/π)·(pre + 0.044715·pre³)))/2" in md
@@ -331,3 +331,21 @@ def test_documents_write_the_formulas_of_the_config() -> None:
     marian = run_forward(load_config(CONFIGS / "marian-style.yaml"))
     tex = to_latex(marian, list(marian), 2)
     assert r"PE_{pos, d_\mathrm{model}/2 + i} = \cos" in tex and r"\sigma(\mathrm{pre})" in tex
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_input_names_the_stage_it_came_from(path: Path) -> None:
+    """The graph backprop, verify and explain walk: no input without its source, no source without
+    an output of that very array."""
+    trace = run_forward(load_config(path))
+    for stage in trace:
+        inputs = [n for n, m in stage.matrices.items() if m.role == "input"]
+        assert sorted(inputs) == sorted(stage.sources), stage.id
+        for name, source in stage.sources.items():
+            assert stage[name] is trace[source][trace[source].output], (stage.id, name)
+
+
+def test_generation_stops_where_the_learned_positions_end(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["generate", "-c", str(CONFIGS / "gpt-style.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "(stopped after 15 tokens: the learned position table has 16 rows" in result.output

@@ -1,7 +1,8 @@
 """Figure 1 described once: the stacks, the sublayers of each layer, the stage ids, the parameters.
 
-The forward pass (``model``), the parameters (``weights``), the backward pass and ``verify`` all
-read this description instead of wiring the figure again. A convention of the config changes the
+The forward pass (``model``), the parameters (``weights``), the reference in PyTorch and the
+stage list all read this description instead of wiring the figure again; the backward pass and
+``verify`` walk the graph each trace records. A convention of the config changes the
 description here, and nowhere else:
 
 - ``norm_first``: a post-norm sublayer k is two stages, the sublayer and ``add-norm-k``
@@ -62,10 +63,7 @@ def stack_output(side: str, m: ModelConfig) -> str:
     """The stage whose output leaves the stack (the memory, for the encoder)."""
     if m.has_final_norm:
         return stage_id(side, "final-norm")
-    last = num_layers(side, m) - 1
-    if last < 0:  # a stack of no layers hands on its input
-        return stage_id(side, "positional-encoding")
-    return connection(side, last, len(sublayers(side, m)), m).after
+    return connection(side, num_layers(side, m) - 1, len(sublayers(side, m)), m).after
 
 
 def stage_ids(config: Config) -> list[str]:

@@ -566,10 +566,11 @@ def generate(
 ) -> None:
     """Greedy decoding from <start>, one token at a time, until <end>."""
     from .checks import TOLERANCE
-    from .config import load_config
+    from .config import END, load_config
     from .model import init_weights, load_weights
     from .render import View, comparison_table, generation_table
     from .training import generate as decode
+    from .training import generation_limit
 
     if max_len > MAX_GENERATED:
         raise WalkthroughError(f"--max-len: at most {MAX_GENERATED}, got {max_len}")
@@ -594,6 +595,12 @@ def generate(
     view = View(precision=settings.display.precision)
     console.print(generation_table(steps, view))
     console.print(said)
+    limit = generation_limit(settings, max_len)
+    if checkpoint is None and steps[-1].chosen != END and len(steps) == limit < max_len:
+        console.print(
+            f"(stopped after {len(steps)} tokens: the learned position table has "
+            f"{settings.model.max_positions} rows, model.max_positions)"
+        )
     table, worst = comparison_table(steps, teacher_forced)
     if compare:
         console.print(table)
@@ -661,7 +668,7 @@ def diff(
     from .render import View, diff_stage, diff_table, print_all
 
     paths, files = list(configs or []), list(weights or [])
-    if len(paths) > 2 or len(files) > 2 or not (len(paths) == 2 or len(files) == 2):
+    if len(paths) > 2 or len(files) not in (0, 2) or not (len(paths) == 2 or len(files) == 2):
         raise WalkthroughError(
             "diff compares two runs: give two configs (walkthrough diff a.yaml b.yaml), or one config "
             "and two weights files (walkthrough diff -w before.npz -w after.npz)"

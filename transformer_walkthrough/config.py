@@ -367,12 +367,13 @@ MAX_TABLES = 5_000  # matrices printed by `run`: the base model prints about 1,6
 
 def estimate_size(
     d_model: int, num_heads: int, d_ff: int, encoder_layers: int, decoder_layers: int,
-    source: int, target: int, vocabulary: int, flatten: bool = False,
+    source: int, target: int, vocabulary: int, positions: int = 0, flatten: bool = False,
 ) -> Size:  # fmt: skip
     """Numbers and tables of one forward trace, counted from the sizes alone (an upper bound, roughly).
 
-    ``source`` and ``target`` are the encoder's and the decoder's token counts. Every stage records
-    its input, its weights and its intermediates, so this is the sum of their areas.
+    ``source`` and ``target`` are the encoder's and the decoder's token counts; ``positions`` the
+    rows of a learned position table, one per stack (0 for sinusoids). Every stage records its
+    input, its weights and its intermediates, so this is the sum of their areas.
     """
     d, h, n, m, v = d_model, num_heads, source, target, vocabulary
     d_k = max(d // max(h, 1), 1)
@@ -399,6 +400,7 @@ def estimate_size(
         layers(decoder_layers, [attention(m, m, True), add_norm(m), attention(m, n, False), add_norm(m),
                                 feed_forward(m), add_norm(m)]),
         Size(head_in * v + v + 3 * m * v + m * d, 5),
+        Size((1 + (encoder_layers > 0)) * positions * d, (1 + (encoder_layers > 0)) * (positions > 0)),
     ]  # fmt: skip
     return Size(sum(p.numbers for p in parts), sum(p.tables for p in parts))
 
@@ -418,6 +420,7 @@ def check_size(config: Config) -> None:
         "sentence": (max(len(s) for s, _ in config.pairs), 3),
         "sentence (decoder)": (max([len(t) for _, t in config.pairs] + [words - config.encoder_words]), 4),
         "vocabulary": (len(config.vocabulary or ()), 7),
+        "model.max_positions": (model.max_positions if model.positional_encoding == "learned" else 0, 64),
     }  # fmt: skip
 
     def cost(key: str | None = None) -> tuple[int, int]:

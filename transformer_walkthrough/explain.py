@@ -136,12 +136,16 @@ def _weight(c: Cell, trace: Trace) -> list[str]:
         )
     elif owner != c.stage.id:
         lines.append(f"{c.name} is the embedding table of {owner}, shared with this stage (tied).")
-    if ref.name.split("/")[1] != c.name:
+    if _param_of(c.name) != c.name:
         lines.append(
             f"{c.name} is head {c.name[3:]}'s block of d_k = {m.d_k} columns of the parameter {ref.name}."
         )
     if c.name == "P":
-        lines.append(f"P is the learned position table: row {c.i} is added to the token at position {c.i}.")
+        used = len(c.stage["PE"])
+        lines.append(
+            f"P is the learned position table: row {c.i} is added to the token at position {c.i}"
+            + (f" (this sentence uses rows 0 to {used - 1})." if c.i >= used else ".")
+        )
     if trace.weights_source is not None:
         return [
             *lines,
@@ -177,12 +181,6 @@ def _param_of(name: str) -> str:
     return name
 
 
-def _previous(stage: Stage, trace: Trace) -> Stage | None:
-    ids = list(trace.stages)
-    k = ids.index(stage.id)
-    return trace[ids[k - 1]] if k else None
-
-
 def _input(c: Cell, trace: Trace) -> list[str]:
     source = c.stage.sources.get(c.name)
     where = f"the output of {source}" if source else "given"
@@ -192,8 +190,13 @@ def _input(c: Cell, trace: Trace) -> list[str]:
         ]
     if c.name == "sublayer":
         return [f"sublayer is {where}, row {c.i}, column {c.j}."]
-    if c.stage.kind in ("add-norm", "residual"):
+    if c.stage.kind == "add-norm":
         return [f"X is the sublayer's input, {where}, carried around it by the residual connection."]
+    if c.stage.kind == "residual":
+        return [
+            f"X is the residual stream, {where}: the sublayer read it through a LayerNorm (pre-norm),",
+            "and the stream itself goes around both, unnormalised, to be added back.",
+        ]
     return [f"X is this stage's input: {where}, row {c.i} ({c.row}), column {c.j}."]
 
 

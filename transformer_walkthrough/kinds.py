@@ -214,12 +214,8 @@ def attention_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfi
     """dL/dX (and dL/d(memory) in cross-attention) and the gradients of W_QKV, W_O (and biases)."""
     x = stage["X"]
     kv = stage.get("memory", x)  # x itself, the same object, takes the self-attention path
-    r = stage.cache  # the forward's intermediates, as it returned them
-    if r is None:  # a trace read back from elsewhere: compute them again
-        r = F.multi_head_attention(
-            x, kv, p["W_QKV"], p["W_O"], m.num_heads, stage.get("M"), p.get("b_QKV"), p.get("b_O")
-        )
-    gr = F.multi_head_attention_backward(d_out, x, kv, p["W_QKV"], p["W_O"], r)
+    # stage.cache: the forward's intermediates, as it returned them
+    gr = F.multi_head_attention_backward(d_out, x, kv, p["W_QKV"], p["W_O"], stage.cache)
     d, dk = m.d_model, m.d_k
     grads = {"X": gr.x_q if kv is not x else gr.x_q + gr.x_kv}
     if kv is not x:
@@ -384,7 +380,7 @@ LAYER_NORM = Kind(
     "layer-norm",
     "layer norm",
     "Each row is normalised to mean 0 and variance 1, then scaled by gamma and shifted by beta: "
-    "in a pre-norm model before each sublayer, and once more at the top of each stack.",
+    "before a sublayer in a pre-norm model, or on top of a stack (model.final_norm).",
     lambda m: _NORM.format(x="X"),
     lambda m: [_NORM_TEX.format(x="X")],
     layer_norm_backward,
@@ -457,9 +453,8 @@ def feed_forward(
 
 
 def feed_forward_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
-    r = stage.cache or F.FeedForward(stage["pre"], stage["hidden"], stage["output"])
     dx, dW_1, db_1, dW_2, db_2, d_pre, d_hidden = F.feed_forward_backward(
-        d_out, stage["X"], p["W_1"], p["W_2"], r, m.activation
+        d_out, stage["X"], p["W_1"], p["W_2"], stage.cache, m.activation
     )
     shown = {"X": dx, "W_1": dW_1, "b_1": db_1[None], "pre": d_pre, "hidden": d_hidden}
     shown |= {"W_2": dW_2, "b_2": db_2[None], "output": d_out}

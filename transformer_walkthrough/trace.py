@@ -37,7 +37,6 @@ ATTENTION = "attention"  # attention weights A_h: each row sums to 1
 PROBABILITIES = "probabilities"  # next-token probabilities: each row sums to 1
 MASK = "mask"  # the causal mask M: a constant of 0 and −∞
 CONSTANT = "constant"  # fixed numbers that are not learned: the sinusoidal PE
-ROLES = (WEIGHT, INPUT, ACTIVATION, ATTENTION, PROBABILITIES, MASK, CONSTANT)
 
 
 class Matrix(NamedTuple):
@@ -104,9 +103,10 @@ class Stage:
     ) -> np.ndarray:
         """Record the stage's output: what the next stages read, and what they name as their source."""
         self.output = name
+        stored = self.rec(name, values, rows, cols, role)
         if self.trace is not None:
-            self.trace.produced(values, self.id)
-        return self.rec(name, values, rows, cols, role)
+            self.trace.produced(stored, self.id)  # the array the trace keeps alive: its id() stays unique
+        return stored
 
     def weight(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
         return self.rec(name, values, rows, cols, WEIGHT)
@@ -262,7 +262,7 @@ class Trace:
                 what = f"stage {', '.join(names)}" if names else "the model"
                 raise StageError(
                     f"--layer {layer}: {what} has no stage in layer {layer} "
-                    f"(layers: {', '.join(map(str, layers))}; embeddings and output have none)"
+                    f"(layers: {', '.join(map(str, layers))}; embeddings, final norms and output have none)"
                 )
         return chosen
 

@@ -130,11 +130,19 @@ class GenerationStep(NamedTuple):
     chosen: str
 
 
+def generation_limit(config: Config, max_len: int) -> int:
+    """How many tokens generation may add after <start>: ``max_len``, or fewer when a table of
+    learned positions has no row for a longer input."""
+    m = config.model
+    return min(max_len, m.max_positions - 1) if m.positional_encoding == "learned" else max_len
+
+
 def generate(config: Config, w: Weights, max_len: int = 20) -> tuple[list[GenerationStep], Trace]:
     """Greedy decoding from <start>: feed the decoder its own output until it says <end>.
 
     Returns the steps and the teacher-forced trace of the final decoder input, whose row i is,
-    thanks to the causal mask, exactly step i's distribution.
+    thanks to the causal mask, exactly step i's distribution. Learned positions end the decoder
+    input at ``max_positions`` tokens, so generation stops there too: ``generation_limit``.
     """
     if config.model.output_head == "flatten":
         raise WalkthroughError(
@@ -146,7 +154,7 @@ def generate(config: Config, w: Weights, max_len: int = 20) -> tuple[list[Genera
     source = config.token_ids(config.source_tokens)
     tokens = [START]
     steps: list[GenerationStep] = []
-    for _ in range(max_len):
+    for _ in range(generation_limit(config, max_len)):
         trace = run_forward(config, w, source_ids=source, target_ids=config.token_ids(tuple(tokens)))
         last = trace.prediction[-1]  # the ranking after the last position: greedy takes the first
         row = trace["output.probabilities"]["probabilities"][-1]

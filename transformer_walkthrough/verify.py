@@ -2,18 +2,21 @@
 
 The model computes with ``functional`` (vectorised NumPy). Here each stage is recomputed from the
 matrices it recorded, differently: products as explicit ``einsum`` sums, softmax, LayerNorm and the
-positional encoding cell by cell with ``math``, one head at a time. ``against_torch`` compares the
-whole model with ``torch.nn.Transformer`` (float64), when PyTorch is installed.
+positional encoding and the activations cell by cell with ``math``, one head at a time; ``SECOND``
+holds that computation for each kind of stage. ``against_torch`` compares the whole model with
+PyTorch's own transformer layers (``reference``), in the config's dtype, when PyTorch is installed.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from .architecture import ENCODER, stack_output
 from .checks import TOLERANCE, Check, gap, scale
+from .config import ModelConfig
 from .errors import WalkthroughError
 from .trace import Stage, Trace
 from .weights import Weights
@@ -39,7 +42,7 @@ def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) 
     rows = []
     for row in x.tolist():
         mean = math.fsum(row) / len(row)
-        var = math.fsum((v - mean) ** 2 for v in row) / len(row)
+        var = math.fsum((v - mean) * (v - mean) for v in row) / len(row)  # ** would raise past 1e154
         rows.append([(v - mean) / math.sqrt(var + eps) for v in row])
     return np.array(rows) * gamma + beta
 
@@ -60,7 +63,7 @@ def _activation(x: np.ndarray, activation: str) -> np.ndarray:
     f = {
         "relu": lambda v: max(v, 0.0),
         "gelu": lambda v: v * (1 + math.erf(v / math.sqrt(2))) / 2,
-        "gelu-tanh": lambda v: v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))) / 2,
+        "gelu-tanh": lambda v: v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v * v * v))) / 2,
         "silu": lambda v: v / (1 + math.exp(-v)) if v > -700 else 0.0,
     }[activation]
     return np.array([[f(v) for v in row] for row in x.tolist()]).reshape(x.shape)
@@ -98,67 +101,83 @@ def _attention(stage: Stage, num_heads: int, d_k: int) -> list[Check]:
     return checks
 
 
+def _embedding(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
+    rows = stage["E"][list(trace.ids(stage.id))] * (math.sqrt(m.d_model) if m.scale_embeddings else 1)
+    return [Check(stage.id, "output = the tokens' rows of E", gap(stage["output"], rows))]
+
+
+def _positions(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
+    n = len(stage["X"])
+    if m.positional_encoding == "learned":
+        pe, what = stage["P"][:n], "PE = the first rows of P, output = X + PE"
+    else:
+        pe = _positional_encoding(n, m.d_model, m.positional_encoding == "sinusoidal-halves")
+        what = "PE by sin/cos, output = X + PE"
+    return [Check(stage.id, what, max(gap(stage["PE"], pe), gap(stage["output"], stage["X"] + pe)))]
+
+
+def _add_norm(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
+    total = stage["X"] + stage["sublayer"]
+    out = _layer_norm(total, stage["gamma"], stage["beta"], m.layer_norm_eps)
+    worst = max(gap(stage["sum"], total), gap(stage["output"], out))
+    return [Check(stage.id, "sum = X + sublayer; LayerNorm rows", worst)]
+
+
+def _norm(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
+    out = _layer_norm(stage["X"], stage["gamma"], stage["beta"], m.layer_norm_eps)
+    return [Check(stage.id, "LayerNorm rows", gap(stage["output"], out))]
+
+
+def _residual(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
+    x, sub = stage["X"].tolist(), stage["sublayer"].tolist()
+    total = np.array([[a + b for a, b in zip(r, s, strict=True)] for r, s in zip(x, sub, strict=True)])
+    return [Check(stage.id, "output = X + sublayer", gap(stage["output"], total))]
+
+
+def _feed_forward(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
+    pre = _mm(stage["X"], stage["W_1"]) + stage["b_1"]
+    hidden = _activation(pre, m.activation)
+    out = _mm(hidden, stage["W_2"]) + stage["b_2"]
+    worst = max(gap(stage["pre"], pre), gap(stage["hidden"], hidden), gap(stage["output"], out))
+    return [Check(stage.id, f"pre = X·W_1 + b_1; hidden = {m.activation}(pre); output", worst)]
+
+
+def _logits(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
+    x = stage["flattened"] if "flattened" in stage else stage["X"]
+    logits = _mm(x, stage["W"]) + stage.get("b", 0)
+    checks = [
+        Check(stage.id, "logits = X·W + b" if "b" in stage else "logits = X·W", gap(stage["logits"], logits))
+    ]
+    if m.tie_embeddings:
+        E = next(s for s in trace if s.kind == "embedding")["E"]
+        checks.append(Check(stage.id, "W = Eᵀ (tied)", gap(stage["W"], E.T)))
+    return checks
+
+
+def _probabilities(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
+    return [Check(stage.id, "softmax per row", gap(stage["probabilities"], _softmax(stage["logits"])))]
+
+
+# The second computation of each kind of stage, from the matrices the stage recorded.
+SECOND: dict[str, Callable[[Stage, Trace, ModelConfig], list[Check]]] = {
+    "embedding": _embedding, "positional-encoding": _positions, "add-norm": _add_norm,
+    "layer-norm": _norm, "residual": _residual, "feed-forward": _feed_forward, "logits": _logits,
+    "probabilities": _probabilities,
+    **dict.fromkeys(("self-attention", "masked-attention", "cross-attention"),
+                    lambda stage, trace, m: _attention(stage, m.num_heads, m.d_k)),
+}  # fmt: skip
+
+
 def recompute(trace: Trace) -> list[Check]:
     """Recompute every stage from its own recorded inputs; check each stage reads what it should."""
     m = trace.config.model
     checks: list[Check] = []
     for stage in trace:
-        kind = stage.kind
-        if kind == "embedding":
-            rows = stage["E"][list(trace.ids(stage.id))]
-            rows = rows * (math.sqrt(m.d_model) if m.scale_embeddings else 1)
-            checks.append(Check(stage.id, "output = the tokens' rows of E", gap(stage["output"], rows)))
-        elif kind == "positional-encoding":
-            n = len(stage["X"])
-            if m.positional_encoding == "learned":
-                pe, what = stage["P"][:n], "PE = the first rows of P, output = X + PE"
-            else:
-                pe = _positional_encoding(n, m.d_model, m.positional_encoding == "sinusoidal-halves")
-                what = "PE by sin/cos, output = X + PE"
+        try:
+            checks += SECOND[stage.kind](stage, trace, m)
+        except OverflowError:  # numbers too large for a Python float: no second computation to compare
             checks.append(
-                Check(
-                    stage.id,
-                    what,
-                    max(gap(stage["PE"], pe), gap(stage["output"], stage["X"] + pe)),
-                )
-            )
-        elif kind.endswith("attention"):
-            checks.extend(_attention(stage, m.num_heads, m.d_k))
-        elif kind == "add-norm":
-            total = stage["X"] + stage["sublayer"]
-            out = _layer_norm(total, stage["gamma"], stage["beta"], m.layer_norm_eps)
-            checks.append(Check(stage.id, "sum = X + sublayer; LayerNorm rows", max(
-                gap(stage["sum"], total), gap(stage["output"], out))))  # fmt: skip
-        elif kind == "layer-norm":
-            out = _layer_norm(stage["X"], stage["gamma"], stage["beta"], m.layer_norm_eps)
-            checks.append(Check(stage.id, "LayerNorm rows", gap(stage["output"], out)))
-        elif kind == "residual":
-            x, sub = stage["X"].tolist(), stage["sublayer"].tolist()
-            total = np.array(
-                [[a + b for a, b in zip(r, s, strict=True)] for r, s in zip(x, sub, strict=True)]
-            )
-            checks.append(Check(stage.id, "output = X + sublayer", gap(stage["output"], total)))
-        elif kind == "feed-forward":
-            pre = _mm(stage["X"], stage["W_1"]) + stage["b_1"]
-            hidden = _activation(pre, m.activation)
-            out = _mm(hidden, stage["W_2"]) + stage["b_2"]
-            what = f"pre = X·W_1 + b_1; hidden = {m.activation}(pre); output"
-            worst = max(gap(stage["pre"], pre), gap(stage["hidden"], hidden), gap(stage["output"], out))
-            checks.append(Check(stage.id, what, worst))
-        elif kind == "logits":
-            x = stage["flattened"] if "flattened" in stage else stage["X"]
-            logits = _mm(x, stage["W"]) + stage.get("b", 0)
-            checks.append(Check(stage.id, "logits = X·W + b", gap(stage["logits"], logits)))
-            if m.tie_embeddings:
-                E = next(s for s in trace if s.kind == "embedding")["E"]
-                checks.append(Check(stage.id, "W = Eᵀ (tied)", gap(stage["W"], E.T)))
-        elif kind == "probabilities":
-            checks.append(
-                Check(
-                    stage.id,
-                    "softmax per row",
-                    gap(stage["probabilities"], _softmax(stage["logits"])),
-                )
+                Check(stage.id, "the second computation overflowed: numbers beyond ±1.8e308", math.inf)
             )
     checks.extend(_graph(trace))
     return with_tolerance(checks, trace)
