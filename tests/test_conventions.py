@@ -197,6 +197,12 @@ def test_explain_the_new_kinds_by_hand() -> None:
         w[1]
         == "W is Eᵀ, the embedding table of decoder.embedding transposed (tied): W[d1, cat] = E[cat, d1]."
     )
+    assert w[2].startswith("W is a learned weight") and len(w) == 4  # no "head's block" line for W
+    x = explain(trace, res.id, "X", "0,0", digits=4)
+    assert x[1] == (
+        "X is the residual stream, the output of decoder.positional-encoding: the sublayer read it "
+        "through a LayerNorm (pre-norm),"
+    )
     norm = explain(trace, "decoder.final-norm", "output", "0,0", digits=4)
     assert "over row 0 (<start>) of X" in norm[1]
 
