@@ -236,7 +236,7 @@ EXPECTED = {
         "  + b_2[1] -0.50 = -0.50",
     ],
     ("output.logits", "flattened", "0,2"): [
-        "output.logits · flattened[flattened, p1.d0] = flattened[0, 2] = 3.00",
+        "output.logits · flattened[p1.d0] = flattened[2] = 3.00",
         "flattened lays the rows of X end to end: column 2 is row 1, column 0 of X",
         "  = X[1, 0] = 3.00",
     ],

@@ -98,7 +98,8 @@ def test_stage_shows_id_title_explanation_formula_and_matrices(trace: Trace) -> 
     for r in render_trace(console, trace, [stage], View(), prediction=False):
         console.print(r)
     text = console.export_text()
-    assert text.splitlines()[0].startswith(
+    assert text.splitlines()[0].startswith("weights: random (seed 42), untrained")
+    assert text.splitlines()[1].startswith(
         "Decoder layer 0 · masked multi-head self-attention  decoder.0.masked-attention"
     )
     assert "A_h = softmax(S_h + M)" in text and "exactly 0" in text
@@ -172,7 +173,8 @@ def printed(
 
 def same_as_the_table_renderer(trace: Trace, view: View, stages: list | None = None, **kw: object) -> None:
     stages = list(trace) if stages is None else stages
-    new = printed(render, trace, stages, view, **kw)
+    weights, new = printed(render, trace, stages, view, **kw).split("\n", 1)
+    assert "weights: random" in weights  # new since the table renderer (issue 11)
     assert new == printed(table_renderer, trace, stages, view, **kw)
     assert "─" * 10 in new  # a matrix was drawn, not nothing on both sides
 

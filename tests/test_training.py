@@ -144,7 +144,8 @@ def test_cli_train_then_generate_says_the_sentence(runner: CliRunner, tmp_path: 
     assert "loss, log scale, over 150 steps" in result.stdout
     assert "Predictions before and after training" in result.stdout
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line.split()}
-    assert rows["<start>"][1:2] == ["sleeping"] and rows["<start>"][4] == "sleeping"  # expected, after
+    # after, expected, before (word p, mark), after training (word p, mark)
+    assert rows["<start>"][1:2] == ["sleeping"] and rows["<start>"][5:8:2] == ["sleeping", "✓"]
     generated = invoke(runner, "generate", "--weights", str(weights), "--compare")
     assert generated.exit_code == 0, generated.stderr
     assert "the cat is → sleeping comfortably <end>" in generated.stdout

@@ -159,6 +159,7 @@ def _trace(
     settings = load_config(config, seed=seed, precision=precision)
     w = load_weights(settings, weights) if weights is not None else init_weights(settings)
     trace = run_forward(settings, w)
+    trace.weights_source = None if weights is None else printable(str(weights))
     problem = warning(trace)
     if problem:
         typer.echo(f"warning: {problem}", err=True)
@@ -352,6 +353,9 @@ def explain(
     seed: SeedOption = None,
     weights: WeightsOption = None,
     digits: Annotated[int, typer.Option(help="Digits after the decimal point.")] = 4,
+    all_terms: Annotated[
+        bool, typer.Option("--all-terms", help="Every term of a long sum, not the first and last few.")
+    ] = False,
 ) -> None:
     """The arithmetic of one cell, with the actual numbers."""
     from rich.text import Text
@@ -365,7 +369,7 @@ def explain(
         raise StageError(
             f"--stage {stage} names {len(chosen)} stages; give one id: {', '.join(s.id for s in chosen)}"
         )
-    head, *lines = explain_cell(trace, chosen[0].id, matrix, cell, digits)
+    head, *lines = explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms)
     console = _console()
     console.print(Text(head, style="bold"))
     for line in lines:
@@ -397,6 +401,7 @@ def train(
     from .model import run_forward
     from .render import View, loss_curve, training_table
     from .training import train as fit
+    from .training import training_notes
 
     target = None
     if output is not None:
@@ -419,6 +424,8 @@ def train(
     after = run_forward(settings, w)
     console.print(loss_curve(losses, width=min(60, console.width - 12)))
     console.print(training_table(before, after, View(precision=settings.display.precision)))
+    for line in training_notes(losses, lr if lr is not None else settings.training.learning_rate, settings):
+        console.print(line)
     if target is not None:
         write_atomic(target, lambda f: np.savez(f, **w.arrays), force)
         shown = printable(str(target))
@@ -442,9 +449,12 @@ def generate(
     ] = False,
 ) -> None:
     """Greedy decoding from <start>, one token at a time, until <end>."""
+    from rich.text import Text
+
     from .config import load_config
     from .model import init_weights, load_weights
     from .render import View, comparison_table, generation_table
+    from .trace import weights_origin
     from .training import generate as decode
 
     if max_len > MAX_GENERATED:
@@ -454,6 +464,8 @@ def generate(
     steps, teacher_forced = decode(settings, w, max_len)
     console = _console()
     view = View(precision=settings.display.precision)
+    source = None if weights is None else printable(str(weights))
+    console.print(Text(f"weights: {weights_origin(settings.seed, source)}", style="dim"))
     console.print(generation_table(steps, view))
     console.print(f"{' '.join(settings.source_tokens)} → {' '.join(s.chosen for s in steps)}")
     table, worst = comparison_table(steps, teacher_forced)

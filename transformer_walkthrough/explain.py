@@ -25,8 +25,9 @@ TERMS = 8  # a dot product longer than this shows its first and last terms aroun
 class Cell:
     """A cell of a named matrix: where it is and how to print numbers."""
 
-    def __init__(self, stage: Stage, name: str, i: int, j: int, digits: int) -> None:
+    def __init__(self, stage: Stage, name: str, i: int, j: int, digits: int, all_terms: bool = False) -> None:
         self.stage, self.name, self.i, self.j, self.digits = stage, name, i, j, digits
+        self.all_terms = all_terms
         m = stage.matrices[name]
         self.row, self.col = m.rows[i], m.cols[j]
         self.value = float(m.values[i, j])
@@ -45,7 +46,7 @@ class Cell:
         return f"({text})" if text.startswith("-") else text
 
     def sum_of(self, terms: Sequence[str]) -> str:
-        if len(terms) > TERMS:
+        if len(terms) > TERMS and not self.all_terms:
             terms = [*terms[: TERMS - 2], f"… ({len(terms) - TERMS + 1} more terms) …", *terms[-1:]]
         return " + ".join(terms)
 
@@ -75,16 +76,22 @@ def _index(part: str, labels: tuple[str, ...], n: int, what: str, name: str) -> 
     )
 
 
-def explain(trace: Trace, stage_id: str, name: str, cell: str, digits: int = 4) -> list[str]:
-    """The arithmetic of one cell, as lines of text."""
+def explain(
+    trace: Trace, stage_id: str, name: str, cell: str, digits: int = 4, all_terms: bool = False
+) -> list[str]:
+    """The arithmetic of one cell, as lines of text; a long sum shows its first and last terms
+    unless ``all_terms``."""
     stage = trace[stage_id]
     if name not in stage.matrices:
         raise StageError(f"stage {stage.id} has no matrix {name!r}; it has {', '.join(stage.matrices)}")
     if not 0 <= digits <= MAX_DIGITS:
         raise StageError(f"--digits: must be 0 to {MAX_DIGITS}, got {digits}")
     i, j = parse_cell(cell, stage, name)
-    c = Cell(stage, name, i, j, digits)
-    head = f"{stage.id} · {name}[{c.row}, {c.col}] = {name}[{i}, {j}] = {c.f(c.value)}"
+    c = Cell(stage, name, i, j, digits, all_terms)
+    if stage.matrices[name].rows == (name,):  # a vector (gamma, a bias): one index, not two
+        head = f"{stage.id} · {name}[{c.col}] = {name}[{j}] = {c.f(c.value)}"
+    else:
+        head = f"{stage.id} · {name}[{c.row}, {c.col}] = {name}[{i}, {j}] = {c.f(c.value)}"
     try:
         return [head, *_explainer(stage, name)(c, trace)]
     except OverflowError:  # a LayerNorm's variance of numbers near 1e200, say: too large for a float

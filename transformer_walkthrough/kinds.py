@@ -459,7 +459,11 @@ def _logits_formula(m: ModelConfig) -> str:
     tied = "\n    (W = Eᵀ: the embedding table, transposed — tied)" if m.tie_embeddings else ""
     b = " + b" if m.output_bias else ""
     if m.output_head == "flatten":
-        return f"flattened = X as one row\nlogits = flattened·W{b}" + tied
+        return (
+            f"flattened = X as one row\nlogits = flattened·W{b}" + tied + "\n"
+            "    (the article's leak: one row of all positions, so the prediction sees the future\n"
+            "    tokens, the very words it should predict; the paper's head reads each position alone)"
+        )
     return f"logits = X·W{b}" + tied
 
 

@@ -301,6 +301,18 @@ def render_stage(
     yield Text("")
 
 
+def weights_line(trace: Trace) -> Text:
+    """"weights: random (seed 42), untrained — …" or "weights: trained: weights.npz"."""
+    return Text(f"weights: {trace.weights_origin}", style="dim")
+
+
+def mark(right: bool | None) -> Text:
+    """✓ or ✗ in plain text (colour only repeats it), nothing where there is no right answer."""
+    if right is None:
+        return Text("")
+    return Text("✓", style="green") if right else Text("✗", style="bold red")
+
+
 def prediction_table(trace: Trace, view: View) -> Table:
     """Per decoder position: the most likely next word, its probability, the runners-up."""
     p = view.precision
@@ -309,14 +321,16 @@ def prediction_table(trace: Trace, view: View) -> Table:
     table.add_column(Text("predicted"), no_wrap=True)
     table.add_column(Text("p"), justify="right", no_wrap=True)
     table.add_column(Text("expected"), no_wrap=True)
+    table.add_column(Text(""), no_wrap=True)
     table.add_column(Text(f"top {len(trace.prediction[0].top)}"))  # the one column that may wrap
     for pred in trace.prediction:
-        right = pred.expected is not None and pred.word == pred.expected
+        right = None if pred.expected is None else pred.word == pred.expected
         table.add_row(
             Text(pred.after, style=LABEL),
             Text(pred.word, style="bold green" if right else "bold"),
             Text(f"{pred.probability:.{max(p, 2)}f}"),
             Text(pred.expected or "—"),
+            mark(right),
             Text(", ".join(f"{w} {q:.{max(p, 2)}f}" for w, q in pred.top)),
         )
     return table
@@ -330,7 +344,9 @@ def render_trace(
     prediction: bool = True,
     grads: Backward | None = None,
 ) -> Iterator[RenderableType]:
-    """The given stages in order and, when asked, the prediction table (and the loss, with ``grads``)."""
+    """Where the weights come from, the given stages in order and, when asked, the prediction table
+    (and the loss, with ``grads``)."""
+    yield weights_line(trace)
     for stage in stages:
         yield from render_stage(console, stage, view, None if grads is None else grads.stages[stage.id])
     if prediction and trace.prediction:
@@ -401,15 +417,17 @@ def training_table(before: Trace, after: Trace, view: View) -> Table:
     """Each decoder position's prediction before and after training, beside the true next word."""
     p = max(view.precision, 2)
     table = styled_table("Predictions before and after training")
-    for header in ("after", "expected", "before", "after training"):
+    for header in ("after", "expected", "before", "", "after training", ""):
         table.add_column(Text(header), no_wrap=True)
     for old, new in zip(before.prediction, after.prediction, strict=True):
-        right = new.expected is not None and new.word == new.expected
+        right = None if new.expected is None else new.word == new.expected
         table.add_row(
             Text(old.after, style=LABEL),
             Text(old.expected or "—"),
             Text(f"{old.word} {old.probability:.{p}f}"),
+            mark(None if old.expected is None else old.word == old.expected),
             Text(f"{new.word} {new.probability:.{p}f}", style="bold green" if right else "bold"),
+            mark(right),
         )
     return table
 

@@ -132,6 +132,14 @@ class Stage:
         return name in self.matrices
 
 
+def weights_origin(seed: int, source: str | None) -> str:
+    """Where the weights' numbers come from, said in every header: random weights predict nothing,
+    and a learner holding the article's "sleeping 0.42" must not think the tool is broken."""
+    if source is None:
+        return f"random (seed {seed}), untrained — `walkthrough train` teaches it"
+    return f"trained: {source}"
+
+
 TOP_K = 3  # next-word candidates kept per position
 
 
@@ -163,6 +171,10 @@ class Trace:
     weights_source: str | None = None  # the file the weights came from; None: drawn from the seed
 
     _producers: dict[int, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def weights_origin(self) -> str:
+        return weights_origin(self.config.seed, self.weights_source)
 
     def stage(
         self, stage_id: str, kind: str, title: str | None = None, explanation: str = "", formula: str = ""
