@@ -491,7 +491,7 @@ def tour(
     weights: WeightsOption = None,
     heatmap: HeatmapOption = False,
 ) -> None:
-    """One stage at a time: Enter next, b back, q quit."""
+    """One stage at a time: Enter next, b back, arrows and j/k scroll, q quit."""
     from .render import View
     from .tour import run_tour
 

@@ -302,7 +302,7 @@ def render_stage(
 
 
 def weights_line(trace: Trace) -> Text:
-    """"weights: random (seed 42), untrained — …" or "weights: trained: weights.npz"."""
+    """The header line: "weights: random (seed 42), untrained — …" or "weights: trained: weights.npz"."""
     return Text(f"weights: {trace.weights_origin}", style="dim")
 
 
@@ -357,8 +357,14 @@ def render_trace(
         )
 
 
-def stage_list(trace: Trace) -> Table:
-    """Every stage id with its kind and the shapes of the matrices it holds."""
+def stage_count(trace: Trace) -> str:
+    """ "16 stages + the prediction": the same count in the tour, `stages` and the documents."""
+    n = len(trace)
+    return f"{n} stages + the prediction" if "output.probabilities" in trace.stages else f"{n} stages"
+
+
+def stage_list(trace: Trace) -> Group:
+    """Every stage id with its kind and the shapes of the matrices it holds, then how many."""
     table = styled_table()
     table.pad_edge = False
     table.add_column(Text("stage"), no_wrap=True, style=LABEL)
@@ -367,7 +373,7 @@ def stage_list(trace: Trace) -> Table:
     for stage in trace:
         shapes = ", ".join(f"{name} {m.shape[0]}×{m.shape[1]}" for name, m in stage.matrices.items())
         table.add_row(Text(stage.id), Text(stage.kind), Text(shapes))
-    return table
+    return Group(table, Text(stage_count(trace)))
 
 
 def verify_table(checks: list[Check]) -> Table:
@@ -467,6 +473,21 @@ def comparison_table(steps: list[GenerationStep], teacher_forced: Trace) -> tupl
             Text(f"{gap:.1e}"),
         )
     return table, float(np.max(gaps))  # NaN if any gap is: max(0.0, nan) would say 0.0
+
+
+def trim(line: list[Segment]) -> list[Segment]:
+    """A line of segments without the spaces at its end (unless they are coloured: a shaded cell)."""
+    line = list(line)
+    while line:
+        last = line[-1]
+        if last.control or (last.style is not None and last.style.bgcolor is not None):
+            break
+        text = last.text.rstrip(" ")
+        if text:
+            line[-1] = Segment(text, last.style)
+            break
+        line.pop()
+    return line
 
 
 def print_all(console: Console, renderables: Iterator[RenderableType]) -> None:
