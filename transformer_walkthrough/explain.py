@@ -401,7 +401,7 @@ def _positional(c: Cell, trace: Trace) -> list[str]:
         i, fn = (c.j, "sin") if c.j < sines else (c.j - sines, "cos")
         angle = c.i / 10000 ** (2 * i / d_model)
         return [
-            f"PE[pos, {'i' if fn == 'sin' else 'd_model/2 + i'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({c.row}), "
+            f"PE[pos, {'i' if fn == 'sin' else 'd_model/2 + i'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({_token_at(c)}), "
             f"i = {i}, d_model = {d_model}",
             f"  angle = {c.i} / 10000^({2 * i}/{d_model}) = {c.i} / {c.f(10000 ** (2 * i / d_model))} = {c.f(angle)}",
             f"  {fn}({c.f(angle)}) = {c.f(c.value)}",
@@ -411,12 +411,17 @@ def _positional(c: Cell, trace: Trace) -> list[str]:
     angle = c.i / 10000 ** (two_i / d_model)
     fn = "sin" if c.j % 2 == 0 else "cos"
     return [
-        f"PE[pos, {'2i' if c.j % 2 == 0 else '2i+1'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({c.row}), "
+        f"PE[pos, {'2i' if c.j % 2 == 0 else '2i+1'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({_token_at(c)}), "
         f"2i = {two_i}, d_model = {d_model}",
         f"  angle = {c.i} / 10000^({two_i}/{d_model}) = {c.i} / {c.f(10000 ** (two_i / d_model))} = {c.f(angle)}",
         f"  {fn}({c.f(angle)}) = {c.f(c.value)}",
         "  (even columns are sines, odd ones cosines; low columns turn fast with the position, high ones slowly)",
     ]
+
+
+def _token_at(c: Cell) -> str:
+    """The token at the cell's position (PE's rows are named "pos 2 · is")."""
+    return c.stage.matrices["X"].rows[c.i] if "X" in c.stage else c.row
 
 
 def _flattened(c: Cell, trace: Trace) -> list[str]:

@@ -23,9 +23,21 @@ if TYPE_CHECKING:
 
 
 @functools.lru_cache(maxsize=64)
-def dims(n: int) -> tuple[str, ...]:
-    """Labels of n dimensions: d0, d1, …"""
-    return tuple(f"d{j}" for j in range(n))
+def dims(n: int, prefix: str = "d") -> tuple[str, ...]:
+    """Labels of n dimensions, named by their space: d0, d1, … of d_model; k0, … of a head's d_k;
+    f0, … of the feed-forward's d_ff."""
+    return tuple(f"{prefix}{j}" for j in range(n))
+
+
+@functools.lru_cache(maxsize=64)
+def head_dims(num_heads: int, d_k: int) -> tuple[str, ...]:
+    """The columns of the heads set side by side (concat): h1.k0, h1.k1, …, h2.k0, …"""
+    return tuple(f"h{h + 1}.k{j}" for h in range(num_heads) for j in range(d_k))
+
+
+def positions(tokens: Sequence[str]) -> tuple[str, ...]:
+    """Rows that belong to positions, not to the words there: "pos 2 · is"."""
+    return tuple(f"pos {k} · {token}" for k, token in enumerate(tokens))
 
 
 # What a matrix is, recorded with it, so that no reader has to guess from its name.
