@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -103,3 +104,28 @@ def test_explain_names_a_vector_cell_by_one_label(runner: CliRunner) -> None:
     b = ok(runner, "explain", "-s", "output.logits", "-m", "b", "--cell", "0,is")
     value = trace["output.logits"]["b"][0, trace.vocabulary.index("is")]
     assert b.splitlines()[0] == f"output.logits · b[is] = b[{trace.vocabulary.index('is')}] = {value:.4f}"
+
+
+def test_numbers_have_one_minus_sign_no_negative_zero_and_negative_operands_in_parentheses(
+    tmp_path: Path, runner: CliRunner
+) -> None:
+    from transformer_walkthrough.explain import Cell
+
+    trace = run_forward(Config())
+    c = Cell(trace["decoder.0.add-norm-1"], "output", 0, 0, 2)
+    assert [c.f(-0.001), c.f(-0.08), c._factor(-0.08), c._factor(-math.inf), c._factor(0.56)] == [
+        "0.00", "−0.08", "(−0.08)", "(−∞)", "0.56"]  # fmt: skip
+    # A LayerNorm cell whose row mean is negative: "x − (−mean)", in the one minus sign.
+    stage = trace["decoder.0.add-norm-1"]
+    i = next(k for k in range(len(stage["sum"])) if stage["sum"][k].mean() < 0) if any(
+        stage["sum"].mean(axis=1) < 0) else None  # fmt: skip
+    out = ok(runner, "run", width=80)
+    assert "-0.00 " not in out + " " and not re.search(r"-0\.00\b", out)
+    if i is not None:
+        lines = ok(runner, "explain", "-s", stage.id, "-m", "output", "--cell", f"{i},0", width=200)
+        assert "− (−" in lines and "-" not in lines.replace("add-norm-1", "").replace("1e-05", "")
+    ok(runner, "export", str(tmp_path / "t.md"))
+    ok(runner, "export", str(tmp_path / "t.html"))
+    for suffix in ("md", "html"):
+        text = (tmp_path / f"t.{suffix}").read_text()
+        assert not re.search(r"(?<![\w/.`-])-\d", text) and "−0.00 " not in text and re.search(r"−\d", text)

@@ -176,9 +176,9 @@ def _gradients(trace: "Trace", w: "Weights", backward: bool) -> "Backward | None
 
 
 def _console() -> "Console":
-    from rich.console import Console
+    from .render import TrimmedConsole
 
-    return Console(highlight=False)
+    return TrimmedConsole(highlight=False)
 
 
 def _show(

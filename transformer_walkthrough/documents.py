@@ -18,9 +18,13 @@ from .trace import Prediction, Stage, Trace
 
 
 def _number(v: float, precision: int) -> str:
+    """A number for a document: one minus sign, −, for −0.25 as for −∞; never "−0.00"."""
     if math.isinf(v):
         return "−∞" if v < 0 else "∞"
-    return f"{v:.{precision}f}"
+    text = f"{v:.{precision}f}"
+    if text.startswith("-"):
+        text = "−" + text[1:] if text.strip("-0.") else text[1:]
+    return text
 
 
 def _heading(trace: Trace) -> tuple[str, str]:
@@ -218,7 +222,7 @@ def to_latex(trace: Trace, stages: list[Stage], precision: int) -> str:
             cols = ", ".join(tex(c) for c in m.cols)
             body = " \\\\\n".join(
                 " & ".join(
-                    _number(v, precision).replace("−∞", r"-\infty").replace("∞", r"\infty") for v in row
+                    _number(v, precision).replace("∞", r"\infty").replace("−", "-") for v in row
                 )
                 for row in m.values.tolist()
             )

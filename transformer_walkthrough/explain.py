@@ -33,17 +33,22 @@ class Cell:
         self.value = float(m.values[i, j])
 
     def f(self, v: float) -> str:
-        """A number as shown: rounded, −∞ as -∞, negatives in brackets where they are multiplied."""
+        """A number as shown: rounded, with one minus sign, −, for negative numbers and operators
+        alike, and never "−0.00"."""
         if math.isinf(v):
-            return "-∞" if v < 0 else "∞"
-        return f"{v:.{self.digits}f}"
+            return "−∞" if v < 0 else "∞"
+        text = f"{v:.{self.digits}f}"
+        if text.startswith("-"):
+            text = "−" + text[1:] if text.strip("-0.") else text[1:]
+        return text
 
     def times(self, a: float, b: float) -> str:
         return f"{self._factor(a)}·{self._factor(b)}"
 
     def _factor(self, v: float) -> str:
+        """A number as an operand: in parentheses when negative ("0.56 − (−0.08)", "3.14 + (−∞)")."""
         text = self.f(v)
-        return f"({text})" if text.startswith("-") else text
+        return f"({text})" if text.startswith("−") else text
 
     def sum_of(self, terms: Sequence[str]) -> str:
         if len(terms) > TERMS and not self.all_terms:
@@ -211,7 +216,7 @@ def _linear(c: Cell, intro: str, row: np.ndarray, column: np.ndarray, bias: str 
     lines = [intro, f"  = {c.sum_of(terms)} = {c.f(total)}"]
     if bias is not None and bias in c.stage:
         b = float(c.stage[bias][0, c.j])
-        lines.append(f"  + {bias}[{c.j}] {c.f(b)} = {c.f(total + b)}")
+        lines.append(f"  + {bias}[{c.j}] {c._factor(b)} = {c.f(total + b)}")
     return lines
 
 
@@ -241,8 +246,8 @@ def _mask(c: Cell, trace: Trace) -> list[str]:
         return [f"M[{c.i}, {c.j}] = 0: column {c.j} ({c.col}) is not after row {c.i} ({c.row}), so it may be seen;",
                 "adding 0 leaves the score as it is."]  # fmt: skip
     return [
-        f"M[{c.i}, {c.j}] = -∞: column {c.j} ({c.col}) comes after row {c.i} ({c.row}), a word the decoder",
-        "must not see yet. Added to the score it makes -∞, and softmax turns e^-∞ into a weight of exactly 0.",
+        f"M[{c.i}, {c.j}] = −∞: column {c.j} ({c.col}) comes after row {c.i} ({c.row}), a word the decoder",
+        "must not see yet. Added to the score it makes −∞, and softmax turns e^−∞ into a weight of exactly 0.",
     ]
 
 
@@ -250,7 +255,7 @@ def _masked_scores(c: Cell, trace: Trace) -> list[str]:
     h = c.name[1 : c.name.index("+")]
     s, mask = float(c.stage[f"S{h}"][c.i, c.j]), float(c.stage["M"][c.i, c.j])
     return [
-        f"{c.name}[{c.i}, {c.j}] = S{h}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c.f(mask)} = {c.f(c.value)}"
+        f"{c.name}[{c.i}, {c.j}] = S{h}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c._factor(mask)} = {c.f(c.value)}"
     ]
 
 
@@ -265,7 +270,7 @@ def _softmax_cell(c: Cell, trace: Trace) -> list[str]:
     # The stable form: e^(x − m) / Σ e^(x − m) equals e^x / Σ e^x, and with m the row's largest value
     # no exp exceeds 1, so scores of any size (a trained model's reach millions) cannot overflow.
     top = max(row)
-    exps = [math.exp(v - top) for v in row]  # e^-∞ is exactly 0
+    exps = [math.exp(v - top) for v in row]  # e^−∞ is exactly 0
     total = math.fsum(exps)
     x = f"({source})" if "+" in source else source
     return [
@@ -274,7 +279,7 @@ def _softmax_cell(c: Cell, trace: Trace) -> list[str]:
         + ", ".join(f"{lab} {c.f(v)}" for lab, v in zip(labels, row, strict=True)),
         f"  subtract the row's largest value m = {c.f(top)} first: e^(x − m) / Σ e^(x − m) is the same "
         "quotient, and no exp can overflow",
-        "  each exp: " + ", ".join(f"e^{c.f(v - top)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
+        "  each exp: " + ", ".join(f"e^{c._factor(v - top)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
         f"  sum = {c.sum_of([c.f(e) for e in exps])} = {c.f(total)}",
         f"  {c.name}[{c.i}, {c.j}] = {c.f(exps[c.j])} / {c.f(total)} = {c.f(c.value)}",
     ]
@@ -312,10 +317,10 @@ def _sum(c: Cell, trace: Trace) -> list[str]:
     if c.stage.kind == "positional-encoding":
         x, pe = float(c.stage["X"][c.i, c.j]), float(c.stage["PE"][c.i, c.j])
         return [
-            f"output = X + PE: {c.f(x)} + {c.f(pe)} = {c.f(c.value)} (the token's vector, shifted by its position's pattern)"
+            f"output = X + PE: {c.f(x)} + {c._factor(pe)} = {c.f(c.value)} (the token's vector, shifted by its position's pattern)"
         ]
     x, s = float(c.stage["X"][c.i, c.j]), float(c.stage["sublayer"][c.i, c.j])
-    return [f"{c.name} = X + sublayer (the residual connection): {c.f(x)} + {c.f(s)} = {c.f(c.value)}"]
+    return [f"{c.name} = X + sublayer (the residual connection): {c.f(x)} + {c._factor(s)} = {c.f(c.value)}"]
 
 
 def _layer_norm(c: Cell, trace: Trace) -> list[str]:
@@ -329,10 +334,10 @@ def _layer_norm(c: Cell, trace: Trace) -> list[str]:
     normed = (row[c.j] - mean) / math.sqrt(var + eps)
     return [
         f"output = gamma ⊙ ({x} − mean) / √(var + eps) + beta, over row {c.i} ({c.row}) of {x}",
-        f"  mean = ({c.sum_of([c.f(v) for v in row])}) / {d} = {c.f(mean)}",
+        f"  mean = ({c.sum_of([c._factor(v) for v in row])}) / {d} = {c.f(mean)}",
         f"  var = Σ (v − mean)² / {d} = {c.f(var)}   (divided by d, not d − 1, as torch.nn.LayerNorm)",
-        f"  ({x}[{c.i}, {c.j}] − mean) / √(var + eps) = ({c.f(row[c.j])} − {c.f(mean)}) / √({c.f(var)} + {eps:g}) = {c.f(normed)}",
-        f"  × gamma[{c.j}] {c.f(gamma)} + beta[{c.j}] {c.f(beta)} = {c.f(c.value)}",
+        f"  ({x}[{c.i}, {c.j}] − mean) / √(var + eps) = ({c.f(row[c.j])} − {c._factor(mean)}) / √({c.f(var)} + {eps:g}) = {c.f(normed)}",
+        f"  × gamma[{c.j}] {c.f(gamma)} + beta[{c.j}] {c._factor(beta)} = {c.f(c.value)}",
     ]
 
 
