@@ -19,9 +19,8 @@ from rich.console import Console
 
 from tests import table_renderer
 from transformer_walkthrough import render
-from transformer_walkthrough.backprop import backward
 from transformer_walkthrough.config import Config, load_config
-from transformer_walkthrough.model import init_weights, run_forward
+from transformer_walkthrough.model import run_forward
 from transformer_walkthrough.render import View, matrix_block, prediction_table, render_trace, side_by_side
 from transformer_walkthrough.trace import ATTENTION, INPUT, MASK, PROBABILITIES, Matrix, Stage, Trace
 
