@@ -111,7 +111,7 @@ EXPECTED = {
     ("decoder.0.masked-attention", "Q1", "0,1"): [
         "decoder.0.masked-attention · Q1[<start>, d1] = Q1[0, 1] = 2.00",
         "Q1 = X·W_Q1: row 0 of X (<start>) times column 1 of W_Q1",
-        "  = 1.00·0.00 + 2.00·1.00 + 0.00·0.00 + 0.00·(-1.00) = 2.00",  # 0 + 2 + 0 + 0
+        "  = 1.00·0.00 + 2.00·1.00 + 0.00·0.00 + 0.00·(−1.00) = 2.00",  # 0 + 2 + 0 + 0
     ],
     ("decoder.0.masked-attention", "S1", "0,0"): [
         "decoder.0.masked-attention · S1[<start>, <start>] = S1[0, 0] = 7.78",
@@ -121,9 +121,9 @@ EXPECTED = {
         "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
     ],
     ("decoder.0.masked-attention", "M", "0,1"): [
-        "decoder.0.masked-attention · M[<start>, sleeping] = M[0, 1] = -∞",
-        "M[0, 1] = -∞: column 1 (sleeping) comes after row 0 (<start>), a word the decoder",
-        "must not see yet. Added to the score it makes -∞, and softmax turns e^-∞ into a weight of exactly 0.",
+        "decoder.0.masked-attention · M[<start>, sleeping] = M[0, 1] = −∞",
+        "M[0, 1] = −∞: column 1 (sleeping) comes after row 0 (<start>), a word the decoder",
+        "must not see yet. Added to the score it makes −∞, and softmax turns e^−∞ into a weight of exactly 0.",
     ],
     ("decoder.0.masked-attention", "M", "1,0"): [
         "decoder.0.masked-attention · M[sleeping, <start>] = M[1, 0] = 0.00",
@@ -131,8 +131,8 @@ EXPECTED = {
         "adding 0 leaves the score as it is.",
     ],
     ("decoder.0.masked-attention", "S1+M", "0,1"): [
-        "decoder.0.masked-attention · S1+M[<start>, sleeping] = S1+M[0, 1] = -∞",
-        "S1+M[0, 1] = S1[0, 1] + M[0, 1] = 1.06 + -∞ = -∞",  # 1.5 / √2 = 1.0607
+        "decoder.0.masked-attention · S1+M[<start>, sleeping] = S1+M[0, 1] = −∞",
+        "S1+M[0, 1] = S1[0, 1] + M[0, 1] = 1.06 + (−∞) = −∞",  # 1.5 / √2 = 1.0607
     ],
     ("decoder.0.masked-attention", "A1", "1,1"): [
         "decoder.0.masked-attention · A1[sleeping, sleeping] = A1[1, 1] = 0.75",
@@ -140,7 +140,7 @@ EXPECTED = {
         "  row 1 of S1+M (sleeping): <start> 0.00, sleeping 1.10",  # ln 3 = 1.0986
         "  subtract the row's largest value m = 1.10 first: e^(x − m) / Σ e^(x − m) is the same quotient, "
         "and no exp can overflow",
-        "  each exp: e^-1.10 = 0.33, e^0.00 = 1.00",  # e^-ln 3 = 1/3
+        "  each exp: e^(−1.10) = 0.33, e^0.00 = 1.00",  # e^-ln 3 = 1/3
         "  sum = 0.33 + 1.00 = 1.33",
         "  A1[1, 1] = 1.00 / 1.33 = 0.75",
     ],
@@ -156,22 +156,22 @@ EXPECTED = {
         "  concat[1, 3] = O2[1, 1] = 10.00",
     ],
     ("decoder.0.add-norm-1", "output", "0,0"): [
-        "decoder.0.add-norm-1 · output[<start>, d0] = output[0, 0] = -2.18",  # (1−2.5)/1.1180·2 + 0.5
+        "decoder.0.add-norm-1 · output[<start>, d0] = output[0, 0] = −2.18",  # (1−2.5)/1.1180·2 + 0.5
         "output = gamma ⊙ (sum − mean) / √(var + eps) + beta, over row 0 (<start>) of sum",
         "  mean = (1.00 + 2.00 + 3.00 + 4.00) / 4 = 2.50",
         "  var = Σ (v − mean)² / 4 = 1.25   (divided by d, not d − 1, as torch.nn.LayerNorm)",  # (2.25+.25+.25+2.25)/4
-        "  (sum[0, 0] − mean) / √(var + eps) = (1.00 − 2.50) / √(1.25 + 1e-05) = -1.34",
-        "  × gamma[0] 2.00 + beta[0] 0.50 = -2.18",
+        "  (sum[0, 0] − mean) / √(var + eps) = (1.00 − 2.50) / √(1.25 + 1e-05) = −1.34",
+        "  × gamma[0] 2.00 + beta[0] 0.50 = −2.18",
     ],
     ("decoder.0.feed-forward", "pre", "0,0"): [
-        "decoder.0.feed-forward · pre[<start>, d0] = pre[0, 0] = -0.50",
+        "decoder.0.feed-forward · pre[<start>, d0] = pre[0, 0] = −0.50",
         "pre = X·W_1 + b_1: row 0 of X (<start>) times column 0 of W_1",
-        "  = 1.00·2.00 + (-1.00)·3.00 = -1.00",  # 2 − 3
-        "  + b_1[0] 0.50 = -0.50",
+        "  = 1.00·2.00 + (−1.00)·3.00 = −1.00",  # 2 − 3
+        "  + b_1[0] 0.50 = −0.50",
     ],
     ("decoder.0.feed-forward", "hidden", "0,0"): [
         "decoder.0.feed-forward · hidden[<start>, d0] = hidden[0, 0] = 0.00",
-        "hidden = ReLU(pre) = max(0, pre): max(0, -0.50) = 0.00   (negative: this unit is off here)",
+        "hidden = ReLU(pre) = max(0, pre): max(0, −0.50) = 0.00   (negative: this unit is off here)",
     ],
     ("encoder.positional-encoding", "PE", "1,2"): [
         "encoder.positional-encoding · PE[cat, d2] = PE[1, 2] = 0.01",
@@ -196,7 +196,7 @@ EXPECTED = {
         "  row 0 of logits (<start>): <start> 0.00, <end> 1.10",
         "  subtract the row's largest value m = 1.10 first: e^(x − m) / Σ e^(x − m) is the same quotient, "
         "and no exp can overflow",
-        "  each exp: e^-1.10 = 0.33, e^0.00 = 1.00",  # e^-ln 3 = 1/3
+        "  each exp: e^(−1.10) = 0.33, e^0.00 = 1.00",  # e^-ln 3 = 1/3
         "  sum = 0.33 + 1.00 = 1.33",
         "  probabilities[0, 1] = 1.00 / 1.33 = 0.75",
     ],
@@ -232,13 +232,13 @@ EXPECTED = {
         "output = X + PE: 0.90 + 1.00 = 1.90 (the token's vector, shifted by its position's pattern)",
     ],
     ("decoder.0.feed-forward", "output", "0,1"): [
-        "decoder.0.feed-forward · output[<start>, d1] = output[0, 1] = -0.50",
+        "decoder.0.feed-forward · output[<start>, d1] = output[0, 1] = −0.50",
         "output = hidden·W_2 + b_2: row 0 of hidden times column 1 of W_2",
         "  = 0.00·1.00 = 0.00",  # the ReLU'd-off unit contributes nothing
-        "  + b_2[1] -0.50 = -0.50",
+        "  + b_2[1] (−0.50) = −0.50",
     ],
     ("output.logits", "flattened", "0,2"): [
-        "output.logits · flattened[flattened, p1.d0] = flattened[0, 2] = 3.00",
+        "output.logits · flattened[p1.d0] = flattened[2] = 3.00",
         "flattened lays the rows of X end to end: column 2 is row 1, column 0 of X",
         "  = X[1, 0] = 3.00",
     ],

@@ -88,8 +88,23 @@ def test_labels_are_tokens_and_dimensions(trace: Trace) -> None:
     cross = trace["decoder.0.cross-attention"].matrices
     assert cross["S1"].rows == ("<start>", "sleeping", "comfortably", "<end>")  # queries: the decoder
     assert cross["S1"].cols == ("the", "cat", "is")  # keys: the encoder
-    assert cross["K1"].rows == ("the", "cat", "is") and cross["Q1"].cols == ("d0", "d1")
+    assert cross["K1"].rows == ("the", "cat", "is")
     assert trace["encoder.embedding"].matrices["E"].rows == trace.vocabulary
+
+
+def test_labels_say_which_space(trace: Trace) -> None:
+    """d0… only for d_model, k0… for a head's d_k, f0… for d_ff, h2.k1 in concat, positions in PE."""
+    cross = trace["decoder.0.cross-attention"].matrices
+    for name in ("Q1", "K2", "V1", "O2", "W_Q1", "W_V2"):
+        assert cross[name].cols == ("k0", "k1"), name  # d_k = 2
+    assert cross["W_Q1"].rows == ("d0", "d1", "d2", "d3") and cross["X"].cols == ("d0", "d1", "d2", "d3")
+    assert cross["concat"].cols == ("h1.k0", "h1.k1", "h2.k0", "h2.k1") == cross["W_O"].rows
+    assert cross["W_O"].cols == cross["output"].cols == ("d0", "d1", "d2", "d3")
+    ffn = trace["encoder.0.feed-forward"].matrices
+    assert ffn["hidden"].cols == tuple(f"f{j}" for j in range(8)) == ffn["W_2"].rows
+    pe = trace["decoder.positional-encoding"].matrices
+    assert pe["PE"].rows == ("pos 0 · <start>", "pos 1 · sleeping", "pos 2 · comfortably", "pos 3 · <end>")
+    assert pe["X"].rows == pe["output"].rows == ("<start>", "sleeping", "comfortably", "<end>")
 
 
 def check_invariants(trace: Trace) -> None:

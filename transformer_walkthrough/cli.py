@@ -223,7 +223,7 @@ def _trace(
     settings = load_config(config, seed=seed, precision=precision)
     w = load_weights(settings, weights) if weights is not None else init_weights(settings)
     trace = run_forward(settings, w)
-    trace.weights_source = None if weights is None else str(weights)
+    trace.weights_source = None if weights is None else printable(str(weights))
     problem = warning(trace)
     if problem:
         typer.echo(f"warning: {problem}", err=True)
@@ -266,9 +266,9 @@ def _gradients(trace: "Trace", w: "Weights", backward: bool) -> "Backward | None
 
 
 def _console() -> "Console":
-    from rich.console import Console
+    from .render import TrimmedConsole
 
-    return Console(highlight=False)
+    return TrimmedConsole(highlight=False)
 
 
 def _show(
@@ -472,6 +472,9 @@ def explain(
     source: SourceOption = None,
     target: TargetOption = None,
     dtype: DtypeOption = None,
+    all_terms: Annotated[
+        bool, typer.Option("--all-terms", help="Every term of a long sum, not the first and last few.")
+    ] = False,
 ) -> None:
     """The arithmetic of one cell, with the actual numbers."""
     from rich.text import Text
@@ -485,7 +488,7 @@ def explain(
         raise StageError(
             f"--stage {stage} names {len(chosen)} stages; give one id: {', '.join(s.id for s in chosen)}"
         )
-    head, *lines = explain_cell(trace, chosen[0].id, matrix, cell, digits)
+    head, *lines = explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms)
     console = _console()
     console.print(Text(head, style="bold"))
     for line in lines:
@@ -517,6 +520,7 @@ def train(
     from .model import run_forward
     from .render import View, loss_curve, training_table
     from .training import train as fit
+    from .training import training_notes
 
     target = None
     if output is not None:
@@ -539,6 +543,8 @@ def train(
     after = run_forward(settings, w)
     console.print(loss_curve(losses, width=min(60, console.width - 12)))
     console.print(training_table(before, after, View(precision=settings.display.precision)))
+    for line in training_notes(losses, lr if lr is not None else settings.training.learning_rate, settings):
+        console.print(line)
     if target is not None:
         write_atomic(target, lambda f: np.savez(f, **w.arrays), force)
         shown = printable(str(target))
@@ -565,10 +571,13 @@ def generate(
     dtype: DtypeOption = None,
 ) -> None:
     """Greedy decoding from <start>, one token at a time, until <end>."""
+    from rich.text import Text
+
     from .checks import TOLERANCE
     from .config import END, load_config
     from .model import init_weights, load_weights
     from .render import View, comparison_table, generation_table
+    from .trace import weights_origin
     from .training import generate as decode
     from .training import generation_limit
 
@@ -593,6 +602,8 @@ def generate(
         said = f"{prompt} → {' '.join(s.chosen for s in steps)}"
     console = _console()
     view = View(precision=settings.display.precision)
+    source = None if weights is None else printable(str(weights))
+    console.print(Text(f"weights: {weights_origin(settings.seed, source)}", style="dim"))
     console.print(generation_table(steps, view))
     console.print(said)
     limit = generation_limit(settings, max_len)
@@ -630,7 +641,7 @@ def tour(
     target: TargetOption = None,
     dtype: DtypeOption = None,
 ) -> None:
-    """One stage at a time: Enter next, b back, q quit."""
+    """One stage at a time: Enter next, b back, arrows and j/k scroll, q quit."""
     from .render import View
     from .tour import run_tour
 

@@ -14,13 +14,17 @@ import re
 import numpy as np
 
 from .palette import diverging
-from .trace import Stage, Trace
+from .trace import Prediction, Stage, Trace
 
 
 def _number(v: float, precision: int) -> str:
+    """A number for a document: one minus sign, −, for −0.25 as for −∞; never "−0.00"."""
     if math.isinf(v):
         return "−∞" if v < 0 else "∞"
-    return f"{v:.{precision}f}"
+    text = f"{v:.{precision}f}"
+    if text.startswith("-"):
+        text = "−" + text[1:] if text.strip("-0.") else text[1:]
+    return text
 
 
 def _heading(trace: Trace) -> tuple[str, str]:
@@ -30,9 +34,15 @@ def _heading(trace: Trace) -> tuple[str, str]:
     facts = (
         f"encoder input: {' '.join(trace.source_tokens)} · decoder input: {' '.join(trace.target_tokens)} · "
         f"seed {c.seed} · d_model {m.d_model}, {m.num_heads} heads (d_k {m.d_k}), d_ff {m.d_ff}, "
-        f"{m.num_encoder_layers} + {m.num_decoder_layers} layers, {m.output_head} output head"
+        f"{m.num_encoder_layers} + {m.num_decoder_layers} layers, {m.output_head} output head · "
+        f"weights: {trace.weights_origin}"
     )
     return title, facts
+
+
+def _mark(p: Prediction) -> str:
+    """✓ or ✗ for a prediction with a right answer, in plain text: not colour alone."""
+    return "" if p.expected is None else ("✓" if p.word == p.expected else "✗")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,14 +93,15 @@ def to_markdown(trace: Trace, stages: list[Stage], precision: int) -> str:
             "",
             "## Prediction",
             "",
-            "| after | predicted | p | expected | top 3 |",
-            "|---|---|---:|---|---|",
+            "| after | predicted | p | expected | | top 3 |",
+            "|---|---|---:|---|---|---|",
         ]
         for p in trace.prediction:
             top = ", ".join(f"{_md_label(w)} {q:.{max(precision, 2)}f}" for w, q in p.top)
             expected = _md_label(p.expected) if p.expected else "—"
             out.append(
-                f"| {_md_label(p.after)} | **{_md_label(p.word)}** | {p.probability:.{max(precision, 2)}f} | {expected} | {top} |"
+                f"| {_md_label(p.after)} | **{_md_label(p.word)}** | {p.probability:.{max(precision, 2)}f} "
+                f"| {expected} | {_mark(p)} | {top} |"
             )
     return "\n".join(out) + "\n"
 
@@ -119,6 +130,10 @@ def tex_formula(stage: Stage, trace: Trace) -> list[str]:
     return KINDS[stage.kind].latex(trace.config.model)
 
 
+def _tex_mark(p: Prediction) -> str:
+    return {"✓": r"$\checkmark$", "✗": r"$\times$", "": ""}[_mark(p)]
+
+
 def _tex_name(name: str) -> str:
     """S1+M -> S_{1}+M, W_Q1 -> W^{Q}_{1}, concat -> \\mathrm{concat}."""
     if match := re.fullmatch(r"([WB]|b)_([QKV])(\d+)", name):
@@ -141,7 +156,7 @@ def to_latex(trace: Trace, stages: list[Stage], precision: int) -> str:
     widest = max((m.shape[1] for s in stages for m in s.matrices.values()), default=1)
     out = [
         r"\documentclass[10pt]{article}",
-        r"\usepackage{amsmath}",
+        r"\usepackage{amsmath, amssymb}",
         r"\usepackage[T1]{fontenc}",
         rf"\setcounter{{MaxMatrixCols}}{{{max(widest, 10)}}}",
         r"\allowdisplaybreaks",
@@ -164,7 +179,7 @@ def to_latex(trace: Trace, stages: list[Stage], precision: int) -> str:
             cols = ", ".join(tex(c) for c in m.cols)
             body = " \\\\\n".join(
                 " & ".join(
-                    _number(v, precision).replace("−∞", r"-\infty").replace("∞", r"\infty") for v in row
+                    _number(v, precision).replace("∞", r"\infty").replace("−", "-") for v in row
                 )
                 for row in m.values.tolist()
             )
@@ -181,13 +196,13 @@ def to_latex(trace: Trace, stages: list[Stage], precision: int) -> str:
         out += [
             "",
             r"\section*{Prediction}",
-            r"\begin{tabular}{lllrl}",
-            r"after & predicted & p & expected & top 3 \\ \hline",
+            r"\begin{tabular}{lllrll}",
+            r"after & predicted & p & expected & & top 3 \\ \hline",
         ]
         for p in trace.prediction:
             top = ", ".join(f"{tex(w)} {q:.2f}" for w, q in p.top)
             out.append(
-                rf"{tex(p.after)} & \textbf{{{tex(p.word)}}} & {p.probability:.2f} & {tex(p.expected or '---')} & {top} \\"
+                rf"{tex(p.after)} & \textbf{{{tex(p.word)}}} & {p.probability:.2f} & {tex(p.expected or '---')} & {_tex_mark(p)} & {top} \\"
             )
         out.append(r"\end{tabular}")
     out.append(r"\end{document}")
@@ -279,11 +294,11 @@ def to_html(trace: Trace, stages: list[Stage], precision: int) -> str:
             top = ", ".join(f"{e(w)} {q:.2f}" for w, q in p.top)
             rows.append(
                 f'<tr class="best{right}"><td>{e(p.after)}</td><td class="word">{e(p.word)}</td>'
-                f"<td>{p.probability:.3f}</td><td>{e(p.expected or '—')}</td><td>{top}</td></tr>"
+                f"<td>{p.probability:.3f}</td><td>{e(p.expected or '—')}</td><td>{_mark(p)}</td><td>{top}</td></tr>"
             )
         sections.append(
             '<section id="prediction"><h2>Prediction</h2><p>The most likely next word after each decoder position.</p>'
-            '<table class="pred"><thead><tr><th>after</th><th>predicted</th><th>p</th><th>expected</th>'
+            '<table class="pred"><thead><tr><th>after</th><th>predicted</th><th>p</th><th>expected</th><th></th>'
             f"<th>top 3</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
         )
         nav += '<li><a href="#prediction">Prediction</a></li>'

@@ -25,27 +25,33 @@ TERMS = 8  # a dot product longer than this shows its first and last terms aroun
 class Cell:
     """A cell of a named matrix: where it is and how to print numbers."""
 
-    def __init__(self, stage: Stage, name: str, i: int, j: int, digits: int) -> None:
+    def __init__(self, stage: Stage, name: str, i: int, j: int, digits: int, all_terms: bool = False) -> None:
         self.stage, self.name, self.i, self.j, self.digits = stage, name, i, j, digits
+        self.all_terms = all_terms
         m = stage.matrices[name]
         self.row, self.col = m.rows[i], m.cols[j]
         self.value = float(m.values[i, j])
 
     def f(self, v: float) -> str:
-        """A number as shown: rounded, −∞ as -∞, negatives in brackets where they are multiplied."""
+        """A number as shown: rounded, with one minus sign, −, for negative numbers and operators
+        alike, and never "−0.00"."""
         if math.isinf(v):
-            return "-∞" if v < 0 else "∞"
-        return f"{v:.{self.digits}f}"
+            return "−∞" if v < 0 else "∞"
+        text = f"{v:.{self.digits}f}"
+        if text.startswith("-"):
+            text = "−" + text[1:] if text.strip("-0.") else text[1:]
+        return text
 
     def times(self, a: float, b: float) -> str:
         return f"{self._factor(a)}·{self._factor(b)}"
 
     def _factor(self, v: float) -> str:
+        """A number as an operand: in parentheses when negative ("0.56 − (−0.08)", "3.14 + (−∞)")."""
         text = self.f(v)
-        return f"({text})" if text.startswith("-") else text
+        return f"({text})" if text.startswith("−") else text
 
     def sum_of(self, terms: Sequence[str]) -> str:
-        if len(terms) > TERMS:
+        if len(terms) > TERMS and not self.all_terms:
             terms = [*terms[: TERMS - 2], f"… ({len(terms) - TERMS + 1} more terms) …", *terms[-1:]]
         return " + ".join(terms)
 
@@ -79,16 +85,22 @@ def _index(part: str, labels: tuple[str, ...], n: int, what: str, name: str) -> 
     )
 
 
-def explain(trace: Trace, stage_id: str, name: str, cell: str, digits: int = 4) -> list[str]:
-    """The arithmetic of one cell, as lines of text."""
+def explain(
+    trace: Trace, stage_id: str, name: str, cell: str, digits: int = 4, all_terms: bool = False
+) -> list[str]:
+    """The arithmetic of one cell, as lines of text; a long sum shows its first and last terms
+    unless ``all_terms``."""
     stage = trace[stage_id]
     if name not in stage.matrices:
         raise StageError(f"stage {stage.id} has no matrix {name!r}; it has {', '.join(stage.matrices)}")
     if not 0 <= digits <= MAX_DIGITS:
         raise StageError(f"--digits: must be 0 to {MAX_DIGITS}, got {digits}")
     i, j = parse_cell(cell, stage, name)
-    c = Cell(stage, name, i, j, digits)
-    head = f"{stage.id} · {name}[{c.row}, {c.col}] = {name}[{i}, {j}] = {c.f(c.value)}"
+    c = Cell(stage, name, i, j, digits, all_terms)
+    if stage.matrices[name].rows == (name,):  # a vector (gamma, a bias): one index, not two
+        head = f"{stage.id} · {name}[{c.col}] = {name}[{j}] = {c.f(c.value)}"
+    else:
+        head = f"{stage.id} · {name}[{c.row}, {c.col}] = {name}[{i}, {j}] = {c.f(c.value)}"
     try:
         return [head, *_explainer(stage, name)(c, trace)]
     except OverflowError:  # a LayerNorm's variance of numbers near 1e200, say: too large for a float
@@ -211,7 +223,7 @@ def _linear(c: Cell, intro: str, row: np.ndarray, column: np.ndarray, bias: str 
     lines = [intro, f"  = {c.sum_of(terms)} = {c.f(total)}"]
     if bias is not None and bias in c.stage:
         b = float(c.stage[bias][0, c.j])
-        lines.append(f"  + {bias}[{c.j}] {c.f(b)} = {c.f(total + b)}")
+        lines.append(f"  + {bias}[{c.j}] {c._factor(b)} = {c.f(total + b)}")
     return lines
 
 
@@ -241,8 +253,8 @@ def _mask(c: Cell, trace: Trace) -> list[str]:
         return [f"M[{c.i}, {c.j}] = 0: column {c.j} ({c.col}) is not after row {c.i} ({c.row}), so it may be seen;",
                 "adding 0 leaves the score as it is."]  # fmt: skip
     return [
-        f"M[{c.i}, {c.j}] = -∞: column {c.j} ({c.col}) comes after row {c.i} ({c.row}), a word the decoder",
-        "must not see yet. Added to the score it makes -∞, and softmax turns e^-∞ into a weight of exactly 0.",
+        f"M[{c.i}, {c.j}] = −∞: column {c.j} ({c.col}) comes after row {c.i} ({c.row}), a word the decoder",
+        "must not see yet. Added to the score it makes −∞, and softmax turns e^−∞ into a weight of exactly 0.",
     ]
 
 
@@ -250,7 +262,7 @@ def _masked_scores(c: Cell, trace: Trace) -> list[str]:
     h = c.name[1 : c.name.index("+")]
     s, mask = float(c.stage[f"S{h}"][c.i, c.j]), float(c.stage["M"][c.i, c.j])
     return [
-        f"{c.name}[{c.i}, {c.j}] = S{h}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c.f(mask)} = {c.f(c.value)}"
+        f"{c.name}[{c.i}, {c.j}] = S{h}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c._factor(mask)} = {c.f(c.value)}"
     ]
 
 
@@ -265,7 +277,7 @@ def _softmax_cell(c: Cell, trace: Trace) -> list[str]:
     # The stable form: e^(x − m) / Σ e^(x − m) equals e^x / Σ e^x, and with m the row's largest value
     # no exp exceeds 1, so scores of any size (a trained model's reach millions) cannot overflow.
     top = max(row)
-    exps = [math.exp(v - top) for v in row]  # e^-∞ is exactly 0
+    exps = [math.exp(v - top) for v in row]  # e^−∞ is exactly 0
     total = math.fsum(exps)
     x = f"({source})" if "+" in source else source
     return [
@@ -274,7 +286,7 @@ def _softmax_cell(c: Cell, trace: Trace) -> list[str]:
         + ", ".join(f"{lab} {c.f(v)}" for lab, v in zip(labels, row, strict=True)),
         f"  subtract the row's largest value m = {c.f(top)} first: e^(x − m) / Σ e^(x − m) is the same "
         "quotient, and no exp can overflow",
-        "  each exp: " + ", ".join(f"e^{c.f(v - top)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
+        "  each exp: " + ", ".join(f"e^{c._factor(v - top)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
         f"  sum = {c.sum_of([c.f(e) for e in exps])} = {c.f(total)}",
         f"  {c.name}[{c.i}, {c.j}] = {c.f(exps[c.j])} / {c.f(total)} = {c.f(c.value)}",
     ]
@@ -312,10 +324,10 @@ def _sum(c: Cell, trace: Trace) -> list[str]:
     if c.stage.kind == "positional-encoding":
         x, pe = float(c.stage["X"][c.i, c.j]), float(c.stage["PE"][c.i, c.j])
         return [
-            f"output = X + PE: {c.f(x)} + {c.f(pe)} = {c.f(c.value)} (the token's vector, shifted by its position's pattern)"
+            f"output = X + PE: {c.f(x)} + {c._factor(pe)} = {c.f(c.value)} (the token's vector, shifted by its position's pattern)"
         ]
     x, s = float(c.stage["X"][c.i, c.j]), float(c.stage["sublayer"][c.i, c.j])
-    return [f"{c.name} = X + sublayer (the residual connection): {c.f(x)} + {c.f(s)} = {c.f(c.value)}"]
+    return [f"{c.name} = X + sublayer (the residual connection): {c.f(x)} + {c._factor(s)} = {c.f(c.value)}"]
 
 
 def _layer_norm(c: Cell, trace: Trace) -> list[str]:
@@ -329,10 +341,10 @@ def _layer_norm(c: Cell, trace: Trace) -> list[str]:
     normed = (row[c.j] - mean) / math.sqrt(var + eps)
     return [
         f"output = gamma ⊙ ({x} − mean) / √(var + eps) + beta, over row {c.i} ({c.row}) of {x}",
-        f"  mean = ({c.sum_of([c.f(v) for v in row])}) / {d} = {c.f(mean)}",
+        f"  mean = ({c.sum_of([c._factor(v) for v in row])}) / {d} = {c.f(mean)}",
         f"  var = Σ (v − mean)² / {d} = {c.f(var)}   (divided by d, not d − 1, as torch.nn.LayerNorm)",
-        f"  ({x}[{c.i}, {c.j}] − mean) / √(var + eps) = ({c.f(row[c.j])} − {c.f(mean)}) / √({c.f(var)} + {eps:g}) = {c.f(normed)}",
-        f"  × gamma[{c.j}] {c.f(gamma)} + beta[{c.j}] {c.f(beta)} = {c.f(c.value)}",
+        f"  ({x}[{c.i}, {c.j}] − mean) / √(var + eps) = ({c.f(row[c.j])} − {c._factor(mean)}) / √({c.f(var)} + {eps:g}) = {c.f(normed)}",
+        f"  × gamma[{c.j}] {c.f(gamma)} + beta[{c.j}] {c._factor(beta)} = {c.f(c.value)}",
     ]
 
 
@@ -401,7 +413,7 @@ def _positional(c: Cell, trace: Trace) -> list[str]:
         i, fn = (c.j, "sin") if c.j < sines else (c.j - sines, "cos")
         angle = c.i / 10000 ** (2 * i / d_model)
         return [
-            f"PE[pos, {'i' if fn == 'sin' else 'd_model/2 + i'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({c.row}), "
+            f"PE[pos, {'i' if fn == 'sin' else 'd_model/2 + i'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({_token_at(c)}), "
             f"i = {i}, d_model = {d_model}",
             f"  angle = {c.i} / 10000^({2 * i}/{d_model}) = {c.i} / {c.f(10000 ** (2 * i / d_model))} = {c.f(angle)}",
             f"  {fn}({c.f(angle)}) = {c.f(c.value)}",
@@ -411,12 +423,17 @@ def _positional(c: Cell, trace: Trace) -> list[str]:
     angle = c.i / 10000 ** (two_i / d_model)
     fn = "sin" if c.j % 2 == 0 else "cos"
     return [
-        f"PE[pos, {'2i' if c.j % 2 == 0 else '2i+1'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({c.row}), "
+        f"PE[pos, {'2i' if c.j % 2 == 0 else '2i+1'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({_token_at(c)}), "
         f"2i = {two_i}, d_model = {d_model}",
         f"  angle = {c.i} / 10000^({two_i}/{d_model}) = {c.i} / {c.f(10000 ** (two_i / d_model))} = {c.f(angle)}",
         f"  {fn}({c.f(angle)}) = {c.f(c.value)}",
         "  (even columns are sines, odd ones cosines; low columns turn fast with the position, high ones slowly)",
     ]
+
+
+def _token_at(c: Cell) -> str:
+    """The token at the cell's position (PE's rows are named "pos 2 · is")."""
+    return c.stage.matrices["X"].rows[c.i] if "X" in c.stage else c.row
 
 
 def _flattened(c: Cell, trace: Trace) -> list[str]:

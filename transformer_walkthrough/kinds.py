@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from . import functional as F
-from .trace import ATTENTION, CONSTANT, MASK, PROBABILITIES, Stage, dims
+from .trace import ATTENTION, CONSTANT, MASK, PROBABILITIES, Stage, dims, head_dims, positions
 
 if TYPE_CHECKING:
     from .config import ModelConfig
@@ -104,12 +104,11 @@ def add_positions(
     stage.input("X", x, tokens, D)
     if m.positional_encoding == "learned":
         P = stage.weight("P", w.take(stage, "P"), tuple(f"pos {k}" for k in range(m.max_positions)), D)
-        pe = stage.rec("PE", P[: len(tokens)], tokens, D)
+        pe = stage.rec("PE", P[: len(tokens)], positions(tokens), D)
     else:
         halves = m.positional_encoding == "sinusoidal-halves"
-        pe = stage.rec(
-            "PE", F.positional_encoding(len(tokens), m.d_model, x.dtype, halves), tokens, D, CONSTANT
-        )
+        table = F.positional_encoding(len(tokens), m.d_model, x.dtype, halves)
+        pe = stage.rec("PE", table, positions(tokens), D, CONSTANT)
     return stage.out("output", x + pe, tokens, D)
 
 
@@ -182,7 +181,8 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
         return r.output
     # What the backward pass needs; not the heads' outputs, which concat already holds.
     stage.cache = r._replace(heads=r.heads._replace(output=None))
-    d, D, Dk = m.d_model, dims(m.d_model), dims(m.d_k)
+    # d0… are the model's d_model columns, k0… a head's d_k columns, h2.k1 a column of concat.
+    d, D, Dk, Hk = m.d_model, dims(m.d_model), dims(m.d_k, "k"), head_dims(m.num_heads, m.d_k)
     stage.input("X", x, q_tokens, D)
     if memory is not None:
         stage.input("memory", memory, kv_tokens, D)
@@ -203,8 +203,8 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
             stage.rec(f"S{n}+M", r.heads.masked_scores[h], q_tokens, kv_tokens)
         stage.rec(f"A{n}", r.heads.weights[h], q_tokens, kv_tokens, ATTENTION)
         stage.rec(f"O{n}", r.concat[:, block], q_tokens, Dk)  # the same numbers, kept once: in concat
-    stage.rec("concat", r.concat, q_tokens, D)
-    stage.weight("W_O", W_O, D, D)
+    stage.rec("concat", r.concat, q_tokens, Hk)
+    stage.weight("W_O", W_O, Hk, D)
     if b_O is not None:
         stage.weight("b_O", b_O, ("b_O",), D)
     return stage.out("output", r.output, q_tokens, D)
@@ -512,7 +512,11 @@ def _logits_formula(m: ModelConfig) -> str:
     tied = "\n    (W = Eᵀ: the embedding table, transposed — tied)" if m.tie_embeddings else ""
     b = " + b" if m.output_bias else ""
     if m.output_head == "flatten":
-        return f"flattened = X as one row\nlogits = flattened·W{b}" + tied
+        return (
+            f"flattened = X as one row\nlogits = flattened·W{b}" + tied + "\n"
+            "    (the article's leak: one row of all positions, so the prediction sees the future\n"
+            "    tokens, the very words it should predict; the paper's head reads each position alone)"
+        )
     return f"logits = X·W{b}" + tied
 
 

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,13 +23,13 @@ from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.measure import Measurement
 from rich.rule import Rule
-from rich.segment import Segment
+from rich.segment import Segment, Segments
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
 from .palette import diverging, sequential
-from .trace import ATTENTION, PROBABILITIES, Matrix, Stage, Trace
+from .trace import ATTENTION, CONSTANT, MASK, PROBABILITIES, Matrix, Stage, Trace
 
 if TYPE_CHECKING:
     from .backprop import Backward
@@ -62,22 +63,26 @@ class View:
 
 
 def format_value(v: float, precision: int) -> str:
-    """A number at ``precision`` decimals; -inf as "-∞" (the mask's value)."""
+    """A number at ``precision`` decimals; -inf as "-∞" (the mask's value); never "-0.00", which
+    reads as a number below zero that the eye cannot find."""
     if math.isinf(v):
         return "-∞" if v < 0 else "∞"
-    return f"{v:.{precision}f}"
+    text = f"{v:.{precision}f}"
+    return text[1:] if text[0] == "-" and not text.strip("-0.") else text
 
 
 def text_widths(values: np.ndarray, precision: int) -> np.ndarray:
     """The widest formatted number of each column, without formatting them: (rows, cols) -> (cols,).
 
-    Digits before the point, a sign where the number is negative (-0.00 included), the point and
-    the decimals; 2 for ±∞. Exact but for a half-way case whose rounding could carry a digit.
+    Digits before the point, a sign where the number is negative once rounded (-0.00 is shown as
+    0.00), the point and the decimals; 2 for ±∞. Exact but for a half-way case, whose rounding
+    could carry a digit or a sign.
     """
     finite = np.isfinite(values)
-    magnitude = np.where(finite, np.abs(np.round(values, precision)), 0.0)
+    rounded = np.round(values, precision)
+    magnitude = np.where(finite, np.abs(rounded), 0.0)
     digits = np.floor(np.log10(np.maximum(magnitude, 1.0))) + 1
-    widths = digits + (precision + 1 if precision else 0) + (np.signbit(values) & finite)
+    widths = digits + (precision + 1 if precision else 0) + ((rounded < 0) & finite)
     return np.where(finite, widths, np.where(values < 0, 2, 1)).max(axis=0).astype(int)
 
 
@@ -263,16 +268,36 @@ def _background(rgb: tuple[int, int, int]) -> Style:
 
 def side_by_side(blocks: list[MatrixBlock], width: int) -> Iterator[RenderableType]:
     """Pack consecutive blocks into rows that fit the console, the way a textbook lays them out."""
+    return layout([(None, [block]) for block in blocks], width)
+
+
+def layout(units: list[tuple[object, list[MatrixBlock]]], width: int) -> Iterator[RenderableType]:
+    """Pack units (a matrix, or a matrix and its gradient) into rows that fit the width; a unit of
+    another group (``key``) starts a new row, so that a row holds matrices of one meaning."""
     row: list[MatrixBlock] = []
-    used = 0
-    for block in blocks:
-        if row and used + GAP + block.width > width:
+    used, key = 0, None
+    for group, unit in units:
+        unit_width = sum(b.width for b in unit) + GAP * (len(unit) - 1)
+        if row and (group != key or used + GAP + unit_width > width):
             yield SideBySide(row)
             row, used = [], 0
-        row.append(block)
-        used += block.width + (GAP if len(row) > 1 else 0)
+        used += unit_width + (GAP if row else 0)
+        row.extend(unit)
+        key = group
     if row:
         yield SideBySide(row)
+
+
+def group_of(name: str) -> tuple[str, str] | None:
+    """The matrices that belong on one row: per head, its weights (W_Qh, W_Kh, W_Vh and their
+    biases), its projections (Qh Kh Vh), its attention (Sh, Sh+M, Ah, Oh); None for the rest."""
+    if match := re.fullmatch(r"[Wb]_[QKV](\d+)", name):
+        return "weights", match[1]
+    if match := re.fullmatch(r"[QKV](\d+)", name):
+        return "projections", match[1]
+    if match := re.fullmatch(r"[SAO](\d+)(\+M)?", name):
+        return "attention", match[1]
+    return None
 
 
 def stage_header(stage: Stage) -> RenderableType:
@@ -289,17 +314,37 @@ def stage_header(stage: Stage) -> RenderableType:
 def render_stage(
     console: Console, stage: Stage, view: View, grads: dict[str, np.ndarray] | None = None
 ) -> Iterator[RenderableType]:
-    """The header, then every matrix; with ``grads``, each followed by its gradient dL/d(name)."""
+    """The header, then every matrix, grouped by meaning (per head: weights, projections,
+    attention); with ``grads``, each beside its gradient dL/d(name), but for constants (the mask,
+    the sinusoids), which nothing learns."""
     yield stage_header(stage)
     # Gradients are small numbers: two more digits, so that they do not all read 0.00.
     grad_view = dataclasses.replace(view, precision=view.precision + 2)
-    blocks = []
+    units: list[tuple[object, list[MatrixBlock]]] = []
     for name, m in stage.matrices.items():
-        blocks.append(matrix_block(name, m, view))
-        if grads is not None:
-            blocks.append(matrix_block(f"dL/d{name}", Matrix(grads[name], m.rows, m.cols), grad_view))
-    yield from side_by_side(blocks, view.width)
+        group, block = group_of(name), matrix_block(name, m, view)
+        if grads is None or m.role in (MASK, CONSTANT):
+            units.append((group, [block]))
+            continue
+        gradient = matrix_block(f"dL/d{name}", Matrix(grads[name], m.rows, m.cols), grad_view)
+        if block.width + GAP + gradient.width <= view.width:
+            units.append((group, [block, gradient]))
+        else:  # too wide to sit together: one under the other
+            units += [(group, [block]), (group, [gradient])]
+    yield from layout(units, view.width)
     yield Text("")
+
+
+def weights_line(trace: Trace) -> Text:
+    """The header line: "weights: random (seed 42), untrained — …" or "weights: trained: weights.npz"."""
+    return Text(f"weights: {trace.weights_origin}", style="dim")
+
+
+def mark(right: bool | None) -> Text:
+    """✓ or ✗ in plain text (colour only repeats it), nothing where there is no right answer."""
+    if right is None:
+        return Text("")
+    return Text("✓", style="green") if right else Text("✗", style="bold red")
 
 
 def prediction_table(trace: Trace, view: View) -> Table:
@@ -310,14 +355,16 @@ def prediction_table(trace: Trace, view: View) -> Table:
     table.add_column(Text("predicted"), no_wrap=True)
     table.add_column(Text("p"), justify="right", no_wrap=True)
     table.add_column(Text("expected"), no_wrap=True)
+    table.add_column(Text(""), no_wrap=True)
     table.add_column(Text(f"top {len(trace.prediction[0].top)}"))  # the one column that may wrap
     for pred in trace.prediction:
-        right = pred.expected is not None and pred.word == pred.expected
+        right = None if pred.expected is None else pred.word == pred.expected
         table.add_row(
             Text(pred.after, style=LABEL),
             Text(pred.word, style="bold green" if right else "bold"),
             Text(f"{pred.probability:.{max(p, 2)}f}"),
             Text(pred.expected or "—"),
+            mark(right),
             Text(", ".join(f"{w} {q:.{max(p, 2)}f}" for w, q in pred.top)),
         )
     return table
@@ -331,7 +378,9 @@ def render_trace(
     prediction: bool = True,
     grads: Backward | None = None,
 ) -> Iterator[RenderableType]:
-    """The given stages in order and, when asked, the prediction table (and the loss, with ``grads``)."""
+    """Where the weights come from, the given stages in order and, when asked, the prediction table
+    (and the loss, with ``grads``)."""
+    yield weights_line(trace)
     for stage in stages:
         yield from render_stage(console, stage, view, None if grads is None else grads.stages[stage.id])
     if prediction and trace.prediction:
@@ -342,8 +391,14 @@ def render_trace(
         )
 
 
-def stage_list(trace: Trace) -> Table:
-    """Every stage id with its kind and the shapes of the matrices it holds."""
+def stage_count(trace: Trace) -> str:
+    """ "16 stages + the prediction": the same count in the tour, `stages` and the documents."""
+    n = len(trace)
+    return f"{n} stages + the prediction" if "output.probabilities" in trace.stages else f"{n} stages"
+
+
+def stage_list(trace: Trace) -> Group:
+    """Every stage id with its kind and the shapes of the matrices it holds, then how many."""
     table = styled_table()
     table.pad_edge = False
     table.add_column(Text("stage"), no_wrap=True, style=LABEL)
@@ -352,7 +407,7 @@ def stage_list(trace: Trace) -> Table:
     for stage in trace:
         shapes = ", ".join(f"{name} {m.shape[0]}×{m.shape[1]}" for name, m in stage.matrices.items())
         table.add_row(Text(stage.id), Text(stage.kind), Text(shapes))
-    return table
+    return Group(table, Text(stage_count(trace)))
 
 
 def verify_table(checks: list[Check]) -> Table:
@@ -402,15 +457,17 @@ def training_table(before: Trace, after: Trace, view: View) -> Table:
     """Each decoder position's prediction before and after training, beside the true next word."""
     p = max(view.precision, 2)
     table = styled_table("Predictions before and after training")
-    for header in ("after", "expected", "before", "after training"):
+    for header in ("after", "expected", "before", "", "after training", ""):
         table.add_column(Text(header), no_wrap=True)
     for old, new in zip(before.prediction, after.prediction, strict=True):
-        right = new.expected is not None and new.word == new.expected
+        right = None if new.expected is None else new.word == new.expected
         table.add_row(
             Text(old.after, style=LABEL),
             Text(old.expected or "—"),
             Text(f"{old.word} {old.probability:.{p}f}"),
+            mark(None if old.expected is None else old.word == old.expected),
             Text(f"{new.word} {new.probability:.{p}f}", style="bold green" if right else "bold"),
+            mark(right),
         )
     return table
 
@@ -452,10 +509,45 @@ def comparison_table(steps: list[GenerationStep], teacher_forced: Trace) -> tupl
     return table, float(np.max(gaps))  # NaN if any gap is: max(0.0, nan) would say 0.0
 
 
+def trim(line: list[Segment]) -> list[Segment]:
+    """A line of segments without the spaces at its end (unless they are coloured: a shaded cell)."""
+    line = list(line)
+    while line:
+        last = line[-1]
+        if last.control or (last.style is not None and last.style.bgcolor is not None):
+            break
+        text = last.text.rstrip(" ")
+        if text:
+            line[-1] = Segment(text, last.style)
+            break
+        line.pop()
+    return line
+
+
 def print_all(console: Console, renderables: Iterator[RenderableType]) -> None:
-    """Print without cropping: widths were chosen above, and --full may be wider than the screen."""
+    """Print without cropping (widths were chosen above, and --full may be wider than the screen)
+    and with no spaces at the ends of lines."""
     for renderable in renderables:
-        console.print(renderable, crop=False)
+        print_trimmed(console, renderable)
+
+
+def print_trimmed(console: Console, renderable: RenderableType) -> None:
+    """One renderable, laid out at the console's width, each line without its trailing spaces."""
+    lines = Segment.split_lines(console.render(renderable, console.options))
+    console.print(Segments([s for line in lines for s in (*trim(line), Segment.line())]), end="", crop=False)
+
+
+class TrimmedConsole(Console):
+    """A console whose tables and text end their lines where their text ends, never in padding:
+    what the commands print through."""
+
+    def print(self, *objects: object, **kwargs: object) -> None:  # type: ignore[override]
+        if len(objects) == 1 and not kwargs and isinstance(objects[0], (str, Text, Table, Group)):
+            renderable = objects[0]
+            print_trimmed(self, self.render_str(renderable) if isinstance(renderable, str) else renderable)
+        else:
+            super().print(*objects, **kwargs)  # type: ignore[arg-type]
+
 
 
 def diff_table(diffs: list[StageDiff], first: str | None) -> Table:

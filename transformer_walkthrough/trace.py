@@ -25,8 +25,20 @@ if TYPE_CHECKING:
 
 @functools.lru_cache(maxsize=64)
 def dims(n: int, prefix: str = "d") -> tuple[str, ...]:
-    """Labels of n dimensions: d0, d1, … (or f0, f1, … for the feed-forward's units)."""
+    """Labels of n dimensions, named by their space: d0, d1, … of d_model; k0, … of a head's d_k;
+    f0, … of the feed-forward's d_ff."""
     return tuple(f"{prefix}{j}" for j in range(n))
+
+
+@functools.lru_cache(maxsize=64)
+def head_dims(num_heads: int, d_k: int) -> tuple[str, ...]:
+    """The columns of the heads set side by side (concat): h1.k0, h1.k1, …, h2.k0, …"""
+    return tuple(f"h{h + 1}.k{j}" for h in range(num_heads) for j in range(d_k))
+
+
+def positions(tokens: Sequence[str]) -> tuple[str, ...]:
+    """Rows that belong to positions, not to the words there: "pos 2 · is"."""
+    return tuple(f"pos {k} · {token}" for k, token in enumerate(tokens))
 
 
 # What a matrix is, recorded with it, so that no reader has to guess from its name.
@@ -143,6 +155,14 @@ def token_labels(pieces: Sequence[str]) -> tuple[str, ...]:
     return tuple(p if counts[p] == 1 else f"{p}@{i}" for i, p in enumerate(pieces))
 
 
+def weights_origin(seed: int, source: str | None) -> str:
+    """Where the weights' numbers come from, said in every header: random weights predict nothing,
+    and a learner holding the article's "sleeping 0.42" must not think the tool is broken."""
+    if source is None:
+        return f"random (seed {seed}), untrained — `walkthrough train` teaches it"
+    return f"trained: {source}"
+
+
 TOP_K = 3  # next-word candidates kept per position
 
 
@@ -176,6 +196,10 @@ class Trace:
     target_ids: tuple[int, ...] = ()  # the embedding rows the decoder read, one per target token
 
     _producers: dict[int, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def weights_origin(self) -> str:
+        return weights_origin(self.config.seed, self.weights_source)
 
     def stage(
         self, stage_id: str, kind: str, title: str | None = None, explanation: str = "", formula: str = ""

@@ -112,6 +112,23 @@ def train(
     return losses
 
 
+def training_notes(losses: list[float], lr: float, config: Config) -> list[str]:
+    """What a learner should be told about a training that ended: a loss that rose, and what a model
+    that has seen a single sentence has learned (that sentence, by heart)."""
+    notes = []
+    if losses[-1] > losses[0]:
+        notes.append(
+            f"The loss rose, from {losses[0]:.4g} to {losses[-1]:.4g}: the steps overshoot. "
+            f"Try a smaller rate, e.g. --lr {lr / 10:g}."
+        )
+    if len(config.pairs) == 1:
+        notes.append(
+            "A model that has seen one sentence has memorised it: it says this sentence back, "
+            "and knows nothing of any other."
+        )
+    return notes
+
+
 def _check_finite(loss: float, step: int, lr: float) -> None:
     """Stop a training that diverged: one line naming the step (``w`` is then half-trained: not saved)."""
     if math.isfinite(loss):

@@ -1,0 +1,125 @@
+"""Issue 11, for the learner: the output says what state the model is in and reads as sentences."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from transformer_walkthrough.cli import app
+from transformer_walkthrough.config import Config
+from transformer_walkthrough.model import init_weights, run_forward
+
+ROOT = Path(__file__).resolve().parents[1]
+RANDOM = "weights: random (seed 42), untrained — `walkthrough train` teaches it"
+
+
+def ok(runner: CliRunner, *args: str, width: int = 100) -> str:
+    result = runner.invoke(app, list(args), env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.stderr or result.stdout
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Weights on disk (the seed's own, so that the numbers are known): what --weights loads."""
+    path = tmp_path_factory.mktemp("w") / "weights.npz"
+    np.savez(path, **init_weights(Config()).arrays)
+    return path
+
+
+def test_every_header_says_where_the_weights_come_from(runner: CliRunner, saved: Path) -> None:
+    for command in (["run"], ["step", "-s", "embedding"], ["generate", "--max-len", "2"]):
+        assert ok(runner, *command).splitlines()[0] == RANDOM
+        loaded = ok(runner, *command, "--weights", str(saved)).splitlines()[0]
+        assert loaded == f"weights: trained: {saved}"
+    assert ok(runner, "run", "--seed", "7").splitlines()[0].startswith("weights: random (seed 7), untrained")
+
+
+def test_documents_say_where_the_weights_come_from(runner: CliRunner, tmp_path: Path, saved: Path) -> None:
+    for suffix in (".md", ".html", ".tex"):
+        ok(runner, "export", str(tmp_path / f"random{suffix}"))
+        assert "random (seed 42), untrained" in (tmp_path / f"random{suffix}").read_text()
+        ok(runner, "export", str(tmp_path / f"loaded{suffix}"), "--weights", str(saved))
+        text = (tmp_path / f"loaded{suffix}").read_text()
+        assert "untrained" not in text and "weights.npz" in text
+
+
+def test_explain_says_loaded_weights_come_from_their_file(runner: CliRunner, saved: Path) -> None:
+    args = ["explain", "-s", "decoder.embedding", "-m", "E", "--cell", "0,0"]
+    assert "drawn uniform in [0, 1)" in ok(runner, *args)
+    loaded = " ".join(ok(runner, *args, "--weights", str(saved)).split())  # joined where it wrapped
+    assert f"its numbers come from {saved}." in loaded and "drawn" not in loaded
+
+
+def test_the_prediction_marks_each_row_right_or_wrong_in_plain_text(runner: CliRunner) -> None:
+    trace = run_forward(Config())
+    lines = ok(runner, "run").splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("Prediction:"))
+    marks = []
+    for line in lines[start + 3 :]:
+        if line.split() and line.split()[0] in trace.target_tokens:
+            marks.append(line.split()[4] if line.split()[4] in "✓✗" else "")
+    # The untrained model's guesses, worked out from the probabilities here, not read from the output.
+    probs = trace["output.probabilities"]["probabilities"]
+    words = [trace.vocabulary[int(np.argmax(row))] for row in probs]
+    tokens = trace.target_tokens
+    expected = ["✓" if words[i] == tokens[i + 1] else "✗" for i in range(len(tokens) - 1)] + [""]
+    assert marks == expected and "✗" in marks
+
+
+def test_a_rising_loss_says_so_and_a_memorised_sentence_is_called_that(runner: CliRunner) -> None:
+    rising = ok(runner, "train", "--lr", "5", "--steps", "3")
+    assert re.search(r"The loss rose, from 1\.61 to \d+(\.\d+)?: the steps overshoot\. "
+                     r"Try a smaller rate, e\.g\. --lr 0\.5\.", rising)  # fmt: skip
+    assert "A model that has seen one sentence has memorised it" in rising
+    falling = ok(runner, "train", "--steps", "3")
+    assert "The loss rose" not in falling
+
+
+def test_the_flatten_head_says_it_sees_the_future(runner: CliRunner) -> None:
+    out = ok(runner, "step", "-s", "logits", "-c", str(ROOT / "configs/article-flatten.yaml"))
+    assert "the article's leak" in out and "sees the future" in out
+    assert "leak" not in ok(runner, "step", "-s", "logits")  # the paper's head does not leak
+
+
+def test_explain_all_terms_shows_every_term(runner: CliRunner) -> None:
+    # The flatten head's logit is a dot product of 4 positions × d_model 4 = 16 terms.
+    args = ["explain", "-c", str(ROOT / "configs/article-flatten.yaml"), "-s", "output.logits", "-m",
+            "logits", "--cell", "0,0", "--digits", "2"]  # fmt: skip
+    cut = ok(runner, *args, width=1000).splitlines()[2]
+    assert "(9 more terms)" in cut and cut.count("·") == 7
+    every = ok(runner, *args, "--all-terms", width=1000).splitlines()[2]
+    assert "more terms" not in every and every.count("·") == 16
+
+
+def test_explain_names_a_vector_cell_by_one_label(runner: CliRunner) -> None:
+    trace = run_forward(Config())
+    gamma = ok(runner, "explain", "-s", "encoder.0.add-norm-1", "-m", "gamma", "--cell", "0,0")
+    assert gamma.splitlines()[0] == "encoder.0.add-norm-1 · gamma[d0] = gamma[0] = 1.0000"
+    b = ok(runner, "explain", "-s", "output.logits", "-m", "b", "--cell", "0,is")
+    value = trace["output.logits"]["b"][0, trace.vocabulary.index("is")]
+    assert b.splitlines()[0] == f"output.logits · b[is] = b[{trace.vocabulary.index('is')}] = {value:.4f}"
+
+
+def test_numbers_have_one_minus_sign_no_negative_zero_and_negative_operands_in_parentheses(
+    tmp_path: Path, runner: CliRunner
+) -> None:
+    from transformer_walkthrough.explain import Cell
+
+    trace = run_forward(Config())
+    c = Cell(trace["decoder.0.add-norm-1"], "output", 0, 0, 2)
+    assert [c.f(-0.001), c.f(-0.08), c._factor(-0.08), c._factor(-math.inf), c._factor(0.56)] == [
+        "0.00", "−0.08", "(−0.08)", "(−∞)", "0.56"]  # fmt: skip
+    # (explain's operands in parentheses, by hand: tests/test_explain.py, "+ b_2[1] (−0.50)")
+    out = ok(runner, "run", width=80)
+    assert not re.search(r"-0\.00\b", out)
+    ok(runner, "export", str(tmp_path / "t.md"))
+    ok(runner, "export", str(tmp_path / "t.html"))
+    for suffix in ("md", "html"):
+        text = (tmp_path / f"t.{suffix}").read_text()
+        assert not re.search(r"(?<![\w/.`-])-\d", text) and "−0.00 " not in text and re.search(r"−\d", text)
