@@ -174,6 +174,7 @@ def test_labels_show_the_text_of_each_token():
     assert label("ðŁĲĪ") == "🐈"
     assert label("Ċ") == "↵" and label("ĉ") == "⇥" and label("č") == "<0x0D>"
     assert label("<|endoftext|>") == "<|endoftext|>"
+    assert label("Âħ") == "<U+0085>" and label("âĢį") == "<U+200D>"  # print as nothing: named
 
 
 def test_labels_of_a_checkpoint(gpt2):
@@ -203,6 +204,7 @@ def test_a_50257_token_vocabulary_loads_fast(tmp_path):
         loaded = ByteLevelBPETokenizer(tmp_path)
         times.append(time.perf_counter() - start)
     assert len(loaded.vocabulary) == len(loaded.labels) == 50_257
+    assert all(t.isprintable() for t in loaded.labels)  # as a Config's vocabulary must be
     assert loaded.vocabulary[300] == next(t for t, i in vocab.items() if i == 300)
     assert min(times) <= 0.2, f"loading a 50,257-token vocabulary took {min(times):.3f} s"
 

@@ -8,7 +8,8 @@ one token ``Ġcat``. The ``tokenizers`` package does this, from the same file ``
 
 Tokens are shown readably (``label``): the token's bytes decoded as UTF-8, a space shown as ``·``,
 a newline as ``↵``, a tab as ``⇥``, and a byte that is not a whole UTF-8 character (a token can
-hold half of an emoji) or another control character as ``<0xNN>``: ``Ġcat`` is ``·cat``,
+hold half of an emoji) or another control character as ``<0xNN>``, and any other character that
+prints as nothing (U+0085, the zero-width joiner U+200D, …) as ``<U+XXXX>``: ``Ġcat`` is ``·cat``,
 ``Ã©`` is ``é``, ``âĢ`` is ``<0xE2><0x80>``. Labels are for reading; the ids are the truth, and two
 tokens can share a label (``Ġ`` and ``Â·`` are both ``·``).
 """
@@ -70,7 +71,13 @@ def labels(tokens: list[str]) -> list[str]:
     except UnicodeEncodeError:  # some token is not byte-level (an added token): one at a time
         return [labels([t])[0] if _is_byte_level(t) else t for t in tokens]
     texts = [t.encode("latin-1").decode("utf-8", "surrogateescape") for t in joined.split(_SEP)]
-    return _SEP.join(texts).translate(_SHOW).split(_SEP)
+    shown = _SEP.join(texts).translate(_SHOW).split(_SEP)
+    return [t if t.isprintable() else _escape(t) for t in shown]
+
+
+def _escape(text: str) -> str:
+    """Characters that print as nothing or move the cursor (U+0085, U+200D, …) as <U+XXXX>."""
+    return "".join(c if c.isprintable() else f"<U+{ord(c):04X}>" for c in text)
 
 
 def _is_byte_level(token: str) -> bool:
@@ -106,7 +113,7 @@ class ByteLevelBPETokenizer:
             model_ids = [i for i in range(n) if tokens[i] is not None and i not in added]
             for i, text in zip(model_ids, labels([shown[i] for i in model_ids]), strict=True):
                 shown[i] = text
-        self.labels: tuple[str, ...] = tuple(shown)
+        self.labels: tuple[str, ...] = tuple(t if t.isprintable() else _escape(t) for t in shown)
         self._machine: Any = None
 
     @property
