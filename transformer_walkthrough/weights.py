@@ -52,6 +52,11 @@ class Weights(Mapping[str, np.ndarray]):
         stage.params[local] = ref  # type: ignore[attr-defined]
         return self.resolve(ref)
 
+    def get_local(self, stage_id: str, local: str) -> np.ndarray | None:
+        """The array a stage uses as ``local``, or None when the model has no such parameter."""
+        ref = self.uses.get(f"{stage_id}/{local}")
+        return None if ref is None else self.resolve(ref)
+
     def like(self, arrays: dict[str, np.ndarray]) -> Weights:
         """Other arrays (gradients, say) under the same names and ties."""
         return Weights(arrays, self.uses)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from .errors import CheckpointError
 
-# What a Marian folder needs, and nothing else (the hub's opus-mt repos also hold TensorFlow and
-# Rust weights of the same size, which a download must not fetch).
+# What a Marian or a GPT-2 folder needs, and nothing else (the hub's opus-mt and gpt2 repos also
+# hold TensorFlow, Flax and Rust weights of the same size, which a download must not fetch).
 CONFIG_AND_TOKENIZER = (
     "config.json", "generation_config.json", "tokenizer_config.json",
-    "source.spm", "target.spm", "vocab.json", "target_vocab.json",
+    "source.spm", "target.spm", "vocab.json", "target_vocab.json", "tokenizer.json",
 )  # fmt: skip
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in order of preference
 

@@ -4,7 +4,7 @@ Two formats, as the hub stores them:
 
 - ``model.safetensors``: an 8-byte header length, a JSON header naming each tensor's dtype, shape
   and byte range, then the bytes. The header is checked against the file's size before any tensor
-  is read; tensors are then read one at a time, when asked for, with the ``safetensors`` package.
+  is read; tensors are then read one at a time, when asked for, each straight into its array.
 - ``pytorch_model.bin``: torch's zip format, a pickle ``data.pkl`` whose tensors point at raw
   storages ``data/<key>``. Unpickling can call any function a file names, so this reader's
   unpickler knows exactly the few names a state dict uses and maps each to a NumPy stand-in: torch
@@ -56,27 +56,22 @@ class SafetensorsFile(Mapping):
     def __init__(self, path: Path):
         self.path = Path(path)
         self._entries = _safetensors_header(self.path)
-        self._handle: Any = None
 
     def __getitem__(self, name: str) -> np.ndarray:
+        """The tensor's bytes read straight into a new array: its byte range was checked against the
+        file with the header, and a plain read (no memory map) keeps the peak at one copy."""
         entry = self._entries[name]
-        if entry["dtype"] == "BF16":  # the numpy framework refuses bfloat16; the bytes are checked
-            start, end = entry["absolute"]
-            raw = np.fromfile(self.path, dtype="<u2", count=(end - start) // 2, offset=start)
-            return _bfloat16_to_float32(raw).reshape(entry["shape"])
-        if self._handle is None:
-            from safetensors import SafetensorError, safe_open
-
-            try:
-                self._handle = safe_open(str(self.path), framework="numpy")
-            except (SafetensorError, OSError) as err:
-                raise CheckpointError(
-                    f"{self.path}: not a readable safetensors file ({_first_line(err)})"
-                ) from None
+        stored, size = _SAFETENSORS_DTYPES[entry["dtype"]]
+        start, end = entry["absolute"]
         try:
-            return self._handle.get_tensor(name)
-        except Exception as err:  # the package's errors have no common base worth naming
+            raw = np.fromfile(self.path, dtype=stored, count=(end - start) // size, offset=start)
+        except OSError as err:
             raise CheckpointError(f"{self.path}: cannot read tensor {name!r} ({_first_line(err)})") from None
+        if raw.size * size != end - start:  # the file shrank since its header was read
+            raise CheckpointError(f"{self.path}: truncated safetensors file (tensor {name!r})")
+        if entry["dtype"] == "BF16":  # NumPy has no bfloat16: widened to float32
+            raw = _bfloat16_to_float32(raw)
+        return raw.reshape(entry["shape"])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)

@@ -1,0 +1,183 @@
+"""GPT-2 small's shape, ours against transformers: the forward pass, cached generation, loading.
+
+Run: python benchmarks/bench_gpt2.py [--rounds N] [--folder DIR]
+
+A random GPT-2-small-shaped checkpoint is made here (d_model 768, 12 heads, 12 layers, 1,024
+positions, a 50,257-token byte-level vocabulary; ``save_pretrained``, float32), in DIR or a
+temporary folder. One process, the same weights, the same threads (benchmarks/base.py). Timed, each
+as the median of its runs, taken in turns:
+  forward     a 10-token prompt: run_forward (every matrix recorded) vs GPT2LMHeadModel, eager
+  generate    20 new tokens after it: generate_cached vs transformers' greedy generate (its cache)
+  vocabulary  ByteLevelBPETokenizer(folder): tokenizer.json's 50,257 tokens and their labels
+  memory      peak RSS of a fresh process that loads the checkpoint and runs the traced forward,
+              against the size of model.safetensors
+Targets: forward <= 1.0x, generate <= 1.0x, vocabulary <= 0.2 s, memory <= 1.5x the checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from base import THREADS  # first: pins the BLAS threads before NumPy loads
+from bench_forward import median_times
+
+PROMPT = "The cat is sleeping comfortably on the warm soft mat"  # 10 tokens of the vocabulary made below
+NEW_TOKENS = 20
+EOS = "<|endoftext|>"
+
+# Run in a fresh process; VmHWM, not ru_maxrss, which Linux carries over from the parent through exec.
+PEAK = """
+import re, sys
+def hwm():
+    with open("/proc/self/status") as f:
+        return int(re.search(r"VmHWM:\\s+(\\d+) kB", f.read()).group(1)) * 1024
+from transformer_walkthrough.checkpoints import load_gpt2, checkpoint_config, checkpoint_weights
+from transformer_walkthrough.model import run_forward
+before = hwm()
+ckpt = load_gpt2(sys.argv[1])
+config = checkpoint_config(ckpt.model, ckpt.tokenizer.labels)
+w = checkpoint_weights(config, ckpt.weights)
+trace = run_forward(config, w, target_ids=ckpt.tokenizer.encode(sys.argv[2]))
+print(before, hwm())
+"""
+
+
+def make_checkpoint(folder: Path) -> None:
+    """A random GPT-2 small (float32, save_pretrained) and a 50,257-token byte-level tokenizer.json."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from transformer_walkthrough.checkpoints.bpe import bytes_to_unicode
+
+    folder.mkdir(parents=True, exist_ok=True)
+    alphabet = list(bytes_to_unicode().values())
+    vocab = {c: i for i, c in enumerate(alphabet)}
+    merges = []
+    for word in PROMPT.split():  # whole words, so that the prompt is one token a word (with Ġ)
+        pieces = ["Ġ" if word != "The" else "", *word]
+        pieces = [p for p in pieces if p]
+        while len(pieces) > 1:
+            merges.append((pieces[0], pieces[1]))
+            pieces = [pieces[0] + pieces[1], *pieces[2:]]
+            vocab.setdefault(pieces[0], len(vocab))
+    pairs = ((a, b) for a in alphabet for b in alphabet)
+    while len(vocab) < 50_256:
+        a, b = next(pairs)
+        vocab.setdefault(a + b, len(vocab))
+    vocab[EOS] = 50_256
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([EOS])
+    tok.save(str(folder / "tokenizer.json"))
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config())  # GPT-2 small's defaults
+    model.save_pretrained(folder)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="turns of 3 runs of each")
+    parser.add_argument("--folder", type=Path, help="keep the checkpoint here (made once)")
+    args = parser.parse_args()
+
+    import numpy as np
+    import torch
+    import transformers
+
+    from transformer_walkthrough.checkpoints import (
+        ByteLevelBPETokenizer,
+        checkpoint_config,
+        checkpoint_weights,
+        load_gpt2,
+    )
+    from transformer_walkthrough.generation import generate_cached, generated_ids
+    from transformer_walkthrough.model import run_forward
+
+    torch.set_num_threads(THREADS)
+    temporary = None
+    folder = args.folder
+    if folder is None:
+        temporary = tempfile.TemporaryDirectory(prefix="bench-gpt2-")
+        folder = Path(temporary.name)
+    if not (folder / "model.safetensors").is_file():
+        start = time.perf_counter()
+        make_checkpoint(folder)
+        print(f"made a random GPT-2 small in {folder} ({time.perf_counter() - start:.1f} s)")
+    size = (folder / "model.safetensors").stat().st_size
+
+    start = time.perf_counter()
+    ckpt = load_gpt2(folder)
+    config = checkpoint_config(ckpt.model, ckpt.tokenizer.labels)
+    w = checkpoint_weights(config, ckpt.weights)
+    load = time.perf_counter() - start
+    ids = ckpt.tokenizer.encode(PROMPT)
+    assert len(ids) == 10, ids
+    reference = transformers.GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
+    prompt = torch.tensor([ids])
+    mask = torch.ones_like(prompt)
+
+    def theirs_forward() -> object:
+        with torch.inference_mode():
+            return reference(prompt, output_attentions=True)
+
+    def theirs_generate() -> list[int]:
+        with torch.inference_mode():
+            out = reference.generate(
+                prompt, attention_mask=mask, do_sample=False, num_beams=1, max_new_tokens=NEW_TOKENS,
+                min_new_tokens=NEW_TOKENS, pad_token_id=ckpt.eos_token_id,
+            )  # fmt: skip
+        return out[0].tolist()
+
+    def ours_generate() -> list[int]:
+        return generated_ids(generate_cached(config, w, ids, NEW_TOKENS))
+
+    ours, expected = ours_generate(), theirs_generate()
+    same = ours == expected
+    trace = run_forward(config, w, target_ids=ids)
+    gap = np.abs(trace["output.logits"]["logits"] - theirs_forward().logits[0].numpy()).max()
+
+    t = median_times(
+        {
+            "ours forward": lambda: run_forward(config, w, target_ids=ids),
+            "transformers forward": theirs_forward,
+            "ours generate": ours_generate,
+            "transformers generate": theirs_generate,
+            "vocabulary": lambda: ByteLevelBPETokenizer(folder),
+        },
+        args.rounds,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, str(folder), PROMPT], capture_output=True, text=True, check=True
+    )
+    before, peak = map(int, done.stdout.split())
+
+    def ratio(ours: str, theirs: str) -> str:
+        return f"{t[ours] * 1e3:8.1f} ms vs {t[theirs] * 1e3:8.1f} ms: {t[ours] / t[theirs]:.2f}x"
+
+    forward, generate = (
+        ratio("ours forward", "transformers forward"),
+        ratio("ours generate", "transformers generate"),
+    )
+    mib = 2**20
+    print(f"GPT-2 small's shape, float32, {THREADS} threads, {args.rounds} rounds")
+    print(f"checkpoint {size / mib:,.0f} MiB; load_gpt2 + config + weights {load:.2f} s")
+    print(f"logits: max |ours - transformers| = {gap:.1e}; the same {NEW_TOKENS} greedy tokens: {same}")
+    print(f"  forward, 10 tokens, full trace vs eager   {forward}  (<= 1.0)")
+    print(f"  generate {NEW_TOKENS}, cache vs greedy generate  {generate}  (<= 1.0)")
+    print(f"  vocabulary, 50,257 tokens and labels      {t['vocabulary'] * 1e3:8.1f} ms  (<= 200)")
+    print(f"  peak RSS {peak / mib:,.0f} MiB = {peak / size:.2f}x the checkpoint (<= 1.5)")
+    print(f"  peak RSS after the imports ({before / mib:,.0f} MiB): {(peak - before) / size:.2f}x")
+    if temporary is not None:
+        temporary.cleanup()
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,516 @@
+"""GPT-2 checkpoints and the cached generation loop against transformers, offline.
+
+A session fixture trains a byte-level BPE on a few sentences with ``tokenizers`` (GPT-2's
+pre-tokenizer and decoder, saved as ``tokenizer.json``) and saves a tiny random GPT2LMHeadModel of
+the same vocabulary with ``save_pretrained`` (``transformer.``-prefixed names, no buffers); the
+same tensors are also written in the hub's layout (no prefix, no ``lm_head``, the causal-mask
+buffers ``h.N.attn.bias`` and ``h.N.attn.masked_bias``), as safetensors and as a torch zip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
+import torch
+import transformers
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from transformer_walkthrough.architecture import parameters
+from transformer_walkthrough.checkpoints import (
+    ByteLevelBPETokenizer,
+    CheckpointError,
+    check_input_size,
+    checkpoint_config,
+    checkpoint_weights,
+    load_gpt2,
+)
+from transformer_walkthrough.checkpoints.bpe import bytes_to_unicode, label
+from transformer_walkthrough.checkpoints.gpt2 import gpt2_rows
+from transformer_walkthrough.config import Config, ModelConfig
+from transformer_walkthrough.errors import WalkthroughError
+from transformer_walkthrough.generation import compare, generate_cached, generated_ids
+from transformer_walkthrough.model import init_weights, run_forward
+from transformer_walkthrough.trace import token_labels
+
+CORPUS = [
+    "The cat is sleeping comfortably.",
+    "A dog runs in the park! It was 42 degrees, said the café owner.",
+    "the quick brown fox jumps over the lazy dog",
+    "Where is the bus stop? Near the station, über the bridge.",
+    "Hello, world: 1234 + 5678 = 6912",
+]
+PROMPTS = [
+    "The cat is sleeping comfortably.",
+    "the  cat,is sleeping!!",
+    "   spaces   around   ",
+    "naïve café über Straße — 5,6 %",
+    "数字 and ✓ emoji 🐈‍⬛ never seen",
+    "line one\nline two\ttabbed",
+    "<|endoftext|>The cat<|endoftext|>",
+]
+D_MODEL, HEADS, LAYERS, POSITIONS = 16, 2, 2, 64
+EOS = "<|endoftext|>"
+
+
+def _train_tokenizer(path: Path) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS * 4, trainer)
+    tok.save(str(path))
+    return tok
+
+
+def _hub_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The hub's names for a save_pretrained state dict: no prefix, no lm_head, the mask buffers."""
+    hub = {k.removeprefix("transformer."): v for k, v in state.items() if k != "lm_head.weight"}
+    for n in range(LAYERS):
+        hub[f"h.{n}.attn.bias"] = torch.tril(torch.ones(POSITIONS, POSITIONS)).view(
+            1, 1, POSITIONS, POSITIONS
+        )
+        hub[f"h.{n}.attn.masked_bias"] = torch.tensor(-1e4)
+    return hub
+
+
+@pytest.fixture(scope="session")
+def gpt2(tmp_path_factory):
+    """Folders {"saved", "hub", "hub-bin"} and the float64 eager transformers model."""
+    root = tmp_path_factory.mktemp("gpt2")
+    saved = root / "saved"
+    saved.mkdir()
+    tok = _train_tokenizer(saved / "tokenizer.json")
+    eos = tok.token_to_id(EOS)
+    config = transformers.GPT2Config(
+        vocab_size=tok.get_vocab_size(),
+        n_embd=D_MODEL,
+        n_head=HEADS,
+        n_layer=LAYERS,
+        n_positions=POSITIONS,
+        initializer_range=0.4,  # GPT-2's 0.02 makes every prediction near uniform: a weak test
+        bos_token_id=eos,
+        eos_token_id=eos,
+    )
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+    with torch.no_grad():  # init leaves these at 1 and 0, which would hide a mix-up
+        for name, p in model.named_parameters():
+            if ".ln_" in name and name.endswith("weight"):
+                p.normal_(1.0, 0.2)
+            elif "bias" in name:
+                p.normal_(0.0, 0.2)
+    model.save_pretrained(saved)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    hub = _hub_layout(state)
+    folders = {"saved": saved}
+    for name, write in (
+        ("hub", lambda f: save_file({k: v.numpy() for k, v in hub.items()}, f / "model.safetensors")),
+        ("hub-bin", lambda f: torch.save(hub, f / "pytorch_model.bin")),
+    ):
+        folder = root / name
+        folder.mkdir()
+        write(folder)
+        for file in ("config.json", "tokenizer.json"):
+            shutil.copy(saved / file, folder / file)
+        folders[name] = folder
+    reference = (
+        transformers.GPT2LMHeadModel.from_pretrained(saved, attn_implementation="eager").double().eval()
+    )
+    return folders, reference
+
+
+def _ours(folder: Path, dtype: str = "float64"):
+    ckpt = load_gpt2(folder, dtype=dtype)
+    config = checkpoint_config(ckpt.model, ckpt.tokenizer.labels, dtype)
+    return ckpt, config, checkpoint_weights(config, ckpt.weights)
+
+
+def _one_line(err: pytest.ExceptionInfo) -> str:
+    message = str(err.value)
+    assert message and "\n" not in message
+    return message
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizer
+
+
+def test_tokenization_equals_transformers(gpt2):
+    folder = gpt2[0]["saved"]
+    ours = ByteLevelBPETokenizer(folder)
+    reference = transformers.GPT2TokenizerFast.from_pretrained(folder)
+    for text in PROMPTS:
+        ids = ours.encode(text)
+        assert ids == reference(text)["input_ids"], text
+        assert ours.tokens(text) == reference.convert_ids_to_tokens(ids), text
+        for skip in (True, False):
+            assert ours.decode(ids, skip_special_tokens=skip) == reference.decode(
+                ids, skip_special_tokens=skip
+            )
+        assert ours.decode(ids) == text  # byte-level BPE loses nothing
+    assert ours.vocabulary == tuple(reference.convert_ids_to_tokens(range(len(reference))))
+    assert ours.encode("<|endoftext|>") == [reference.eos_token_id]
+
+
+def test_labels_show_the_text_of_each_token():
+    assert bytes_to_unicode() == transformers.convert_slow_tokenizer.bytes_to_unicode()
+    assert label("Ġcat") == "·cat"
+    assert label("Ã©") == "é"  # the two bytes of é, each written as its stand-in
+    assert label("ĠâĢ") == "·<0xE2><0x80>"  # the first two of the three bytes of “—”
+    assert label("ðŁĲĪ") == "🐈"
+    assert label("Ċ") == "↵" and label("ĉ") == "⇥" and label("č") == "<0x0D>"
+    assert label("<|endoftext|>") == "<|endoftext|>"
+    assert label("Âħ") == "<U+0085>" and label("âĢį") == "<U+200D>"  # print as nothing: named
+
+
+def test_labels_of_a_checkpoint(gpt2):
+    tok = ByteLevelBPETokenizer(gpt2[0]["saved"])
+    eos = tok.vocabulary.index(EOS)
+    assert tok.labels[eos] == EOS  # a special token is shown as it is written
+    ids = tok.encode(" cat")
+    assert [tok.labels[i] for i in ids] == [label(t) for t in tok.tokens(" cat")]
+    assert "".join(tok.labels[i] for i in tok.encode("The cat is")).replace("·", " ") == "The cat is"
+
+
+def test_a_50257_token_vocabulary_loads_fast(tmp_path):
+    alphabet = list(bytes_to_unicode().values())
+    vocab = {EOS: 0, **{c: i + 1 for i, c in enumerate(alphabet)}}
+    pairs = ((a, b) for a in alphabet for b in alphabet)
+    while len(vocab) < 50_257:
+        a, b = next(pairs)
+        vocab[a + b] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([EOS])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        loaded = ByteLevelBPETokenizer(tmp_path)
+        times.append(time.perf_counter() - start)
+    assert len(loaded.vocabulary) == len(loaded.labels) == 50_257
+    assert all(t.isprintable() for t in loaded.labels)  # as a Config's vocabulary must be
+    assert loaded.vocabulary[300] == next(t for t, i in vocab.items() if i == 300)
+    assert min(times) <= 0.2, f"loading a 50,257-token vocabulary took {min(times):.3f} s"
+
+
+# ---------------------------------------------------------------------------------------------
+# converter
+
+
+@pytest.mark.parametrize("layout", ["saved", "hub", "hub-bin"])
+def test_every_weight_equals_transformers(gpt2, layout):
+    folders, reference = gpt2
+    ckpt = load_gpt2(folders[layout], dtype="float64")
+    state = reference.state_dict()
+    rows = gpt2_rows(LAYERS, D_MODEL, 4 * D_MODEL)
+    config = checkpoint_config(ckpt.model, ckpt.tokenizer.labels, "float64")
+    specs, _ = parameters(config)
+    assert (
+        set(ckpt.weights)
+        == set(specs)
+        == {r.ours for r in rows}
+        | {
+            "decoder.embedding/E",
+            "decoder.positional-encoding/P",
+        }
+    )
+    for row in rows:  # Conv1D's weight is already (d_in, d_out): taken as it is
+        np.testing.assert_array_equal(ckpt.weights[row.ours], state[f"transformer.{row.theirs}"].numpy())
+    np.testing.assert_array_equal(ckpt.weights["decoder.embedding/E"], state["lm_head.weight"].numpy())
+    np.testing.assert_array_equal(
+        ckpt.weights["decoder.positional-encoding/P"], state["transformer.wpe.weight"].numpy()
+    )
+    assert ckpt.weights["decoder.0.masked-attention/W_QKV"].shape == (D_MODEL, 3 * D_MODEL)
+    assert ckpt.model == {
+        "d_model": 16,
+        "num_heads": 2,
+        "d_ff": 64,
+        "num_encoder_layers": 0,
+        "num_decoder_layers": 2,
+        "norm_first": True,
+        "final_norm": True,
+        "activation": "gelu-tanh",
+        "positional_encoding": "learned",
+        "max_positions": 64,
+        "tie_embeddings": True,
+        "output_bias": False,
+        "attention_bias": True,
+        "scale_embeddings": False,
+        "layer_norm_eps": 1e-5,
+    }
+    eos = ckpt.tokenizer.vocabulary.index(EOS)
+    assert ckpt.bos_token_id == ckpt.eos_token_id == eos
+    assert load_gpt2(folders[layout]).weights["decoder.0.feed-forward/W_1"].dtype == np.float32
+
+
+def _attentions_and_logits(reference, ids):
+    with torch.no_grad():
+        out = reference(torch.tensor([ids]), output_attentions=True)
+    return [a[0].numpy() for a in out.attentions], out.logits[0].numpy()
+
+
+def test_forward_equals_transformers_in_float64(gpt2):
+    folders, reference = gpt2
+    ckpt, config, w = _ours(folders["hub"])
+    worst = 0.0
+    for text in PROMPTS:
+        ids = ckpt.tokenizer.encode(text)
+        trace = run_forward(config, w, target_ids=ids)
+        attentions, logits = _attentions_and_logits(reference, ids)
+        for i, A in enumerate(attentions):
+            stage = trace[f"decoder.{i}.masked-attention"]
+            for h in range(HEADS):
+                worst = max(worst, np.abs(stage[f"A{h + 1}"] - A[h]).max())
+        worst = max(worst, np.abs(trace["output.logits"]["logits"] - logits).max())
+        assert trace.target_tokens == token_labels([ckpt.tokenizer.labels[i] for i in ids])  # ·c@1 …
+    assert worst <= 1e-9, worst
+    assert np.abs(logits).max() > 1  # the weights are large enough for the logits to differ
+
+
+def test_forward_equals_transformers_in_float32(gpt2):
+    folders, _ = gpt2
+    reference = transformers.GPT2LMHeadModel.from_pretrained(
+        folders["saved"], attn_implementation="eager"
+    ).eval()
+    ckpt, config, w = _ours(folders["saved"], "float32")
+    for text in PROMPTS:
+        ids = ckpt.tokenizer.encode(text)
+        trace = run_forward(config, w, target_ids=ids)
+        attentions, logits = _attentions_and_logits(reference, ids)
+        for i, A in enumerate(attentions):
+            stage = trace[f"decoder.{i}.masked-attention"]
+            for h in range(HEADS):
+                assert stage[f"A{h + 1}"].dtype == np.float32
+                np.testing.assert_allclose(stage[f"A{h + 1}"], A[h], rtol=1e-4, atol=1e-6)
+        ours = trace["output.logits"]["logits"]
+        assert np.abs(ours - logits).max() <= 1e-4 * np.abs(logits).max()
+
+
+# ---------------------------------------------------------------------------------------------
+# generation with the key/value cache
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_cached_generation_equals_transformers_greedy(gpt2, dtype):
+    folders, reference = gpt2
+    if dtype == "float32":
+        reference = transformers.GPT2LMHeadModel.from_pretrained(
+            folders["saved"], attn_implementation="eager"
+        ).eval()
+    ckpt, config, w = _ours(folders["saved"], dtype)
+    made = set()
+    for text in PROMPTS[:4]:
+        ids = ckpt.tokenizer.encode(text)
+        new = min(12, POSITIONS - len(ids))
+        steps = generate_cached(config, w, ids, new, eos_id=ckpt.eos_token_id)
+        with torch.no_grad():
+            expected = reference.generate(
+                torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                do_sample=False,
+                num_beams=1,
+                max_new_tokens=new,
+                pad_token_id=ckpt.eos_token_id,
+            )[0].tolist()
+        assert generated_ids(steps) == expected, text
+        made.update(expected[len(ids) :])
+    assert len(made) > 3  # not one token over and over
+
+
+def test_each_cached_step_equals_the_full_pass(gpt2):
+    ckpt, config, w = _ours(gpt2[0]["hub-bin"])
+    prompt = ckpt.tokenizer.encode("The cat is")
+    steps = generate_cached(config, w, prompt, 10)
+    n = len(prompt)
+    assert [s.cache_rows for s in steps] == list(range(n, n + 10))  # one row more per step
+    assert steps[0].ids == tuple(prompt) and steps[0].positions == tuple(range(n))
+    for t, s in enumerate(steps[1:], 1):
+        assert s.ids == (steps[t - 1].chosen,) and s.positions == (n + t - 1,)
+        for layer in s.layers:
+            assert layer.q.shape == (HEADS, 1, D_MODEL // HEADS)  # only the new token's query
+            assert layer.K.shape == layer.V.shape == (HEADS, n + t, D_MODEL // HEADS)
+            assert layer.weights.shape == (HEADS, 1, n + t)
+            np.testing.assert_allclose(layer.weights.sum(axis=-1), 1.0, rtol=0, atol=1e-14)
+        assert s.top[0] == (s.chosen, pytest.approx(s.probabilities.max(), abs=0))
+    gaps = compare(config, w, steps)
+    assert max(gaps) <= 1e-12, gaps
+
+
+def test_top_k_sampling_is_seeded_and_stays_in_the_top_k(gpt2):
+    ckpt, config, w = _ours(gpt2[0]["saved"])
+    prompt = ckpt.tokenizer.encode("The cat")
+
+    def run(seed: int, k: int) -> list:
+        return generate_cached(config, w, prompt, 12, top_k=k, sample=True, seed=seed)
+
+    first = run(7, 5)
+    assert generated_ids(first) == generated_ids(run(7, 5))
+    assert any(generated_ids(run(seed, 5)) != generated_ids(first) for seed in range(8, 12))
+    for s in first:
+        assert len(s.top) == 5 and s.chosen in [i for i, _ in s.top]
+        assert [p for _, p in s.top] == sorted((p for _, p in s.top), reverse=True)
+    assert generated_ids(run(3, 1)) == generated_ids(generate_cached(config, w, prompt, 12))
+    assert max(compare(config, w, first)) <= 1e-12
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        ModelConfig(num_encoder_layers=0, num_decoder_layers=2, norm_first=True,
+                    positional_encoding="learned", tie_embeddings=True, activation="gelu-tanh"),
+        ModelConfig(num_encoder_layers=0, num_decoder_layers=2, scale_embeddings=True, attention_bias=True),
+    ],
+    ids=["gpt-like", "post-norm-sinusoidal"],
+)  # fmt: skip
+def test_cached_generation_of_a_toy_decoder_only_model(model):
+    config = Config(encoder_words=0, model=model)
+    w = init_weights(config)
+    prompt = config.token_ids(config.target_tokens[:3])
+    steps = generate_cached(config, w, prompt, 5)
+    assert len(steps) == 5 and [s.cache_rows for s in steps] == [3, 4, 5, 6, 7]
+    assert max(compare(config, w, steps)) <= 1e-12
+    full = run_forward(config, w, target_ids=generated_ids(steps)[:-1])
+    assert [s.chosen for s in steps] == list(full["output.probabilities"]["probabilities"][2:].argmax(axis=1))
+
+
+def test_generation_refuses_what_it_cannot_do(gpt2):
+    _, config, w = _ours(gpt2[0]["saved"])
+    toy = Config()
+    with pytest.raises(WalkthroughError) as err:
+        generate_cached(toy, init_weights(toy), [0], 3)
+    assert "decoder-only" in _one_line(err)
+    with pytest.raises(WalkthroughError) as err:
+        generate_cached(config, w, [0] * 62, 5)
+    assert "need 66 positions; the model has 64" in _one_line(err)
+    for bad in ([], [10_000]):
+        with pytest.raises(WalkthroughError) as err:
+            generate_cached(config, w, bad, 3)
+        assert "prompt ids" in _one_line(err)
+    with pytest.raises(WalkthroughError) as err:
+        generate_cached(config, w, [1], 3, top_k=0)
+    assert "--top-k" in _one_line(err)
+
+
+def test_an_untied_output_layer_is_its_own_matrix(gpt2, tmp_path):
+    folder = tmp_path / "untied"
+    folder.mkdir()
+    shutil.copy(gpt2[0]["saved"] / "tokenizer.json", folder)
+    config = transformers.GPT2Config.from_pretrained(gpt2[0]["saved"])
+    config.tie_word_embeddings = False
+    torch.manual_seed(1)
+    model = transformers.GPT2LMHeadModel(config).double().eval()
+    model.save_pretrained(folder)
+    ckpt, ours, w = _ours(folder)
+    assert ckpt.model["tie_embeddings"] is False
+    np.testing.assert_array_equal(w["output.logits/W"], model.lm_head.weight.detach().numpy().T)
+    ids = ckpt.tokenizer.encode("The cat is sleeping")
+    _, logits = _attentions_and_logits(model, ids)
+    assert np.abs(run_forward(ours, w, target_ids=ids)["output.logits"]["logits"] - logits).max() <= 1e-9
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input: one line
+
+
+def _copy(folder: Path, to: Path) -> Path:
+    shutil.copytree(folder, to)
+    return to
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"model_type": "llama"}, "model_type is 'llama'; only 'gpt2'"),
+        ({"activation_function": "gelu_fast"}, "activation_function 'gelu_fast' is not supported"),
+        ({"n_embd": 24}, "tensor h.0.ln_1.weight has shape [16], config.json implies [24]"),
+        ({"n_inner": 40}, "tensor h.0.mlp.c_fc.weight has shape [16, 64], config.json implies [16, 40]"),
+        ({"n_head": 3}, "n_embd (16) is not divisible by n_head (3)"),
+        ({"n_layer": 3}, "missing tensor h.2.ln_1.weight"),
+        ({"n_layer": 1}, "tensor h.1.attn.bias and 13 more is not part of a GPT-2 model"),
+        ({"vocab_size": 100}, "wte.weight has shape"),
+        ({"scale_attn_by_inverse_layer_idx": True}, "divided by the layer's number are not supported"),
+        ({"add_cross_attention": True}, "cross-attention layers are not supported"),
+        ({"n_positions": "many"}, "n_positions is 'many', not a positive integer"),
+    ],
+)
+def test_a_config_that_disagrees_is_one_line(gpt2, tmp_path, changes, message):
+    folder = _copy(gpt2[0]["hub"], tmp_path / "bad")
+    _edit_config(folder, **changes)
+    with pytest.raises(CheckpointError) as err:
+        load_gpt2(folder)
+    assert message in _one_line(err)
+
+
+def test_missing_or_broken_tokenizer_is_one_line(gpt2, tmp_path):
+    folder = _copy(gpt2[0]["saved"], tmp_path / "tok")
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(CheckpointError) as err:
+        load_gpt2(folder)
+    assert "missing tokenizer file tokenizer.json" in _one_line(err)
+    (folder / "tokenizer.json").write_text("{not json")
+    with pytest.raises(CheckpointError) as err:
+        load_gpt2(folder)
+    assert "not a readable tokenizer" in _one_line(err)
+
+
+def test_a_tokenizer_larger_than_the_table_is_one_line(gpt2, tmp_path):
+    folder = _copy(gpt2[0]["saved"], tmp_path / "small")
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.add_tokens(["<extra>"])
+    tok.save(str(folder / "tokenizer.json"))
+    with pytest.raises(CheckpointError) as err:
+        load_gpt2(folder)
+    assert "the embedding table only" in _one_line(err)
+
+
+def test_tensors_that_do_not_belong_are_one_line(gpt2, tmp_path):
+    state = transformers.GPT2LMHeadModel.from_pretrained(gpt2[0]["saved"]).state_dict()
+    hub = {k: v.numpy() for k, v in _hub_layout(state).items()}
+    cases = [
+        ({**hub, "h.0.attn.bias": np.ones((1, 1, 8, 8), np.float32)}, "h.0.attn.bias has shape [1, 1, 8, 8]"),
+        ({**hub, "score.weight": np.ones((2, 16), np.float32)}, "score.weight is not part of a GPT-2 model"),
+        ({**hub, "lm_head.weight": hub["wte.weight"] + 1}, "lm_head.weight differs from wte.weight"),
+        ({k: v for k, v in hub.items() if k != "ln_f.bias"}, "missing tensor ln_f.bias"),
+    ]
+    for n, (tensors, message) in enumerate(cases):
+        folder = tmp_path / f"case{n}"
+        folder.mkdir()
+        shutil.copy(gpt2[0]["saved"] / "config.json", folder)
+        shutil.copy(gpt2[0]["saved"] / "tokenizer.json", folder)
+        save_file(tensors, folder / "model.safetensors")
+        with pytest.raises(CheckpointError) as err:
+            load_gpt2(folder)
+        assert message in _one_line(err)
+
+
+def test_an_input_too_large_for_memory_is_refused_first(gpt2):
+    _, config, _ = _ours(gpt2[0]["saved"])
+    check_input_size(config, 0, 30)
+    big = checkpoint_config(
+        {**dataclasses.asdict(config.model), "d_model": 4096, "num_heads": 32}, config.vocabulary
+    )
+    with pytest.raises(CheckpointError) as err:
+        check_input_size(big, 0, 2048)
+    assert "GiB of matrices" in _one_line(err)

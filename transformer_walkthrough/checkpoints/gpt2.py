@@ -1,0 +1,269 @@
+"""A GPT-2 checkpoint converted to this project's parameter names and layout.
+
+GPT-2 is the decoder of Figure 1 alone, with the conventions the config names, each read from
+``config.json`` rather than assumed: pre-norm layers (``x + Sublayer(LayerNorm(x))``) and a
+LayerNorm atop the stack (``ln_f``), the tanh form of GELU (``activation_function: gelu_new``), a
+learned position table ``wpe`` instead of sinusoids, embeddings not scaled by √d_model, biases on
+every projection, and the output layer tied to the embedding table ``wte`` with no bias.
+
+GPT-2's projections are ``Conv1D`` modules, whose weight is already stored ``(d_in, d_out)`` and
+applied as ``x·W + b``: this project's layout, so nothing is transposed. ``attn.c_attn`` is
+``[W_Q | W_K | W_V]`` side by side, head h using the h-th block of d_k columns of each third,
+exactly our ``W_QKV``.
+
+Two layouts of the same tensors are read: the hub's (``wte.weight``, ``h.0.attn.c_attn.weight``,
+with the causal mask saved as a buffer ``h.N.attn.bias`` and, in older files, ``h.N.attn.masked_bias``)
+and ``save_pretrained``'s (``transformer.wte.weight``, …, no buffers).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .bpe import ByteLevelBPETokenizer
+from .errors import CheckpointError
+from .tensors import read_weights
+
+# GPT-2's activation_function values and ours; anything else is refused, never approximated.
+ACTIVATIONS = {
+    "gelu_new": "gelu-tanh",
+    "gelu_pytorch_tanh": "gelu-tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
+
+# GPT2Config's defaults (transformers), for the keys an older config.json leaves out.
+CONFIG_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 50257,
+    "n_positions": 1024,
+    "n_embd": 768,
+    "n_layer": 12,
+    "n_head": 12,
+    "n_inner": None,
+    "activation_function": "gelu_new",
+    "layer_norm_epsilon": 1e-5,
+    "scale_attn_weights": True,
+    "scale_attn_by_inverse_layer_idx": False,
+    "add_cross_attention": False,
+    "tie_word_embeddings": True,
+    "bos_token_id": 50256,
+    "eos_token_id": 50256,
+}
+
+# Options of GPT2Config that change the arithmetic in ways this project does not model: the value
+# that keeps GPT-2's arithmetic, and why another is refused.
+UNSUPPORTED = {
+    "scale_attn_weights": (True, "attention scores not divided by √d_k"),
+    "scale_attn_by_inverse_layer_idx": (False, "attention scores divided by the layer's number"),
+    "add_cross_attention": (False, "cross-attention layers"),
+}
+
+
+@dataclass
+class GPT2Checkpoint:
+    """A GPT-2 checkpoint in this project's terms: model config keys, named weights, tokenizer."""
+
+    model: dict[str, Any]
+    weights: dict[str, np.ndarray]
+    tokenizer: ByteLevelBPETokenizer
+    bos_token_id: int | None
+    eos_token_id: int | None
+    source: str
+
+
+class Row(NamedTuple):
+    """One of our parameters, the tensor it comes from (without the ``transformer.`` prefix), its shape."""
+
+    ours: str
+    theirs: str
+    shape: tuple[int, ...]
+
+
+def gpt2_rows(num_layers: int, d_model: int, d_ff: int) -> list[Row]:
+    """Our name <- their name for every parameter but the embeddings. Their weights are Conv1D's,
+    already (d_in, d_out): none is transposed."""
+    d, rows = d_model, []
+    for n in range(num_layers):
+        h, ours = f"h.{n}", f"decoder.{n}"
+        rows += [
+            Row(f"{ours}.norm-1/gamma", f"{h}.ln_1.weight", (d,)),
+            Row(f"{ours}.norm-1/beta", f"{h}.ln_1.bias", (d,)),
+            Row(f"{ours}.masked-attention/W_QKV", f"{h}.attn.c_attn.weight", (d, 3 * d)),
+            Row(f"{ours}.masked-attention/b_QKV", f"{h}.attn.c_attn.bias", (3 * d,)),
+            Row(f"{ours}.masked-attention/W_O", f"{h}.attn.c_proj.weight", (d, d)),
+            Row(f"{ours}.masked-attention/b_O", f"{h}.attn.c_proj.bias", (d,)),
+            Row(f"{ours}.norm-2/gamma", f"{h}.ln_2.weight", (d,)),
+            Row(f"{ours}.norm-2/beta", f"{h}.ln_2.bias", (d,)),
+            Row(f"{ours}.feed-forward/W_1", f"{h}.mlp.c_fc.weight", (d, d_ff)),
+            Row(f"{ours}.feed-forward/b_1", f"{h}.mlp.c_fc.bias", (d_ff,)),
+            Row(f"{ours}.feed-forward/W_2", f"{h}.mlp.c_proj.weight", (d_ff, d)),
+            Row(f"{ours}.feed-forward/b_2", f"{h}.mlp.c_proj.bias", (d,)),
+        ]
+    return [
+        *rows,
+        Row("decoder.final-norm/gamma", "ln_f.weight", (d,)),
+        Row("decoder.final-norm/beta", "ln_f.bias", (d,)),
+    ]
+
+
+def load_gpt2(path: str | Path, dtype: str | np.dtype = "float32", name: str | None = None) -> GPT2Checkpoint:
+    """The GPT-2 checkpoint in folder ``path``, converted; ``name`` (a hub id) is used in ``source``."""
+    folder = Path(path)
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise CheckpointError(f"dtype {dtype} is not supported; use float32 or float64")
+    config = _read_config(folder)
+    tensors, file = read_weights(folder)
+    weights, tied = _convert(tensors, config, dtype, f"{folder / file}")
+    vocab_size = weights["decoder.embedding/E"].shape[0]
+    tokenizer = ByteLevelBPETokenizer(folder, size=vocab_size)
+    d_model = config["n_embd"]
+    model = {
+        "d_model": d_model,
+        "num_heads": config["n_head"],
+        "d_ff": config["n_inner"] or 4 * d_model,
+        "num_encoder_layers": 0,
+        "num_decoder_layers": config["n_layer"],
+        "norm_first": True,
+        "final_norm": True,
+        "activation": ACTIVATIONS[config["activation_function"]],
+        "positional_encoding": "learned",
+        "max_positions": config["n_positions"],
+        "tie_embeddings": tied,
+        "output_bias": False,
+        "attention_bias": True,
+        "scale_embeddings": False,
+        "layer_norm_eps": float(config["layer_norm_epsilon"]),
+    }
+    return GPT2Checkpoint(
+        model=model,
+        weights=weights,
+        tokenizer=tokenizer,
+        bos_token_id=config["bos_token_id"],
+        eos_token_id=config["eos_token_id"],
+        source=f"{name or folder} ({file})",
+    )
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    """config.json with GPT2Config's defaults filled in, every value this converter uses checked."""
+    path = folder / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{folder}: no config.json (is this a checkpoint folder?)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not readable JSON ({err})") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    if raw.get("model_type") != "gpt2":
+        raise CheckpointError(
+            f"{path}: model_type is {raw.get('model_type')!r}; only 'gpt2' checkpoints are read here"
+        )
+    keep_none = {"n_inner", "bos_token_id", "eos_token_id"}
+    config = {**CONFIG_DEFAULTS, **{k: v for k, v in raw.items() if v is not None or k in keep_none}}
+    for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
+        if type(config[key]) is not int or config[key] < 1:
+            raise CheckpointError(f"{path}: {key} is {config[key]!r}, not a positive integer")
+    if config["n_inner"] is not None and (type(config["n_inner"]) is not int or config["n_inner"] < 1):
+        raise CheckpointError(f"{path}: n_inner is {config['n_inner']!r}, not a positive integer or null")
+    if config["n_embd"] % config["n_head"]:
+        raise CheckpointError(
+            f"{path}: n_embd ({config['n_embd']}) is not divisible by n_head ({config['n_head']})"
+        )
+    eps = config["layer_norm_epsilon"]
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
+        raise CheckpointError(f"{path}: layer_norm_epsilon is {eps!r}, not a small positive number")
+    for key in ("bos_token_id", "eos_token_id"):
+        if config[key] is not None and (type(config[key]) is not int or config[key] < 0):
+            raise CheckpointError(f"{path}: {key} is {config[key]!r}, not a token id")
+    if type(config["tie_word_embeddings"]) is not bool:
+        raise CheckpointError(
+            f"{path}: tie_word_embeddings is {config['tie_word_embeddings']!r}, not true or false"
+        )
+    if config["activation_function"] not in ACTIVATIONS:
+        raise CheckpointError(
+            f"{path}: activation_function {config['activation_function']!r} is not supported "
+            f"(supported: {', '.join(ACTIVATIONS)})"
+        )
+    for key, (value, what) in UNSUPPORTED.items():
+        if config[key] != value:
+            raise CheckpointError(f"{path}: {key} is {config[key]!r}: {what} are not supported")
+    return config
+
+
+def _convert(
+    tensors: Mapping[str, np.ndarray], config: dict[str, Any], dtype: np.dtype, where: str
+) -> tuple[dict[str, np.ndarray], bool]:
+    """Our named weights from GPT-2's tensors, every shape checked against config.json first."""
+    d, n_pos, vocab = config["n_embd"], config["n_positions"], config["vocab_size"]
+    d_ff = config["n_inner"] or 4 * d
+    names = set(tensors)
+    # save_pretrained writes GPT2LMHeadModel's names (transformer.wte.weight, lm_head.weight); the
+    # hub's files hold GPT2Model's (wte.weight). One layout per file: a mixture is not GPT-2's.
+    prefix = "transformer." if any(n.startswith("transformer.") for n in names) else ""
+    used: set[str] = set()
+
+    def shape(name: str) -> tuple[int, ...]:
+        if name not in names:
+            raise CheckpointError(f"{where}: missing tensor {name}")
+        get_shape = getattr(tensors, "shape", None)
+        return tuple(get_shape(name)) if get_shape else tuple(tensors[name].shape)
+
+    def take(name: str, expected: tuple[int, ...]) -> np.ndarray:
+        if shape(name) != expected:
+            raise CheckpointError(
+                f"{where}: tensor {name} has shape {list(shape(name))}, config.json implies {list(expected)}"
+            )
+        used.add(name)
+        return tensors[name]
+
+    weights: dict[str, np.ndarray] = {}
+    for row in gpt2_rows(config["n_layer"], d, d_ff):
+        weights[row.ours] = np.ascontiguousarray(take(prefix + row.theirs, row.shape), dtype=dtype)
+
+    wte = take(f"{prefix}wte.weight", (vocab, d))
+    weights["decoder.embedding/E"] = np.ascontiguousarray(wte, dtype=dtype)
+    weights["decoder.positional-encoding/P"] = np.ascontiguousarray(
+        take(f"{prefix}wpe.weight", (n_pos, d)), dtype=dtype
+    )
+    tied = config["tie_word_embeddings"]
+    if "lm_head.weight" in names:
+        lm_head = take("lm_head.weight", (vocab, d))
+        if tied and not np.array_equal(lm_head, wte):
+            raise CheckpointError(
+                f"{where}: lm_head.weight differs from {prefix}wte.weight, which config.json says "
+                "it is (tie_word_embeddings)"
+            )
+        if not tied:
+            weights["output.logits/W"] = np.ascontiguousarray(lm_head.T, dtype=dtype)
+    elif not tied:
+        raise CheckpointError(f"{where}: missing tensor lm_head.weight (tie_word_embeddings is false)")
+
+    # The causal mask as old versions saved it (a lower-triangular table, and the -10⁴ it filled
+    # with): this project makes its mask, as transformers now does; only the shapes are checked.
+    for n in range(config["n_layer"]):
+        for buffer, want in (("bias", (1, 1, n_pos, n_pos)), ("masked_bias", ())):
+            name = f"{prefix}h.{n}.attn.{buffer}"
+            if name in names:
+                if shape(name) != want:
+                    raise CheckpointError(
+                        f"{where}: tensor {name} has shape {list(shape(name))}, expected {list(want)}"
+                    )
+                used.add(name)
+    unused = sorted(names - used)
+    if unused:
+        more = f" and {len(unused) - 1} more" if len(unused) > 1 else ""
+        raise CheckpointError(f"{where}: tensor {unused[0]}{more} is not part of a GPT-2 model")
+    for key, w in weights.items():
+        if not np.isfinite(w).all():
+            raise CheckpointError(f"{where}: {key} holds NaN or infinite values")
+    return weights, tied

@@ -1,0 +1,259 @@
+"""Generation with a key/value cache: a decoder-only model writes one token at a time, and each
+step computes only the new token's query, key and value.
+
+Because of the causal mask, position i's output depends on positions 0…i alone: the keys and values
+of earlier tokens never change once computed. So the loop keeps them, per layer, in a cache:
+
+    step 0:  run the prompt (n tokens) through every layer, as the full pass does; keep K and V (n rows)
+    step t:  embed the newest token at position n + t − 1; in each layer project it to q, k, v,
+             append k and v to the cache (one row more), and attend with q over the cached K, V:
+             a = softmax(q·Kᵀ/√d_k), o = a·V: no mask is needed, every cached key is in the past.
+
+Step t's numbers are row n + t − 1 of the full pass on the final sequence (``compare`` checks it);
+the cache turns each step's attention from O(n²) to O(n) work. The arithmetic is ``functional``'s
+and the parameters are the model's ``Weights``, read under the stage ids of ``architecture``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from . import functional as F
+from .architecture import DECODER, OUTPUT, connection, stage_id, sublayers
+from .config import Config, ModelConfig
+from .errors import WalkthroughError
+from .weights import Weights
+
+
+class LayerStep(NamedTuple):
+    """What one layer's masked attention did at one step, per head (head first)."""
+
+    q: np.ndarray  # (h, new, d_k): the new tokens' queries (the prompt's at step 0, then one)
+    K: np.ndarray  # (h, cached, d_k): every key so far, the new ones last
+    V: np.ndarray  # (h, cached, d_k): every value so far
+    scores: np.ndarray  # (h, new, cached): q·Kᵀ/√d_k (with the causal mask at step 0)
+    weights: np.ndarray  # (h, new, cached): softmax of the scores, each row sums to 1
+
+
+class Step(NamedTuple):
+    """One step of generation: the tokens fed, each layer's attention over the cache, the choice."""
+
+    index: int  # 0 for the prompt, then 1, 2, …
+    ids: tuple[int, ...]  # the tokens fed at this step: the prompt, then the previous choice
+    positions: tuple[int, ...]  # their positions in the sequence
+    layers: tuple[LayerStep, ...]
+    logits: np.ndarray  # (vocab,): the scores of the next token, from the last position
+    probabilities: np.ndarray  # (vocab,): softmax of the logits
+    top: tuple[tuple[int, float], ...]  # (id, probability), most likely first: the top k
+    chosen: int  # the next token: the most likely, or a draw from the top k
+
+    @property
+    def cache_rows(self) -> int:
+        """How many keys (and values) each layer's cache holds after this step."""
+        return self.layers[0].K.shape[1]
+
+
+class Cache:
+    """Each layer's keys and values so far, (h, rows, d_k), in arrays allocated once for the whole run."""
+
+    def __init__(self, layers: int, heads: int, capacity: int, d_k: int, dtype: np.dtype):
+        self.K = np.zeros((layers, heads, capacity, d_k), dtype=dtype)
+        self.V = np.zeros_like(self.K)
+        self.rows = 0
+
+    def append(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Add the new rows (h, new, d_k) of layer ``layer``; return its whole K and V so far (views)."""
+        end = self.rows + k.shape[1]
+        self.K[layer, :, self.rows : end] = k
+        self.V[layer, :, self.rows : end] = v
+        return self.K[layer, :, :end], self.V[layer, :, :end]
+
+
+def _attention(
+    x: np.ndarray, w: Weights, m: ModelConfig, layer: int, cache: Cache
+) -> tuple[np.ndarray, LayerStep]:
+    """Masked self-attention of the new rows x (new, d_model) over the cache: x's q, k, v, then
+    softmax(q·Kᵀ/√d_k + M)·V with the causal mask among the new rows only."""
+    stage = stage_id(DECODER, "masked-attention", layer)
+    W_QKV, W_O = w.get_local(stage, "W_QKV"), w.get_local(stage, "W_O")
+    b_QKV, b_O = w.get_local(stage, "b_QKV"), w.get_local(stage, "b_O")
+    d, new = m.d_model, x.shape[0]
+    qkv = F.linear(x, W_QKV, b_QKV)
+    q, k, v = (F.split_heads(qkv[:, j * d : (j + 1) * d], m.num_heads) for j in range(3))
+    K, V = cache.append(layer, k, v)
+    # The new rows may look at every cached row and, among themselves, at the earlier ones only.
+    mask = None
+    if new > 1:
+        mask = np.zeros((new, K.shape[1]), dtype=x.dtype)
+        mask[:, K.shape[1] - new :] = F.causal_mask(new, x.dtype)
+    heads = F.scaled_dot_product_attention(q, K, V, mask)
+    out = F.linear(F.merge_heads(heads.output), W_O, b_O)
+    scores = heads.scores if heads.masked_scores is None else heads.masked_scores
+    return out, LayerStep(q, K, V, scores, heads.weights)
+
+
+def _layer(x: np.ndarray, w: Weights, m: ModelConfig, i: int, cache: Cache) -> tuple[np.ndarray, LayerStep]:
+    """One decoder layer on the new rows, pre-norm or post-norm as ``model.layer`` wires it."""
+    seen: list[LayerStep] = []
+
+    def sublayer(kind: str, x: np.ndarray) -> np.ndarray:
+        if kind == "masked-attention":
+            out, step = _attention(x, w, m, i, cache)
+            seen.append(step)
+            return out
+        ff = stage_id(DECODER, "feed-forward", i)
+        W_1, b_1, W_2, b_2 = (w.get_local(ff, p) for p in ("W_1", "b_1", "W_2", "b_2"))
+        return F.feed_forward(x, W_1, b_1, W_2, b_2, m.activation).output
+
+    for k, kind in enumerate(sublayers(DECODER, m), 1):
+        c = connection(DECODER, i, k, m)
+        if c.norm is None:  # post-norm: x = LayerNorm(x + Sublayer(x))
+            x = _norm(x + sublayer(kind, x), w, c.after, m)
+        else:  # pre-norm: x = x + Sublayer(LayerNorm(x))
+            x = x + sublayer(kind, _norm(x, w, c.norm, m))
+    return x, seen[0]
+
+
+def _norm(x: np.ndarray, w: Weights, stage: str, m: ModelConfig) -> np.ndarray:
+    return F.layer_norm(x, w.get_local(stage, "gamma"), w.get_local(stage, "beta"), m.layer_norm_eps)
+
+
+def _embed(ids: Sequence[int], start: int, w: Weights, m: ModelConfig) -> np.ndarray:
+    """Token embeddings (scaled when the config says) plus the positions start, start + 1, …"""
+    E = w.get_local(stage_id(DECODER, "embedding"), "E")
+    x = E[list(ids)] * math.sqrt(m.d_model) if m.scale_embeddings else E[list(ids)]
+    rows = slice(start, start + len(ids))
+    if m.positional_encoding == "learned":
+        return x + w.get_local(stage_id(DECODER, "positional-encoding"), "P")[rows]
+    halves = m.positional_encoding == "sinusoidal-halves"
+    return x + F.positional_encoding(start + len(ids), m.d_model, x.dtype, halves)[rows]
+
+
+def _logits(y: np.ndarray, w: Weights, m: ModelConfig) -> np.ndarray:
+    if m.has_final_norm:
+        y = _norm(y, w, stage_id(DECODER, "final-norm"), m)
+    logits = stage_id(OUTPUT, "logits")
+    return F.linear(y, w.get_local(logits, "W"), w.get_local(logits, "b"))
+
+
+def generate_cached(
+    config: Config,
+    w: Weights,
+    prompt: Sequence[int],
+    max_new: int,
+    *,
+    top_k: int = 5,
+    sample: bool = False,
+    seed: int = 0,
+    eos_id: int | None = None,
+) -> list[Step]:
+    """Generate up to ``max_new`` tokens after ``prompt`` (ids) with a key/value cache.
+
+    Greedy by default (the most likely token; the first in id order on a tie, as ``argmax``); with
+    ``sample``, a draw from the ``top_k`` most likely, renormalised, from a generator seeded by
+    ``seed``. Stops after ``eos_id`` is chosen. Returns step 0 (the prompt) and one step per token.
+    """
+    m = config.model
+    if not m.decoder_only:
+        raise WalkthroughError(
+            "generation with a key/value cache is for decoder-only models (num_encoder_layers: 0)"
+        )
+    if m.output_head != "per-position":
+        raise WalkthroughError("generation needs output_head: per-position")
+    vocab = len(config.vocabulary or ())
+    prompt = [int(i) for i in prompt]
+    if not prompt or any(not 0 <= i < vocab for i in prompt):
+        raise WalkthroughError(f"prompt ids: need 1 or more ids from 0 to {vocab - 1}")
+    if max_new < 1:
+        raise WalkthroughError(f"--max-len: must be a positive integer, got {max_new}")
+    if not 1 <= top_k <= vocab:
+        raise WalkthroughError(f"--top-k: must be 1 to {vocab}, got {top_k}")
+    total = len(prompt) + max_new - 1  # the last choice is never fed back
+    if m.positional_encoding == "learned" and total > m.max_positions:
+        raise WalkthroughError(
+            f"{len(prompt)} prompt tokens and {max_new} new ones need {total} positions; "
+            f"the model has {m.max_positions} (max_positions)"
+        )
+    rng = np.random.default_rng(seed) if sample else None
+    dtype = w.get_local(stage_id(DECODER, "embedding"), "E").dtype
+    cache = Cache(m.num_decoder_layers, m.num_heads, total, m.d_k, dtype)
+    steps: list[Step] = []
+    ids = prompt
+    for index in range(max_new):
+        start = cache.rows
+        x = _embed(ids, start, w, m)
+        layers = []
+        for i in range(m.num_decoder_layers):
+            x, seen = _layer(x, w, m, i, cache)
+            layers.append(seen)
+        cache.rows += len(ids)
+        logits = _logits(x[-1:], w, m)[0]
+        p = F.softmax(logits)
+        best = _top(p, top_k)
+        chosen = int(best[0]) if rng is None else int(rng.choice(best, p=p[best] / p[best].sum()))
+        steps.append(
+            Step(index, tuple(ids), tuple(range(start, start + len(ids))), tuple(layers), logits, p,
+                 tuple((int(j), float(p[j])) for j in best), chosen)
+        )  # fmt: skip
+        if chosen == eos_id:
+            break
+        ids = [chosen]
+    return steps
+
+
+def _top(p: np.ndarray, k: int) -> np.ndarray:
+    """The ids of the k largest entries of p, largest first, ties in id order (argmax's choice first)."""
+    part = np.argpartition(-p, k - 1)[:k] if k < p.size else np.arange(p.size)
+    return part[np.lexsort((part, -p[part]))]
+
+
+def generated_ids(steps: Sequence[Step]) -> list[int]:
+    """The whole sequence: the prompt, then every chosen token."""
+    return [*steps[0].ids, *(s.chosen for s in steps)]
+
+
+class Comparison(NamedTuple):
+    """The largest difference between the cached steps and the full pass, per quantity."""
+
+    queries: float
+    keys: float
+    values: float
+    attention: float  # weights of the cached row vs the same row of the full pass's A
+    logits: float
+
+
+def compare(config: Config, w: Weights, steps: Sequence[Step]) -> Comparison:
+    """Check that step t equals row n + t − 1 of one full forward pass over everything fed.
+
+    The full pass (``model.run_forward``) attends with an n×n causal mask; the cached step
+    attends over the cache with no mask. Returns the largest absolute differences; the full
+    pass's masked columns (the future) must hold weight 0 exactly, and count as differences if not.
+    """
+    from .model import run_forward
+
+    fed = [i for s in steps for i in s.ids]
+    trace = run_forward(config, w, target_ids=fed)
+    worst = dict.fromkeys(Comparison._fields, 0.0)
+
+    def note(what: str, a: np.ndarray, b: np.ndarray) -> None:
+        worst[what] = max(worst[what], float(np.max(np.abs(a - b))) if a.size else 0.0)
+
+    logits = trace[stage_id(OUTPUT, "logits")]["logits"]
+    for s in steps:
+        rows = list(s.positions)
+        cached = s.cache_rows
+        for i, layer in enumerate(s.layers):
+            stage = trace[stage_id(DECODER, "masked-attention", i)]
+            for h in range(config.model.num_heads):
+                note("queries", layer.q[h], stage[f"Q{h + 1}"][rows])
+                note("keys", layer.K[h], stage[f"K{h + 1}"][:cached])
+                note("values", layer.V[h], stage[f"V{h + 1}"][:cached])
+                A = stage[f"A{h + 1}"][rows]
+                note("attention", layer.weights[h], A[:, :cached])
+                note("attention", np.zeros_like(A[:, cached:]), A[:, cached:])
+        note("logits", s.logits, logits[rows[-1]])
+    return Comparison(**worst)
