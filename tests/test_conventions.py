@@ -364,3 +364,18 @@ def test_generation_stops_where_the_learned_positions_end(runner: CliRunner) -> 
     result = runner.invoke(app, ["generate", "-c", str(CONFIGS / "gpt-style.yaml")])
     assert result.exit_code == 0, result.output
     assert "(stopped after 15 tokens: the learned position table has 16 rows" in result.output
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_the_parameter_list_is_what_the_stages_use(path: Path) -> None:
+    """architecture.parameters and the forward pass describe the same model: every parameter is
+    used by the stage it is named after (and a tied table by the others too), and nothing else is."""
+    config = load_config(path)
+    w = init_weights(config)
+    trace = run_forward(config, w)
+    used = {ref.name for stage in trace for ref in stage.params.values()}
+    assert used == set(w)
+    for stage in trace:
+        for local, ref in stage.params.items():
+            assert ref == w.uses[f"{stage.id}/{local}"]
+            assert ref.transposed == (local == "W" and config.model.tie_embeddings)
