@@ -125,13 +125,12 @@ class SideBySide:
         gap = Segment(" " * GAP)
         height = max(len(b.lines) for b in self.blocks)
         for i in range(height):
+            line: list[Segment] = []
             for k, block in enumerate(self.blocks):
                 if k:
-                    yield gap
-                if i < len(block.lines):
-                    yield from block.lines[i]
-                else:
-                    yield Segment(" " * block.width)
+                    line.append(gap)
+                line += block.lines[i] if i < len(block.lines) else [Segment(" " * block.width)]
+            yield from trim(line)  # no line ends in spaces
             yield Segment.line()
 
 
@@ -152,7 +151,7 @@ class MatrixBlock:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
         for line in self.lines:
-            yield from line
+            yield from trim(line)  # no line ends in spaces
             yield Segment.line()
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
@@ -169,15 +168,22 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     r, c = matrix.values.shape
     row_index = list(range(r)) if view.full else summarise([1] * r, MAX_ROWS, 1)
     shown = matrix.values[[i for i in row_index if i >= 0]]
-    estimate = np.maximum(text_widths(shown, view.precision), [len(label) for label in matrix.cols])
     label_width = max(len(s) for s in matrix.rows)
     if view.full:
         columns = list(range(c))
     else:
+        # Only the columns that could fit are measured: a column is at least 1 + COL_GAP wide, so
+        # no more than this many from either end (a 58,101-word vocabulary is measured at its ends).
+        reach = max(1, view.width // (1 + COL_GAP) + 1)
+        candidates = list(range(c)) if c <= 2 * reach else [*range(reach), *range(c - reach, c)]
+        estimate = np.maximum(
+            text_widths(shown[:, candidates], view.precision), [len(matrix.cols[j]) for j in candidates]
+        )
         # Each column costs its text and the gap before it.
-        columns = summarise(
+        picked = summarise(
             [int(w) + COL_GAP for w in estimate], view.width - label_width, len(ELLIPSIS) + COL_GAP
         )
+        columns = [candidates[k] if k >= 0 else -1 for k in picked]
     kept = [j for j in columns if j >= 0]
     cells = [[format_value(v, view.precision) for v in row] for row in shown[:, kept].tolist()]
     width_of = {j: max(len(matrix.cols[j]), *(len(row[k]) for row in cells)) for k, j in enumerate(kept)}
@@ -528,7 +534,10 @@ def print_all(console: Console, renderables: Iterator[RenderableType]) -> None:
     """Print without cropping (widths were chosen above, and --full may be wider than the screen)
     and with no spaces at the ends of lines."""
     for renderable in renderables:
-        print_trimmed(console, renderable)
+        if isinstance(renderable, (MatrixBlock, SideBySide)):  # their lines are trimmed already
+            console.print(renderable, crop=False)
+        else:
+            print_trimmed(console, renderable)
 
 
 def print_trimmed(console: Console, renderable: RenderableType) -> None:
