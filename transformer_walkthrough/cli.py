@@ -488,11 +488,13 @@ def explain(
         raise StageError(
             f"--stage {stage} names {len(chosen)} stages; give one id: {', '.join(s.id for s in chosen)}"
         )
+    from .render import wrap_explanation
+
     head, *lines = explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms)
     console = _console()
-    console.print(Text(head, style="bold"))
-    for line in lines:
-        console.print(Text(line))
+    for k, line in enumerate([head, *lines]):
+        for part in wrap_explanation(line, console.width):
+            console.print(Text(part, style="bold" if k == 0 else "", overflow="fold"))
 
 
 @app.command()
@@ -576,7 +578,7 @@ def generate(
     from .checks import TOLERANCE
     from .config import END, load_config
     from .model import init_weights, load_weights
-    from .render import View, comparison_table, generation_table
+    from .render import View, comparison_table, generation_table, paragraph
     from .trace import weights_origin
     from .training import generate as decode
     from .training import generation_limit
@@ -605,7 +607,7 @@ def generate(
     source = None if weights is None else printable(str(weights))
     console.print(Text(f"weights: {weights_origin(settings.seed, source)}", style="dim"))
     console.print(generation_table(steps, view))
-    console.print(said)
+    console.print(paragraph(said, console.width))
     limit = generation_limit(settings, max_len)
     if checkpoint is None and steps[-1].chosen != END and len(steps) == limit < max_len:
         console.print(
@@ -622,10 +624,10 @@ def generate(
             f"generation differs from the teacher-forced pass (max |diff| {worst:.1e}): "
             "the numbers overflowed; try smaller weights"
         )
-    console.print(
+    console.print(paragraph(
         f"Step i equals row i of one teacher-forced pass over the final input (max |diff| {worst:.1e}): "
-        "the causal mask keeps row i from seeing anything after position i."
-    )
+        "the causal mask keeps row i from seeing anything after position i.", console.width
+    ))  # fmt: skip
 
 
 @app.command()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.measure import Measurement
 from rich.rule import Rule
@@ -95,6 +96,98 @@ def styled_table(title: str | None = None) -> Table:
         show_edge=False,
         header_style=LABEL,
     )
+
+
+class Entries:
+    """A table cell of entries ("<end> 0.25") joined by ``sep`` that wraps between entries, never
+    inside one: at 80 columns a word must not be parted from its number."""
+
+    def __init__(self, entries: list[str], sep: str = ", ", style: str = "") -> None:
+        self.entries, self.sep, self.style = entries, sep, style
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        widest = max((cell_len(e) + cell_len(self.sep.rstrip()) for e in self.entries), default=0)
+        return Measurement(widest, cell_len(self.sep.join(self.entries)))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        for line in pack(self.entries, self.sep, options.max_width):
+            yield Text(line, style=self.style, no_wrap=True, overflow="fold")
+
+
+def pack(entries: list[str], sep: str, width: int) -> list[str]:
+    """The entries joined by ``sep`` into lines of at most ``width`` cells, broken only between
+    entries (the separator's trailing space dropped at a break); an entry wider than the line
+    stands alone."""
+    lines: list[str] = []
+    line = ""
+    for k, entry in enumerate(entries):
+        tail = sep.rstrip() if k < len(entries) - 1 else ""
+        if line and cell_len(line) + cell_len(sep) + cell_len(entry) + cell_len(tail) > width:
+            lines.append(line + sep.rstrip())
+            line = entry
+        else:
+            line = f"{line}{sep}{entry}" if line else entry
+    return [*lines, line] if line or not lines else lines
+
+
+_OPEN, _CLOSE = "([{", ")]}"
+_OPERATORS = ("=", "+", "−", "-", "/", "·", "×", "→", "≈")
+
+
+def wrap_explanation(line: str, width: int, hang: int = 4) -> list[str]:
+    """A line of ``explain`` broken to ``width`` where a reader would break it: never inside
+    brackets (``A1[1, 0]``), never between a label and its number (``<end> −∞``) nor around an
+    operator (``e^(−∞) = 0.0000``); a long sum, only before its operators. Continuation lines are
+    indented ``hang`` spaces past the line's own indent."""
+    if cell_len(line) <= width:
+        return [line]
+    indent = line[: len(line) - len(line.lstrip(" "))]
+    words = line.lstrip(" ").split(" ")
+    # Chunks: runs of words that must stay together; a weak break (before an operator) may part them.
+    chunks: list[list[str]] = []
+    brackets: list[bool] = []  # the open brackets; True for one inside a word: A1[i, j], e^(x − m)
+    for k, word in enumerate(words):
+        glued = k > 0 and (
+            any(brackets)
+            or (word[:1] != "" and word[:1] in "0123456789−-+∞=/·×→≈|")
+            or words[k - 1] in _OPERATORS
+        )
+        if glued:
+            chunks[-1].append(word)
+        else:
+            chunks.append([word])
+        for i, ch in enumerate(word):
+            if ch in _OPEN:
+                brackets.append(i > 0)
+            elif ch in _CLOSE and brackets:
+                brackets.pop()
+    pieces: list[str] = []  # unbreakable text, each with the space before it implied
+    for chunk in chunks:
+        text = " ".join(chunk)
+        if cell_len(text) + len(indent) + hang <= width:
+            pieces.append(text)
+            continue
+        part: list[str] = []
+        for word in chunk:  # too long to keep together: break before its operators
+            if part and word in _OPERATORS[:4]:
+                pieces.append(" ".join(part))
+                part = []
+            part.append(word)
+        pieces.append(" ".join(part))
+    lines: list[str] = []
+    line_text = indent
+    for piece in pieces:
+        if line_text.strip() and cell_len(line_text) + 1 + cell_len(piece) > width:
+            lines.append(line_text)
+            line_text = indent + " " * hang + piece
+        else:
+            line_text = f"{line_text} {piece}" if line_text.strip() else line_text + piece
+    return [*lines, line_text]
+
+
+def paragraph(text: str, width: int, style: str = "") -> Text:
+    """``text`` broken into lines as ``wrap_explanation`` breaks them: no number parted from its label."""
+    return Text("\n".join(wrap_explanation(text, width, hang=0)), style=style, overflow="fold")
 
 
 def summarise(widths: list[int], budget: int, ellipsis: int) -> list[int]:
@@ -356,7 +449,7 @@ def prediction_table(trace: Trace, view: View) -> Table:
     table.add_column(Text("p"), justify="right", no_wrap=True)
     table.add_column(Text("expected"), no_wrap=True)
     table.add_column(Text(""), no_wrap=True)
-    table.add_column(Text(f"top {len(trace.prediction[0].top)}"))  # the one column that may wrap
+    table.add_column(Text(f"top {len(trace.prediction[0].top)}"))  # wraps between its entries only
     for pred in trace.prediction:
         right = None if pred.expected is None else pred.word == pred.expected
         table.add_row(
@@ -365,7 +458,7 @@ def prediction_table(trace: Trace, view: View) -> Table:
             Text(f"{pred.probability:.{max(p, 2)}f}"),
             Text(pred.expected or "—"),
             mark(right),
-            Text(", ".join(f"{w} {q:.{max(p, 2)}f}" for w, q in pred.top)),
+            Entries([f"{w} {q:.{max(p, 2)}f}" for w, q in pred.top]),
         )
     return table
 
@@ -405,22 +498,24 @@ def stage_list(trace: Trace) -> Group:
     table.add_column(Text("kind"), no_wrap=True)
     table.add_column(Text("matrices (rows×cols)"))
     for stage in trace:
-        shapes = ", ".join(f"{name} {m.shape[0]}×{m.shape[1]}" for name, m in stage.matrices.items())
-        table.add_row(Text(stage.id), Text(stage.kind), Text(shapes))
+        shapes = [f"{name} {m.shape[0]}×{m.shape[1]}" for name, m in stage.matrices.items()]
+        table.add_row(Text(stage.id), Text(stage.kind), Entries(shapes))
     return Group(table, Text(stage_count(trace)))
 
 
 def verify_table(checks: list[Check]) -> Table:
-    """Stage, what was checked, the largest difference, ✓ or ✗."""
+    """Per stage, its id, then each check as a sentence with the largest difference and ✓ or ✗."""
     table = styled_table()
     table.pad_edge = False
-    table.add_column(Text("stage"), no_wrap=True, style=LABEL)
-    table.add_column(Text("checked"))
+    table.add_column(Text("stage · what was checked"))
     table.add_column(Text("max |diff|"), justify="right", no_wrap=True)
     table.add_column(Text(""), no_wrap=True)
+    stage = None
     for check in checks:
-        mark = Text("✓", style="green") if check.ok else Text("✗", style="bold red")
-        table.add_row(Text(check.stage), Text(check.what), Text(f"{check.max_diff:.1e}"), mark)
+        if check.stage != stage:
+            stage = check.stage
+            table.add_row(Text(stage, style=LABEL), Text(""), Text(""))
+        table.add_row(Text("  " + check.what), Text(f"{check.max_diff:.1e}"), mark(check.ok))
     return table
 
 
@@ -483,8 +578,8 @@ def generation_table(steps: list[GenerationStep], view: View) -> Table:
     for i, s in enumerate(steps):
         table.add_row(
             Text(str(i)),
-            Text(" ".join(s.decoder_input), style=LABEL),
-            Text(", ".join(f"{w} {q:.{p}f}" for w, q in s.top)),
+            Entries(list(s.decoder_input), " ", LABEL),
+            Entries([f"{w} {q:.{p}f}" for w, q in s.top]),
             Text(s.chosen, style="bold"),
         )
     return table
@@ -547,7 +642,6 @@ class TrimmedConsole(Console):
             print_trimmed(self, self.render_str(renderable) if isinstance(renderable, str) else renderable)
         else:
             super().print(*objects, **kwargs)  # type: ignore[arg-type]
-
 
 
 def diff_table(diffs: list[StageDiff], first: str | None) -> Table:
