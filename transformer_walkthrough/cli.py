@@ -104,6 +104,12 @@ HeatmapOption = Annotated[
     bool,
     typer.Option("--heatmap", help="Colour every cell by its value (attention weights are always shaded)."),
 ]
+MapOption = Annotated[
+    bool,
+    typer.Option(
+        "--map/--no-map", help="Above each stage, Figure 1 as a small map: where the stage sits, its inputs."
+    ),
+]
 BackwardOption = Annotated[
     bool, typer.Option("--backward", help="Also the gradient dL/d(matrix) of the loss for every matrix.")
 ]
@@ -272,7 +278,12 @@ def _console() -> "Console":
 
 
 def _show(
-    trace: "Trace", stages: "list[Stage]", full: bool, grads: "Backward | None" = None, heatmap: bool = False
+    trace: "Trace",
+    stages: "list[Stage]",
+    full: bool,
+    grads: "Backward | None" = None,
+    heatmap: bool = False,
+    show_map: bool = False,
 ) -> None:
     """Print the stages (with their gradients), and the prediction when the probabilities are among them."""
     from .render import View, print_all, render_trace
@@ -280,7 +291,8 @@ def _show(
     console = _console()
     view = View(precision=trace.config.display.precision, width=console.width, full=full, heatmap=heatmap)
     ending = any(s.kind == "probabilities" for s in stages)
-    print_all(console, render_trace(console, trace, stages, view, prediction=ending, grads=grads))
+    rendered = render_trace(console, trace, stages, view, prediction=ending, grads=grads, show_map=show_map)
+    print_all(console, rendered)
 
 
 def _version(value: bool) -> None:
@@ -311,6 +323,7 @@ def run(
     weights: WeightsOption = None,
     backward: BackwardOption = False,
     heatmap: HeatmapOption = False,
+    show_map: MapOption = False,
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
@@ -318,7 +331,7 @@ def run(
 ) -> None:
     """The whole forward pass: every stage, then the prediction."""
     trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype))
-    _show(trace, list(trace), full, _gradients(trace, w, backward), heatmap)
+    _show(trace, list(trace), full, _gradients(trace, w, backward), heatmap, show_map)
 
 
 @app.command()
@@ -340,6 +353,7 @@ def step(
     weights: WeightsOption = None,
     backward: BackwardOption = False,
     heatmap: HeatmapOption = False,
+    show_map: MapOption = True,
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
@@ -348,7 +362,7 @@ def step(
     """One stage, or all stages of one kind, with every intermediate."""
     trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype))
     chosen = trace.select(stage, layer)
-    _show(trace, chosen, full, _gradients(trace, w, backward), heatmap)
+    _show(trace, chosen, full, _gradients(trace, w, backward), heatmap, show_map)
 
 
 @app.command()

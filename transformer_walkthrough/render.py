@@ -428,6 +428,23 @@ def render_stage(
     yield Text("")
 
 
+FIGURE_STYLES = {"current": "bold reverse", "done": "dim", "todo": "", "label": LABEL, "text": ""}
+
+
+def figure(trace: Trace, current: str, width: int) -> Text:
+    """Where am I: Figure 1 as a small map (``figure.figure_lines``), the current stage highlighted
+    and in brackets, the stages before it dimmed, and where its inputs come from."""
+    from .figure import figure_lines
+
+    out = Text(no_wrap=True, overflow="ellipsis")
+    for k, line in enumerate(figure_lines(trace, current, width)):
+        if k:
+            out.append("\n")
+        for span in line:
+            out.append(span.text, FIGURE_STYLES[span.state])
+    return out
+
+
 def weights_line(trace: Trace) -> Text:
     """The header line: "weights: random (seed 42), untrained — …" or "weights: trained: weights.npz"."""
     return Text(f"weights: {trace.weights_origin}", style="dim")
@@ -470,11 +487,14 @@ def render_trace(
     view: View,
     prediction: bool = True,
     grads: Backward | None = None,
+    show_map: bool = False,
 ) -> Iterator[RenderableType]:
-    """Where the weights come from, the given stages in order and, when asked, the prediction table
-    (and the loss, with ``grads``)."""
+    """Where the weights come from, the given stages in order (each under the map of where it sits,
+    with ``show_map``) and, when asked, the prediction table (and the loss, with ``grads``)."""
     yield weights_line(trace)
     for stage in stages:
+        if show_map:
+            yield figure(trace, stage.id, view.width)
         yield from render_stage(console, stage, view, None if grads is None else grads.stages[stage.id])
     if prediction and trace.prediction:
         yield prediction_table(trace, view)
