@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from .backprop import Backward
     from .model import Weights
+    from .render import View
     from .trace import Stage, Trace
 
 
@@ -103,6 +104,13 @@ WeightsOption = Annotated[
 HeatmapOption = Annotated[
     bool,
     typer.Option("--heatmap", help="Colour every cell by its value (attention weights are always shaded)."),
+]
+SharedScaleOption = Annotated[
+    bool,
+    typer.Option(
+        "--shared-scale",
+        help="One heatmap scale per stage (its largest |value|), not one per matrix; implies --heatmap.",
+    ),
 ]
 MapOption = Annotated[
     bool,
@@ -284,15 +292,30 @@ def _show(
     grads: "Backward | None" = None,
     heatmap: bool = False,
     show_map: bool = False,
+    shared_scale: bool = False,
 ) -> None:
     """Print the stages (with their gradients), and the prediction when the probabilities are among them."""
-    from .render import View, print_all, render_trace
+    from .render import print_all, render_trace
 
     console = _console()
-    view = View(precision=trace.config.display.precision, width=console.width, full=full, heatmap=heatmap)
+    view = _view(trace, console, full=full, heatmap=heatmap, shared_scale=shared_scale)
     ending = any(s.kind == "probabilities" for s in stages)
     rendered = render_trace(console, trace, stages, view, prediction=ending, grads=grads, show_map=show_map)
     print_all(console, rendered)
+
+
+def _view(trace: "Trace", console: "Console", full: bool, heatmap: bool, shared_scale: bool) -> "View":
+    """How numbers are shown: the config's precision, the console's width and colours."""
+    from .render import View
+
+    return View(
+        precision=trace.config.display.precision,
+        width=console.width,
+        full=full,
+        heatmap=heatmap or shared_scale,
+        shared_scale=shared_scale,
+        colors="truecolor" if console.color_system == "truecolor" else "256",
+    )
 
 
 def _version(value: bool) -> None:
@@ -323,6 +346,7 @@ def run(
     weights: WeightsOption = None,
     backward: BackwardOption = False,
     heatmap: HeatmapOption = False,
+    shared_scale: SharedScaleOption = False,
     show_map: MapOption = False,
     model: ModelOption = None,
     source: SourceOption = None,
@@ -331,7 +355,7 @@ def run(
 ) -> None:
     """The whole forward pass: every stage, then the prediction."""
     trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype))
-    _show(trace, list(trace), full, _gradients(trace, w, backward), heatmap, show_map)
+    _show(trace, list(trace), full, _gradients(trace, w, backward), heatmap, show_map, shared_scale)
 
 
 @app.command()
@@ -353,6 +377,7 @@ def step(
     weights: WeightsOption = None,
     backward: BackwardOption = False,
     heatmap: HeatmapOption = False,
+    shared_scale: SharedScaleOption = False,
     show_map: MapOption = True,
     model: ModelOption = None,
     source: SourceOption = None,
@@ -362,7 +387,7 @@ def step(
     """One stage, or all stages of one kind, with every intermediate."""
     trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype))
     chosen = trace.select(stage, layer)
-    _show(trace, chosen, full, _gradients(trace, w, backward), heatmap, show_map)
+    _show(trace, chosen, full, _gradients(trace, w, backward), heatmap, show_map, shared_scale)
 
 
 @app.command()
@@ -652,20 +677,18 @@ def tour(
     precision: PrecisionOption = None,
     weights: WeightsOption = None,
     heatmap: HeatmapOption = False,
+    shared_scale: SharedScaleOption = False,
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
     dtype: DtypeOption = None,
 ) -> None:
     """One stage at a time: Enter next, b back, arrows and j/k scroll, q quit."""
-    from .render import View
     from .tour import run_tour
 
     trace, _ = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype))
     console = _console()
-    run_tour(
-        console, trace, View(precision=trace.config.display.precision, width=console.width, heatmap=heatmap)
-    )
+    run_tour(console, trace, _view(trace, console, full=False, heatmap=heatmap, shared_scale=shared_scale))
 
 
 @app.command()

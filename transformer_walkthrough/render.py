@@ -29,7 +29,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from .palette import diverging, sequential
+from .palette import diverging, diverging_256, sequential, sequential_256
 from .trace import ATTENTION, CONSTANT, MASK, PROBABILITIES, Matrix, Stage, Trace
 
 if TYPE_CHECKING:
@@ -61,6 +61,9 @@ class View:
     full: bool = False
     heatmap: bool = False  # every matrix coloured by value (on a colour terminal)
     shade_weights: bool = True  # attention weights and probabilities shaded, 0 white to 1 green
+    colors: str = "truecolor"  # the terminal's: "truecolor", or "256" (palette's own 256-colour ramps)
+    shared_scale: bool = False  # one heatmap scale per stage (its largest |value|), not per matrix
+    scale: float | None = None  # the heatmap's scale when shared; None: each matrix's own
 
 
 def format_value(v: float, precision: int) -> str:
@@ -343,20 +346,71 @@ def _shading(name: str, matrix: Matrix, shown: np.ndarray, view: View) -> Callab
     ``--heatmap``, else attention weights and probabilities alone (0 white to 1 green, by default).
 
     The one place that decides which matrices are shaded (``shown``: the rows on screen, which
-    set the heatmap's scale).
+    set the heatmap's scale unless the stage shares one).
     """
+    eight_bit = view.colors == "256"
     if view.heatmap:
-        finite = shown[np.isfinite(shown)]
-        scale = float(np.max(np.abs(finite))) if finite.size else 0.0
+        scale = view.scale if view.scale is not None else largest(shown)
+        if eight_bit:
+            return lambda v: _background_256(diverging_256(v, scale))
         return lambda v: _background(diverging(v, scale))
-    if view.shade_weights and matrix.role in (ATTENTION, PROBABILITIES):
+    if is_shaded(matrix, view):
+        if eight_bit:
+            return lambda v: _background_256(sequential_256(v))
         return lambda v: _background(sequential(v))
     return None
+
+
+def is_shaded(matrix: Matrix, view: View) -> bool:
+    """Whether the cells of ``matrix`` are coloured by value (on a colour terminal)."""
+    return view.heatmap or (view.shade_weights and matrix.role in (ATTENTION, PROBABILITIES))
+
+
+def largest(values: np.ndarray) -> float:
+    """The largest finite |value| (0 if none): the heatmap's scale."""
+    finite = values[np.isfinite(values)]
+    return float(np.max(np.abs(finite))) if finite.size else 0.0
 
 
 @functools.lru_cache(maxsize=4096)
 def _background(rgb: tuple[int, int, int]) -> Style:
     return Style.parse("black on rgb({},{},{})".format(*rgb))
+
+
+@functools.lru_cache(maxsize=512)
+def _background_256(number: int) -> Style:
+    return Style.parse(f"black on color({number})")
+
+
+def _swatch(view: View, value: float, heatmap: bool) -> Style:
+    if heatmap:
+        return _background_256(diverging_256(value, 1.0)) if view.colors == "256" else _background(
+            diverging(value, 1.0))  # fmt: skip
+    return _background_256(sequential_256(value)) if view.colors == "256" else _background(sequential(value))
+
+
+def legend(view: View, shaded: list[Matrix]) -> Text:
+    """The line under shaded matrices that says what a colour means: swatches from one end of the
+    scale to the other, the numbers at their ends."""
+    swatch = "  "
+    out = Text()
+    out.append("shading: ", style="dim")
+    if view.heatmap:
+        end = f"{view.scale:.{max(view.precision, 2)}f}" if view.scale is not None else "max"
+        out.append(f"−{end} ")
+        for t in (-1.0, -0.75, -0.5, -0.25, 0.0, 0.25, 0.5, 0.75, 1.0):
+            out.append(swatch, _swatch(view, t, heatmap=True))
+        out.append(f" +{end}")
+        said = "one scale for the stage" if view.scale is not None else "max: each matrix's largest |value|"
+        out.append(f"  blue < 0 < red; {said}", style="dim")
+        return out
+    out.append("0 ")
+    for p in (0.0, 0.1, 0.25, 0.5, 0.75, 1.0):
+        out.append(swatch, _swatch(view, p, heatmap=False))
+    names = sorted({"attention weights" if m.role == ATTENTION else "probabilities" for m in shaded})
+    out.append(" 1")
+    out.append(f"  {' and '.join(names)}", style="dim")
+    return out
 
 
 def side_by_side(blocks: list[MatrixBlock], width: int) -> Iterator[RenderableType]:
@@ -411,8 +465,12 @@ def render_stage(
     attention); with ``grads``, each beside its gradient dL/d(name), but for constants (the mask,
     the sinusoids), which nothing learns."""
     yield stage_header(stage)
+    if view.shared_scale and view.heatmap:  # one scale for the whole stage (and one for its gradients)
+        view = dataclasses.replace(view, scale=max(largest(m.values) for m in stage.matrices.values()))
     # Gradients are small numbers: two more digits, so that they do not all read 0.00.
     grad_view = dataclasses.replace(view, precision=view.precision + 2)
+    if grads is not None and view.scale is not None:
+        grad_view = dataclasses.replace(grad_view, scale=max(largest(g) for g in grads.values()))
     units: list[tuple[object, list[MatrixBlock]]] = []
     for name, m in stage.matrices.items():
         group, block = group_of(name), matrix_block(name, m, view)
@@ -425,10 +483,20 @@ def render_stage(
         else:  # too wide to sit together: one under the other
             units += [(group, [block]), (group, [gradient])]
     yield from layout(units, view.width)
+    shaded = [m for m in stage.matrices.values() if is_shaded(m, view)]
+    if shaded and console.color_system is not None and not console.no_color:
+        yield legend(view, shaded)
     yield Text("")
 
 
-FIGURE_STYLES = {"current": "bold reverse", "done": "dim", "todo": "", "label": LABEL, "text": ""}
+# The current box filled with the palette's deepest green (as in the SVG), in brackets for plain text.
+FIGURE_STYLES = {
+    "current": "bold black on rgb({},{},{})".format(*sequential(1.0)),
+    "done": "dim",
+    "todo": "",
+    "label": LABEL,
+    "text": "",
+}
 
 
 def figure(trace: Trace, current: str, width: int) -> Text:
