@@ -174,8 +174,8 @@ def test_verify_catches_a_wrong_pre_norm_residual() -> None:
     trace = run_forward(PRE_NORM)
     trace["encoder.0.residual-2"]["output"][0, 1] += 1e-6
     bad = {(c.stage, c.what) for c in recompute(trace) if not c.ok}
-    assert ("encoder.0.residual-2", "output = X + sublayer") in bad
-    assert ("encoder.final-norm", "X = encoder.0.residual-2 output") not in bad  # the same array
+    assert ("encoder.0.residual-2", "output equals X + sublayer") in bad
+    assert ("encoder.final-norm", "X equals the output of encoder.0.residual-2") not in bad  # the same array
 
 
 def shown(v: float, operand: bool = False) -> str:

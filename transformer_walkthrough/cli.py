@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from .backprop import Backward
     from .model import Weights
+    from .render import View
     from .trace import Stage, Trace
 
 
@@ -103,6 +104,19 @@ WeightsOption = Annotated[
 HeatmapOption = Annotated[
     bool,
     typer.Option("--heatmap", help="Colour every cell by its value (attention weights are always shaded)."),
+]
+SharedScaleOption = Annotated[
+    bool,
+    typer.Option(
+        "--shared-scale",
+        help="One heatmap scale per stage (its largest |value|), not one per matrix; implies --heatmap.",
+    ),
+]
+MapOption = Annotated[
+    bool,
+    typer.Option(
+        "--map/--no-map", help="Above each stage, Figure 1 as a small map: where the stage sits, its inputs."
+    ),
 ]
 BackwardOption = Annotated[
     bool, typer.Option("--backward", help="Also the gradient dL/d(matrix) of the loss for every matrix.")
@@ -272,15 +286,36 @@ def _console() -> "Console":
 
 
 def _show(
-    trace: "Trace", stages: "list[Stage]", full: bool, grads: "Backward | None" = None, heatmap: bool = False
+    trace: "Trace",
+    stages: "list[Stage]",
+    full: bool,
+    grads: "Backward | None" = None,
+    heatmap: bool = False,
+    show_map: bool = False,
+    shared_scale: bool = False,
 ) -> None:
     """Print the stages (with their gradients), and the prediction when the probabilities are among them."""
-    from .render import View, print_all, render_trace
+    from .render import print_all, render_trace
 
     console = _console()
-    view = View(precision=trace.config.display.precision, width=console.width, full=full, heatmap=heatmap)
+    view = _view(trace, console, full=full, heatmap=heatmap, shared_scale=shared_scale)
     ending = any(s.kind == "probabilities" for s in stages)
-    print_all(console, render_trace(console, trace, stages, view, prediction=ending, grads=grads))
+    rendered = render_trace(console, trace, stages, view, prediction=ending, grads=grads, show_map=show_map)
+    print_all(console, rendered)
+
+
+def _view(trace: "Trace", console: "Console", full: bool, heatmap: bool, shared_scale: bool) -> "View":
+    """How numbers are shown: the config's precision, the console's width and colours."""
+    from .render import View
+
+    return View(
+        precision=trace.config.display.precision,
+        width=console.width,
+        full=full,
+        heatmap=heatmap or shared_scale,
+        shared_scale=shared_scale,
+        colors="truecolor" if console.color_system == "truecolor" else "256",
+    )
 
 
 def _version(value: bool) -> None:
@@ -311,6 +346,8 @@ def run(
     weights: WeightsOption = None,
     backward: BackwardOption = False,
     heatmap: HeatmapOption = False,
+    shared_scale: SharedScaleOption = False,
+    show_map: MapOption = False,
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
@@ -318,7 +355,7 @@ def run(
 ) -> None:
     """The whole forward pass: every stage, then the prediction."""
     trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype))
-    _show(trace, list(trace), full, _gradients(trace, w, backward), heatmap)
+    _show(trace, list(trace), full, _gradients(trace, w, backward), heatmap, show_map, shared_scale)
 
 
 @app.command()
@@ -340,6 +377,8 @@ def step(
     weights: WeightsOption = None,
     backward: BackwardOption = False,
     heatmap: HeatmapOption = False,
+    shared_scale: SharedScaleOption = False,
+    show_map: MapOption = True,
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
@@ -348,7 +387,7 @@ def step(
     """One stage, or all stages of one kind, with every intermediate."""
     trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype))
     chosen = trace.select(stage, layer)
-    _show(trace, chosen, full, _gradients(trace, w, backward), heatmap)
+    _show(trace, chosen, full, _gradients(trace, w, backward), heatmap, show_map, shared_scale)
 
 
 @app.command()
@@ -488,11 +527,13 @@ def explain(
         raise StageError(
             f"--stage {stage} names {len(chosen)} stages; give one id: {', '.join(s.id for s in chosen)}"
         )
+    from .render import wrap_explanation
+
     head, *lines = explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms)
     console = _console()
-    console.print(Text(head, style="bold"))
-    for line in lines:
-        console.print(Text(line))
+    for k, line in enumerate([head, *lines]):
+        for part in wrap_explanation(line, console.width):
+            console.print(Text(part, style="bold" if k == 0 else "", overflow="fold"))
 
 
 @app.command()
@@ -576,7 +617,7 @@ def generate(
     from .checks import TOLERANCE
     from .config import END, load_config
     from .model import init_weights, load_weights
-    from .render import View, comparison_table, generation_table
+    from .render import View, comparison_table, generation_table, paragraph
     from .trace import weights_origin
     from .training import generate as decode
     from .training import generation_limit
@@ -605,7 +646,7 @@ def generate(
     source = None if weights is None else printable(str(weights))
     console.print(Text(f"weights: {weights_origin(settings.seed, source)}", style="dim"))
     console.print(generation_table(steps, view))
-    console.print(said)
+    console.print(paragraph(said, console.width))
     limit = generation_limit(settings, max_len)
     if checkpoint is None and steps[-1].chosen != END and len(steps) == limit < max_len:
         console.print(
@@ -622,10 +663,10 @@ def generate(
             f"generation differs from the teacher-forced pass (max |diff| {worst:.1e}): "
             "the numbers overflowed; try smaller weights"
         )
-    console.print(
+    console.print(paragraph(
         f"Step i equals row i of one teacher-forced pass over the final input (max |diff| {worst:.1e}): "
-        "the causal mask keeps row i from seeing anything after position i."
-    )
+        "the causal mask keeps row i from seeing anything after position i.", console.width
+    ))  # fmt: skip
 
 
 @app.command()
@@ -636,20 +677,18 @@ def tour(
     precision: PrecisionOption = None,
     weights: WeightsOption = None,
     heatmap: HeatmapOption = False,
+    shared_scale: SharedScaleOption = False,
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
     dtype: DtypeOption = None,
 ) -> None:
     """One stage at a time: Enter next, b back, arrows and j/k scroll, q quit."""
-    from .render import View
     from .tour import run_tour
 
     trace, _ = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype))
     console = _console()
-    run_tour(
-        console, trace, View(precision=trace.config.display.precision, width=console.width, heatmap=heatmap)
-    )
+    run_tour(console, trace, _view(trace, console, full=False, heatmap=heatmap, shared_scale=shared_scale))
 
 
 @app.command()
