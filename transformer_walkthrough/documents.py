@@ -713,33 +713,48 @@ def _html_formula(stage: Stage, trace: Trace) -> str:
 def _html_matrix(s: Shown) -> Iterator[str]:
     """A matrix as a table, a row at a time; each cell shaded by its value against the largest."""
     e = html.escape
-    values = s.matrix.values
+    m, p = s.matrix, s.precision
+    values = m.values
     finite = np.isfinite(values)
     scale = float(np.max(np.abs(values, where=finite, out=np.zeros(values.shape)))) if finite.any() else 0.0
     with np.errstate(invalid="ignore", divide="ignore"):
         shade = np.where(finite, np.rint(np.clip(values / (scale or 1.0), -1, 1) * _LEVELS), 0).astype(int)
-    classes = {
-        k: (f' class="p{k}"' if k > 0 else f' class="n{-k}"' if k < 0 else "")
+    # Each cell opens with the one before it closing: a row is then one join, the fast way for
+    # the millions of cells of a base-size report.
+    opening = [
+        "</td><td>" if k == 0 else f'</td><td class="{"p" if k > 0 else "n"}{abs(k)}">'
         for k in range(-_LEVELS, _LEVELS + 1)
-    }
+    ]
+    opening = opening[_LEVELS:] + opening[:_LEVELS]  # indexed by the shade, −8 … 8
+    number = f"{{:.{p}f}}".format
+    zero = "0" if p == 0 else "0." + "0" * p
     kind = ' class="gradient"' if s.gradient else ""
-    m = s.matrix
+    hole_rows = {i for i, _ in s.holes}
     yield (
         f"<figure{kind}><figcaption>{e(s.name)} <span>({m.shape[0]}×{m.shape[1]})</span></figcaption>"
         f'<table class="m"><thead><tr><th></th>{"".join(f"<th>{e(c)}</th>" for c in m.cols)}</tr></thead><tbody>'
     )
-    p = s.precision
-    for i, (label, row, shades) in enumerate(zip(m.rows, values.tolist(), shade.tolist(), strict=True)):
-        cells = []
-        for j, (v, k) in enumerate(zip(row, shades, strict=True)):
-            if s.holes and (i, j) in s.holes:
-                cells.append(f'<td class="hole">?{s.holes[i, j]}</td>')
-            elif math.isinf(v):
-                cells.append(f'<td class="ninf" title="masked">{_number(v, p)}</td>')
-            else:
-                cells.append(f"<td{classes[k]}>{_number(v, p)}</td>")
-        yield f'<tr><th class="row">{e(label)}</th>{"".join(cells)}</tr>'
+    for i, (label, row, shades, fine) in enumerate(
+        zip(m.rows, values.tolist(), shade.tolist(), finite.all(axis=1).tolist(), strict=True)
+    ):
+        if fine and i not in hole_rows:
+            cells = "".join(map(str.__add__, map(opening.__getitem__, shades), map(number, row)))
+            cells = (cells[5:] + "</td>").replace(f">-{zero}<", f">{zero}<").replace("-", "−")
+        else:
+            cells = "".join(
+                _html_cell(s, i, j, v, opening[k][5:])
+                for j, (v, k) in enumerate(zip(row, shades, strict=True))
+            )
+        yield f'<tr><th class="row">{e(label)}</th>{cells}</tr>'
     yield "</tbody></table></figure>"
+
+
+def _html_cell(s: Shown, i: int, j: int, v: float, opening: str) -> str:
+    if (i, j) in s.holes:
+        return f'<td class="hole">?{s.holes[i, j]}</td>'
+    if math.isinf(v):
+        return f'<td class="ninf" title="masked">{_number(v, s.precision)}</td>'
+    return f"{opening}{_number(v, s.precision)}</td>"
 
 
 def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:

@@ -247,7 +247,7 @@ LARGE = 2_000_000  # numbers: past this a JSON export runs to tens of megabytes
 
 # Bytes a number takes in each format, separators and markup included: a float written by repr
 # in JSON; a shaded table cell in HTML; a table cell in Markdown; an alignment cell in LaTeX.
-_BYTES_PER_NUMBER = {".json": 20, ".html": 22, ".md": 8, ".tex": 9}
+_BYTES_PER_NUMBER = {".json": 20, ".html": 25, ".md": 8, ".tex": 9}
 _FORMAT_NAMES = {".json": "JSON", ".html": "HTML", ".md": "Markdown", ".tex": "LaTeX"}
 
 
