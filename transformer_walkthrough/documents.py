@@ -359,7 +359,7 @@ _TEX_SPECIAL = {
 _TEX_PREAMBLE = r"""\documentclass[10pt]{article}
 \usepackage[T1]{fontenc}
 \usepackage{lmodern}
-\usepackage{amsmath, amssymb, graphicx}
+\usepackage{amsmath, amssymb, graphicx, tabularx}
 \usepackage[a4paper, margin=2cm]{geometry}
 \allowdisplaybreaks
 \setlength{\parindent}{0pt}
@@ -471,14 +471,18 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
             if line:
                 yield "\\fit{$\\displaystyle " + r" \qquad ".join(line) + "$}\n"
     if trace.prediction:
-        yield "\n\\section*{Prediction}\n\\begin{tabular}{lllrll}\nafter & predicted & p & expected & & top 3 \\\\ \\hline\n"
+        yield (
+            "\n\\section*{Prediction}\n"
+            "\\begin{tabularx}{\\linewidth}{>{\\raggedright\\arraybackslash}X l r l l >{\\raggedright\\arraybackslash}X}\n"
+            "after & predicted & p & expected & & top 3 \\\\ \\hline\n"
+        )
         for p in trace.prediction:
             top = ", ".join(f"{tex(w)} {tex(_probability(q, 2, o))}" for w, q in p.top)
             yield (
                 f"{tex(p.after)} & \\textbf{{{tex(p.word)}}} & {tex(_probability(p.probability, 2, o))} & "
                 f"{tex(p.expected or '—')} & {tex(_mark(p))} & {top} \\\\\n"
             )
-        yield "\\end{tabular}\n"
+        yield "\\end{tabularx}\n"
     if o.worksheet is not None:
         yield "\n\\clearpage\n\\section*{Answer key}\n\\begin{description}\\raggedright\n"
         for h, lines in zip(o.worksheet.holes, o.worksheet.answers, strict=True):
