@@ -333,3 +333,133 @@ def test_documents_leave_the_weights_out(runner: CliRunner, tmp_path: Path) -> N
         for weight in ("W_Q1", "W^{Q}_{1}", "dL/dW_O", "gamma</", "**E**"):
             assert weight not in text, (suffix, weight)
         assert ("A1" in text) or ("A_{1}" in text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Formulas in MathML; the report printed.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_mathml_of_a_formula_written_by_hand() -> None:
+    from transformer_walkthrough.documents import mathml
+
+    assert mathml([r"S_h &= Q_h K_h^{\top} / \sqrt{d_k}"]) == (
+        '<math display="block"><mtable><mtr><mtd><msub><mi>S</mi><mi>h</mi></msub></mtd><mtd><mo>=</mo>'
+        "<msub><mi>Q</mi><mi>h</mi></msub><msubsup><mi>K</mi><mi>h</mi><mrow><mi>⊤</mi></mrow></msubsup>"
+        "<mo>/</mo><msqrt><mrow><msub><mi>d</mi><mi>k</mi></msub></mrow></msqrt></mtd></mtr></mtable></math>"
+    )
+    assert "<mtext>(row-wise)</mtext>" in mathml(
+        [r"A_h &= \operatorname{softmax}(S_h) \quad \text{(row-wise)}"]
+    )
+    with pytest.raises(ValueError, match="unknown command"):
+        mathml([r"x = \frobnicate{y}"])
+
+
+@pytest.mark.parametrize("name", CONVENTIONS)
+def test_every_formula_is_typeset_in_mathml(name: str) -> None:
+    """No stage of any convention falls back to the plain-text formula."""
+    from transformer_walkthrough.config import load_config
+
+    t = run_forward(load_config(Path(__file__).parents[1] / "configs" / f"{name}.yaml"))
+    page = to_html(t, list(t), 2)
+    assert page.count('<math display="block">') == len(t)
+    assert '<pre class="formula">' not in page
+
+
+def test_report_prints_well(tmp_path: Path) -> None:
+    """Printed (Chromium's print media and its PDF): no navigation column, no formula clipped, no
+    matrix split across pages, and a sensible number of pages."""
+    chromium, chromedriver = need("chromium"), need("chromedriver")
+    from transformer_walkthrough.backprop import backward
+    from transformer_walkthrough.model import init_weights
+
+    config = Config()
+    trace = run_forward(config)
+    grads = backward(trace, init_weights(config)).stages
+    report = tmp_path / "report.html"
+    report.write_text(to_html(trace, list(trace), 2, grads=grads), encoding="utf-8")
+    driver = WebDriver(chromedriver, chromium)
+
+    def js(script: str) -> object:
+        return driver("POST", "/execute/sync", {"script": script, "args": []})
+
+    try:
+        driver("POST", "/url", {"url": report.as_uri()})
+        math_heights = js(
+            "return [...document.querySelectorAll('math')].map(m => m.getBoundingClientRect().height)"
+        )
+        driver(
+            "POST", "/goog/cdp/execute", {"cmd": "Emulation.setEmulatedMedia", "params": {"media": "print"}}
+        )
+        nav = js("return getComputedStyle(document.querySelector('nav')).display")
+        clipped = js(
+            "return [...document.querySelectorAll('.formula')]"
+            ".filter(f => f.scrollWidth > f.clientWidth + 1).map(f => f.closest('section').id)"
+        )
+        breaks = js(
+            "return [...new Set([...document.querySelectorAll('figure, .unit, .formula')]"
+            ".map(f => getComputedStyle(f).breakInside))]"
+        )
+        pdf = base64.b64decode(driver("POST", "/print", {"background": True}))
+    finally:
+        driver.close()
+    # a typeset formula of five lines stands taller than one line of text
+    assert len(math_heights) == len(trace) and min(math_heights) > 20
+    assert nav == "none" and clipped == [] and breaks == ["avoid"]
+    (tmp_path / "report.pdf").write_bytes(pdf)
+    info = subprocess.run([need("pdfinfo"), str(tmp_path / "report.pdf")], capture_output=True, text=True)
+    pages = int(re.search(r"Pages:\s+(\d+)", info.stdout)[1])
+    assert len(trace) / 3 <= pages <= 3 * len(trace), pages
+    text = subprocess.run(
+        [need("pdftotext"), str(tmp_path / "report.pdf"), "-"], capture_output=True, text=True
+    ).stdout
+    assert "dL/dA1" in text and "Prediction" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Streamed to the file: a piece at a time, atomically, with a warning before a huge document.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".html", ".md", ".tex"])
+def test_documents_are_written_a_row_at_a_time(suffix: str) -> None:
+    """No piece is much more than a matrix row: memory stays bounded however large the model."""
+    from transformer_walkthrough.backprop import backward
+    from transformer_walkthrough.documents import WRITERS, Options
+    from transformer_walkthrough.model import init_weights
+
+    config = Config(model=ModelConfig(d_model=64, num_heads=2, d_ff=256))
+    trace = run_forward(config)
+    options = Options(2, True, backward(trace, init_weights(config)).stages)
+    pieces = [len(p) for p in WRITERS[suffix](trace, list(trace), options)]
+    assert max(pieces) < 12_000 and sum(pieces) > 40 * max(pieces)
+
+
+def test_a_document_that_fails_midway_leaves_nothing(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import transformer_walkthrough.documents as documents
+    from transformer_walkthrough.errors import ExportError
+
+    def failing(trace: Trace, stages: list, options: object):
+        yield "<!DOCTYPE html>"
+        raise ExportError("the disk is full")
+
+    monkeypatch.setitem(documents.WRITERS, ".html", failing)
+    result = runner.invoke(app, ["export", str(tmp_path / "r.html")])
+    assert result.exit_code == 2 and result.stderr == "error: the disk is full\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_large_document_warns(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformer_walkthrough.export as export
+
+    monkeypatch.setattr(export, "LARGE", 100)
+    numbers = export.size(list(run_forward(Config())))
+    for suffix, name, size in ((".html", "HTML", 25), (".md", "Markdown", 8), (".tex", "LaTeX", 9)):
+        result = runner.invoke(app, ["export", str(tmp_path / f"r{suffix}")])
+        assert result.exit_code == 0
+        assert result.stderr.splitlines()[0] == (
+            f"warning: {numbers:,} numbers make about {numbers * size / 1e6:,.0f} MB of {name}; "
+            f"--no-weights leaves the weights out; as .npz, {numbers * 8 / 1e6:,.0f} MB"
+        )

@@ -423,20 +423,19 @@ def _tex_name(name: str) -> str:
     return rf"\mathrm{{{name}}}"
 
 
-def _tex_matrix(s: Shown) -> str:
+def _tex_matrix(s: Shown) -> Iterator[str]:
+    """The matrix under its name and shape, its labels on it; a row at a time."""
     m = s.matrix
-    head = " & ".join(rf"\lab{{{tex(c)}}}" for c in m.cols)
-    rows = []
+    shape = rf"\underset{{{m.shape[0]}\times{m.shape[1]}}}{{{_tex_name(s.name)}}}"
+    yield f"{shape} = \\labelled{{& " + " & ".join(rf"\lab{{{tex(c)}}}" for c in m.cols)
     for i, (label, row) in enumerate(zip(m.rows, m.values.tolist(), strict=True)):
         cells = [
             rf"\boxed{{?_{{{s.holes[i, j]}}}}}" if (i, j) in s.holes
             else _number(v, s.precision).replace("∞", r"\infty").replace("−", "-")
             for j, v in enumerate(row)
         ]  # fmt: skip
-        rows.append(rf"\lab{{{tex(label)}}} & " + " & ".join(cells))
-    body = r" \cr ".join([f"& {head}", *rows])
-    shape = rf"\underset{{{m.shape[0]}\times{m.shape[1]}}}{{{_tex_name(s.name)}}}"
-    return f"{shape} = \\labelled{{{body}}}"
+        yield rf" \cr \lab{{{tex(label)}}} & " + " & ".join(cells)
+    yield "}"
 
 
 _LINE = 76  # characters of numbers and labels that fit a line, roughly: \fit shrinks what does not
@@ -446,6 +445,21 @@ def _tex_width(s: Shown) -> int:
     m = s.matrix
     widest = max((len(label) for label in m.rows), default=0) * 0.7  # labels are set small
     return int(widest + m.shape[1] * (s.precision + 4) + 8)
+
+
+def _tex_lines(group: list[list[Shown]]) -> Iterator[list[list[Shown]]]:
+    """The units of a group in lines that fit the page, roughly (``\\fit`` shrinks what does not)."""
+    line: list[list[Shown]] = []
+    used = 0
+    for unit in group:
+        width = sum(_tex_width(s) for s in unit)
+        if line and used + width > _LINE:
+            yield line
+            line, used = [], 0
+        line.append(unit)
+        used += width
+    if line:
+        yield line
 
 
 def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
@@ -459,17 +473,13 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
             "\\begin{align*}\n" + " \\\\\n".join(tex_formula(stage, trace)) + "\n\\end{align*}\n"
         )
         for group in units(stage, o):
-            line: list[str] = []
-            used = 0
-            for unit in group:
-                width = sum(_tex_width(s) for s in unit)
-                if line and used + width > _LINE:
-                    yield "\\fit{$\\displaystyle " + r" \qquad ".join(line) + "$}\n"
-                    line, used = [], 0
-                line.append(r" \quad ".join(_tex_matrix(s) for s in unit))
-                used += width
-            if line:
-                yield "\\fit{$\\displaystyle " + r" \qquad ".join(line) + "$}\n"
+            for line in _tex_lines(group):
+                yield "\\fit{$\\displaystyle "
+                for k, unit in enumerate(line):
+                    for n, shown in enumerate(unit):
+                        yield r" \qquad " if k and not n else r" \quad " if n else ""
+                        yield from _tex_matrix(shown)
+                yield "$}\n"
     if trace.prediction:
         yield (
             "\n\\section*{Prediction}\n"
@@ -614,7 +624,9 @@ class _MathML:
             return f"<mi>{e(token)}</mi>"
         if token == "-":
             return "<mo>−</mo>"
-        if token in "=+/()[],<>|!":
+        if token in "()[]":  # only \left( and \right) grow with what they enclose
+            return f'<mo stretchy="false">{token}</mo>'
+        if token in "=+/,<>|!":
             return f"<mo>{e(token)}</mo>"
         raise ValueError(f"unexpected {token!r}")
 
@@ -661,6 +673,7 @@ h2 {{ font-size: 1.15rem; margin: 1.5rem 0 .3rem; }}
 h2 code {{ color: var(--muted); font-weight: normal; font-size: .9rem; margin-left: .5rem; }}
 .formula {{ background: #fff7e0; border-left: 3px solid #e0b400; padding: .5rem .8rem; overflow-x: auto; }}
 .formula math {{ font-size: 1.15em; }}
+.formula mtd {{ padding: .15em 0; }}
 .formula mtd:first-child {{ text-align: right; }}
 .formula mtd:last-child {{ text-align: left; }}
 .formula p {{ margin: .3rem 0 0; color: var(--muted); font-size: .9rem; }}
