@@ -66,6 +66,8 @@ def test_latex_structure(trace: Trace) -> None:
     assert "\\textless{}start\\textgreater{}" in doc and "<start>" not in doc
     rows = doc[doc.index("\\section*{Prediction}") : doc.index("\\end{tabularx}")].splitlines()[3:]
     assert rows[0].startswith("\\textless{}start\\textgreater{} & \\textbf{") and len(rows) == 4
+    flatten = run_forward(Config(model=ModelConfig(output_head="flatten")))
+    assert "the article's leak" in to_latex(flatten, [flatten["output.logits"]], 2)
     assert tex("50% of {x} & $y_1 #2") == "50\\% of \\{x\\} \\& \\$y\\_1 \\#2"
 
 

@@ -268,6 +268,12 @@ def _probability(q: float, digits: int, o: Options) -> str:
     return f"{q:.{digits}f}"
 
 
+def _notes(stage: Stage) -> str:
+    """The indented notes under a stage's plain formula (the flatten head's leak, a tied table),
+    which its LaTeX and MathML do not say."""
+    return " ".join(line.strip() for line in stage.formula.splitlines() if line.startswith(" "))
+
+
 def _hole_label(trace: Trace, h: Hole) -> str:
     """decoder.0.masked-attention · A1[sleeping, <start>]"""
     m = trace[h.stage].matrices[h.name]
@@ -472,6 +478,8 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
             f"{{\\small\\ttfamily {tex(stage.id)}}}\\par\n{tex(stage.explanation)}\n"
             "\\begin{align*}\n" + " \\\\\n".join(tex_formula(stage, trace)) + "\n\\end{align*}\n"
         )
+        if notes := _notes(stage):
+            yield f"{{\\small {tex(notes)}}}\\par\n"
         for group in units(stage, o):
             for line in _tex_lines(group):
                 yield "\\fit{$\\displaystyle "
@@ -722,8 +730,8 @@ def _html_formula(stage: Stage, trace: Trace) -> str:
         math_block = mathml(tex_formula(stage, trace))
     except (ValueError, KeyError):
         return f'<pre class="formula">{e(stage.formula)}</pre>'
-    notes = [line.strip() for line in stage.formula.splitlines() if line.startswith(" ")]
-    note = f"<p>{e(' '.join(notes))}</p>" if notes else ""
+    notes = _notes(stage)
+    note = f"<p>{e(notes)}</p>" if notes else ""
     return f'<div class="formula" title="{e(stage.formula)}">{math_block}{note}</div>'
 
 
