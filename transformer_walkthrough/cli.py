@@ -411,7 +411,11 @@ def stages(
 @user_errors
 def export(
     path: Annotated[
-        str, typer.Argument(help="Output file: .json or .npz by its suffix; - writes JSON to stdout.")
+        str,
+        typer.Argument(
+            help="Output file, its format by its suffix: .json, .npz, .html (a report), .md or .tex "
+            "(a LaTeX article); - writes JSON to stdout."
+        ),
     ],
     stage: Annotated[
         Optional[list[str]], typer.Option("--stage", "-s", help="Only these stages (kind or id); repeatable.")
@@ -425,24 +429,51 @@ def export(
     ] = True,
     weights: WeightsOption = None,
     backward: BackwardOption = False,
+    exercise: Annotated[
+        Optional[int],
+        typer.Option(
+            help="A worksheet (.html, .md, .tex): hide this many cells, chosen across the stages from "
+            "the seed, as ?1, ?2, … boxes; the answers at the end.",
+            show_default=False,
+        ),
+    ] = None,
+    cells: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--cells",
+            help="A worksheet hiding these cells: 'decoder.0.masked-attention/A1[1,0]' (indices or "
+            "labels); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
     dtype: DtypeOption = None,
 ) -> None:
-    """Write every matrix, weights included, to JSON or .npz."""
-    from .export import check_target, size_warning
+    """Write every matrix to a file: data (.json, .npz) or a document (.html, .md, .tex)."""
+    from .export import DOCUMENTS, check_target, size_warning
     from .export import export as write
 
     checkpoint = _model_args(model, source, target, dtype)
     target = check_target(path, force)  # before any work: a bad path costs nothing
+    suffix = ".json" if target is None else target.suffix.lower()
+    if (exercise is not None or cells) and suffix not in DOCUMENTS:
+        raise WalkthroughError(
+            f"--exercise and --cells make a worksheet, a document: export .html, .md or .tex, not {suffix}"
+        )
     trace, w = _trace(config, seed, None, weights, checkpoint, notes_to_stderr=True)
     stages = trace.select(stage or (), layer)
-    if target is None or target.suffix.lower() == ".json":
-        warning = size_warning(stages, include_weights, trace.config.model.dtype)
-        if warning:
-            typer.echo(f"warning: {warning}", err=True)
-    text = write(trace, target, stages, include_weights, _gradients(trace, w, backward), force=force)
+    sheet = None
+    if exercise is not None or cells:
+        from .documents import worksheet
+
+        sheet = worksheet(trace, stages, exercise, cells or (), include_weights)
+    warning = size_warning(stages, include_weights, trace.config.model.dtype, suffix)
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
+    grads = _gradients(trace, w, backward)
+    text = write(trace, target, stages, include_weights, grads, force=force, worksheet=sheet)
     if text is not None:
         typer.echo(text, nl=False)
     else:
