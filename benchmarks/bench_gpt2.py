@@ -40,8 +40,8 @@ from transformer_walkthrough.checkpoints import load_gpt2, checkpoint_config, ch
 from transformer_walkthrough.model import run_forward
 before = hwm()
 ckpt = load_gpt2(sys.argv[1])
-config = checkpoint_config(ckpt.model, ckpt.tokenizer.labels)
-w = checkpoint_weights(config, ckpt.weights)
+config = checkpoint_config(ckpt, "float32", sys.argv[2])
+w = checkpoint_weights(config, ckpt)
 trace = run_forward(config, w, target_ids=ckpt.tokenizer.encode(sys.argv[2]))
 print(before, hwm())
 """
@@ -114,8 +114,8 @@ def main() -> int:
 
     start = time.perf_counter()
     ckpt = load_gpt2(folder)
-    config = checkpoint_config(ckpt.model, ckpt.tokenizer.labels)
-    w = checkpoint_weights(config, ckpt.weights)
+    config = checkpoint_config(ckpt, "float32", PROMPT)
+    w = checkpoint_weights(config, ckpt)
     load = time.perf_counter() - start
     ids = ckpt.tokenizer.encode(PROMPT)
     assert len(ids) == 10, ids
