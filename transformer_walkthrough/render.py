@@ -616,24 +616,21 @@ def cached_generation_table(
     cache's size, where the newest token's query looked (layer ``layer``, head ``head`` counted from
     1 as in A1: its three largest weights), the top k next tokens and the choice.
 
-    ``vocabulary`` labels ids; ``rows`` labels positions (``token_labels`` of the whole sequence,
-    so that a repeated token is told apart by its position, ``·the@4``).
+    ``vocabulary`` labels ids; ``rows`` labels the keys' positions (``token_labels`` of the whole
+    sequence, so that a repeated token is told apart by its position, ``·the@4``).
     """
     p = max(view.precision, 2)
-    table = styled_table(
-        "Generation with a key/value cache: each step feeds one token, whose query attends over "
-        "every cached key; K and V grow by one row"
-    )
+    table = styled_table("Generation with a key/value cache: K and V grow by one row a step")
     table.add_column(Text("step"), justify="right", no_wrap=True)
     table.add_column(Text("fed @ position"))
     table.add_column(Text("K, V"), no_wrap=True)
-    table.add_column(Text(f"attention, layer {layer} head {head}"))
+    table.add_column(Text(f"A{head} of layer {layer}: largest"))
     table.add_column(Text(f"top {len(steps[0].top)} next" + (" (sampled)" if sampled else "")))
     table.add_column(Text("chosen"), no_wrap=True)
     for s in steps:
         cached = s.layers[layer]
         K, row = cached.K[head - 1], cached.weights[head - 1, -1]  # the newest token's row
-        fed = [rows[i] for i in s.positions]
+        fed = [vocabulary[i] for i in s.ids]
         shown = " ".join(fed) if len(fed) <= 6 else f"{' '.join(fed[:2])} … {' '.join(fed[-2:])}"
         where = str(s.positions[0]) if len(fed) == 1 else f"{s.positions[0]}–{s.positions[-1]}"
         largest = np.argsort(-row, kind="stable")[:3]
@@ -650,7 +647,7 @@ def cached_generation_table(
 
 def cache_comparison_table(comparison: Comparison) -> Table:
     """The largest difference between the cached steps and one full pass, per quantity."""
-    table = styled_table("Step t = row n + t − 1 of one full pass over every token fed")
+    table = styled_table("Cached steps vs one full pass")
     for header in ("quantity", "max |diff|"):
         table.add_column(Text(header), no_wrap=True)
     for name, value in comparison._asdict().items():
