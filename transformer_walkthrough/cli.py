@@ -703,7 +703,7 @@ def _continue(
     the same row of one full pass (``generation.compare``)."""
     from rich.text import Text
 
-    from .checkpoints.run import continue_prompt
+    from .checkpoints.run import continue_prompt, load
     from .checks import TOLERANCE
     from .generation import compare as against_full_pass
     from .generation import generated_ids
@@ -712,16 +712,15 @@ def _continue(
 
     if seed is not None and top_k is None:
         raise WalkthroughError("--seed with --prompt seeds the sampling: give --top-k K too")
-    done = continue_prompt(
-        checkpoint.model, checkpoint.prompt or "", checkpoint.dtype, max_len, top_k or TOP_K,
-        sample=top_k is not None, seed=seed or 0,
-    )  # fmt: skip
-    m = done.config.model
+    loaded = load(checkpoint.model, checkpoint.prompt or "", checkpoint.dtype, prompt=True)
+    m = loaded.config.model
     layer = m.num_decoder_layers - 1 if layer is None else layer
     if not 0 <= layer < m.num_decoder_layers:
         raise WalkthroughError(f"--layer: this model has layers 0 to {m.num_decoder_layers - 1}, got {layer}")
     if not 1 <= head <= m.num_heads:
         raise WalkthroughError(f"--head: this model has heads 1 to {m.num_heads}, got {head}")
+    sample = top_k is not None
+    done = continue_prompt(loaded, max_len, top_k if sample else TOP_K, sample, seed or 0)
     vocabulary = done.config.vocabulary or ()
     ids = generated_ids(done.steps)
     rows = token_labels([vocabulary[i] for i in ids])

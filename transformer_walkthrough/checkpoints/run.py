@@ -270,17 +270,12 @@ class Continuation(NamedTuple):
 
 
 def continue_prompt(
-    model: str,
-    prompt: str,
-    dtype: str = "float32",
-    max_len: int = 20,
-    top_k: int = TOP_K,
-    sample: bool = False,
-    seed: int = 0,
+    loaded: Loaded, max_len: int = 20, top_k: int = TOP_K, sample: bool = False, seed: int = 0
 ) -> Continuation:
-    """Up to ``max_len`` tokens after ``prompt``: greedy, or drawn from the ``top_k`` (``sample``,
-    seeded); stops after ``<|endoftext|>`` (eos) as transformers' ``generate`` does."""
-    ckpt, config, w, ids = load(model, prompt, dtype, prompt=True)
+    """Up to ``max_len`` tokens after the prompt of ``loaded`` (``load(…, prompt=True)``): greedy,
+    or drawn from the ``top_k`` (``sample``, seeded); stops after ``<|endoftext|>`` (eos), as
+    transformers' ``generate`` does, or where the position table ends."""
+    ckpt, config, w, ids = loaded
     m = config.model
     room = m.max_positions - len(ids) + 1  # the last choice is never fed back
     if room < 1:
@@ -288,9 +283,8 @@ def continue_prompt(
     new = min(max_len, room)
     check_size(config, 0, len(ids) + new - 1)
     steps = generate_cached(
-        config, w, ids, new, top_k=min(top_k, len(config.vocabulary or ())), sample=sample, seed=seed,
-        eos_id=ckpt.eos_token_id,
-    )  # fmt: skip
+        config, w, ids, new, top_k=top_k, sample=sample, seed=seed, eos_id=ckpt.eos_token_id
+    )
     config = dataclasses.replace(config, target=ckpt.tokenizer.decode(generated_ids(steps)))
     cut = new < max_len and len(steps) == new and steps[-1].chosen != ckpt.eos_token_id
     return Continuation(steps, config, w, ckpt, ids, cut)
