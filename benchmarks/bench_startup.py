@@ -4,8 +4,8 @@ Run: python benchmarks/bench_startup.py [--runs N]
 
 Each command is run N times, interleaved so that machine noise hits all alike; the script prints
 medians and the ratios the walkthrough issue sets as targets:
-    walkthrough run                            <= 2.0 x floor
-    walkthrough step --stage masked-attention  <= 1.5 x floor
+    walkthrough run                            <= 1.4 x floor
+    walkthrough step --stage masked-attention  <= 1.3 x floor
     walkthrough --help                         <= 1.2 x `python -c "import typer"`, and no NumPy
 Output goes to a pipe (as `walkthrough run | less` would), so Rich renders without colour.
 """
@@ -36,7 +36,7 @@ COMMANDS = {
     "export .tex": [WALKTHROUGH, "export", "{tmp}/walkthrough.tex", "--force"],
     "export .md": [WALKTHROUGH, "export", "{tmp}/walkthrough.md", "--force"],
 }
-TARGETS = [("run", "floor", 2.0), ("step", "floor", 1.5), ("--help", "import typer", 1.2)]
+TARGETS = [("run", "floor", 1.4), ("step", "floor", 1.3), ("--help", "import typer", 1.2)]
 
 
 TMP = tempfile.mkdtemp(prefix="bench-startup-")

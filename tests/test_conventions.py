@@ -174,8 +174,8 @@ def test_verify_catches_a_wrong_pre_norm_residual() -> None:
     trace = run_forward(PRE_NORM)
     trace["encoder.0.residual-2"]["output"][0, 1] += 1e-6
     bad = {(c.stage, c.what) for c in recompute(trace) if not c.ok}
-    assert ("encoder.0.residual-2", "output = X + sublayer") in bad
-    assert ("encoder.final-norm", "X = encoder.0.residual-2 output") not in bad  # the same array
+    assert ("encoder.0.residual-2", "output equals X + sublayer") in bad
+    assert ("encoder.final-norm", "X equals the output of encoder.0.residual-2") not in bad  # the same array
 
 
 def shown(v: float, operand: bool = False) -> str:
@@ -364,3 +364,18 @@ def test_generation_stops_where_the_learned_positions_end(runner: CliRunner) -> 
     result = runner.invoke(app, ["generate", "-c", str(CONFIGS / "gpt-style.yaml")])
     assert result.exit_code == 0, result.output
     assert "(stopped after 15 tokens: the learned position table has 16 rows" in result.output
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_the_parameter_list_is_what_the_stages_use(path: Path) -> None:
+    """architecture.parameters and the forward pass describe the same model: every parameter is
+    used by the stage it is named after (and a tied table by the others too), and nothing else is."""
+    config = load_config(path)
+    w = init_weights(config)
+    trace = run_forward(config, w)
+    used = {ref.name for stage in trace for ref in stage.params.values()}
+    assert used == set(w)
+    for stage in trace:
+        for local, ref in stage.params.items():
+            assert ref == w.uses[f"{stage.id}/{local}"]
+            assert ref.transposed == (local == "W" and config.model.tie_embeddings)

@@ -60,28 +60,79 @@ def test_latex_structure(trace: Trace) -> None:
     doc = to_latex(trace, list(trace), 2)
     assert doc.startswith("\\documentclass") and doc.rstrip().endswith("\\end{document}")
     assert doc.count("\\section*{") == len(trace) + 1
-    assert doc.count("\\begin{bmatrix}") == sum(len(s.matrices) for s in trace)
+    assert doc.count("\\labelled{") == sum(len(s.matrices) for s in trace)
     assert doc.count("\\begin{align*}") == len(trace)
     assert "\\underset{4\\times4}{S_{1}+M}" in doc and "-\\infty" in doc
     assert "\\textless{}start\\textgreater{}" in doc and "<start>" not in doc
+    rows = doc[doc.index("\\section*{Prediction}") : doc.index("\\end{tabularx}")].splitlines()[3:]
+    assert rows[0].startswith("\\textless{}start\\textgreater{} & \\textbf{") and len(rows) == 4
+    flatten = run_forward(Config(model=ModelConfig(output_head="flatten")))
+    assert "the article's leak" in to_latex(flatten, [flatten["output.logits"]], 2)
     assert tex("50% of {x} & $y_1 #2") == "50\\% of \\{x\\} \\& \\$y\\_1 \\#2"
 
 
-def test_latex_compiles(trace: Trace, tmp_path: Path) -> None:
+def compile_latex(source: str, folder: Path) -> tuple[str, Path]:
+    """pdflatex's log and the PDF of a .tex source (the test fails if it does not compile)."""
     pdflatex = need("pdflatex")
-    for config in (
-        Config(),
-        Config(model=ModelConfig(output_head="flatten", attention_bias=True, scale_embeddings=True)),
-    ):
-        t = run_forward(config)
-        source = tmp_path / "walkthrough.tex"
-        source.write_text(to_latex(t, list(t), 2), encoding="utf-8")
-        result = subprocess.run(
-            [pdflatex, "-interaction=nonstopmode", "-halt-on-error", source.name],
-            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stdout[-2000:]
-        assert (tmp_path / "walkthrough.pdf").stat().st_size > 10_000
+    (folder / "walkthrough.tex").write_text(source, encoding="utf-8")
+    result = subprocess.run(
+        [pdflatex, "-interaction=nonstopmode", "-halt-on-error", "walkthrough.tex"],
+        cwd=folder, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:]
+    return (folder / "walkthrough.log").read_text(encoding="latin-1"), folder / "walkthrough.pdf"
+
+
+def overfull(log: str) -> list[str]:
+    """The "Overfull \\hbox (12.3pt too wide)" lines of a log wider than 1 pt."""
+    return [
+        line
+        for line in log.splitlines()
+        if (m := re.match(r"Overfull \\hbox \(([\d.]+)pt too wide", line)) and float(m[1]) > 1
+    ]
+
+
+CONVENTIONS = ["article", "article-flatten", "pre-norm", "gpt-style", "marian-style"]
+
+
+@pytest.mark.parametrize("name", CONVENTIONS)
+def test_latex_compiles_to_a_textbook_page(name: str, tmp_path: Path) -> None:
+    """Every convention compiles, with and without gradients; nothing sticks out into the margin;
+    every font is an outline font (no Type 3 bitmaps); the pages render and are not too many."""
+    from transformer_walkthrough.backprop import backward
+    from transformer_walkthrough.config import load_config
+    from transformer_walkthrough.model import init_weights
+
+    config = load_config(Path(__file__).parents[1] / "configs" / f"{name}.yaml")
+    t = run_forward(config)
+    grads = backward(t, init_weights(config)).stages if name in ("article", "gpt-style") else None
+    log, pdf = compile_latex(to_latex(t, list(t), 2, grads=grads), tmp_path)
+    assert overfull(log) == []
+    fonts = subprocess.run([need("pdffonts"), str(pdf)], capture_output=True, text=True, check=True).stdout
+    types = {" ".join(line.split()[1:3]) for line in fonts.splitlines()[2:]}  # name, "Type 1", …
+    assert types == {"Type 1"}, fonts
+    subprocess.run([need("pdftoppm"), "-r", "30", "-png", str(pdf), str(tmp_path / "page")], check=True)
+    pages = sorted(tmp_path.glob("page-*.png"))
+    # A stage takes under a page (two with its gradients), and a third of one at least.
+    assert len(t) / 3 <= len(pages) <= (2 if grads else 1) * len(t) + 2, len(pages)
+    for page in pages:
+        width, height, pixels = png_pixels(page.read_bytes())
+        assert height > width and len(set(pixels)) > 20  # portrait, and not blank
+
+
+def test_overfull_lines_are_found() -> None:
+    log = (
+        "Overfull \\hbox (0.6pt too wide) in paragraph\n"
+        "Overfull \\hbox (12.25pt too wide) detected at line 3\n"
+    )
+    assert overfull(log) == ["Overfull \\hbox (12.25pt too wide) detected at line 3"]
+
+
+def test_latex_of_a_wide_matrix_is_shrunk_to_the_page(tmp_path: Path) -> None:
+    """d_model 48 makes a 48-column W_O: set at its size it would run off the page."""
+    t = run_forward(Config(model=ModelConfig(d_model=48, num_heads=2, d_ff=64)))
+    log, _ = compile_latex(to_latex(t, [t["decoder.0.feed-forward"]], 2), tmp_path)
+    assert overfull(log) == []
 
 
 def test_html_is_self_contained_and_escaped(trace: Trace) -> None:
@@ -206,3 +257,211 @@ def test_report_in_a_real_browser(tmp_path: Path) -> None:
     width, height, pixels = png_pixels(shot)
     assert (width, height) == (1280, 900) or width > 800
     assert len(set(pixels)) > 50  # a blank page compresses to a handful of byte values
+
+
+# ---------------------------------------------------------------------------------------------
+# --backward and --no-weights in every document; the formats listed in `export --help`.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_export_help_lists_every_format(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["export", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())
+    for suffix in (".json", ".npz", ".html", ".md", ".tex"):
+        assert suffix in text
+
+
+def _md_tables(md: str) -> list[str]:
+    """The names of the matrix tables of a Markdown document, in order."""
+    return re.findall(r"^\| \*\*(.+?)\*\* \|", md, flags=re.M)
+
+
+def test_documents_show_each_gradient_beside_its_matrix(runner: CliRunner, tmp_path: Path) -> None:
+    stage = "decoder.0.masked-attention"
+    for suffix in (".md", ".html", ".tex"):
+        path = tmp_path / f"b{suffix}"
+        result = runner.invoke(app, ["export", str(path), "--stage", stage, "--backward"])
+        assert result.exit_code == 0, result.stderr
+        text = path.read_text(encoding="utf-8")
+        assert "gradient dL/d(matrix) beside it" in text
+        if suffix == ".md":
+            names = _md_tables(text)
+        elif suffix == ".html":
+            names = [html_unescape(n) for n in re.findall(r"<figcaption>(.+?) <span>", text)]
+        else:
+            names = re.findall(r"\\underset\{\d+\\times\d+\}\{(.+?)\} = \\labelled", text)
+        trace = run_forward(Config())
+        expected = []
+        for name in trace[stage].matrices:
+            expected.append(name)
+            if name != "M":  # a constant: nothing learns it, it has no gradient
+                expected.append(f"dL/d{name}")
+        if suffix == ".tex":
+            from transformer_walkthrough.documents import _tex_name
+
+            expected = [_tex_name(n) for n in expected]
+        assert names == expected, suffix
+
+
+def html_unescape(text: str) -> str:
+    import html
+
+    return html.unescape(text)
+
+
+def test_gradients_in_a_document_are_the_backward_pass(tmp_path: Path) -> None:
+    """The numbers under dL/dA1 are the backward pass's, with two more digits than the matrices."""
+    from transformer_walkthrough.backprop import backward
+    from transformer_walkthrough.model import init_weights
+
+    config = Config()
+    trace = run_forward(config)
+    grads = backward(trace, init_weights(config)).stages
+    md = to_markdown(trace, [trace["decoder.0.masked-attention"]], 2, grads=grads)
+    lines = md[md.index("| **dL/dA1** |") :].splitlines()
+    g = grads["decoder.0.masked-attention"]["A1"]
+    first = [cell.strip() for cell in lines[2].split("|")[2:-1]]
+    assert first == [f"{v:.4f}".replace("-", "−") if round(v, 4) else "0.0000" for v in g[0]]
+
+
+def test_documents_leave_the_weights_out(runner: CliRunner, tmp_path: Path) -> None:
+    for suffix in (".md", ".html", ".tex"):
+        path = tmp_path / f"n{suffix}"
+        result = runner.invoke(app, ["export", str(path), "--no-weights", "--backward"])
+        assert result.exit_code == 0, result.stderr
+        text = path.read_text(encoding="utf-8")
+        assert "the learned weights are left out" in text
+        for weight in ("W_Q1", "W^{Q}_{1}", "dL/dW_O", "gamma</", "**E**"):
+            assert weight not in text, (suffix, weight)
+        assert ("A1" in text) or ("A_{1}" in text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Formulas in MathML; the report printed.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_mathml_of_a_formula_written_by_hand() -> None:
+    from transformer_walkthrough.documents import mathml
+
+    assert mathml([r"S_h &= Q_h K_h^{\top} / \sqrt{d_k}"]) == (
+        '<math display="block"><mtable><mtr><mtd><msub><mi>S</mi><mi>h</mi></msub></mtd><mtd><mo>=</mo>'
+        "<msub><mi>Q</mi><mi>h</mi></msub><msubsup><mi>K</mi><mi>h</mi><mrow><mi>⊤</mi></mrow></msubsup>"
+        "<mo>/</mo><msqrt><mrow><msub><mi>d</mi><mi>k</mi></msub></mrow></msqrt></mtd></mtr></mtable></math>"
+    )
+    assert "<mtext>(row-wise)</mtext>" in mathml(
+        [r"A_h &= \operatorname{softmax}(S_h) \quad \text{(row-wise)}"]
+    )
+    with pytest.raises(ValueError, match="unknown command"):
+        mathml([r"x = \frobnicate{y}"])
+
+
+@pytest.mark.parametrize("name", CONVENTIONS)
+def test_every_formula_is_typeset_in_mathml(name: str) -> None:
+    """No stage of any convention falls back to the plain-text formula."""
+    from transformer_walkthrough.config import load_config
+
+    t = run_forward(load_config(Path(__file__).parents[1] / "configs" / f"{name}.yaml"))
+    page = to_html(t, list(t), 2)
+    assert page.count('<math display="block">') == len(t)
+    assert '<pre class="formula">' not in page
+
+
+def test_report_prints_well(tmp_path: Path) -> None:
+    """Printed (Chromium's print media and its PDF): no navigation column, no formula clipped, no
+    matrix split across pages, and a sensible number of pages."""
+    chromium, chromedriver = need("chromium"), need("chromedriver")
+    from transformer_walkthrough.backprop import backward
+    from transformer_walkthrough.model import init_weights
+
+    config = Config()
+    trace = run_forward(config)
+    grads = backward(trace, init_weights(config)).stages
+    report = tmp_path / "report.html"
+    report.write_text(to_html(trace, list(trace), 2, grads=grads), encoding="utf-8")
+    driver = WebDriver(chromedriver, chromium)
+
+    def js(script: str) -> object:
+        return driver("POST", "/execute/sync", {"script": script, "args": []})
+
+    try:
+        driver("POST", "/url", {"url": report.as_uri()})
+        math_heights = js(
+            "return [...document.querySelectorAll('math')].map(m => m.getBoundingClientRect().height)"
+        )
+        driver(
+            "POST", "/goog/cdp/execute", {"cmd": "Emulation.setEmulatedMedia", "params": {"media": "print"}}
+        )
+        nav = js("return getComputedStyle(document.querySelector('nav')).display")
+        clipped = js(
+            "return [...document.querySelectorAll('.formula')]"
+            ".filter(f => f.scrollWidth > f.clientWidth + 1).map(f => f.closest('section').id)"
+        )
+        breaks = js(
+            "return [...new Set([...document.querySelectorAll('figure, .unit, .formula')]"
+            ".map(f => getComputedStyle(f).breakInside))]"
+        )
+        pdf = base64.b64decode(driver("POST", "/print", {"background": True}))
+    finally:
+        driver.close()
+    # a typeset formula of five lines stands taller than one line of text
+    assert len(math_heights) == len(trace) and min(math_heights) > 20
+    assert nav == "none" and clipped == [] and breaks == ["avoid"]
+    (tmp_path / "report.pdf").write_bytes(pdf)
+    info = subprocess.run([need("pdfinfo"), str(tmp_path / "report.pdf")], capture_output=True, text=True)
+    pages = int(re.search(r"Pages:\s+(\d+)", info.stdout)[1])
+    assert len(trace) / 3 <= pages <= 3 * len(trace), pages
+    text = subprocess.run(
+        [need("pdftotext"), str(tmp_path / "report.pdf"), "-"], capture_output=True, text=True
+    ).stdout
+    assert "dL/dA1" in text and "Prediction" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Streamed to the file: a piece at a time, atomically, with a warning before a huge document.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".html", ".md", ".tex"])
+def test_documents_are_written_a_row_at_a_time(suffix: str) -> None:
+    """No piece is much more than a matrix row: memory stays bounded however large the model."""
+    from transformer_walkthrough.backprop import backward
+    from transformer_walkthrough.documents import WRITERS, Options
+    from transformer_walkthrough.model import init_weights
+
+    config = Config(model=ModelConfig(d_model=64, num_heads=2, d_ff=256))
+    trace = run_forward(config)
+    options = Options(2, True, backward(trace, init_weights(config)).stages)
+    pieces = [len(p) for p in WRITERS[suffix](trace, list(trace), options)]
+    assert max(pieces) < 12_000 and sum(pieces) > 40 * max(pieces)
+
+
+def test_a_document_that_fails_midway_leaves_nothing(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import transformer_walkthrough.documents as documents
+    from transformer_walkthrough.errors import ExportError
+
+    def failing(trace: Trace, stages: list, options: object):
+        yield "<!DOCTYPE html>"
+        raise ExportError("the disk is full")
+
+    monkeypatch.setitem(documents.WRITERS, ".html", failing)
+    result = runner.invoke(app, ["export", str(tmp_path / "r.html")])
+    assert result.exit_code == 2 and result.stderr == "error: the disk is full\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_large_document_warns(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformer_walkthrough.export as export
+
+    monkeypatch.setattr(export, "LARGE", 100)
+    numbers = export.size(list(run_forward(Config())))
+    for suffix, name, size in ((".html", "HTML", 25), (".md", "Markdown", 8), (".tex", "LaTeX", 9)):
+        result = runner.invoke(app, ["export", str(tmp_path / f"r{suffix}")])
+        assert result.exit_code == 0
+        assert result.stderr.splitlines()[0] == (
+            f"warning: {numbers:,} numbers make about {numbers * size / 1e6:,.0f} MB of {name}; "
+            f"--no-weights leaves the weights out; as .npz, {numbers * 8 / 1e6:,.0f} MB"
+        )

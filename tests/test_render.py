@@ -181,10 +181,9 @@ def same_block(name: str, matrix: Matrix, view: View, colour: bool = False) -> N
     new = Console(width=view.width, file=io.StringIO(), **terminal)
     with todays_numbers():
         table = table_renderer.matrix_table(name, matrix, view)
-    for r in table_renderer.side_by_side(old, [table], view.width):
-        old.print(r, crop=False)
-    for r in side_by_side([matrix_block(name, matrix, view)], view.width):
-        new.print(r, crop=False)
+    # Both as the commands print them: every line without the spaces at its end.
+    render.print_all(old, table_renderer.side_by_side(old, [table], view.width))
+    render.print_all(new, side_by_side([matrix_block(name, matrix, view)], view.width))
     assert new.file.getvalue() == old.file.getvalue()
 
 
@@ -326,8 +325,7 @@ def test_any_matrix_prints_as_the_table_renderer_did(matrix: Matrix, name: str, 
         new = Console(width=view.width, file=io.StringIO(), **terminal)
         with todays_numbers():
             table = table_renderer.matrix_table(name, matrix, view)
-        for r in table_renderer.side_by_side(old, [table], view.width):
-            old.print(r, crop=False)
-        for r in side_by_side([matrix_block(name, matrix, view)], view.width):
-            new.print(r, crop=False)
+        # Both as the commands print them: every line without the spaces at its end.
+        render.print_all(old, table_renderer.side_by_side(old, [table], view.width))
+        render.print_all(new, side_by_side([matrix_block(name, matrix, view)], view.width))
         assert new.file.getvalue() == old.file.getvalue()

@@ -36,7 +36,9 @@ def test_a_wrong_number_is_caught() -> None:
     trace = run_forward(Config())
     trace["decoder.0.cross-attention"]["A2"][1, 2] += 1e-6  # one cell, a little
     bad = [c for c in recompute(trace) if not c.ok]
-    assert [(c.stage, c.what) for c in bad] == [("decoder.0.cross-attention", "head 2: Q, K, V, S, A, O")]
+    assert [(c.stage, c.what) for c in bad] == [
+        ("decoder.0.cross-attention", "head 2: Q, K, V, S, A and O recomputed")
+    ]
     assert bad[0].max_diff == pytest.approx(1e-6, rel=1e-3)
 
 

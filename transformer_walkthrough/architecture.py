@@ -14,6 +14,7 @@ description here, and nowhere else:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -66,23 +67,27 @@ def stack_output(side: str, m: ModelConfig) -> str:
     return connection(side, num_layers(side, m) - 1, len(sublayers(side, m)), m).after
 
 
-def stage_ids(config: Config) -> list[str]:
-    """Every stage id of a forward pass, in computing order (pinned by a test)."""
-    m = config.model
-    ids = []
+def walk(m: ModelConfig) -> Iterator[tuple[str, str]]:
+    """Every stage of a forward pass as (id, kind), in computing order: Figure 1, bottom to top."""
     for side in stacks(m):
-        ids += [stage_id(side, "embedding"), stage_id(side, "positional-encoding")]
+        yield stage_id(side, "embedding"), "embedding"
+        yield stage_id(side, "positional-encoding"), "positional-encoding"
         for i in range(num_layers(side, m)):
             for k, kind in enumerate(sublayers(side, m), 1):
                 c = connection(side, i, k, m)
-                ids += (
-                    [c.norm, stage_id(side, kind, i), c.after]
-                    if c.norm
-                    else [stage_id(side, kind, i), c.after]
-                )
+                if c.norm:
+                    yield c.norm, "layer-norm"
+                yield stage_id(side, kind, i), kind
+                yield c.after, "residual" if c.norm else "add-norm"
         if m.has_final_norm:
-            ids.append(stage_id(side, "final-norm"))
-    return [*ids, stage_id(OUTPUT, "logits"), stage_id(OUTPUT, "probabilities")]
+            yield stage_id(side, "final-norm"), "layer-norm"
+    yield stage_id(OUTPUT, "logits"), "logits"
+    yield stage_id(OUTPUT, "probabilities"), "probabilities"
+
+
+def stage_ids(config: Config) -> list[str]:
+    """Every stage id of a forward pass, in computing order (pinned by a test)."""
+    return [sid for sid, _ in walk(config.model)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,9 +111,13 @@ class Spec(NamedTuple):
     fan_in: int = 0  # for "bias": the layer's input width
 
 
-def _stage_parameters(kind: str, m: ModelConfig) -> dict[str, Spec]:
-    """The parameters of one stage of ``kind``, by local name."""
+def _stage_parameters(kind: str, m: ModelConfig, vocab: int, head_in: int) -> dict[str, Spec]:
+    """The parameters of one stage of ``kind``, by local name (before any tie)."""
     d = m.d_model
+    if kind == "embedding":
+        return {"E": Spec((vocab, d), "embedding")}
+    if kind == "positional-encoding":
+        return {"P": Spec((m.max_positions, d), "positions")} if m.positional_encoding == "learned" else {}
     if kind.endswith("attention"):
         specs = {"W_QKV": Spec((d, 3 * d), "xavier-qkv"), "W_O": Spec((d, d), "xavier")}
         if m.attention_bias:
@@ -123,6 +132,9 @@ def _stage_parameters(kind: str, m: ModelConfig) -> dict[str, Spec]:
         }
     if kind in ("add-norm", "layer-norm"):
         return {"gamma": Spec((d,), "ones"), "beta": Spec((d,), "zeros")}
+    if kind == "logits":
+        specs = {"W": Spec((head_in, vocab), "xavier")}
+        return specs | {"b": Spec((vocab,), "bias", head_in)} if m.output_bias else specs
     return {}
 
 
@@ -134,46 +146,17 @@ def parameters(config: Config) -> tuple[dict[str, Spec], dict[str, Ref]]:
     output layer's W use it (W as Eᵀ).
     """
     m, vocab = config.model, len(config.vocabulary or ())
+    head_in = m.d_model * (len(config.target_tokens) if m.output_head == "flatten" else 1)
     specs: dict[str, Spec] = {}
     uses: dict[str, Ref] = {}
-
-    def add(stage: str, kind: str, more: dict[str, Spec] | None = None) -> None:
-        for local, spec in (_stage_parameters(kind, m) | (more or {})).items():
-            name = f"{stage}/{local}"
-            specs[name] = spec
-            uses[name] = Ref(name)
-
-    shared: str | None = None  # the tied table, once drawn
-    for side in stacks(m):
-        embedding = stage_id(side, "embedding")
-        if m.tie_embeddings and shared is not None:
-            uses[f"{embedding}/E"] = Ref(shared)
-        else:
-            add(embedding, "embedding", {"E": Spec((vocab, m.d_model), "embedding")})
-            shared = f"{embedding}/E"
-        if m.positional_encoding == "learned":
-            add(
-                stage_id(side, "positional-encoding"),
-                "",
-                {"P": Spec((m.max_positions, m.d_model), "positions")},
-            )
-        for i in range(num_layers(side, m)):
-            for k, kind in enumerate(sublayers(side, m), 1):
-                c = connection(side, i, k, m)
-                if c.norm:
-                    add(c.norm, "layer-norm")
-                add(stage_id(side, kind, i), kind)
-                if not c.norm:
-                    add(c.after, "add-norm")
-        if m.has_final_norm:
-            add(stage_id(side, "final-norm"), "layer-norm")
-    logits = stage_id(OUTPUT, "logits")
-    head_in = m.d_model * (len(config.target_tokens) if m.output_head == "flatten" else 1)
-    if m.tie_embeddings:
-        assert shared is not None
-        uses[f"{logits}/W"] = Ref(shared, transposed=True)
-    else:
-        add(logits, "", {"W": Spec((head_in, vocab), "xavier")})
-    if m.output_bias:
-        add(logits, "", {"b": Spec((vocab,), "bias", head_in)})
+    shared: Ref | None = None  # the tied table: the first embedding's E
+    for sid, kind in walk(m):
+        for local, spec in _stage_parameters(kind, m, vocab, head_in).items():
+            name = f"{sid}/{local}"
+            if m.tie_embeddings and local in ("E", "W") and shared is not None:
+                uses[name] = shared if local == "E" else shared._replace(transposed=True)
+                continue
+            specs[name], uses[name] = spec, Ref(name)
+            if m.tie_embeddings and local == "E":
+                shared = Ref(name)
     return specs, uses

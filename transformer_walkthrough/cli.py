@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from .backprop import Backward
     from .model import Weights
+    from .render import View
     from .trace import Stage, Trace
 
 
@@ -103,6 +104,19 @@ WeightsOption = Annotated[
 HeatmapOption = Annotated[
     bool,
     typer.Option("--heatmap", help="Colour every cell by its value (attention weights are always shaded)."),
+]
+SharedScaleOption = Annotated[
+    bool,
+    typer.Option(
+        "--shared-scale",
+        help="One heatmap scale per stage (its largest |value|), not one per matrix; implies --heatmap.",
+    ),
+]
+MapOption = Annotated[
+    bool,
+    typer.Option(
+        "--map/--no-map", help="Above each stage, Figure 1 as a small map: where the stage sits, its inputs."
+    ),
 ]
 BackwardOption = Annotated[
     bool, typer.Option("--backward", help="Also the gradient dL/d(matrix) of the loss for every matrix.")
@@ -304,15 +318,36 @@ def _console() -> "Console":
 
 
 def _show(
-    trace: "Trace", stages: "list[Stage]", full: bool, grads: "Backward | None" = None, heatmap: bool = False
+    trace: "Trace",
+    stages: "list[Stage]",
+    full: bool,
+    grads: "Backward | None" = None,
+    heatmap: bool = False,
+    show_map: bool = False,
+    shared_scale: bool = False,
 ) -> None:
     """Print the stages (with their gradients), and the prediction when the probabilities are among them."""
-    from .render import View, print_all, render_trace
+    from .render import print_all, render_trace
 
     console = _console()
-    view = View(precision=trace.config.display.precision, width=console.width, full=full, heatmap=heatmap)
+    view = _view(trace, console, full=full, heatmap=heatmap, shared_scale=shared_scale)
     ending = any(s.kind == "probabilities" for s in stages)
-    print_all(console, render_trace(console, trace, stages, view, prediction=ending, grads=grads))
+    rendered = render_trace(console, trace, stages, view, prediction=ending, grads=grads, show_map=show_map)
+    print_all(console, rendered)
+
+
+def _view(trace: "Trace", console: "Console", full: bool, heatmap: bool, shared_scale: bool) -> "View":
+    """How numbers are shown: the config's precision, the console's width and colours."""
+    from .render import View
+
+    return View(
+        precision=trace.config.display.precision,
+        width=console.width,
+        full=full,
+        heatmap=heatmap or shared_scale,
+        shared_scale=shared_scale,
+        colors="truecolor" if console.color_system == "truecolor" else "256",
+    )
 
 
 def _version(value: bool) -> None:
@@ -343,6 +378,8 @@ def run(
     weights: WeightsOption = None,
     backward: BackwardOption = False,
     heatmap: HeatmapOption = False,
+    shared_scale: SharedScaleOption = False,
+    show_map: MapOption = False,
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
@@ -351,7 +388,7 @@ def run(
 ) -> None:
     """The whole forward pass: every stage, then the prediction."""
     trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype, prompt))
-    _show(trace, list(trace), full, _gradients(trace, w, backward), heatmap)
+    _show(trace, list(trace), full, _gradients(trace, w, backward), heatmap, show_map, shared_scale)
 
 
 @app.command()
@@ -373,6 +410,8 @@ def step(
     weights: WeightsOption = None,
     backward: BackwardOption = False,
     heatmap: HeatmapOption = False,
+    shared_scale: SharedScaleOption = False,
+    show_map: MapOption = True,
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
@@ -382,7 +421,7 @@ def step(
     """One stage, or all stages of one kind, with every intermediate."""
     trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype, prompt))
     chosen = trace.select(stage, layer)
-    _show(trace, chosen, full, _gradients(trace, w, backward), heatmap)
+    _show(trace, chosen, full, _gradients(trace, w, backward), heatmap, show_map, shared_scale)
 
 
 @app.command()
@@ -407,7 +446,11 @@ def stages(
 @user_errors
 def export(
     path: Annotated[
-        str, typer.Argument(help="Output file: .json or .npz by its suffix; - writes JSON to stdout.")
+        str,
+        typer.Argument(
+            help="Output file, its format by its suffix: .json, .npz, .html (a report), .md or .tex "
+            "(a LaTeX article); - writes JSON to stdout."
+        ),
     ],
     stage: Annotated[
         Optional[list[str]], typer.Option("--stage", "-s", help="Only these stages (kind or id); repeatable.")
@@ -421,25 +464,52 @@ def export(
     ] = True,
     weights: WeightsOption = None,
     backward: BackwardOption = False,
+    exercise: Annotated[
+        Optional[int],
+        typer.Option(
+            help="A worksheet (.html, .md, .tex): hide this many cells, chosen across the stages from "
+            "the seed, as ?1, ?2, … boxes; the answers at the end.",
+            show_default=False,
+        ),
+    ] = None,
+    cells: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--cells",
+            help="A worksheet hiding these cells: 'decoder.0.masked-attention/A1[1,0]' (indices or "
+            "labels); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
     prompt: PromptOption = None,
     dtype: DtypeOption = None,
 ) -> None:
-    """Write every matrix, weights included, to JSON or .npz."""
-    from .export import check_target, size_warning
+    """Write every matrix to a file: data (.json, .npz) or a document (.html, .md, .tex)."""
+    from .export import DOCUMENTS, check_target, size_warning
     from .export import export as write
 
     checkpoint = _model_args(model, source, target, dtype, prompt)
     target = check_target(path, force)  # before any work: a bad path costs nothing
+    suffix = ".json" if target is None else target.suffix.lower()
+    if (exercise is not None or cells) and suffix not in DOCUMENTS:
+        raise WalkthroughError(
+            f"--exercise and --cells make a worksheet, a document: export .html, .md or .tex, not {suffix}"
+        )
     trace, w = _trace(config, seed, None, weights, checkpoint, notes_to_stderr=True)
     stages = trace.select(stage or (), layer)
-    if target is None or target.suffix.lower() == ".json":
-        warning = size_warning(stages, include_weights, trace.config.model.dtype)
-        if warning:
-            typer.echo(f"warning: {warning}", err=True)
-    text = write(trace, target, stages, include_weights, _gradients(trace, w, backward), force=force)
+    sheet = None
+    if exercise is not None or cells:
+        from .documents import worksheet
+
+        sheet = worksheet(trace, stages, exercise, cells or (), include_weights)
+    warning = size_warning(stages, include_weights, trace.config.model.dtype, suffix)
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
+    grads = _gradients(trace, w, backward)
+    text = write(trace, target, stages, include_weights, grads, force=force, worksheet=sheet)
     if text is not None:
         typer.echo(text, nl=False)
     else:
@@ -526,11 +596,13 @@ def explain(
         raise StageError(
             f"--stage {stage} names {len(chosen)} stages; give one id: {', '.join(s.id for s in chosen)}"
         )
+    from .render import wrap_explanation
+
     head, *lines = explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms)
     console = _console()
-    console.print(Text(head, style="bold"))
-    for line in lines:
-        console.print(Text(line))
+    for k, line in enumerate([head, *lines]):
+        for part in wrap_explanation(line, console.width):
+            console.print(Text(part, style="bold" if k == 0 else "", overflow="fold"))
 
 
 @app.command()
@@ -631,7 +703,7 @@ def generate(
     from .checks import TOLERANCE
     from .config import END, load_config
     from .model import init_weights, load_weights
-    from .render import View, comparison_table, generation_table
+    from .render import View, comparison_table, generation_table, paragraph
     from .trace import weights_origin
     from .training import generate as decode
     from .training import generation_limit
@@ -667,7 +739,7 @@ def generate(
     source = None if weights is None else printable(str(weights))
     console.print(Text(f"weights: {weights_origin(settings.seed, source)}", style="dim"))
     console.print(generation_table(steps, view))
-    console.print(said)
+    console.print(paragraph(said, console.width))
     limit = generation_limit(settings, max_len)
     if checkpoint is None and steps[-1].chosen != END and len(steps) == limit < max_len:
         console.print(
@@ -684,10 +756,10 @@ def generate(
             f"generation differs from the teacher-forced pass (max |diff| {worst:.1e}): "
             "the numbers overflowed; try smaller weights"
         )
-    console.print(
+    console.print(paragraph(
         f"Step i equals row i of one teacher-forced pass over the final input (max |diff| {worst:.1e}): "
-        "the causal mask keeps row i from seeing anything after position i."
-    )
+        "the causal mask keeps row i from seeing anything after position i.", console.width
+    ))  # fmt: skip
 
 
 def _continue(
@@ -762,6 +834,7 @@ def tour(
     precision: PrecisionOption = None,
     weights: WeightsOption = None,
     heatmap: HeatmapOption = False,
+    shared_scale: SharedScaleOption = False,
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
@@ -769,14 +842,11 @@ def tour(
     dtype: DtypeOption = None,
 ) -> None:
     """One stage at a time: Enter next, b back, arrows and j/k scroll, q quit."""
-    from .render import View
     from .tour import run_tour
 
     trace, _ = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype, prompt))
     console = _console()
-    run_tour(
-        console, trace, View(precision=trace.config.display.precision, width=console.width, heatmap=heatmap)
-    )
+    run_tour(console, trace, _view(trace, console, full=False, heatmap=heatmap, shared_scale=shared_scale))
 
 
 @app.command()

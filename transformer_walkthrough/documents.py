@@ -1,20 +1,221 @@
 """The walkthrough as a document: Markdown, a standalone LaTeX file, a self-contained HTML report.
 
 Each reads the same trace as the terminal and writes every stage's title, explanation, formula and
-matrices (with their row and column labels), then the prediction. Everything a trace holds is
-text from a config — tokens such as <start> included — so every piece is escaped for its format.
+matrices (with their row and column labels), then the prediction. With ``--backward`` each matrix
+has its gradient dL/d(matrix) beside it; with ``--no-weights`` the learned parameters are left
+out. A worksheet hides chosen cells as numbered "?" boxes and ends with their answers: the
+arithmetic ``explain`` shows for each.
+
+Every writer yields the document in pieces, a stage (or a matrix row) at a time, so that a
+large export streams to its file instead of being built whole in memory. Everything a trace
+holds is text from a config — tokens such as <start> included — so every piece is escaped for
+its format.
 """
 
 from __future__ import annotations
 
 import html
+import itertools
 import math
 import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
+from .errors import StageError
 from .palette import diverging
-from .trace import Prediction, Stage, Trace
+from .render import group_of
+from .trace import ACTIVATION, ATTENTION, CONSTANT, MASK, PROBABILITIES, Matrix, Prediction, Stage, Trace
+
+Grads = dict[str, dict[str, np.ndarray]]  # stage id -> matrix name -> dL/d(matrix)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a document shows: options, worksheets, and each stage's matrices grouped by meaning.
+# ---------------------------------------------------------------------------------------------
+
+
+class Hole(NamedTuple):
+    """A cell a worksheet asks for: shown as "?number", answered at the end."""
+
+    number: int
+    stage: str
+    name: str
+    i: int
+    j: int
+
+
+@dataclass(frozen=True)
+class Worksheet:
+    """The cells hidden, each with its answer (the lines ``explain`` writes for it).
+
+    ``hidden`` has every cell shown as "?n": the cells asked for and every copy of their values
+    elsewhere in the document (X of the next stage is the output of this one; concat holds each
+    O_h), so that no answer can be read off another matrix.
+    """
+
+    holes: tuple[Hole, ...]
+    answers: tuple[tuple[str, ...], ...]
+    hidden: dict[tuple[str, str], dict[tuple[int, int], int]] = field(default_factory=dict)
+    by_value: dict[float, int] = field(default_factory=dict)  # for the prediction table's numbers
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a document shows a trace: digits, weights or not, gradients, a worksheet."""
+
+    precision: int = 2
+    weights: bool = True
+    grads: Grads | None = None
+    worksheet: Worksheet | None = None
+
+    def holes(self, stage_id: str, name: str) -> dict[tuple[int, int], int]:
+        return {} if self.worksheet is None else self.worksheet.hidden.get((stage_id, name), {})
+
+
+class Shown(NamedTuple):
+    """A matrix as a document shows it: under its name (S1, or dL/dS1), with its digits and holes."""
+
+    name: str
+    matrix: Matrix
+    precision: int
+    holes: dict[tuple[int, int], int]
+
+    @property
+    def gradient(self) -> bool:
+        return self.name.startswith("dL/d")
+
+
+def units(stage: Stage, o: Options) -> list[list[list[Shown]]]:
+    """The stage's matrices in rows of one meaning (per head: weights, projections, attention; as
+    ``render.group_of`` groups them in the terminal), each matrix beside its gradient when there
+    are gradients, but for constants (the mask, the sinusoids), which nothing learns."""
+    grouped: list[tuple[object, list[Shown]]] = []
+    for name, m in stage.matrices.items():
+        if m.is_weight and not o.weights:
+            continue
+        unit = [Shown(name, m, o.precision, o.holes(stage.id, name))]
+        if o.grads is not None and m.role not in (MASK, CONSTANT):
+            # Gradients are small numbers: two more digits, so that they do not all read 0.00.
+            gradient = Matrix(o.grads[stage.id][name], m.rows, m.cols, m.role)
+            unit.append(Shown(f"dL/d{name}", gradient, o.precision + 2, {}))
+        grouped.append((group_of(name), unit))
+    return [[unit for _, unit in run] for _, run in itertools.groupby(grouped, key=lambda g: g[0])]
+
+
+# Cells a worksheet may ask for: what a stage computes (not its weights, inputs or constants).
+_ASKABLE = (ACTIVATION, ATTENTION, PROBABILITIES)
+MAX_EXERCISE = 100
+_CELL_SPEC = re.compile(r"\s*([^/\s]+)/([^\[\]/]+)\[([^\]]*)\]\s*")
+
+
+def worksheet(
+    trace: Trace,
+    stages: list[Stage],
+    exercise: int | None = None,
+    cells: Sequence[str] = (),
+    weights: bool = True,
+    digits: int = 4,
+) -> Worksheet | None:
+    """The worksheet asked for: ``exercise`` cells chosen across the stages from the config's seed
+    (the same seed, the same worksheet), or the ``cells`` named as "stage/matrix[row,col]";
+    None for neither. Raises StageError for a spec that names no cell of this export."""
+    from .explain import explain, parse_cell
+
+    if exercise is not None and cells:
+        raise StageError("give --exercise or --cells, not both")
+    if exercise is None and not cells:
+        return None
+    if exercise is not None:
+        if not 1 <= exercise <= MAX_EXERCISE:
+            raise StageError(f"--exercise: hide 1 to {MAX_EXERCISE} cells, got {exercise}")
+        chosen = _choose(trace, stages, exercise)
+    else:
+        exported = {s.id: s for s in stages}
+        chosen = []
+        for spec in cells:
+            match = _CELL_SPEC.fullmatch(spec)
+            if match is None:
+                raise StageError(
+                    f"--cells {spec[:60]!r}: give stage/matrix[row,col], as "
+                    "'decoder.0.masked-attention/A1[1,0]' or '…/A1[sleeping,<start>]'"
+                )
+            stage_id, name, cell = match.groups()
+            if stage_id not in exported:
+                where = (
+                    "is not in this export (see --stage, --layer)"
+                    if stage_id in trace.stages
+                    else "is no stage"
+                )
+                raise StageError(
+                    f"--cells {spec[:60]!r}: {stage_id!r} {where}; `walkthrough stages` lists them"
+                )
+            stage = exported[stage_id]
+            if name not in stage.matrices or (stage.matrices[name].is_weight and not weights):
+                shown = [n for n, m in stage.matrices.items() if weights or not m.is_weight]
+                raise StageError(
+                    f"--cells {spec[:60]!r}: {stage_id} has no matrix {name!r}; it has {', '.join(shown)}"
+                )
+            try:
+                i, j = parse_cell(cell, stage, name)
+            except StageError as err:
+                raise StageError(f"--cells {spec[:60]!r}: {err}") from None
+            if (stage_id, name, i, j) not in chosen:
+                chosen.append((stage_id, name, i, j))
+    holes = tuple(Hole(k + 1, *c) for k, c in enumerate(chosen))
+    answers = tuple(tuple(explain(trace, h.stage, h.name, f"{h.i},{h.j}", digits)) for h in holes)
+    hidden: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
+    by_value: dict[float, int] = {}
+    for h in holes:
+        hidden.setdefault((h.stage, h.name), {})[(h.i, h.j)] = h.number
+        v = float(trace[h.stage].matrices[h.name].values[h.i, h.j])
+        if v == 0 or not math.isfinite(v):
+            continue  # a 0 or −∞ is everywhere: hiding its copies would hide half the document
+        by_value.setdefault(v, h.number)
+        for s in stages:
+            for name, m in s.matrices.items():
+                if weights or not m.is_weight:
+                    for i, j in np.argwhere(m.values == v).tolist():
+                        hidden.setdefault((s.id, name), {}).setdefault((i, j), h.number)
+    return Worksheet(holes, answers, hidden, by_value)
+
+
+def _choose(trace: Trace, stages: list[Stage], n: int) -> list[tuple[str, str, int, int]]:
+    """``n`` cells spread evenly over the stages that compute something, from the config's seed."""
+    rng = np.random.default_rng(trace.config.seed)
+    askable = []
+    for s in stages:
+        names = [
+            name for name, m in s.matrices.items()
+            if m.role in _ASKABLE and np.any(np.isfinite(m.values) & (m.values != 0))
+        ]  # fmt: skip
+        if names:
+            askable.append((s, names))
+    free: dict[tuple[str, str], np.ndarray] = {}  # the cells not yet chosen, of the matrices looked at
+
+    def open_cells(s: Stage, name: str) -> np.ndarray:
+        if (s.id, name) not in free:
+            free[s.id, name] = np.isfinite(s[name]) & (s[name] != 0)
+        return free[s.id, name]
+
+    chosen: list[tuple[str, str, int, int]] = []
+    for k in range(n):
+        start = k * len(askable) // n
+        for step in range(len(askable)):  # a stage with no cell left gives way to the next
+            s, names = askable[(start + step) % len(askable)]
+            names = [name for name in names if open_cells(s, name).any()]
+            if names:
+                break
+        else:
+            raise StageError(f"--exercise {n}: this export has only {len(chosen)} cells to ask for")
+        name = names[int(rng.integers(len(names)))]
+        cells = np.argwhere(free[s.id, name])
+        i, j = cells[int(rng.integers(len(cells)))].tolist()
+        free[s.id, name][i, j] = False
+        chosen.append((s.id, name, i, j))
+    return chosen
 
 
 def _number(v: float, precision: int) -> str:
@@ -27,22 +228,57 @@ def _number(v: float, precision: int) -> str:
     return text
 
 
-def _heading(trace: Trace) -> tuple[str, str]:
+def _heading(trace: Trace, o: Options) -> tuple[str, str]:
     c = trace.config
     m = c.model
     title = f"transformer-walkthrough: {c.sentence}"
+    if m.num_encoder_layers:
+        inputs = (
+            f"encoder input: {' '.join(trace.source_tokens)} · decoder input: {' '.join(trace.target_tokens)}"
+        )
+    else:
+        inputs = f"decoder input: {' '.join(trace.target_tokens)}"
     facts = (
-        f"encoder input: {' '.join(trace.source_tokens)} · decoder input: {' '.join(trace.target_tokens)} · "
-        f"seed {c.seed} · d_model {m.d_model}, {m.num_heads} heads (d_k {m.d_k}), d_ff {m.d_ff}, "
-        f"{m.num_encoder_layers} + {m.num_decoder_layers} layers, {m.output_head} output head · "
-        f"weights: {trace.weights_origin}"
+        f"{inputs} · seed {c.seed} · d_model {m.d_model}, {m.num_heads} heads (d_k {m.d_k}), d_ff {m.d_ff}, "
+        f"{m.num_encoder_layers} + {m.num_decoder_layers} layers, {'pre' if m.norm_first else 'post'}-norm, "
+        f"{m.output_head} output head · weights: {trace.weights_origin}"
     )
-    return title, facts
+    extras = []
+    if not o.weights:
+        extras.append("the learned weights are left out")
+    if o.grads is not None:
+        extras.append("each matrix has its gradient dL/d(matrix) beside it (the loss: mean cross-entropy)")
+    if o.worksheet is not None:
+        n = len(o.worksheet.holes)
+        extras.append(
+            f"worksheet: {n} cell{'s' if n > 1 else ''} hidden as ?1 … ?{n}, the answers at the end"
+        )
+    return title, " · ".join([facts, *extras])
 
 
 def _mark(p: Prediction) -> str:
     """✓ or ✗ for a prediction with a right answer, in plain text: not colour alone."""
     return "" if p.expected is None else ("✓" if p.word == p.expected else "✗")
+
+
+def _probability(q: float, digits: int, o: Options) -> str:
+    """A prediction's probability, or its "?n" when the worksheet hides that cell."""
+    if o.worksheet is not None and q in o.worksheet.by_value:
+        return f"?{o.worksheet.by_value[q]}"
+    return f"{q:.{digits}f}"
+
+
+def _notes(stage: Stage) -> str:
+    """The indented notes under a stage's plain formula (the flatten head's leak, a tied table),
+    which its LaTeX and MathML do not say."""
+    return " ".join(line.strip() for line in stage.formula.splitlines() if line.startswith(" "))
+
+
+def _hole_label(trace: Trace, h: Hole) -> str:
+    """decoder.0.masked-attention · A1[sleeping, <start>]"""
+    m = trace[h.stage].matrices[h.name]
+    where = m.cols[h.j] if m.rows == (h.name,) else f"{m.rows[h.i]}, {m.cols[h.j]}"
+    return f"{h.stage} · {h.name}[{where}]"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -65,57 +301,101 @@ def _md_anchor(stage: Stage) -> str:
     return re.sub(r"[^\w\- ]", "", f"{stage.id} {stage.title}".lower()).replace(" ", "-")
 
 
-def to_markdown(trace: Trace, stages: list[Stage], precision: int) -> str:
-    title, facts = _heading(trace)
-    out = [f"# {_md_text(title)}", "", _md_text(facts), "", "## Stages", ""]
-    out += [f"- [{s.id} — {s.title}](#{_md_anchor(s)})" for s in stages]
+def _md_matrix(s: Shown) -> Iterator[str]:
+    m = s.matrix
+    yield f"\n**{s.name}** ({m.shape[0]}×{m.shape[1]})\n\n"
+    yield "| " + " | ".join([f"**{s.name}**", *map(_md_label, m.cols)]) + " |\n"
+    yield "|" + "---|" + "---:|" * len(m.cols) + "\n"
+    for i, (label, row) in enumerate(zip(m.rows, m.values.tolist(), strict=True)):
+        cells = [
+            f"**?{s.holes[i, j]}**" if (i, j) in s.holes else _number(v, s.precision)
+            for j, v in enumerate(row)
+        ]
+        yield "| " + " | ".join([_md_label(label), *cells]) + " |\n"
+
+
+def iter_markdown(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
+    title, facts = _heading(trace, o)
+    yield f"# {_md_text(title)}\n\n{_md_text(facts)}\n\n## Stages\n\n"
+    yield "".join(f"- [{s.id} — {s.title}](#{_md_anchor(s)})\n" for s in stages)
     for stage in stages:
-        out += [
-            "",
-            f"## {stage.id} {stage.title}",
-            "",
-            stage.explanation,
-            "",
-            "```text",
-            stage.formula,
-            "```",
-        ]
-        for name, m in stage.matrices.items():
-            out += ["", f"**{name}** ({m.shape[0]}×{m.shape[1]})", ""]
-            out.append("| " + " | ".join([f"**{name}**", *map(_md_label, m.cols)]) + " |")
-            out.append("|" + "---|" + "---:|" * len(m.cols))
-            for label, row in zip(m.rows, m.values.tolist(), strict=True):
-                out.append(
-                    "| " + " | ".join([_md_label(label), *(_number(v, precision) for v in row)]) + " |"
-                )
+        yield f"\n## {stage.id} {stage.title}\n\n{stage.explanation}\n\n```text\n{stage.formula}\n```\n"
+        for row in units(stage, o):
+            for unit in row:
+                for shown in unit:
+                    yield from _md_matrix(shown)
     if trace.prediction:
-        out += [
-            "",
-            "## Prediction",
-            "",
-            "| after | predicted | p | expected | | top 3 |",
-            "|---|---|---:|---|---|---|",
-        ]
+        d = max(o.precision, 2)
+        yield "\n## Prediction\n\n| after | predicted | p | expected | | top 3 |\n|---|---|---:|---|---|---|\n"
         for p in trace.prediction:
-            top = ", ".join(f"{_md_label(w)} {q:.{max(precision, 2)}f}" for w, q in p.top)
+            top = ", ".join(f"{_md_label(w)} {_probability(q, d, o)}" for w, q in p.top)
             expected = _md_label(p.expected) if p.expected else "—"
-            out.append(
-                f"| {_md_label(p.after)} | **{_md_label(p.word)}** | {p.probability:.{max(precision, 2)}f} "
-                f"| {expected} | {_mark(p)} | {top} |"
+            yield (
+                f"| {_md_label(p.after)} | **{_md_label(p.word)}** | {_probability(p.probability, d, o)} "
+                f"| {expected} | {_mark(p)} | {top} |\n"
             )
-    return "\n".join(out) + "\n"
+    if o.worksheet is not None:
+        yield "\n## Answer key\n"
+        for h, lines in zip(o.worksheet.holes, o.worksheet.answers, strict=True):
+            yield (
+                f"\n**?{h.number}** {_md_label(_hole_label(trace, h))}\n\n```text\n"
+                + "\n".join(lines)
+                + "\n```\n"
+            )
+
+
+def to_markdown(trace: Trace, stages: list[Stage], precision: int = 2, **options: object) -> str:
+    return "".join(iter_markdown(trace, stages, Options(precision, **options)))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------
-# LaTeX: a standalone article; each matrix a labelled bmatrix, each formula an align*.
+# LaTeX: a standalone article that reads like a textbook page. Each matrix is set with its row
+# and column labels on it (plain TeX's \bordermatrix, with brackets); small ones side by side;
+# anything wider than the line or taller than the page is shrunk to fit (\fit measures it).
 # ---------------------------------------------------------------------------------------------
 
 _TEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
     "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}", ">": r"\textgreater{}",
     "−": "-", "∞": r"$\infty$", "√": r"$\surd$", "ᵀ": r"$^{T}$", "⊙": r"$\odot$", "·": r"$\cdot$", "…": r"\ldots{}",
-    "→": r"$\to$", "Σ": r"$\Sigma$", "×": r"$\times$", "≤": r"$\le$", "—": "---", "–": "--",
+    "→": r"$\to$", "Σ": r"$\Sigma$", "×": r"$\times$", "≤": r"$\le$", "—": "---", "–": "--", "±": r"$\pm$",
+    "²": r"$^{2}$", "✓": r"$\checkmark$", "✗": r"$\times$", "π": r"$\pi$", "σ": r"$\sigma$",
 }  # fmt: skip
+
+_TEX_PREAMBLE = r"""\documentclass[10pt]{article}
+\usepackage[T1]{fontenc}
+\usepackage{lmodern}
+\usepackage{amsmath, amssymb, graphicx, tabularx}
+\usepackage[a4paper, margin=2cm]{geometry}
+\allowdisplaybreaks
+\setlength{\parindent}{0pt}
+\setlength{\parskip}{.5\baselineskip}
+\makeatletter
+% \bordermatrix (plain TeX: a matrix with its row and column labels), with brackets, numbers right.
+\def\labelled#1{\begingroup \m@th
+  \@tempdima 8.75\p@
+  \setbox\z@\vbox{%
+    \def\cr{\crcr\noalign{\kern2\p@\global\let\cr\endline}}%
+    \ialign{$##$\hfil\kern2\p@\kern\@tempdima&\thinspace\hfil$##$
+      &&\quad\hfil$##$\crcr
+      \omit\strut\hfil\crcr\noalign{\kern-\baselineskip}%
+      #1\crcr\omit\strut\cr}}%
+  \setbox\tw@\vbox{\unvcopy\z@\global\setbox\@ne\lastbox}%
+  \setbox\tw@\hbox{\unhbox\@ne\unskip\global\setbox\@ne\lastbox}%
+  \setbox\tw@\hbox{$\kern\wd\@ne\kern-\@tempdima\left[\kern-\wd\@ne
+    \global\setbox\@ne\vbox{\box\@ne\kern2\p@}%
+    \vcenter{\kern-\ht\@ne\unvbox\z@\kern-\baselineskip}\,\right]$}%
+  \null\;\vbox{\kern\ht\@ne\box\tw@}\endgroup}
+\makeatother
+\newsavebox\fitbox
+% A row of matrices, centred; shrunk to the line's width and to the page's height if it must be.
+\newcommand\fit[1]{\sbox\fitbox{#1}%
+  \ifdim\wd\fitbox>\linewidth \sbox\fitbox{\resizebox{\linewidth}{!}{\usebox\fitbox}}\fi
+  \ifdim\dimexpr\ht\fitbox+\dp\fitbox\relax>.8\textheight
+    \sbox\fitbox{\resizebox*{!}{.8\textheight}{\usebox\fitbox}}\fi
+  \par\noindent\makebox[\linewidth][c]{\usebox\fitbox}\par}
+\newcommand\lab[1]{\text{\scriptsize\sffamily #1}}
+"""
 
 
 def tex(text: str) -> str:
@@ -130,12 +410,10 @@ def tex_formula(stage: Stage, trace: Trace) -> list[str]:
     return KINDS[stage.kind].latex(trace.config.model)
 
 
-def _tex_mark(p: Prediction) -> str:
-    return {"✓": r"$\checkmark$", "✗": r"$\times$", "": ""}[_mark(p)]
-
-
 def _tex_name(name: str) -> str:
-    """S1+M -> S_{1}+M, W_Q1 -> W^{Q}_{1}, concat -> \\mathrm{concat}."""
+    """S1+M -> S_{1}+M, W_Q1 -> W^{Q}_{1}, concat -> \\mathrm{concat}, dL/dS1 -> ∂L/∂S_{1}."""
+    if name.startswith("dL/d"):
+        return rf"\partial L/\partial {_tex_name(name[4:])}"
     if match := re.fullmatch(r"([WB]|b)_([QKV])(\d+)", name):
         return f"{match[1]}^{{{match[2]}}}_{{{match[3]}}}"
     if match := re.fullmatch(r"([QKVSAO])(\d+)(\+M)?", name):
@@ -151,164 +429,414 @@ def _tex_name(name: str) -> str:
     return rf"\mathrm{{{name}}}"
 
 
-def to_latex(trace: Trace, stages: list[Stage], precision: int) -> str:
-    title, facts = _heading(trace)
-    widest = max((m.shape[1] for s in stages for m in s.matrices.values()), default=1)
-    out = [
-        r"\documentclass[10pt]{article}",
-        r"\usepackage{amsmath, amssymb}",
-        r"\usepackage[T1]{fontenc}",
-        rf"\setcounter{{MaxMatrixCols}}{{{max(widest, 10)}}}",
-        r"\allowdisplaybreaks",
-        rf"\title{{{tex(title)}}}",
-        r"\date{}",
-        r"\begin{document}",
-        r"\maketitle",
-        tex(facts) + r"\par",
-    ]
+def _tex_matrix(s: Shown) -> Iterator[str]:
+    """The matrix under its name and shape, its labels on it; a row at a time."""
+    m = s.matrix
+    shape = rf"\underset{{{m.shape[0]}\times{m.shape[1]}}}{{{_tex_name(s.name)}}}"
+    yield f"{shape} = \\labelled{{& " + " & ".join(rf"\lab{{{tex(c)}}}" for c in m.cols)
+    for i, (label, row) in enumerate(zip(m.rows, m.values.tolist(), strict=True)):
+        cells = [
+            rf"\boxed{{?_{{{s.holes[i, j]}}}}}" if (i, j) in s.holes
+            else _number(v, s.precision).replace("∞", r"\infty").replace("−", "-")
+            for j, v in enumerate(row)
+        ]  # fmt: skip
+        yield rf" \cr \lab{{{tex(label)}}} & " + " & ".join(cells)
+    yield "}"
+
+
+_LINE = 76  # characters of numbers and labels that fit a line, roughly: \fit shrinks what does not
+
+
+def _tex_width(s: Shown) -> int:
+    m = s.matrix
+    widest = max((len(label) for label in m.rows), default=0) * 0.7  # labels are set small
+    return int(widest + m.shape[1] * (s.precision + 4) + 8)
+
+
+def _tex_lines(group: list[list[Shown]]) -> Iterator[list[list[Shown]]]:
+    """The units of a group in lines that fit the page, roughly (``\\fit`` shrinks what does not)."""
+    line: list[list[Shown]] = []
+    used = 0
+    for unit in group:
+        width = sum(_tex_width(s) for s in unit)
+        if line and used + width > _LINE:
+            yield line
+            line, used = [], 0
+        line.append(unit)
+        used += width
+    if line:
+        yield line
+
+
+def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
+    title, facts = _heading(trace, o)
+    yield _TEX_PREAMBLE
+    yield f"\\title{{{tex(title)}}}\n\\date{{}}\n\\begin{{document}}\n\\maketitle\n{tex(facts)}\\par\n"
     for stage in stages:
-        out += [
-            "",
-            rf"\section*{{{tex(stage.id)}: {tex(stage.title)}}}",
-            rf"\label{{{stage.id}}}",
-            tex(stage.explanation),
-        ]
-        out += [r"\begin{align*}", " \\\\\n".join(tex_formula(stage, trace)), r"\end{align*}"]
-        for name, m in stage.matrices.items():
-            rows = ", ".join(tex(r) for r in m.rows)
-            cols = ", ".join(tex(c) for c in m.cols)
-            body = " \\\\\n".join(
-                " & ".join(
-                    _number(v, precision).replace("∞", r"\infty").replace("−", "-") for v in row
-                )
-                for row in m.values.tolist()
-            )
-            out += [
-                r"\begin{equation*}",
-                rf"\underset{{{m.shape[0]}\times{m.shape[1]}}}{{{_tex_name(name)}}} = \begin{{bmatrix}}",
-                body,
-                r"\end{bmatrix}",
-                rf"\label{{{stage.id}:{name}}}",
-                r"\end{equation*}",
-                rf"{{\small rows: {rows}; columns: {cols}}}\par",
-            ]
+        yield (
+            f"\n\\section*{{{tex(stage.title)}}}\n\\label{{{stage.id}}}\n"
+            f"{{\\small\\ttfamily {tex(stage.id)}}}\\par\n{tex(stage.explanation)}\n"
+            "\\begin{align*}\n" + " \\\\\n".join(tex_formula(stage, trace)) + "\n\\end{align*}\n"
+        )
+        if notes := _notes(stage):
+            yield f"{{\\small {tex(notes)}}}\\par\n"
+        for group in units(stage, o):
+            for line in _tex_lines(group):
+                yield "\\fit{$\\displaystyle "
+                for k, unit in enumerate(line):
+                    for n, shown in enumerate(unit):
+                        yield r" \qquad " if k and not n else r" \quad " if n else ""
+                        yield from _tex_matrix(shown)
+                yield "$}\n"
     if trace.prediction:
-        out += [
-            "",
-            r"\section*{Prediction}",
-            r"\begin{tabular}{lllrll}",
-            r"after & predicted & p & expected & & top 3 \\ \hline",
-        ]
+        yield (
+            "\n\\section*{Prediction}\n"
+            "\\begin{tabularx}{\\linewidth}{>{\\raggedright\\arraybackslash}X l r l l >{\\raggedright\\arraybackslash}X}\n"
+            "after & predicted & p & expected & & top 3 \\\\ \\hline\n"
+        )
         for p in trace.prediction:
-            top = ", ".join(f"{tex(w)} {q:.2f}" for w, q in p.top)
-            out.append(
-                rf"{tex(p.after)} & \textbf{{{tex(p.word)}}} & {p.probability:.2f} & {tex(p.expected or '---')} & {_tex_mark(p)} & {top} \\"
+            top = ", ".join(f"{tex(w)} {tex(_probability(q, 2, o))}" for w, q in p.top)
+            yield (
+                f"{tex(p.after)} & \\textbf{{{tex(p.word)}}} & {tex(_probability(p.probability, 2, o))} & "
+                f"{tex(p.expected or '—')} & {tex(_mark(p))} & {top} \\\\\n"
             )
-        out.append(r"\end{tabular}")
-    out.append(r"\end{document}")
-    return "\n".join(out) + "\n"
+        yield "\\end{tabularx}\n"
+    if o.worksheet is not None:
+        yield "\n\\clearpage\n\\section*{Answer key}\n\\begin{description}\\raggedright\n"
+        for h, lines in zip(o.worksheet.holes, o.worksheet.answers, strict=True):
+            yield f"\\item[?{h.number}] {tex(_hole_label(trace, h))}\\\\\n"
+            yield "{\\small " + "\\\\\n".join(tex(line) for line in lines) + "}\n"
+        yield "\\end{description}\n"
+    yield "\\end{document}\n"
+
+
+def to_latex(trace: Trace, stages: list[Stage], precision: int = 2, **options: object) -> str:
+    return "".join(iter_latex(trace, stages, Options(precision, **options)))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------
-# HTML: one self-contained file, no network; matrices as heatmaps.
+# MathML: the kinds' LaTeX formulas typeset by the browser itself, no script.
 # ---------------------------------------------------------------------------------------------
 
-_CSS = """
-:root { --fg: #1d2330; --muted: #5b6475; --line: #d8dce4; --accent: #2f5fb3; }
-* { box-sizing: border-box; }
-body { margin: 0; font: 15px/1.5 system-ui, sans-serif; color: var(--fg); background: #fbfbfd; }
-header { padding: 1.2rem 2rem; background: #fff; border-bottom: 1px solid var(--line); }
-header h1 { margin: 0 0 .3rem; font-size: 1.4rem; }
-header p { margin: 0; color: var(--muted); }
-.layout { display: flex; align-items: flex-start; }
-nav { position: sticky; top: 0; width: 19rem; max-height: 100vh; overflow: auto; padding: 1rem;
-      border-right: 1px solid var(--line); background: #fff; flex: none; }
-nav ol { margin: 0; padding-left: 1.4rem; font-size: .85rem; }
-nav a { color: var(--accent); text-decoration: none; }
-main { padding: 1rem 2rem 4rem; min-width: 0; }
-section { margin-bottom: 2.5rem; }
-h2 { font-size: 1.15rem; margin: 1.5rem 0 .3rem; }
-h2 code { color: var(--muted); font-weight: normal; font-size: .9rem; margin-left: .5rem; }
-pre.formula { background: #fff7e0; border-left: 3px solid #e0b400; padding: .5rem .8rem; overflow-x: auto; }
-.matrices { display: flex; flex-wrap: wrap; gap: 1.2rem 1.8rem; align-items: flex-start; }
-figure { margin: 0; }
-figcaption { font-weight: 600; margin-bottom: .2rem; }
-figcaption span { color: var(--muted); font-weight: normal; }
-table.m { border-collapse: collapse; font: 12px/1.3 ui-monospace, monospace; }
-table.m th { color: var(--accent); font-weight: 600; padding: 2px 6px; text-align: right; }
-table.m th.row { text-align: left; }
-table.m td { padding: 2px 6px; text-align: right; border: 1px solid #fff; }
-table.m td.ninf { background: #3a3f4b; color: #fff; }
-table.pred { border-collapse: collapse; }
-table.pred th, table.pred td { padding: 4px 10px; border-bottom: 1px solid var(--line); text-align: left; }
-tr.right td.word { color: #0b7a32; font-weight: 700; }
-.best { background: #e8f5ec; }
+_MATH_SYMBOLS = {
+    "gamma": ("mi", "γ"), "beta": ("mi", "β"), "mu": ("mi", "μ"), "sigma": ("mi", "σ"), "epsilon": ("mi", "ϵ"),
+    "pi": ("mi", "π"), "top": ("mi", "⊤"), "odot": ("mo", "⊙"), "cdot": ("mo", "·"), "cdots": ("mo", "⋯"),
+    "ldots": ("mo", "…"), "infty": ("mi", "∞"), "to": ("mo", "→"), "times": ("mo", "×"), "le": ("mo", "≤"),
+    "sin": ("mi", "sin"), "cos": ("mi", "cos"), "tanh": ("mi", "tanh"), "max": ("mi", "max"),
+    "exp": ("mi", "exp"), "log": ("mi", "log"), "Sigma": ("mi", "Σ"),
+}  # fmt: skip
+_MATH_SPACES = {",": 0.17, ";": 0.28, " ": 0.25, "quad": 1.0, "qquad": 2.0}
+_MATH_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|\d+(?:\.\d+)?|\s+|.")
+
+
+class _MathML:
+    """A recursive-descent reader of the LaTeX the kinds write (``Kind.latex``), to MathML Core.
+
+    It knows the few commands those formulas use; any other raises ValueError, and the report
+    shows the plain-text formula instead."""
+
+    def __init__(self, source: str) -> None:
+        self.tokens = _MATH_TOKEN.findall(source)
+        self.pos = 0
+
+    def peek(self) -> str | None:
+        """The next token, spaces skipped (they mean nothing in math mode)."""
+        while self.pos < len(self.tokens) and self.tokens[self.pos].isspace():
+            self.pos += 1
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self) -> str:
+        token = self.peek()
+        if token is None:
+            raise ValueError("unexpected end of formula")
+        self.pos += 1
+        return token
+
+    def row(self, until: str | None = None) -> str:
+        """Atoms up to ``until`` (a closing brace) or the end, each with its sub- and superscripts."""
+        out = []
+        while (token := self.peek()) is not None and token != until and token != "&":
+            base = self.atom()
+            sub = sup = None
+            while self.peek() in ("_", "^"):
+                if self.take() == "_":
+                    sub = self.atom()
+                else:
+                    sup = self.atom()
+            if sub and sup:
+                base = f"<msubsup>{base}{sub}{sup}</msubsup>"
+            elif sub:
+                base = f"<msub>{base}{sub}</msub>"
+            elif sup:
+                base = f"<msup>{base}{sup}</msup>"
+            out.append(base)
+        return "".join(out)
+
+    def group(self) -> str:
+        if self.peek() != "{":
+            return self.atom()
+        self.take()
+        inner = self.row("}")
+        self.take()
+        return f"<mrow>{inner}</mrow>"
+
+    def text(self) -> str:
+        """The raw text of a {…} argument, as written (for \\text and \\mathrm)."""
+        if self.peek() != "{":
+            raise ValueError("expected {")
+        self.pos += 1
+        depth, parts = 0, []
+        while True:
+            token = self.tokens[self.pos] if self.pos < len(self.tokens) else None
+            if token is None:
+                raise ValueError("unclosed {")
+            self.pos += 1
+            if token == "}" and depth == 0:
+                return "".join(parts)
+            depth += {"{": 1, "}": -1}.get(token, 0)
+            parts.append(token)
+
+    def atom(self) -> str:
+        e = html.escape
+        token = self.take()
+        if token == "{":
+            self.pos -= 1
+            return self.group()
+        if token.startswith("\\") and len(token) > 1:
+            command = token[1:]
+            if command in _MATH_SPACES:
+                return f'<mspace width="{_MATH_SPACES[command]}em"></mspace>'
+            if command in _MATH_SYMBOLS:
+                tag, symbol = _MATH_SYMBOLS[command]
+                return f"<{tag}>{symbol}</{tag}>"
+            if command in ("mathrm", "operatorname"):
+                return (
+                    f'<mi mathvariant="normal">{e(self.text())}</mi>'
+                    if command == "mathrm"
+                    else f"<mi>{e(self.text())}</mi>"
+                )
+            if command == "text":
+                return f"<mtext>{e(self.text()).replace(' ', '&#160;')}</mtext>"
+            if command in ("frac", "tfrac"):
+                return f"<mfrac>{self.group()}{self.group()}</mfrac>"
+            if command == "sqrt":
+                return f"<msqrt>{self.group()}</msqrt>"
+            if command in ("left", "right"):
+                return f"<mo>{e(self.take())}</mo>"
+            if command in ("{", "}"):
+                return f"<mo>{command}</mo>"
+            raise ValueError(f"unknown command {token}")
+        if token.isdigit() or re.fullmatch(r"\d+\.\d+", token):
+            return f"<mn>{token}</mn>"
+        if token.isalpha():
+            return f"<mi>{e(token)}</mi>"
+        if token == "-":
+            return "<mo>−</mo>"
+        if token in "()[]":  # only \left( and \right) grow with what they enclose
+            return f'<mo stretchy="false">{token}</mo>'
+        if token in "=+/,<>|!":
+            return f"<mo>{e(token)}</mo>"
+        raise ValueError(f"unexpected {token!r}")
+
+    def line(self) -> str:
+        """One align* line, "lhs &= rhs", as a row of two cells (aligned at the "=")."""
+        left = self.row()
+        if self.peek() == "&":
+            self.take()
+            return f"<mtr><mtd>{left}</mtd><mtd>{self.row()}</mtd></mtr>"
+        return f"<mtr><mtd></mtd><mtd>{left}</mtd></mtr>"
+
+
+def mathml(lines: list[str]) -> str:
+    """The lines of an align* as one block of MathML (ValueError for LaTeX it does not know)."""
+    rows = "".join(_MathML(line).line() for line in lines)
+    return f'<math display="block"><mtable>{rows}</mtable></math>'
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML: one self-contained file, no network, no script; matrices as heatmaps; prints well.
+# ---------------------------------------------------------------------------------------------
+
+_LEVELS = 8  # shades each side of 0: a class per shade keeps a large report small
+_SHADES = "\n".join(
+    f"td.{sign}{k} {{ background: rgb({','.join(map(str, diverging(t * k / _LEVELS, 1.0)))}); }}"
+    for sign, t in (("p", 1), ("n", -1))
+    for k in range(1, _LEVELS + 1)
+)
+_CSS = f"""
+:root {{ --fg: #1d2330; --muted: #5b6475; --line: #d8dce4; --accent: #2f5fb3; }}
+* {{ box-sizing: border-box; }}
+body {{ margin: 0; font: 15px/1.5 system-ui, sans-serif; color: var(--fg); background: #fbfbfd; }}
+header {{ padding: 1.2rem 2rem; background: #fff; border-bottom: 1px solid var(--line); }}
+header h1 {{ margin: 0 0 .3rem; font-size: 1.4rem; }}
+header p {{ margin: 0; color: var(--muted); }}
+.layout {{ display: flex; align-items: flex-start; }}
+nav {{ position: sticky; top: 0; width: 19rem; max-height: 100vh; overflow: auto; padding: 1rem;
+      border-right: 1px solid var(--line); background: #fff; flex: none; }}
+nav ol {{ margin: 0; padding-left: 1.4rem; font-size: .85rem; }}
+nav a {{ color: var(--accent); text-decoration: none; }}
+main {{ padding: 1rem 2rem 4rem; min-width: 0; }}
+section {{ margin-bottom: 2.5rem; }}
+h2 {{ font-size: 1.15rem; margin: 1.5rem 0 .3rem; }}
+h2 code {{ color: var(--muted); font-weight: normal; font-size: .9rem; margin-left: .5rem; }}
+.formula {{ background: #fff7e0; border-left: 3px solid #e0b400; padding: .5rem .8rem; overflow-x: auto; }}
+.formula math {{ font-size: 1.15em; }}
+.formula mtd {{ padding: .15em 0; }}
+.formula mtd:first-child {{ text-align: right; }}
+.formula mtd:last-child {{ text-align: left; }}
+.formula p {{ margin: .3rem 0 0; color: var(--muted); font-size: .9rem; }}
+pre.formula {{ margin: 0; }}
+.matrices {{ display: flex; flex-wrap: wrap; gap: 1.2rem 1.8rem; align-items: flex-start; margin-bottom: 1.2rem; }}
+.unit {{ display: flex; gap: .8rem; align-items: flex-start; }}
+figure {{ margin: 0; }}
+figcaption {{ font-weight: 600; margin-bottom: .2rem; }}
+figcaption span {{ color: var(--muted); font-weight: normal; }}
+figure.gradient figcaption {{ color: var(--muted); }}
+table.m {{ border-collapse: collapse; font: 12px/1.3 ui-monospace, monospace; }}
+table.m th {{ color: var(--accent); font-weight: 600; padding: 2px 6px; text-align: right; }}
+table.m th.row {{ text-align: left; }}
+table.m td {{ padding: 2px 6px; text-align: right; border: 1px solid #fff; }}
+table.m td.ninf {{ background: #3a3f4b; color: #fff; }}
+table.m td.hole {{ background: #fff; border: 1.5px solid var(--fg); font-weight: 700; text-align: center; }}
+{_SHADES}
+table.pred {{ border-collapse: collapse; }}
+table.pred th, table.pred td {{ padding: 4px 10px; border-bottom: 1px solid var(--line); text-align: left; }}
+tr.right td.word {{ color: #0b7a32; font-weight: 700; }}
+.best {{ background: #e8f5ec; }}
+.answers li {{ margin-bottom: 1rem; }}
+.answers pre {{ white-space: pre-wrap; margin: .2rem 0; font-size: .85rem; }}
+@media print {{
+  @page {{ margin: 1.5cm; }}
+  body {{ background: #fff; font-size: 11pt; }}
+  * {{ -webkit-print-color-adjust: exact; print-color-adjust: exact; }}
+  nav {{ display: none; }}
+  .layout {{ display: block; }}
+  header, main {{ padding: 0; border: 0; }}
+  main {{ padding-bottom: 0; }}
+  .formula {{ overflow: visible; white-space: pre-wrap; }}
+  h2 {{ break-after: avoid; }}
+  .formula, figure, .unit, table.pred {{ break-inside: avoid; }}
+  table.m {{ font-size: 8pt; }}
+  .answers {{ break-before: page; }}
+}}
 """
 
 
-def _cell_colour(v: float, scale: float) -> str:
-    return "rgb({},{},{})".format(*diverging(v, scale))
-
-
-def _html_matrix(
-    name: str, values: np.ndarray, rows: tuple[str, ...], cols: tuple[str, ...], precision: int
-) -> str:
+def _html_formula(stage: Stage, trace: Trace) -> str:
+    """The kind's formula typeset in MathML, with the plain formula's notes below it; the plain
+    formula itself if its LaTeX is beyond the small reader above."""
     e = html.escape
-    finite = values[np.isfinite(values)]
-    scale = float(np.max(np.abs(finite))) if finite.size else 0.0
-    head = "".join(f"<th>{e(c)}</th>" for c in cols)
-    body = []
-    for label, row in zip(rows, values.tolist(), strict=True):
-        cells = []
-        for v in row:
-            if math.isinf(v):
-                cells.append(f'<td class="ninf" title="masked">{_number(v, precision)}</td>')
-            else:
-                cells.append(f'<td style="background:{_cell_colour(v, scale)}">{_number(v, precision)}</td>')
-        body.append(f'<tr><th class="row">{e(label)}</th>{"".join(cells)}</tr>')
-    shape = f"{values.shape[0]}×{values.shape[1]}"
-    return (
-        f"<figure><figcaption>{e(name)} <span>({shape})</span></figcaption>"
-        f'<table class="m"><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></figure>'
+    try:
+        math_block = mathml(tex_formula(stage, trace))
+    except (ValueError, KeyError):
+        return f'<pre class="formula">{e(stage.formula)}</pre>'
+    notes = _notes(stage)
+    note = f"<p>{e(notes)}</p>" if notes else ""
+    return f'<div class="formula" title="{e(stage.formula)}">{math_block}{note}</div>'
+
+
+def _html_matrix(s: Shown) -> Iterator[str]:
+    """A matrix as a table, a row at a time; each cell shaded by its value against the largest."""
+    e = html.escape
+    m, p = s.matrix, s.precision
+    values = m.values
+    finite = np.isfinite(values)
+    scale = float(np.max(np.abs(values, where=finite, out=np.zeros(values.shape)))) if finite.any() else 0.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shade = np.where(finite, np.rint(np.clip(values / (scale or 1.0), -1, 1) * _LEVELS), 0).astype(int)
+    # Each cell opens with the one before it closing: a row is then one join, the fast way for
+    # the millions of cells of a base-size report.
+    opening = [
+        "</td><td>" if k == 0 else f'</td><td class="{"p" if k > 0 else "n"}{abs(k)}">'
+        for k in range(-_LEVELS, _LEVELS + 1)
+    ]
+    opening = opening[_LEVELS:] + opening[:_LEVELS]  # indexed by the shade, −8 … 8
+    number = f"{{:.{p}f}}".format
+    zero = "0" if p == 0 else "0." + "0" * p
+    kind = ' class="gradient"' if s.gradient else ""
+    hole_rows = {i for i, _ in s.holes}
+    yield (
+        f"<figure{kind}><figcaption>{e(s.name)} <span>({m.shape[0]}×{m.shape[1]})</span></figcaption>"
+        f'<table class="m"><thead><tr><th></th>{"".join(f"<th>{e(c)}</th>" for c in m.cols)}</tr></thead><tbody>'
     )
+    for i, (label, row, shades, fine) in enumerate(
+        zip(m.rows, values.tolist(), shade.tolist(), finite.all(axis=1).tolist(), strict=True)
+    ):
+        if fine and i not in hole_rows:
+            cells = "".join(map(str.__add__, map(opening.__getitem__, shades), map(number, row)))
+            cells = (cells[5:] + "</td>").replace(f">-{zero}<", f">{zero}<").replace("-", "−")
+        else:
+            cells = "".join(
+                _html_cell(s, i, j, v, opening[k][5:])
+                for j, (v, k) in enumerate(zip(row, shades, strict=True))
+            )
+        yield f'<tr><th class="row">{e(label)}</th>{cells}</tr>'
+    yield "</tbody></table></figure>"
 
 
-def to_html(trace: Trace, stages: list[Stage], precision: int) -> str:
+def _html_cell(s: Shown, i: int, j: int, v: float, opening: str) -> str:
+    if (i, j) in s.holes:
+        return f'<td class="hole">?{s.holes[i, j]}</td>'
+    if math.isinf(v):
+        return f'<td class="ninf" title="masked">{_number(v, s.precision)}</td>'
+    return f"{opening}{_number(v, s.precision)}</td>"
+
+
+def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     e = html.escape
-    title, facts = _heading(trace)
+    title, facts = _heading(trace, o)
     nav = "".join(f'<li><a href="#{e(s.id)}">{e(s.title)}</a></li>' for s in stages)
-    sections = []
+    if trace.prediction:
+        nav += '<li><a href="#prediction">Prediction</a></li>'
+    if o.worksheet is not None:
+        nav += '<li><a href="#answers">Answer key</a></li>'
+    yield (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title)}</title>'
+        f"<style>{_CSS}</style></head><body><header><h1>{e(title)}</h1><p>{e(facts)}</p></header>"
+        f'<div class="layout"><nav><strong>Stages</strong><ol>{nav}</ol></nav><main>'
+    )
     for stage in stages:
-        matrices = "".join(
-            _html_matrix(n, m.values, m.rows, m.cols, precision) for n, m in stage.matrices.items()
-        )
-        sections.append(
+        yield (
             f'<section id="{e(stage.id)}"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'
-            f'<p>{e(stage.explanation)}</p><pre class="formula">{e(stage.formula)}</pre>'
-            f'<div class="matrices">{matrices}</div></section>'
+            f"<p>{e(stage.explanation)}</p>{_html_formula(stage, trace)}"
         )
+        for group in units(stage, o):
+            yield '<div class="matrices">'
+            for unit in group:
+                yield '<div class="unit">'
+                for shown in unit:
+                    yield from _html_matrix(shown)
+                yield "</div>"
+            yield "</div>"
+        yield "</section>"
     if trace.prediction:
         rows = []
         for p in trace.prediction:
             right = " right" if p.expected is not None and p.word == p.expected else ""
-            top = ", ".join(f"{e(w)} {q:.2f}" for w, q in p.top)
+            top = ", ".join(f"{e(w)} {_probability(q, 2, o)}" for w, q in p.top)
             rows.append(
                 f'<tr class="best{right}"><td>{e(p.after)}</td><td class="word">{e(p.word)}</td>'
-                f"<td>{p.probability:.3f}</td><td>{e(p.expected or '—')}</td><td>{_mark(p)}</td><td>{top}</td></tr>"
+                f"<td>{_probability(p.probability, 3, o)}</td><td>{e(p.expected or '—')}</td><td>{_mark(p)}</td>"
+                f"<td>{top}</td></tr>"
             )
-        sections.append(
+        yield (
             '<section id="prediction"><h2>Prediction</h2><p>The most likely next word after each decoder position.</p>'
             '<table class="pred"><thead><tr><th>after</th><th>predicted</th><th>p</th><th>expected</th><th></th>'
             f"<th>top 3</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
         )
-        nav += '<li><a href="#prediction">Prediction</a></li>'
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title)}</title>'
-        f"<style>{_CSS}</style></head><body><header><h1>{e(title)}</h1><p>{e(facts)}</p></header>"
-        f'<div class="layout"><nav><strong>Stages</strong><ol>{nav}</ol></nav><main>{"".join(sections)}</main></div>'
-        "</body></html>\n"
-    )
+    if o.worksheet is not None:
+        items = "".join(
+            f'<li value="{h.number}"><strong>?{h.number}</strong> <code>{e(_hole_label(trace, h))}</code>'
+            f"<pre>{e(chr(10).join(lines))}</pre></li>"
+            for h, lines in zip(o.worksheet.holes, o.worksheet.answers, strict=True)
+        )
+        yield f'<section id="answers" class="answers"><h2>Answer key</h2><ol>{items}</ol></section>'
+    yield "</main></div></body></html>\n"
 
 
-WRITERS = {".md": to_markdown, ".tex": to_latex, ".html": to_html}
+def to_html(trace: Trace, stages: list[Stage], precision: int = 2, **options: object) -> str:
+    return "".join(iter_html(trace, stages, Options(precision, **options)))  # type: ignore[arg-type]
+
+
+WRITERS = {".md": iter_markdown, ".tex": iter_latex, ".html": iter_html}

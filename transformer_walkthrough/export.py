@@ -26,9 +26,11 @@ from .trace import Stage, Trace
 
 if TYPE_CHECKING:
     from .backprop import Backward
+    from .documents import Worksheet
 
 SCHEMA_VERSION = 1
 FORMATS = (".json", ".npz", ".html", ".md", ".tex")
+DOCUMENTS = (".html", ".md", ".tex")
 # JSON has no infinities or NaN; the schema spells them as strings.
 _NON_FINITE = {math.inf: "inf", -math.inf: "-inf"}
 
@@ -243,15 +245,25 @@ NAME_MAX = 255  # bytes in one file name, on Linux and macOS alike
 LARGE = 2_000_000  # numbers: past this a JSON export runs to tens of megabytes
 
 
-def size_warning(stages: list[Stage], weights: bool, dtype: str) -> str | None:
-    """A word of warning when a JSON export would be large, with what to do instead."""
+# Bytes a number takes in each format, separators and markup included: a float written by repr
+# in JSON; a shaded table cell in HTML; a table cell in Markdown; an alignment cell in LaTeX.
+_BYTES_PER_NUMBER = {".json": 20, ".html": 25, ".md": 8, ".tex": 9}
+_FORMAT_NAMES = {".json": "JSON", ".html": "HTML", ".md": "Markdown", ".tex": "LaTeX"}
+
+
+def size_warning(stages: list[Stage], weights: bool, dtype: str, suffix: str = ".json") -> str | None:
+    """A word of warning when a text export (JSON, HTML, Markdown, LaTeX) would be large, with
+    what to do instead."""
     numbers = size(stages, weights)
-    if numbers <= LARGE:
+    if numbers <= LARGE or suffix not in _BYTES_PER_NUMBER:
         return None
     hint = "; --no-weights leaves the weights out" if weights else ""
-    json_mb = numbers * 20 / 1e6  # a float written by repr takes about 20 characters, separator included
+    text_mb = numbers * _BYTES_PER_NUMBER[suffix] / 1e6
     npz_mb = numbers * np.dtype(dtype).itemsize / 1e6
-    return f"{numbers:,} numbers make about {json_mb:,.0f} MB of JSON{hint}; as .npz, {npz_mb:,.0f} MB"
+    return (
+        f"{numbers:,} numbers make about {text_mb:,.0f} MB of {_FORMAT_NAMES[suffix]}{hint}; "
+        f"as .npz, {npz_mb:,.0f} MB"
+    )
 
 
 def write_atomic(path: Path, write: Callable[[BinaryIO], None], force: bool = False) -> None:
@@ -326,21 +338,32 @@ def export(
     weights: bool = True,
     grads: Backward | None = None,
     force: bool = False,
+    worksheet: Worksheet | None = None,
 ) -> str | None:
     """Write the stages to ``target`` in the format its suffix names; return the JSON text
-    instead when ``target`` is None (stdout)."""
+    instead when ``target`` is None (stdout). A document (.html, .md, .tex) may be a worksheet."""
     suffix = "" if target is None else target.suffix.lower()
+    if worksheet is not None and suffix not in DOCUMENTS:
+        raise ExportError(f"a worksheet is a document: export it as {', '.join(DOCUMENTS)}")
     if suffix == ".npz":
         arrays = matrices(stages, weights, grads)
         write_atomic(target, lambda f: np.savez(f, **arrays), force)  # streamed, no copy in memory
         return None
-    if suffix in (".html", ".md", ".tex"):
-        from .documents import WRITERS
+    if suffix in DOCUMENTS:
+        from .documents import WRITERS, Options
 
-        text = WRITERS[suffix](trace, stages, trace.config.display.precision)
-        if suffix == ".tex":
-            _check_latin(text, target)
-        write_atomic(target, lambda f: f.write(text.encode("utf-8")), force)
+        options = Options(
+            trace.config.display.precision, weights, None if grads is None else grads.stages, worksheet
+        )
+
+        def write_document(f: BinaryIO) -> None:
+            # A piece at a time (a stage's header, a matrix row): never the whole document in memory.
+            for piece in WRITERS[suffix](trace, stages, options):
+                if suffix == ".tex":
+                    _check_latin(piece, target)
+                f.write(piece.encode("utf-8"))
+
+        write_atomic(target, write_document, force)
         return None
     doc = trace_to_dict(trace, stages, weights, grads, numbers=_Rows)
     if target is None:

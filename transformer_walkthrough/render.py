@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.measure import Measurement
 from rich.rule import Rule
@@ -28,7 +29,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from .palette import diverging, sequential
+from .palette import diverging, diverging_256, sequential, sequential_256
 from .trace import ATTENTION, CONSTANT, MASK, PROBABILITIES, Matrix, Stage, Trace
 
 if TYPE_CHECKING:
@@ -62,6 +63,9 @@ class View:
     full: bool = False
     heatmap: bool = False  # every matrix coloured by value (on a colour terminal)
     shade_weights: bool = True  # attention weights and probabilities shaded, 0 white to 1 green
+    colors: str = "truecolor"  # the terminal's: "truecolor", or "256" (palette's own 256-colour ramps)
+    shared_scale: bool = False  # one heatmap scale per stage (its largest |value|), not per matrix
+    scale: float | None = None  # the heatmap's scale when shared; None: each matrix's own
 
 
 def format_value(v: float, precision: int) -> str:
@@ -99,6 +103,98 @@ def styled_table(title: str | None = None) -> Table:
     )
 
 
+class Entries:
+    """A table cell of entries ("<end> 0.25") joined by ``sep`` that wraps between entries, never
+    inside one: at 80 columns a word must not be parted from its number."""
+
+    def __init__(self, entries: list[str], sep: str = ", ", style: str = "") -> None:
+        self.entries, self.sep, self.style = entries, sep, style
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        widest = max((cell_len(e) + cell_len(self.sep.rstrip()) for e in self.entries), default=0)
+        return Measurement(widest, cell_len(self.sep.join(self.entries)))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        for line in pack(self.entries, self.sep, options.max_width):
+            yield Text(line, style=self.style, no_wrap=True, overflow="fold")
+
+
+def pack(entries: list[str], sep: str, width: int) -> list[str]:
+    """The entries joined by ``sep`` into lines of at most ``width`` cells, broken only between
+    entries (the separator's trailing space dropped at a break); an entry wider than the line
+    stands alone."""
+    lines: list[str] = []
+    line = ""
+    for k, entry in enumerate(entries):
+        tail = sep.rstrip() if k < len(entries) - 1 else ""
+        if line and cell_len(line) + cell_len(sep) + cell_len(entry) + cell_len(tail) > width:
+            lines.append(line + sep.rstrip())
+            line = entry
+        else:
+            line = f"{line}{sep}{entry}" if line else entry
+    return [*lines, line] if line or not lines else lines
+
+
+_OPEN, _CLOSE = "([{", ")]}"
+_OPERATORS = ("=", "+", "−", "-", "/", "·", "×", "→", "≈")
+
+
+def wrap_explanation(line: str, width: int, hang: int = 4) -> list[str]:
+    """A line of ``explain`` broken to ``width`` where a reader would break it: never inside
+    brackets (``A1[1, 0]``), never between a label and its number (``<end> −∞``) nor around an
+    operator (``e^(−∞) = 0.0000``); a long sum, only before its operators. Continuation lines are
+    indented ``hang`` spaces past the line's own indent."""
+    if cell_len(line) <= width:
+        return [line]
+    indent = line[: len(line) - len(line.lstrip(" "))]
+    words = line.lstrip(" ").split(" ")
+    # Chunks: runs of words that must stay together; a weak break (before an operator) may part them.
+    chunks: list[list[str]] = []
+    brackets: list[bool] = []  # the open brackets; True for one inside a word: A1[i, j], e^(x − m)
+    for k, word in enumerate(words):
+        glued = k > 0 and (
+            any(brackets)
+            or (word[:1] != "" and word[:1] in "0123456789−-+∞=/·×→≈|")
+            or words[k - 1] in _OPERATORS
+        )
+        if glued:
+            chunks[-1].append(word)
+        else:
+            chunks.append([word])
+        for i, ch in enumerate(word):
+            if ch in _OPEN:
+                brackets.append(i > 0)
+            elif ch in _CLOSE and brackets:
+                brackets.pop()
+    pieces: list[str] = []  # unbreakable text, each with the space before it implied
+    for chunk in chunks:
+        text = " ".join(chunk)
+        if cell_len(text) + len(indent) + hang <= width:
+            pieces.append(text)
+            continue
+        part: list[str] = []
+        for word in chunk:  # too long to keep together: break before its operators
+            if part and word in _OPERATORS[:4]:
+                pieces.append(" ".join(part))
+                part = []
+            part.append(word)
+        pieces.append(" ".join(part))
+    lines: list[str] = []
+    line_text = indent
+    for piece in pieces:
+        if line_text.strip() and cell_len(line_text) + 1 + cell_len(piece) > width:
+            lines.append(line_text)
+            line_text = indent + " " * hang + piece
+        else:
+            line_text = f"{line_text} {piece}" if line_text.strip() else line_text + piece
+    return [*lines, line_text]
+
+
+def paragraph(text: str, width: int, style: str = "") -> Text:
+    """``text`` broken into lines as ``wrap_explanation`` breaks them: no number parted from its label."""
+    return Text("\n".join(wrap_explanation(text, width, hang=0)), style=style, overflow="fold")
+
+
 def summarise(widths: list[int], budget: int, ellipsis: int) -> list[int]:
     """Indices to show when only ``budget`` fits: all, or the first and last few around a -1
     that stands for the ellipsis (itself ``ellipsis`` wide), numpy-style."""
@@ -127,13 +223,12 @@ class SideBySide:
         gap = Segment(" " * GAP)
         height = max(len(b.lines) for b in self.blocks)
         for i in range(height):
+            line: list[Segment] = []
             for k, block in enumerate(self.blocks):
                 if k:
-                    yield gap
-                if i < len(block.lines):
-                    yield from block.lines[i]
-                else:
-                    yield Segment(" " * block.width)
+                    line.append(gap)
+                line += block.lines[i] if i < len(block.lines) else [Segment(" " * block.width)]
+            yield from trim(line)  # no line ends in spaces
             yield Segment.line()
 
 
@@ -154,7 +249,7 @@ class MatrixBlock:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
         for line in self.lines:
-            yield from line
+            yield from trim(line)  # no line ends in spaces
             yield Segment.line()
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
@@ -171,15 +266,22 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     r, c = matrix.values.shape
     row_index = list(range(r)) if view.full else summarise([1] * r, MAX_ROWS, 1)
     shown = matrix.values[[i for i in row_index if i >= 0]]
-    estimate = np.maximum(text_widths(shown, view.precision), [len(label) for label in matrix.cols])
     label_width = max(len(s) for s in matrix.rows)
     if view.full:
         columns = list(range(c))
     else:
+        # Only the columns that could fit are measured: a column is at least 1 + COL_GAP wide, so
+        # no more than this many from either end (a 58,101-word vocabulary is measured at its ends).
+        reach = max(1, view.width // (1 + COL_GAP) + 1)
+        candidates = list(range(c)) if c <= 2 * reach else [*range(reach), *range(c - reach, c)]
+        estimate = np.maximum(
+            text_widths(shown[:, candidates], view.precision), [len(matrix.cols[j]) for j in candidates]
+        )
         # Each column costs its text and the gap before it.
-        columns = summarise(
+        picked = summarise(
             [int(w) + COL_GAP for w in estimate], view.width - label_width, len(ELLIPSIS) + COL_GAP
         )
+        columns = [candidates[k] if k >= 0 else -1 for k in picked]
     kept = [j for j in columns if j >= 0]
     cells = [[format_value(v, view.precision) for v in row] for row in shown[:, kept].tolist()]
     width_of = {j: max(len(matrix.cols[j]), *(len(row[k]) for row in cells)) for k, j in enumerate(kept)}
@@ -252,20 +354,71 @@ def _shading(name: str, matrix: Matrix, shown: np.ndarray, view: View) -> Callab
     ``--heatmap``, else attention weights and probabilities alone (0 white to 1 green, by default).
 
     The one place that decides which matrices are shaded (``shown``: the rows on screen, which
-    set the heatmap's scale).
+    set the heatmap's scale unless the stage shares one).
     """
+    eight_bit = view.colors == "256"
     if view.heatmap:
-        finite = shown[np.isfinite(shown)]
-        scale = float(np.max(np.abs(finite))) if finite.size else 0.0
+        scale = view.scale if view.scale is not None else largest(shown)
+        if eight_bit:
+            return lambda v: _background_256(diverging_256(v, scale))
         return lambda v: _background(diverging(v, scale))
-    if view.shade_weights and matrix.role in (ATTENTION, PROBABILITIES):
+    if is_shaded(matrix, view):
+        if eight_bit:
+            return lambda v: _background_256(sequential_256(v))
         return lambda v: _background(sequential(v))
     return None
+
+
+def is_shaded(matrix: Matrix, view: View) -> bool:
+    """Whether the cells of ``matrix`` are coloured by value (on a colour terminal)."""
+    return view.heatmap or (view.shade_weights and matrix.role in (ATTENTION, PROBABILITIES))
+
+
+def largest(values: np.ndarray) -> float:
+    """The largest finite |value| (0 if none): the heatmap's scale."""
+    finite = values[np.isfinite(values)]
+    return float(np.max(np.abs(finite))) if finite.size else 0.0
 
 
 @functools.lru_cache(maxsize=4096)
 def _background(rgb: tuple[int, int, int]) -> Style:
     return Style.parse("black on rgb({},{},{})".format(*rgb))
+
+
+@functools.lru_cache(maxsize=512)
+def _background_256(number: int) -> Style:
+    return Style.parse(f"black on color({number})")
+
+
+def _swatch(view: View, value: float, heatmap: bool) -> Style:
+    if heatmap:
+        return _background_256(diverging_256(value, 1.0)) if view.colors == "256" else _background(
+            diverging(value, 1.0))  # fmt: skip
+    return _background_256(sequential_256(value)) if view.colors == "256" else _background(sequential(value))
+
+
+def legend(view: View, shaded: list[Matrix]) -> Text:
+    """The line under shaded matrices that says what a colour means: swatches from one end of the
+    scale to the other, the numbers at their ends."""
+    swatch = "  "
+    out = Text()
+    out.append("shading: ", style="dim")
+    if view.heatmap:
+        end = f"{view.scale:.{max(view.precision, 2)}f}" if view.scale is not None else "max"
+        out.append(f"−{end} ")
+        for t in (-1.0, -0.75, -0.5, -0.25, 0.0, 0.25, 0.5, 0.75, 1.0):
+            out.append(swatch, _swatch(view, t, heatmap=True))
+        out.append(f" +{end}")
+        said = "one scale for the stage" if view.scale is not None else "max: each matrix's largest |value|"
+        out.append(f"  blue < 0 < red; {said}", style="dim")
+        return out
+    out.append("0 ")
+    for p in (0.0, 0.1, 0.25, 0.5, 0.75, 1.0):
+        out.append(swatch, _swatch(view, p, heatmap=False))
+    names = sorted({"attention weights" if m.role == ATTENTION else "probabilities" for m in shaded})
+    out.append(" 1")
+    out.append(f"  {' and '.join(names)}", style="dim")
+    return out
 
 
 def side_by_side(blocks: list[MatrixBlock], width: int) -> Iterator[RenderableType]:
@@ -320,8 +473,12 @@ def render_stage(
     attention); with ``grads``, each beside its gradient dL/d(name), but for constants (the mask,
     the sinusoids), which nothing learns."""
     yield stage_header(stage)
+    if view.shared_scale and view.heatmap:  # one scale for the whole stage (and one for its gradients)
+        view = dataclasses.replace(view, scale=max(largest(m.values) for m in stage.matrices.values()))
     # Gradients are small numbers: two more digits, so that they do not all read 0.00.
     grad_view = dataclasses.replace(view, precision=view.precision + 2)
+    if grads is not None and view.scale is not None:
+        grad_view = dataclasses.replace(grad_view, scale=max(largest(g) for g in grads.values()))
     units: list[tuple[object, list[MatrixBlock]]] = []
     for name, m in stage.matrices.items():
         group, block = group_of(name), matrix_block(name, m, view)
@@ -334,7 +491,34 @@ def render_stage(
         else:  # too wide to sit together: one under the other
             units += [(group, [block]), (group, [gradient])]
     yield from layout(units, view.width)
+    shaded = [m for m in stage.matrices.values() if is_shaded(m, view)]
+    if shaded and console.color_system is not None and not console.no_color:
+        yield legend(view, shaded)
     yield Text("")
+
+
+# The current box filled with the palette's deepest green (as in the SVG), in brackets for plain text.
+FIGURE_STYLES = {
+    "current": "bold black on rgb({},{},{})".format(*sequential(1.0)),
+    "done": "dim",
+    "todo": "",
+    "label": LABEL,
+    "text": "",
+}
+
+
+def figure(trace: Trace, current: str, width: int) -> Text:
+    """Where am I: Figure 1 as a small map (``figure.figure_lines``), the current stage highlighted
+    and in brackets, the stages before it dimmed, and where its inputs come from."""
+    from .figure import figure_lines
+
+    out = Text(no_wrap=True, overflow="ellipsis")
+    for k, line in enumerate(figure_lines(trace, current, width)):
+        if k:
+            out.append("\n")
+        for span in line:
+            out.append(span.text, FIGURE_STYLES[span.state])
+    return out
 
 
 def weights_line(trace: Trace) -> Text:
@@ -358,7 +542,7 @@ def prediction_table(trace: Trace, view: View) -> Table:
     table.add_column(Text("p"), justify="right", no_wrap=True)
     table.add_column(Text("expected"), no_wrap=True)
     table.add_column(Text(""), no_wrap=True)
-    table.add_column(Text(f"top {len(trace.prediction[0].top)}"))  # the one column that may wrap
+    table.add_column(Text(f"top {len(trace.prediction[0].top)}"))  # wraps between its entries only
     for pred in trace.prediction:
         right = None if pred.expected is None else pred.word == pred.expected
         table.add_row(
@@ -367,7 +551,7 @@ def prediction_table(trace: Trace, view: View) -> Table:
             Text(f"{pred.probability:.{max(p, 2)}f}"),
             Text(pred.expected or "—"),
             mark(right),
-            Text(", ".join(f"{w} {q:.{max(p, 2)}f}" for w, q in pred.top)),
+            Entries([f"{w} {q:.{max(p, 2)}f}" for w, q in pred.top]),
         )
     return table
 
@@ -379,11 +563,14 @@ def render_trace(
     view: View,
     prediction: bool = True,
     grads: Backward | None = None,
+    show_map: bool = False,
 ) -> Iterator[RenderableType]:
-    """Where the weights come from, the given stages in order and, when asked, the prediction table
-    (and the loss, with ``grads``)."""
+    """Where the weights come from, the given stages in order (each under the map of where it sits,
+    with ``show_map``) and, when asked, the prediction table (and the loss, with ``grads``)."""
     yield weights_line(trace)
     for stage in stages:
+        if show_map:
+            yield figure(trace, stage.id, view.width)
         yield from render_stage(console, stage, view, None if grads is None else grads.stages[stage.id])
     if prediction and trace.prediction:
         yield prediction_table(trace, view)
@@ -407,22 +594,24 @@ def stage_list(trace: Trace) -> Group:
     table.add_column(Text("kind"), no_wrap=True)
     table.add_column(Text("matrices (rows×cols)"))
     for stage in trace:
-        shapes = ", ".join(f"{name} {m.shape[0]}×{m.shape[1]}" for name, m in stage.matrices.items())
-        table.add_row(Text(stage.id), Text(stage.kind), Text(shapes))
+        shapes = [f"{name} {m.shape[0]}×{m.shape[1]}" for name, m in stage.matrices.items()]
+        table.add_row(Text(stage.id), Text(stage.kind), Entries(shapes))
     return Group(table, Text(stage_count(trace)))
 
 
 def verify_table(checks: list[Check]) -> Table:
-    """Stage, what was checked, the largest difference, ✓ or ✗."""
+    """Per stage, its id, then each check as a sentence with the largest difference and ✓ or ✗."""
     table = styled_table()
     table.pad_edge = False
-    table.add_column(Text("stage"), no_wrap=True, style=LABEL)
-    table.add_column(Text("checked"))
+    table.add_column(Text("stage · what was checked"))
     table.add_column(Text("max |diff|"), justify="right", no_wrap=True)
     table.add_column(Text(""), no_wrap=True)
+    stage = None
     for check in checks:
-        mark = Text("✓", style="green") if check.ok else Text("✗", style="bold red")
-        table.add_row(Text(check.stage), Text(check.what), Text(f"{check.max_diff:.1e}"), mark)
+        if check.stage != stage:
+            stage = check.stage
+            table.add_row(Text(stage, style=LABEL), Text(""), Text(""))
+        table.add_row(Text("  " + check.what), Text(f"{check.max_diff:.1e}"), mark(check.ok))
     return table
 
 
@@ -485,8 +674,8 @@ def generation_table(steps: list[GenerationStep], view: View) -> Table:
     for i, s in enumerate(steps):
         table.add_row(
             Text(str(i)),
-            Text(" ".join(s.decoder_input), style=LABEL),
-            Text(", ".join(f"{w} {q:.{p}f}" for w, q in s.top)),
+            Entries(list(s.decoder_input), " ", LABEL),
+            Entries([f"{w} {q:.{p}f}" for w, q in s.top]),
             Text(s.chosen, style="bold"),
         )
     return table
@@ -530,7 +719,10 @@ def print_all(console: Console, renderables: Iterator[RenderableType]) -> None:
     """Print without cropping (widths were chosen above, and --full may be wider than the screen)
     and with no spaces at the ends of lines."""
     for renderable in renderables:
-        print_trimmed(console, renderable)
+        if isinstance(renderable, (MatrixBlock, SideBySide)):  # their lines are trimmed already
+            console.print(renderable, crop=False)
+        else:
+            print_trimmed(console, renderable)
 
 
 def print_trimmed(console: Console, renderable: RenderableType) -> None:
@@ -549,7 +741,6 @@ class TrimmedConsole(Console):
             print_trimmed(self, self.render_str(renderable) if isinstance(renderable, str) else renderable)
         else:
             super().print(*objects, **kwargs)  # type: ignore[arg-type]
-
 
 
 def diff_table(diffs: list[StageDiff], first: str | None) -> Table:

@@ -18,7 +18,7 @@ from rich.console import Console, Group
 from rich.segment import Segment, Segments
 from rich.text import Text
 
-from .render import View, prediction_table, render_stage, trim, weights_line
+from .render import View, figure, prediction_table, render_stage, trim, weights_line
 from .trace import Trace
 
 HELP = "Enter next · b back · Home/End first/last · q quit"
@@ -98,7 +98,8 @@ def _page_lines(console: Console, trace: Trace, view: View, stage_index: int) ->
     """A page laid out at the console's width, as lines of segments: a stage, or the prediction."""
     stages = list(trace)
     if stage_index < len(stages):
-        page = Group(*render_stage(console, stages[stage_index], view))
+        stage = stages[stage_index]
+        page = Group(figure(trace, stage.id, console.width), *render_stage(console, stage, view))
     else:
         page = prediction_table(trace, view)
     options = console.options.update(width=console.width, height=None)

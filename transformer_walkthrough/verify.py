@@ -78,7 +78,7 @@ def _attention(stage: Stage, num_heads: int, d_k: int) -> list[Check]:
     if "M" in stage:
         n = len(x)
         mask = np.array([[0.0 if j <= i else -math.inf for j in range(n)] for i in range(n)])
-        checks.append(Check(stage.id, "M: 0 on and below diagonal, -∞ above", gap(stage["M"], mask)))
+        checks.append(Check(stage.id, "M is 0 on and below the diagonal, −∞ above", gap(stage["M"], mask)))
     for h in range(1, num_heads + 1):
         q = _mm(x, stage[f"W_Q{h}"]) + (stage.get(f"b_Q{h}", 0))
         k = _mm(kv, stage[f"W_K{h}"]) + (stage.get(f"b_K{h}", 0))
@@ -89,30 +89,36 @@ def _attention(stage: Stage, num_heads: int, d_k: int) -> list[Check]:
         a = _softmax(s)
         o = _mm(a, v)
         heads.append(o)
-        checks.append(Check(stage.id, f"head {h}: Q, K, V, S, A, O", max(
+        checks.append(Check(stage.id, f"head {h}: Q, K, V, S, A and O recomputed", max(
             gap(stage[f"Q{h}"], q), gap(stage[f"K{h}"], k), gap(stage[f"V{h}"], v),
             gap(stage[f"S{h}+M"] if "M" in stage else stage[f"S{h}"], s), gap(stage[f"A{h}"], a),
             gap(stage[f"O{h}"], o),
         )))  # fmt: skip
     concat = np.concatenate(heads, axis=1)
     out = _mm(concat, stage["W_O"]) + (stage.get("b_O", 0))
-    checks.append(Check(stage.id, "concat = heads side by side; ·W_O", max(
+    checks.append(Check(stage.id, "concat sets the heads side by side; output = concat·W_O", max(
         gap(stage["concat"], concat), gap(stage["output"], out))))  # fmt: skip
     return checks
 
 
 def _embedding(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     rows = stage["E"][list(trace.ids(stage.id))] * (math.sqrt(m.d_model) if m.scale_embeddings else 1)
-    return [Check(stage.id, "output = the tokens' rows of E", gap(stage["output"], rows))]
+    return [
+        Check(
+            stage.id,
+            "output equals the tokens' rows of E" + (" times √d_model" if m.scale_embeddings else ""),
+            gap(stage["output"], rows),
+        )
+    ]
 
 
 def _positions(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     n = len(stage["X"])
     if m.positional_encoding == "learned":
-        pe, what = stage["P"][:n], "PE = the first rows of P, output = X + PE"
+        pe, what = stage["P"][:n], "PE equals the first rows of P; output equals X + PE"
     else:
         pe = _positional_encoding(n, m.d_model, m.positional_encoding == "sinusoidal-halves")
-        what = "PE by sin/cos, output = X + PE"
+        what = "PE recomputed by sin and cos; output equals X + PE"
     return [Check(stage.id, what, max(gap(stage["PE"], pe), gap(stage["output"], stage["X"] + pe)))]
 
 
@@ -120,18 +126,18 @@ def _add_norm(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     total = stage["X"] + stage["sublayer"]
     out = _layer_norm(total, stage["gamma"], stage["beta"], m.layer_norm_eps)
     worst = max(gap(stage["sum"], total), gap(stage["output"], out))
-    return [Check(stage.id, "sum = X + sublayer; LayerNorm rows", worst)]
+    return [Check(stage.id, "sum equals X + sublayer; output is LayerNorm of each row", worst)]
 
 
 def _norm(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     out = _layer_norm(stage["X"], stage["gamma"], stage["beta"], m.layer_norm_eps)
-    return [Check(stage.id, "LayerNorm rows", gap(stage["output"], out))]
+    return [Check(stage.id, "output is LayerNorm of each row of X", gap(stage["output"], out))]
 
 
 def _residual(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     x, sub = stage["X"].tolist(), stage["sublayer"].tolist()
     total = np.array([[a + b for a, b in zip(r, s, strict=True)] for r, s in zip(x, sub, strict=True)])
-    return [Check(stage.id, "output = X + sublayer", gap(stage["output"], total))]
+    return [Check(stage.id, "output equals X + sublayer", gap(stage["output"], total))]
 
 
 def _feed_forward(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
@@ -139,23 +145,33 @@ def _feed_forward(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     hidden = _activation(pre, m.activation)
     out = _mm(hidden, stage["W_2"]) + stage["b_2"]
     worst = max(gap(stage["pre"], pre), gap(stage["hidden"], hidden), gap(stage["output"], out))
-    return [Check(stage.id, f"pre = X·W_1 + b_1; hidden = {m.activation}(pre); output", worst)]
+    return [Check(stage.id, f"pre, hidden = {m.activation}(pre) and output recomputed", worst)]
 
 
 def _logits(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     x = stage["flattened"] if "flattened" in stage else stage["X"]
     logits = _mm(x, stage["W"]) + stage.get("b", 0)
     checks = [
-        Check(stage.id, "logits = X·W + b" if "b" in stage else "logits = X·W", gap(stage["logits"], logits))
+        Check(
+            stage.id,
+            "logits equal X·W + b" if "b" in stage else "logits equal X·W",
+            gap(stage["logits"], logits),
+        )
     ]
     if m.tie_embeddings:
         E = next(s for s in trace if s.kind == "embedding")["E"]
-        checks.append(Check(stage.id, "W = Eᵀ (tied)", gap(stage["W"], E.T)))
+        checks.append(Check(stage.id, "W equals Eᵀ (tied to the embedding)", gap(stage["W"], E.T)))
     return checks
 
 
 def _probabilities(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
-    return [Check(stage.id, "softmax per row", gap(stage["probabilities"], _softmax(stage["logits"])))]
+    return [
+        Check(
+            stage.id,
+            "probabilities equal the softmax of each row of logits",
+            gap(stage["probabilities"], _softmax(stage["logits"])),
+        )
+    ]
 
 
 # The second computation of each kind of stage, from the matrices the stage recorded.
@@ -198,7 +214,8 @@ def _graph(trace: Trace) -> list[Check]:
     for stage in trace:
         for name, source in stage.sources.items():
             given = trace[source]
-            checks.append(Check(stage.id, f"{name} = {source} {given.output}",
+            verb = "equal" if name.endswith("s") else "equals"  # logits equal the logits of …
+            checks.append(Check(stage.id, f"{name} {verb} the {given.output} of {source}",
                                 gap(stage[name], given[given.output])))  # fmt: skip
         if "memory" in stage:
             ok = stage.sources.get("memory") == stack_output(ENCODER, m)

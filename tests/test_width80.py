@@ -1,0 +1,126 @@
+"""At 80 columns, the width of a pipe, nothing wraps inside an entry: a word keeps its number, a
+matrix its shape, a check its sentence. Snapshots written by hand (the numbers are the default
+config's: seed 42, untrained)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from transformer_walkthrough.cli import app
+from transformer_walkthrough.render import pack, wrap_explanation
+
+RULE = "─" * 80
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def output(runner: CliRunner, *args: str) -> list[str]:
+    result = runner.invoke(app, list(args), env={"COLUMNS": "80", "NO_COLOR": "1"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    for line in lines:
+        assert len(line) <= 80 and line == line.rstrip(), repr(line)
+    return lines
+
+
+def test_the_prediction_wraps_between_entries(runner: CliRunner) -> None:
+    lines = output(runner, "run")
+    assert lines[-11:] == [
+        "Prediction: the most likely next word after each decoder position",
+        " after         predicted        p   expected          top 3",
+        RULE,
+        " <start>       comfortably   0.30   sleeping      ✗   comfortably 0.30,",
+        "                                                      <end> 0.25, sleeping 0.12",
+        " sleeping      comfortably   0.31   comfortably   ✓   comfortably 0.31,",
+        "                                                      <end> 0.24, sleeping 0.13",
+        " comfortably   comfortably   0.29   <end>         ✗   comfortably 0.29,",
+        "                                                      <end> 0.21, sleeping 0.13",
+        " <end>         comfortably   0.29   —                 comfortably 0.29,",
+        "                                                      <end> 0.20, sleeping 0.13",
+    ]
+
+
+def test_generate_wraps_between_entries(runner: CliRunner) -> None:
+    lines = output(runner, "generate", "--max-len", "3")
+    assert lines[1:] == [
+        "Greedy decoding: the decoder's own output fed back, one token at a time",
+        " step   decoder input                 top 3 of the last row         chosen",
+        RULE,
+        "    0   <start>                       comfortably 0.30,             comfortably",
+        "                                      <end> 0.25, sleeping 0.12",
+        "    1   <start> comfortably           comfortably 0.30,             comfortably",
+        "                                      <end> 0.24, sleeping 0.13",
+        "    2   <start> comfortably           comfortably 0.29,             comfortably",
+        "        comfortably                   <end> 0.22, sleeping 0.12",
+        "the cat is → comfortably comfortably comfortably",
+        "Step i equals row i of one teacher-forced pass over the final input",
+        "(max |diff| 1.4e-17): the causal mask keeps row i from seeing anything after",
+        "position i.",
+    ]
+
+
+def test_stages_wraps_between_matrices(runner: CliRunner) -> None:
+    lines = output(runner, "stages")
+    assert lines[4:12] == [
+        "encoder.0.self-attention      self-attention        X 3×4, W_Q1 4×2, W_K1 4×2,",
+        "                                                    W_V1 4×2, Q1 3×2, K1 3×2,",
+        "                                                    V1 3×2, S1 3×3, A1 3×3,",
+        "                                                    O1 3×2, W_Q2 4×2, W_K2 4×2,",
+        "                                                    W_V2 4×2, Q2 3×2, K2 3×2,",
+        "                                                    V2 3×2, S2 3×3, A2 3×3,",
+        "                                                    O2 3×2, concat 3×4, W_O 4×4,",
+        "                                                    output 3×4",
+    ]
+
+
+def test_verify_reads_as_sentences_one_line_each(runner: CliRunner) -> None:
+    lines = output(runner, "verify")
+    assert lines[:12] == [
+        "stage · what was checked                                     max |diff|",
+        "─" * 75,
+        "encoder.embedding",
+        "  output equals the tokens' rows of E                           0.0e+00   ✓",
+        "encoder.positional-encoding",
+        "  PE recomputed by sin and cos; output equals X + PE            0.0e+00   ✓",
+        "  X equals the output of encoder.embedding                      0.0e+00   ✓",
+        "encoder.0.self-attention",
+        "  head 1: Q, K, V, S, A and O recomputed                        1.8e-15   ✓",
+        "  head 2: Q, K, V, S, A and O recomputed                        4.4e-16   ✓",
+        "  concat sets the heads side by side; output = concat·W_O       3.3e-16   ✓",
+        "  X equals the output of encoder.positional-encoding            0.0e+00   ✓",
+    ]
+    assert "  memory equals the output of encoder.0.add-norm-2" in "\n".join(lines)
+    assert "  logits equal the logits of output.logits" in "\n".join(lines)
+
+
+@pytest.mark.parametrize("config", ["gpt-style", "marian-style", "pre-norm", "standard"])
+def test_verify_never_wraps_a_check(runner: CliRunner, config: str) -> None:
+    lines = output(runner, "verify", "-c", str(CONFIGS / f"{config}.yaml"))
+    for line in lines[2:-1]:  # a stage id alone, or a check that ends in its mark
+        assert (line.startswith("  ") and line.endswith(("✓", "✗"))) or re.fullmatch(r"[\w.-]+", line), line
+
+
+def test_explain_breaks_between_terms(runner: CliRunner) -> None:
+    lines = output(runner, "explain", "-s", "decoder.0.masked-attention", "-m", "A1", "--cell", "1,0")
+    assert lines == [
+        "decoder.0.masked-attention · A1[sleeping, <start>] = A1[1, 0] = 0.3819",
+        "A1 = softmax(S1+M), row by row: A1[i, j] = e^(S1+M)[i, j] / Σ_k e^(S1+M)[i, k]",
+        "  row 1 of S1+M (sleeping): <start> −1.0439, sleeping −0.5626, comfortably −∞,",
+        "      <end> −∞",
+        "  subtract the row's largest value m = −0.5626 first: e^(x − m) / Σ e^(x − m) is",
+        "      the same quotient, and no exp can overflow",
+        "  each exp: e^(−0.4813) = 0.6180, e^0.0000 = 1.0000, e^(−∞) = 0.0000,",
+        "      e^(−∞) = 0.0000",
+        "  sum = 0.6180 + 1.0000 + 0.0000 + 0.0000 = 1.6180",
+        "  A1[1, 0] = 0.6180 / 1.6180 = 0.3819",
+    ]
+
+
+def test_wrapping_rules_by_hand() -> None:
+    assert pack(["a 1", "bb 2", "c 3"], ", ", 9) == ["a 1,", "bb 2, c 3"]
+    assert pack(["a 1", "bb 2"], ", ", 80) == ["a 1, bb 2"]
+    assert wrap_explanation("  x = 1 + 2 + 3", 9) == ["  x = 1", "      + 2", "      + 3"]
+    assert wrap_explanation("  see A1[i, j] now", 14) == ["  see A1[i, j]", "      now"]
