@@ -11,7 +11,12 @@ as the median of its runs, taken in turns:
   vocabulary  ByteLevelBPETokenizer(folder): tokenizer.json's 50,257 tokens and their labels
   memory      peak RSS of a fresh process that loads the checkpoint and runs the traced forward,
               against the size of model.safetensors
-Targets: forward <= 1.0x, generate <= 1.0x, vocabulary <= 0.2 s, memory <= 1.5x the checkpoint.
+  end to end  a fresh process each: `walkthrough step --model DIR --prompt … --stage
+              masked-attention --layer 11` (output to a pipe) vs `python -c` importing
+              transformers, loading the model and its tokenizer and running one forward; taken
+              in turns, the median of --e2e-rounds
+Targets: forward <= 1.0x, generate <= 1.0x, vocabulary <= 0.2 s, memory <= 1.5x the checkpoint,
+end to end <= 0.5x.
 """
 
 from __future__ import annotations
@@ -40,11 +45,39 @@ from transformer_walkthrough.checkpoints import load_gpt2, checkpoint_config, ch
 from transformer_walkthrough.model import run_forward
 before = hwm()
 ckpt = load_gpt2(sys.argv[1])
-config = checkpoint_config(ckpt.model, ckpt.tokenizer.labels)
-w = checkpoint_weights(config, ckpt.weights)
+config = checkpoint_config(ckpt, "float32", sys.argv[2])
+w = checkpoint_weights(config, ckpt)
 trace = run_forward(config, w, target_ids=ckpt.tokenizer.encode(sys.argv[2]))
 print(before, hwm())
 """
+
+
+# The peer of `walkthrough step … --layer 11`: what a learner would otherwise run to see the same attention.
+THEIRS = """
+import sys, torch, transformers
+torch.set_num_threads(int(sys.argv[3]))
+tok = transformers.GPT2TokenizerFast.from_pretrained(sys.argv[1])
+model = transformers.GPT2LMHeadModel.from_pretrained(sys.argv[1], attn_implementation="eager").eval()
+with torch.inference_mode():
+    out = model(torch.tensor([tok(sys.argv[2])["input_ids"]]), output_attentions=True)
+print(out.attentions[11][0])
+"""
+
+
+def end_to_end(folder: Path, rounds: int) -> tuple[float, float]:
+    """Median seconds of the two fresh processes, run in turns (see the module's docstring)."""
+    import statistics
+
+    ours = [sys.executable, "-m", "transformer_walkthrough", "step", "--model", str(folder), "--prompt",
+            PROMPT, "--stage", "masked-attention", "--layer", "11"]  # fmt: skip
+    theirs = [sys.executable, "-c", THEIRS, str(folder), PROMPT, str(THREADS)]
+    times: dict[str, list[float]] = {"ours": [], "theirs": []}
+    for _ in range(rounds):
+        for name, command in (("ours", ours), ("theirs", theirs)):
+            start = time.perf_counter()
+            subprocess.run(command, capture_output=True, check=True)
+            times[name].append(time.perf_counter() - start)
+    return statistics.median(times["ours"]), statistics.median(times["theirs"])
 
 
 def make_checkpoint(folder: Path) -> None:
@@ -85,6 +118,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="turns of 3 runs of each")
     parser.add_argument("--folder", type=Path, help="keep the checkpoint here (made once)")
+    parser.add_argument("--e2e-rounds", type=int, default=3, help="runs of each fresh process")
     args = parser.parse_args()
 
     import numpy as np
@@ -114,8 +148,8 @@ def main() -> int:
 
     start = time.perf_counter()
     ckpt = load_gpt2(folder)
-    config = checkpoint_config(ckpt.model, ckpt.tokenizer.labels)
-    w = checkpoint_weights(config, ckpt.weights)
+    config = checkpoint_config(ckpt, "float32", PROMPT)
+    w = checkpoint_weights(config, ckpt)
     load = time.perf_counter() - start
     ids = ckpt.tokenizer.encode(PROMPT)
     assert len(ids) == 10, ids
@@ -157,6 +191,7 @@ def main() -> int:
         [sys.executable, "-c", PEAK, str(folder), PROMPT], capture_output=True, text=True, check=True
     )
     before, peak = map(int, done.stdout.split())
+    e2e_ours, e2e_theirs = end_to_end(folder, args.e2e_rounds)
 
     def ratio(ours: str, theirs: str) -> str:
         return f"{t[ours] * 1e3:8.1f} ms vs {t[theirs] * 1e3:8.1f} ms: {t[ours] / t[theirs]:.2f}x"
@@ -174,6 +209,10 @@ def main() -> int:
     print(f"  vocabulary, 50,257 tokens and labels      {t['vocabulary'] * 1e3:8.1f} ms  (<= 200)")
     print(f"  peak RSS {peak / mib:,.0f} MiB = {peak / size:.2f}x the checkpoint (<= 1.5)")
     print(f"  peak RSS after the imports ({before / mib:,.0f} MiB): {(peak - before) / size:.2f}x")
+    print(
+        f"  end to end, step --stage masked-attention --layer 11 vs python -c transformers: "
+        f"{e2e_ours:.2f} s vs {e2e_theirs:.2f} s: {e2e_ours / e2e_theirs:.2f}x  (<= 0.5)"
+    )
     if temporary is not None:
         temporary.cleanup()
     return 0 if same else 1

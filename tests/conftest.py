@@ -35,3 +35,12 @@ def reference_tokenizer(marian):
     from tests.tiny_marian import reference_tokenizer
 
     return reference_tokenizer(marian[0])
+
+
+@pytest.fixture(scope="session")
+def gpt2(tmp_path_factory):
+    """A tiny random GPT-2: ({"saved", "hub", "hub-bin"} folders, float64 eager transformers model)."""
+    pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
+    from tests.tiny_gpt2 import build
+
+    return build(tmp_path_factory.mktemp("gpt2"))

@@ -22,13 +22,14 @@ pytest.importorskip("transformers")  # a test dependency: CI installs it, so thi
 import torch
 import transformers
 from safetensors.numpy import save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
+from tests.tiny_gpt2 import D_MODEL, EOS, HEADS, LAYERS, POSITIONS, PROMPTS, hub_layout
 from transformer_walkthrough.architecture import parameters
 from transformer_walkthrough.checkpoints import (
     ByteLevelBPETokenizer,
     CheckpointError,
-    check_input_size,
+    check_size,
     checkpoint_config,
     checkpoint_weights,
     load_gpt2,
@@ -41,103 +42,11 @@ from transformer_walkthrough.generation import compare, generate_cached, generat
 from transformer_walkthrough.model import init_weights, run_forward
 from transformer_walkthrough.trace import token_labels
 
-CORPUS = [
-    "The cat is sleeping comfortably.",
-    "A dog runs in the park! It was 42 degrees, said the café owner.",
-    "the quick brown fox jumps over the lazy dog",
-    "Where is the bus stop? Near the station, über the bridge.",
-    "Hello, world: 1234 + 5678 = 6912",
-]
-PROMPTS = [
-    "The cat is sleeping comfortably.",
-    "the  cat,is sleeping!!",
-    "   spaces   around   ",
-    "naïve café über Straße — 5,6 %",
-    "数字 and ✓ emoji 🐈‍⬛ never seen",
-    "line one\nline two\ttabbed",
-    "<|endoftext|>The cat<|endoftext|>",
-]
-D_MODEL, HEADS, LAYERS, POSITIONS = 16, 2, 2, 64
-EOS = "<|endoftext|>"
-
-
-def _train_tokenizer(path: Path) -> Tokenizer:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=320,
-        special_tokens=[EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(CORPUS * 4, trainer)
-    tok.save(str(path))
-    return tok
-
-
-def _hub_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The hub's names for a save_pretrained state dict: no prefix, no lm_head, the mask buffers."""
-    hub = {k.removeprefix("transformer."): v for k, v in state.items() if k != "lm_head.weight"}
-    for n in range(LAYERS):
-        hub[f"h.{n}.attn.bias"] = torch.tril(torch.ones(POSITIONS, POSITIONS)).view(
-            1, 1, POSITIONS, POSITIONS
-        )
-        hub[f"h.{n}.attn.masked_bias"] = torch.tensor(-1e4)
-    return hub
-
-
-@pytest.fixture(scope="session")
-def gpt2(tmp_path_factory):
-    """Folders {"saved", "hub", "hub-bin"} and the float64 eager transformers model."""
-    root = tmp_path_factory.mktemp("gpt2")
-    saved = root / "saved"
-    saved.mkdir()
-    tok = _train_tokenizer(saved / "tokenizer.json")
-    eos = tok.token_to_id(EOS)
-    config = transformers.GPT2Config(
-        vocab_size=tok.get_vocab_size(),
-        n_embd=D_MODEL,
-        n_head=HEADS,
-        n_layer=LAYERS,
-        n_positions=POSITIONS,
-        initializer_range=0.4,  # GPT-2's 0.02 makes every prediction near uniform: a weak test
-        bos_token_id=eos,
-        eos_token_id=eos,
-    )
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(config)
-    with torch.no_grad():  # init leaves these at 1 and 0, which would hide a mix-up
-        for name, p in model.named_parameters():
-            if ".ln_" in name and name.endswith("weight"):
-                p.normal_(1.0, 0.2)
-            elif "bias" in name:
-                p.normal_(0.0, 0.2)
-    model.save_pretrained(saved)
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    hub = _hub_layout(state)
-    folders = {"saved": saved}
-    for name, write in (
-        ("hub", lambda f: save_file({k: v.numpy() for k, v in hub.items()}, f / "model.safetensors")),
-        ("hub-bin", lambda f: torch.save(hub, f / "pytorch_model.bin")),
-    ):
-        folder = root / name
-        folder.mkdir()
-        write(folder)
-        for file in ("config.json", "tokenizer.json"):
-            shutil.copy(saved / file, folder / file)
-        folders[name] = folder
-    reference = (
-        transformers.GPT2LMHeadModel.from_pretrained(saved, attn_implementation="eager").double().eval()
-    )
-    return folders, reference
-
 
 def _ours(folder: Path, dtype: str = "float64"):
     ckpt = load_gpt2(folder, dtype=dtype)
-    config = checkpoint_config(ckpt.model, ckpt.tokenizer.labels, dtype)
-    return ckpt, config, checkpoint_weights(config, ckpt.weights)
+    config = checkpoint_config(ckpt, dtype, "")
+    return ckpt, config, checkpoint_weights(config, ckpt)
 
 
 def _one_line(err: pytest.ExceptionInfo) -> str:
@@ -220,7 +129,7 @@ def test_every_weight_equals_transformers(gpt2, layout):
     ckpt = load_gpt2(folders[layout], dtype="float64")
     state = reference.state_dict()
     rows = gpt2_rows(LAYERS, D_MODEL, 4 * D_MODEL)
-    config = checkpoint_config(ckpt.model, ckpt.tokenizer.labels, "float64")
+    config = checkpoint_config(ckpt, "float64", "")
     specs, _ = parameters(config)
     assert (
         set(ckpt.weights)
@@ -487,7 +396,7 @@ def test_a_tokenizer_larger_than_the_table_is_one_line(gpt2, tmp_path):
 
 def test_tensors_that_do_not_belong_are_one_line(gpt2, tmp_path):
     state = transformers.GPT2LMHeadModel.from_pretrained(gpt2[0]["saved"]).state_dict()
-    hub = {k: v.numpy() for k, v in _hub_layout(state).items()}
+    hub = {k: v.numpy() for k, v in hub_layout(state).items()}
     cases = [
         ({**hub, "h.0.attn.bias": np.ones((1, 1, 8, 8), np.float32)}, "h.0.attn.bias has shape [1, 1, 8, 8]"),
         ({**hub, "score.weight": np.ones((2, 16), np.float32)}, "score.weight is not part of a GPT-2 model"),
@@ -507,10 +416,31 @@ def test_tensors_that_do_not_belong_are_one_line(gpt2, tmp_path):
 
 def test_an_input_too_large_for_memory_is_refused_first(gpt2):
     _, config, _ = _ours(gpt2[0]["saved"])
-    check_input_size(config, 0, 30)
-    big = checkpoint_config(
-        {**dataclasses.asdict(config.model), "d_model": 4096, "num_heads": 32}, config.vocabulary
-    )
+    check_size(config, 0, 30)
+    wide = {**dataclasses.asdict(config.model), "d_model": 4096, "num_heads": 32, "num_decoder_layers": 12}
     with pytest.raises(CheckpointError) as err:
-        check_input_size(big, 0, 2048)
+        check_size(dataclasses.replace(config, model=ModelConfig(**wide)), 0, 30)
     assert "GiB of matrices" in _one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("shape", "tokens", "fits"),
+    [((768, 12, 12), 10, True), ((768, 12, 12), 200, True), ((768, 12, 12), 1024, False),
+     ((1024, 16, 24), 10, True), ((1280, 20, 36), 10, False)],
+    ids=["small-10", "small-200", "small-1024", "medium-10", "large-10"],
+)  # fmt: skip
+def test_gpt2_sizes_are_judged_without_cross_attention(gpt2, shape, tokens, fits):
+    """A decoder-only trace has no encoder and no cross-attention (estimate_size with 0 encoder
+    layers): GPT-2 small and medium fit on a short prompt (medium: about 1.5 GiB of float32
+    matrices, 4,800 tables), large does not."""
+    _, config, _ = _ours(gpt2[0]["saved"], "float32")
+    d, heads, layers = shape
+    model = {**dataclasses.asdict(config.model), "d_model": d, "num_heads": heads, "d_ff": 4 * d,
+             "num_decoder_layers": layers, "max_positions": 1024}  # fmt: skip
+    gpt = dataclasses.replace(config, model=ModelConfig(**model), vocabulary=("x",) * 50_257)
+    if fits:
+        check_size(gpt, 0, tokens)
+    else:
+        with pytest.raises(CheckpointError) as err:
+            check_size(gpt, 0, tokens)
+        assert "give a shorter text" in _one_line(err)

@@ -144,6 +144,14 @@ TargetOption = Annotated[
 ]
 
 
+PromptOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--prompt", help="With a decoder-only --model (GPT-2): the decoder's input text.", show_default=False
+    ),
+]
+
+
 class Dtype(str, Enum):
     float32 = "float32"
     float64 = "float64"
@@ -155,25 +163,45 @@ DtypeOption = Annotated[
 
 
 class ModelArgs(NamedTuple):
-    """What --model, --source, --target and --dtype ask for."""
+    """What --model, --source, --target (or --prompt) and --dtype ask for."""
 
     model: str
-    source: str
+    source: str | None  # an encoder-decoder model's input (Marian)
     target: str | None
     dtype: str
+    prompt: str | None = None  # a decoder-only model's input (GPT-2); then source is None
 
 
 def _model_args(
-    model: str | None, source: str | None, target: str | None = None, dtype: "Dtype | None" = None
+    model: str | None,
+    source: str | None,
+    target: str | None = None,
+    dtype: "Dtype | None" = None,
+    prompt: str | None = None,
 ) -> "ModelArgs | None":
-    """The checkpoint options, checked together; None for the toy."""
+    """The checkpoint options, checked together; None for the toy. Whether the model reads a
+    source or a prompt is checked when its config.json is read (``load_checkpoint``)."""
+    given = [
+        name
+        for name, v in (("--source", source), ("--target", target), ("--prompt", prompt), ("--dtype", dtype))
+        if v is not None
+    ]
     if model is None:
-        given = [name for name, v in (("--source", source), ("--target", target), ("--dtype", dtype)) if v]
         if given:
             raise WalkthroughError(f"{given[0]} needs --model (the toy's sentence is in its config)")
         return None
+    if prompt is not None and (source is not None or target is not None):
+        raise WalkthroughError(
+            "--prompt is a decoder-only model's input, --source/--target an encoder-decoder model's: give one"
+        )
+    if prompt is not None:
+        if not prompt:
+            raise WalkthroughError("--prompt: give some text")
+        return ModelArgs(model, None, None, (dtype or Dtype.float32).value, prompt)
     if source is None or not source.strip():
-        raise WalkthroughError("--model needs --source TEXT, the sentence to translate")
+        raise WalkthroughError(
+            "--model needs --source TEXT (a translation model) or --prompt TEXT (a decoder-only model)"
+        )
     return ModelArgs(model, source, target, (dtype or Dtype.float32).value)
 
 
@@ -260,11 +288,15 @@ def _checkpoint_trace(
     model: ModelArgs,
     notes_to_stderr: bool,
 ) -> "tuple[Trace, Weights]":
-    """A checkpoint's pass (``checkpoints.run.walk``); the greedy translation said first when it made one."""
+    """A checkpoint's pass (``checkpoints.run.walk``, or ``walk_prompt`` for a decoder-only model's
+    prompt); the greedy translation said first when it made one."""
     _no_toy_options(config, seed, weights)
-    from .checkpoints.run import walk
+    from .checkpoints.run import walk, walk_prompt
 
-    walked = walk(model.model, model.source, model.target, model.dtype, precision)
+    if model.prompt is not None:
+        walked = walk_prompt(model.model, model.prompt, model.dtype, precision)
+    else:
+        walked = walk(model.model, model.source or "", model.target, model.dtype, precision)
     if walked.translation is not None:
         typer.echo(f"translation (greedy): {printable(walked.config.target)}", err=notes_to_stderr)
     return walked.trace, walked.weights
@@ -351,10 +383,11 @@ def run(
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
+    prompt: PromptOption = None,
     dtype: DtypeOption = None,
 ) -> None:
     """The whole forward pass: every stage, then the prediction."""
-    trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype))
+    trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype, prompt))
     _show(trace, list(trace), full, _gradients(trace, w, backward), heatmap, show_map, shared_scale)
 
 
@@ -382,10 +415,11 @@ def step(
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
+    prompt: PromptOption = None,
     dtype: DtypeOption = None,
 ) -> None:
     """One stage, or all stages of one kind, with every intermediate."""
-    trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype))
+    trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype, prompt))
     chosen = trace.select(stage, layer)
     _show(trace, chosen, full, _gradients(trace, w, backward), heatmap, show_map, shared_scale)
 
@@ -398,12 +432,13 @@ def stages(
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
+    prompt: PromptOption = None,
     dtype: DtypeOption = None,
 ) -> None:
     """The stage ids in order, their kinds and matrix shapes."""
     from .render import stage_list
 
-    trace, _ = _trace(config, seed, None, None, _model_args(model, source, target, dtype))
+    trace, _ = _trace(config, seed, None, None, _model_args(model, source, target, dtype, prompt))
     _console().print(stage_list(trace))
 
 
@@ -449,13 +484,14 @@ def export(
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
+    prompt: PromptOption = None,
     dtype: DtypeOption = None,
 ) -> None:
     """Write every matrix to a file: data (.json, .npz) or a document (.html, .md, .tex)."""
     from .export import DOCUMENTS, check_target, size_warning
     from .export import export as write
 
-    checkpoint = _model_args(model, source, target, dtype)
+    checkpoint = _model_args(model, source, target, dtype, prompt)
     target = check_target(path, force)  # before any work: a bad path costs nothing
     suffix = ".json" if target is None else target.suffix.lower()
     if (exercise is not None or cells) and suffix not in DOCUMENTS:
@@ -496,13 +532,14 @@ def verify(
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
+    prompt: PromptOption = None,
     dtype: DtypeOption = None,
 ) -> None:
     """Recompute every stage a second way; exit 1 if any number differs."""
     from .render import verify_table
     from .verify import TOLERANCE, against_torch, recompute
 
-    trace, w = _trace(config, seed, None, weights, _model_args(model, source, target, dtype))
+    trace, w = _trace(config, seed, None, weights, _model_args(model, source, target, dtype, prompt))
     settings = trace.config
     checks = recompute(trace)
     if against is Reference.torch:
@@ -541,6 +578,7 @@ def explain(
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
+    prompt: PromptOption = None,
     dtype: DtypeOption = None,
     all_terms: Annotated[
         bool, typer.Option("--all-terms", help="Every term of a long sum, not the first and last few.")
@@ -552,7 +590,7 @@ def explain(
     from .errors import StageError
     from .explain import explain as explain_cell
 
-    trace, _ = _trace(config, seed, None, weights, _model_args(model, source, target, dtype))
+    trace, _ = _trace(config, seed, None, weights, _model_args(model, source, target, dtype, prompt))
     chosen = trace.select([stage])
     if len(chosen) > 1:
         raise StageError(
@@ -641,8 +679,25 @@ def generate(
     model: ModelOption = None,
     source: SourceOption = None,
     dtype: DtypeOption = None,
+    prompt: PromptOption = None,
+    top_k: Annotated[
+        Optional[int],
+        typer.Option(
+            "--top-k",
+            help="With --prompt: draw each token from the K most likely, seeded by --seed (default: greedy).",
+            show_default=False,
+        ),
+    ] = None,
+    layer: Annotated[
+        Optional[int],
+        typer.Option(help="With --prompt: the layer whose attention over the cache is shown (default: last)"),
+    ] = None,
+    head: Annotated[
+        int, typer.Option(help="With --prompt: the head whose attention over the cache is shown (1 is A1).")
+    ] = 1,
 ) -> None:
-    """Greedy decoding from <start>, one token at a time, until <end>."""
+    """Greedy decoding from <start>, one token at a time, until <end>; with --prompt, a decoder-only
+    checkpoint's continuation, its key/value cache growing by one row a step."""
     from rich.text import Text
 
     from .checks import TOLERANCE
@@ -657,7 +712,14 @@ def generate(
         raise WalkthroughError(f"--max-len: at most {MAX_GENERATED}, got {max_len}")
     if max_len <= 0:
         raise WalkthroughError(f"--max-len: must be a positive integer, got {max_len}")
-    checkpoint = _model_args(model, source, None, dtype)
+    checkpoint = _model_args(model, source, None, dtype, prompt)
+    if checkpoint is not None and checkpoint.prompt is not None:
+        _no_toy_options(config, None, weights)
+        _continue(checkpoint, max_len, top_k, seed, layer, head, compare)
+        return
+    cached = [name for name, v in (("--top-k", top_k), ("--layer", layer)) if v is not None]
+    if cached or head != 1:
+        raise WalkthroughError(f"{[*cached, '--head'][0]} is for --model with --prompt (the key/value cache)")
     if checkpoint is not None:
         from .checkpoints.run import translate
 
@@ -700,6 +762,70 @@ def generate(
     ))  # fmt: skip
 
 
+def _continue(
+    checkpoint: ModelArgs,
+    max_len: int,
+    top_k: int | None,
+    seed: int | None,
+    layer: int | None,
+    head: int,
+    compare: bool,
+) -> None:
+    """``generate --prompt``: the continuation step by step, and with ``compare`` each step against
+    the same row of one full pass (``generation.compare``)."""
+    from rich.text import Text
+
+    from .checkpoints.run import continue_prompt, load
+    from .checks import TOLERANCE
+    from .generation import compare as against_full_pass
+    from .generation import generated_ids
+    from .render import View, cache_comparison_table, cached_generation_table
+    from .trace import TOP_K, token_labels
+
+    if seed is not None and top_k is None:
+        raise WalkthroughError("--seed with --prompt seeds the sampling: give --top-k K too")
+    loaded = load(checkpoint.model, checkpoint.prompt or "", checkpoint.dtype, prompt=True)
+    m = loaded.config.model
+    layer = m.num_decoder_layers - 1 if layer is None else layer
+    if not 0 <= layer < m.num_decoder_layers:
+        raise WalkthroughError(f"--layer: this model has layers 0 to {m.num_decoder_layers - 1}, got {layer}")
+    if not 1 <= head <= m.num_heads:
+        raise WalkthroughError(f"--head: this model has heads 1 to {m.num_heads}, got {head}")
+    sample = top_k is not None
+    done = continue_prompt(loaded, max_len, top_k if sample else TOP_K, sample, seed or 0)
+    vocabulary = done.config.vocabulary or ()
+    ids = generated_ids(done.steps)
+    rows = token_labels([vocabulary[i] for i in ids])
+    console = _console()
+    console.print(Text(f"weights: {done.checkpoint.source}", style="dim"))
+    view = View(precision=done.config.display.precision)
+    console.print(cached_generation_table(done.steps, vocabulary, rows, layer, head, view, top_k is not None))
+    n, fed = len(done.prompt_ids), len(ids) - 1
+    continuation = done.checkpoint.tokenizer.decode(ids[n:])
+    console.print(Text(printable(checkpoint.prompt or "")) + Text(printable(continuation), style="bold"))
+    how = f"drawn from the top {top_k} (seed {seed or 0})" if top_k is not None else "greedy"
+    console.print(
+        f"{len(done.steps)} tokens after a prompt of {n}, {how}; the cache holds {fed} keys and values "
+        f"per head and layer, d_k = {m.d_k}."
+    )
+    if done.cut:
+        console.print(f"(stopped: the learned position table has {m.max_positions} rows: max_positions)")
+    if not compare:
+        return
+    gaps = against_full_pass(done.config, done.weights, done.steps)
+    console.print(cache_comparison_table(gaps))
+    scale = max(1.0, max(float(abs(s.logits).max()) for s in done.steps))
+    tolerance = 1e-9 if m.dtype == "float64" else TOLERANCE["float32"] * scale
+    worst = max(gaps)
+    if not worst <= tolerance:  # NaN included
+        raise WalkthroughError(f"the cached steps differ from the full pass (max |diff| {worst:.1e})")
+    console.print(
+        f"Step t equals row n + t − 1 of one full pass over the {fed} tokens fed (max |diff| {worst:.1e}): "
+        "the causal mask keeps row i from seeing anything after position i, so the cached keys and "
+        "values are all a new row needs."
+    )
+
+
 @app.command()
 @user_errors
 def tour(
@@ -712,12 +838,13 @@ def tour(
     model: ModelOption = None,
     source: SourceOption = None,
     target: TargetOption = None,
+    prompt: PromptOption = None,
     dtype: DtypeOption = None,
 ) -> None:
     """One stage at a time: Enter next, b back, arrows and j/k scroll, q quit."""
     from .tour import run_tour
 
-    trace, _ = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype))
+    trace, _ = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype, prompt))
     console = _console()
     run_tour(console, trace, _view(trace, console, full=False, heatmap=heatmap, shared_scale=shared_scale))
 

@@ -394,11 +394,13 @@ def estimate_size(
         return Size(count * sum(p.numbers for p in parts), count * sum(p.tables for p in parts))
 
     head_in = m * d if flatten else d
+    # A decoder-only model (no encoder layers) has no encoder stack and no cross-attention.
+    encoder = [Size(v * d + n * d, 2), Size(3 * n * d, 3)] if encoder_layers else []
+    cross = [attention(m, n, False), add_norm(m)] if encoder_layers else []
     parts = [
-        Size(v * d + n * d, 2), Size(3 * n * d, 3), Size(v * d + m * d, 2), Size(3 * m * d, 3),
+        *encoder, Size(v * d + m * d, 2), Size(3 * m * d, 3),
         layers(encoder_layers, [attention(n, n, False), add_norm(n), feed_forward(n), add_norm(n)]),
-        layers(decoder_layers, [attention(m, m, True), add_norm(m), attention(m, n, False), add_norm(m),
-                                feed_forward(m), add_norm(m)]),
+        layers(decoder_layers, [attention(m, m, True), add_norm(m), *cross, feed_forward(m), add_norm(m)]),
         Size(head_in * v + v + 3 * m * v + m * d, 5),
         Size((1 + (encoder_layers > 0)) * positions * d, (1 + (encoder_layers > 0)) * (positions > 0)),
     ]  # fmt: skip

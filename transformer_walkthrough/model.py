@@ -111,14 +111,14 @@ def _ids(
 ) -> tuple[list[int], tuple[str, ...]]:
     """Token ids (the config's sentence when None), checked, and their labels (``token_labels``)."""
     vocabulary = config.vocabulary or ()
-    if ids is None:
-        tokens = config.source_tokens if side == "source" else config.target_tokens
-        return config.token_ids(tokens), token_labels(tokens)
-    ids = [int(i) for i in ids]
     if side == "source" and config.model.decoder_only:
         if ids:
             raise WalkthroughError("source ids: a decoder-only model has no encoder to feed")
         return [], ()
+    if ids is None:
+        tokens = config.source_tokens if side == "source" else config.target_tokens
+        return config.token_ids(tokens), token_labels(tokens)
+    ids = [int(i) for i in ids]
     bad = [i for i in ids if not 0 <= i < len(vocabulary)]
     if not ids or bad:
         raise WalkthroughError(

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from .backprop import Backward
     from .checks import Check
     from .diff import StageDiff
+    from .generation import Comparison
+    from .generation import Step as CachedStep
     from .training import GenerationStep
 
 LABEL = "bold cyan"
@@ -789,3 +791,56 @@ def diff_stage(a: Stage, b: Stage, view: View) -> Iterator[RenderableType]:
     for name in b.matrices:
         if name not in a.matrices:
             yield from side_by_side([matrix_block(f"{name} (B only)", b.matrices[name], view)], view.width)
+
+
+
+def cached_generation_table(
+    steps: list[CachedStep],
+    vocabulary: tuple[str, ...],
+    rows: tuple[str, ...],
+    layer: int,
+    head: int,
+    view: View,
+    sampled: bool,
+) -> Table:
+    """Each step of generation with the key/value cache: the tokens fed and their positions, the
+    cache's size, where the newest token's query looked (layer ``layer``, head ``head`` counted from
+    1 as in A1: its three largest weights), the top k next tokens and the choice.
+
+    ``vocabulary`` labels ids; ``rows`` labels the keys' positions (``token_labels`` of the whole
+    sequence, so that a repeated token is told apart by its position, ``·the@4``).
+    """
+    p = max(view.precision, 2)
+    table = styled_table("Generation with a key/value cache: K and V grow by one row a step")
+    table.add_column(Text("step"), justify="right", no_wrap=True)
+    table.add_column(Text("fed @ position"))
+    table.add_column(Text("K, V"), no_wrap=True)
+    table.add_column(Text(f"A{head} of layer {layer}: largest"))
+    table.add_column(Text(f"top {len(steps[0].top)} next" + (" (sampled)" if sampled else "")))
+    table.add_column(Text("chosen"), no_wrap=True)
+    for s in steps:
+        cached = s.layers[layer]
+        K, row = cached.K[head - 1], cached.weights[head - 1, -1]  # the newest token's row
+        fed = [vocabulary[i] for i in s.ids]
+        shown = " ".join(fed) if len(fed) <= 6 else f"{' '.join(fed[:2])} … {' '.join(fed[-2:])}"
+        where = str(s.positions[0]) if len(fed) == 1 else f"{s.positions[0]}–{s.positions[-1]}"
+        largest = np.argsort(-row, kind="stable")[:3]
+        table.add_row(
+            Text(str(s.index)),
+            Text(f"{shown} @{where}", style=LABEL),
+            Text(f"{K.shape[0]}×{K.shape[1]}"),
+            Text(", ".join(f"{rows[j]} {row[j]:.{p}f}" for j in largest)),
+            Text(", ".join(f"{vocabulary[i]} {q:.{p}f}" for i, q in s.top)),
+            Text(vocabulary[s.chosen], style="bold"),
+        )
+    return table
+
+
+def cache_comparison_table(comparison: Comparison) -> Table:
+    """The largest difference between the cached steps and one full pass, per quantity."""
+    table = styled_table("Cached steps vs one full pass")
+    for header in ("quantity", "max |diff|"):
+        table.add_column(Text(header), no_wrap=True)
+    for name, value in comparison._asdict().items():
+        table.add_row(Text(name), Text(f"{value:.1e}"))
+    return table

@@ -40,7 +40,7 @@ from .errors import CheckpointError  # noqa: E402
 from .gpt2 import GPT2Checkpoint, load_gpt2  # noqa: E402
 from .hub import resolve  # noqa: E402
 from .marian import MarianCheckpoint, load_marian  # noqa: E402
-from .model import CheckpointConfig, check_input_size, checkpoint_config, checkpoint_weights  # noqa: E402
+from .run import CheckpointConfig, check_size, checkpoint_config, checkpoint_weights  # noqa: E402
 from .tensors import read_safetensors, read_torch_bin, read_weights  # noqa: E402
 from .tokenizer import MarianTokenizer  # noqa: E402
 
@@ -51,7 +51,7 @@ __all__ = [
     "GPT2Checkpoint",
     "MarianCheckpoint",
     "MarianTokenizer",
-    "check_input_size",
+    "check_size",
     "checkpoint_config",
     "checkpoint_weights",
     "load_gpt2",

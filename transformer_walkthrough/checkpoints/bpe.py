@@ -114,6 +114,9 @@ class ByteLevelBPETokenizer:
             for i, text in zip(model_ids, labels([shown[i] for i in model_ids]), strict=True):
                 shown[i] = text
         self.labels: tuple[str, ...] = tuple(t if t.isprintable() else _escape(t) for t in shown)
+        # The display form is what rows, columns and predictions show (checkpoint.Tokenizer); one
+        # vocabulary serves the prompt and what follows it.
+        self.source_vocabulary = self.target_vocabulary = self.labels
         self._machine: Any = None
 
     @property
@@ -125,6 +128,14 @@ class ByteLevelBPETokenizer:
     def encode(self, text: str) -> list[int]:
         """The ids of ``text``: pre-tokenized, byte-mapped, merged, as ``GPT2TokenizerFast(text)``."""
         return self._tokenizer.encode(text).ids
+
+    def encode_source(self, text: str) -> list[int]:
+        """A decoder-only model has no source: the same ids as ``encode`` (checkpoint.Tokenizer)."""
+        return self.encode(text)
+
+    def encode_target(self, text: str) -> list[int]:
+        """The decoder's input: the text's ids as they are (no start token, no eos appended)."""
+        return self.encode(text)
 
     def tokens(self, text: str) -> list[str]:
         """The tokens of ``text`` (``["The", "Ġcat"]``)."""

@@ -1,6 +1,6 @@
 """Any checkpoint family in one shape, and the one place that picks the family: config.json's model_type.
 
-A family's converter (``load_marian``; ``load_gpt2`` next) returns an object with the fields of
+A family's converter (``load_marian``, ``load_gpt2``) returns an object with the fields of
 ``Checkpoint``: the model's keys of our ``ModelConfig``, the weights under our parameter names,
 a tokenizer, and what generation needs. Everything after loading (``run.walk``) reads only these.
 """
@@ -34,14 +34,14 @@ class Tokenizer(Protocol):
 class Checkpoint(Protocol):
     """A converted checkpoint, whatever its family."""
 
-    family: str  # config.json's model_type: "marian"
+    family: str  # config.json's model_type: "marian", "gpt2"
     encoder_decoder: bool  # True: --source (and --target); False (GPT-2): --prompt
     model: dict[str, Any]  # keys of ModelConfig
     weights: dict[str, np.ndarray]  # our parameter names (architecture.parameters)
     tokenizer: Tokenizer
-    decoder_start_token_id: int
-    eos_token_id: int
-    pad_token_id: int
+    decoder_start_token_id: int | None  # None: the decoder reads its input (GPT-2's prompt) as it is
+    eos_token_id: int | None
+    pad_token_id: int | None
     bad_words_ids: tuple[tuple[int, ...], ...]  # generation never picks these (opus-mt: <pad>)
     forced_eos_token_id: int | None  # the token forced at the length limit
     source: str  # where the weights came from: "Helsinki-NLP/opus-mt-en-de (model.safetensors)"
@@ -53,9 +53,17 @@ def _marian(folder: Path, dtype: str, name: str | None) -> Checkpoint:
     return load_marian(folder, dtype, name)
 
 
-# model_type -> the family's loader. A second family is one line here (and its hub files in hub.py):
-#   "gpt2": lambda folder, dtype, name: load_gpt2(folder, dtype),   with encoder_decoder = False
-LOADERS: dict[str, Callable[[Path, str, str | None], Checkpoint]] = {"marian": _marian}
+def _gpt2(folder: Path, dtype: str, name: str | None) -> Checkpoint:
+    from .gpt2 import load_gpt2
+
+    return load_gpt2(folder, dtype, name)
+
+
+# model_type -> the family's loader. A family is one line here (and its hub files in hub.py).
+LOADERS: dict[str, Callable[[Path, str, str | None], Checkpoint]] = {"marian": _marian, "gpt2": _gpt2}
+# model_type -> what the family reads: an encoder's text (--source) or a decoder-only prompt (--prompt);
+# known before the weights are read, so that the wrong option costs nothing.
+ENCODER_DECODER = {"marian": True, "gpt2": False}
 
 
 def model_type(folder: Path) -> str:
@@ -75,8 +83,23 @@ def model_type(folder: Path) -> str:
     return kind
 
 
-def load_checkpoint(path_or_id: str, dtype: str = "float32") -> Checkpoint:
-    """The checkpoint in a folder or under a hub id, converted by its family's loader."""
+def load_checkpoint(path_or_id: str, dtype: str = "float32", prompt: bool | None = None) -> Checkpoint:
+    """The checkpoint in a folder or under a hub id, converted by its family's loader.
+
+    ``prompt`` says which input the user gave: True for ``--prompt`` (a decoder-only model's),
+    False for ``--source`` (an encoder-decoder model's); the wrong one is refused before any
+    weight is read, with the option to use instead.
+    """
     folder = resolve(path_or_id)
     name = None if Path(path_or_id).expanduser().is_dir() else path_or_id
-    return LOADERS[model_type(folder)](folder, dtype, name)
+    kind = model_type(folder)
+    if prompt is not None and prompt == ENCODER_DECODER[kind]:
+        if prompt:
+            raise CheckpointError(
+                f"{path_or_id} is an encoder-decoder model ({kind}): give --source TEXT (and --target), "
+                "not --prompt"
+            )
+        raise CheckpointError(
+            f"{path_or_id} is a decoder-only model ({kind}): give --prompt TEXT, not --source/--target"
+        )
+    return LOADERS[kind](folder, dtype, name)

@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -69,7 +69,12 @@ UNSUPPORTED = {
 
 @dataclass
 class GPT2Checkpoint:
-    """A GPT-2 checkpoint in this project's terms: model config keys, named weights, tokenizer."""
+    """A GPT-2 checkpoint in this project's terms: model config keys, named weights, tokenizer.
+
+    The fields of ``checkpoint.Checkpoint``: GPT-2 has no start token (the prompt's ids are the
+    decoder's input as they are: ``decoder_start_token_id`` is None), pads with ``<|endoftext|>``
+    (its eos), and its generation bans nothing and forces nothing.
+    """
 
     model: dict[str, Any]
     weights: dict[str, np.ndarray]
@@ -77,6 +82,16 @@ class GPT2Checkpoint:
     bos_token_id: int | None
     eos_token_id: int | None
     source: str
+    decoder_start_token_id: None = None
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    forced_eos_token_id: int | None = None
+    family: ClassVar[str] = "gpt2"
+    encoder_decoder: ClassVar[bool] = False  # input: --prompt
+
+    @property
+    def pad_token_id(self) -> int | None:
+        """GPT-2 has no pad token; transformers pads with eos, and so does this."""
+        return self.eos_token_id
 
 
 class Row(NamedTuple):

@@ -9,6 +9,10 @@ row by its piece (``▁the``, ``▁the@4`` where a piece repeats).
 
 Without a target text, the model first translates the source greedily (``generate``), and the
 pass is walked on its own translation: ``decoder_start`` followed by the tokens it chose.
+
+A decoder-only checkpoint (GPT-2) reads a prompt instead: its ids are the decoder's input as they
+are (``walk_prompt``), each row predicting the token after it; ``continue_prompt`` writes what
+follows, one token at a time, with the key/value cache of ``generation``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import numpy as np
 from ..architecture import parameters
 from ..config import MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelConfig, estimate_size
 from ..errors import ConfigError
+from ..generation import Step as CachedStep
+from ..generation import generate_cached, generated_ids
 from ..model import forward, run_forward
 from ..trace import TOP_K, Trace
 from ..training import GenerationStep
@@ -165,21 +171,27 @@ def generate(
 
 
 class Loaded(NamedTuple):
-    """A checkpoint made ready: its config, its weights, the source text's ids."""
+    """A checkpoint made ready: its config, its weights, the input text's ids."""
 
     checkpoint: Checkpoint
     config: CheckpointConfig
     weights: Weights
-    source_ids: list[int]
+    ids: list[int]  # the encoder's (the source text's), or a decoder-only model's (the prompt's)
 
 
-def load(model: str, source: str, dtype: str = "float32", precision: int | None = None) -> Loaded:
-    """Load ``model`` (a folder or a hub id) and tokenize the source text."""
-    ckpt = load_checkpoint(model, dtype)
-    if not ckpt.encoder_decoder:  # the hook for decoder-only families (GPT-2): --prompt
-        raise CheckpointError(f"{ckpt.source}: a decoder-only model takes --prompt, not --source")
-    config = checkpoint_config(ckpt, dtype, source, "", precision)
-    return Loaded(ckpt, config, checkpoint_weights(config, ckpt), ckpt.tokenizer.encode_source(source))
+def load(
+    model: str, text: str, dtype: str = "float32", precision: int | None = None, prompt: bool = False
+) -> Loaded:
+    """Load ``model`` (a folder or a hub id) and tokenize its input: the source text of an
+    encoder-decoder model, or with ``prompt`` the prompt of a decoder-only one (the other kind is
+    refused before its weights are read)."""
+    ckpt = load_checkpoint(model, dtype, prompt)
+    config = checkpoint_config(ckpt, dtype, text, text if prompt else "", precision)
+    ids = ckpt.tokenizer.encode_target(text) if prompt else ckpt.tokenizer.encode_source(text)
+    if not ids:
+        option = "--prompt" if prompt else "--source"
+        raise CheckpointError(f"{option}: {text!r} has no tokens; give some text")
+    return Loaded(ckpt, config, checkpoint_weights(config, ckpt), ids)
 
 
 def walk(
@@ -211,6 +223,16 @@ def walk(
     return Walk(config, w, trace, ckpt, steps)
 
 
+def walk_prompt(model: str, prompt: str, dtype: str = "float32", precision: int | None = None) -> Walk:
+    """Load a decoder-only ``model`` and trace the pass over the prompt's ids, as they are: no
+    start token (GPT-2 has none), so row i predicts the token after the prompt's i-th."""
+    ckpt, config, w, ids = load(model, prompt, dtype, precision, prompt=True)
+    check_size(config, 0, len(ids))
+    trace = run_forward(config, w, target_ids=ids)
+    trace.weights_source = ckpt.source
+    return Walk(config, w, trace, ckpt, None)
+
+
 class Translation(NamedTuple):
     """Greedy decoding of a checkpoint, and the teacher-forced pass to compare it with."""
 
@@ -234,3 +256,35 @@ def translate(
     trace = run_forward(config, w, source_ids=source_ids, target_ids=sequence[:-1])
     trace.weights_source = ckpt.source
     return Translation(steps, trace, source, text, sequence)
+
+
+class Continuation(NamedTuple):
+    """A decoder-only checkpoint's prompt continued with the key/value cache (``generate_cached``)."""
+
+    steps: list[CachedStep]  # step 0 reads the prompt; step t the token chosen at step t - 1
+    config: CheckpointConfig  # its target: the prompt and the continuation, decoded
+    weights: Weights
+    checkpoint: Checkpoint
+    prompt_ids: list[int]
+    cut: bool  # stopped because the position table has no more rows, not by --max-len or eos
+
+
+def continue_prompt(
+    loaded: Loaded, max_len: int = 20, top_k: int = TOP_K, sample: bool = False, seed: int = 0
+) -> Continuation:
+    """Up to ``max_len`` tokens after the prompt of ``loaded`` (``load(…, prompt=True)``): greedy,
+    or drawn from the ``top_k`` (``sample``, seeded); stops after ``<|endoftext|>`` (eos), as
+    transformers' ``generate`` does, or where the position table ends."""
+    ckpt, config, w, ids = loaded
+    m = config.model
+    room = m.max_positions - len(ids) + 1  # the last choice is never fed back
+    if room < 1:
+        raise CheckpointError(f"the prompt has {len(ids)} tokens; this model reads at most {m.max_positions}")
+    new = min(max_len, room)
+    check_size(config, 0, len(ids) + new - 1)
+    steps = generate_cached(
+        config, w, ids, new, top_k=top_k, sample=sample, seed=seed, eos_id=ckpt.eos_token_id
+    )
+    config = dataclasses.replace(config, target=ckpt.tokenizer.decode(generated_ids(steps)))
+    cut = new < max_len and len(steps) == new and steps[-1].chosen != ckpt.eos_token_id
+    return Continuation(steps, config, w, ckpt, ids, cut)
