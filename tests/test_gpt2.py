@@ -116,7 +116,9 @@ def test_a_50257_token_vocabulary_loads_fast(tmp_path):
     assert len(loaded.vocabulary) == len(loaded.labels) == 50_257
     assert all(t.isprintable() for t in loaded.labels)  # as a Config's vocabulary must be
     assert loaded.vocabulary[300] == next(t for t, i in vocab.items() if i == 300)
-    assert min(times) <= 0.2, f"loading a 50,257-token vocabulary took {min(times):.3f} s"
+    # 0.2 s is the target, measured by the benchmarks; the test guards against the quadratic
+    # (tens of seconds) without failing on a busy machine.
+    assert min(times) <= 1.0, f"loading a 50,257-token vocabulary took {min(times):.3f} s"
 
 
 # ---------------------------------------------------------------------------------------------

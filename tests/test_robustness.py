@@ -311,7 +311,9 @@ def test_a_gpt2_sized_vocabulary_loads_fast(tmp_path: Path) -> None:
     started = time.perf_counter()
     config = Config(vocabulary=tuple(words))
     elapsed = time.perf_counter() - started
-    assert len(config.vocabulary) == 50_257 and elapsed <= 0.2, elapsed
+    # 0.2 s is the target, measured by the benchmarks; the test guards against the quadratic
+    # (tens of seconds) without failing on a busy machine.
+    assert len(config.vocabulary) == 50_257 and elapsed <= 1.0, elapsed
     with pytest.raises(ConfigError, match="lists 'w7' twice"):
         Config(vocabulary=(*words, "w7"))
 
