@@ -22,8 +22,8 @@ CHILD = """
 import sys, time
 sys.path.insert(0, {here!r})
 from base import base_config
-from transformer_walkthrough.export import export, iter_json, trace_to_dict
-from transformer_walkthrough.model import run_forward
+from transformer_walkthrough.files.export import export, iter_json, trace_to_dict
+from transformer_walkthrough.model.transformer import run_forward
 trace = run_forward(base_config("float32", {layers}))
 start = time.perf_counter()
 if {streamed}:

@@ -34,8 +34,8 @@ os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 import numpy as np  # noqa: E402
 
 from transformer_walkthrough.config import Config, ModelConfig  # noqa: E402
-from transformer_walkthrough.model import forward, init_weights, run_forward  # noqa: E402
-from transformer_walkthrough.training import parameters  # noqa: E402
+from transformer_walkthrough.model.training import parameters  # noqa: E402
+from transformer_walkthrough.model.transformer import forward, init_weights, run_forward  # noqa: E402
 
 N_SOURCE = N_TARGET = 64
 VOCAB = 1000
@@ -79,7 +79,7 @@ def main() -> int:
 
     import torch
 
-    from transformer_walkthrough.reference import TorchTransformer
+    from transformer_walkthrough.compare.reference import TorchTransformer
 
     words = [f"w{i}" for i in range(VOCAB - 2)]
     decoder_only = args.convention == "decoder-only"

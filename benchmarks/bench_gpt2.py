@@ -42,7 +42,7 @@ def hwm():
     with open("/proc/self/status") as f:
         return int(re.search(r"VmHWM:\\s+(\\d+) kB", f.read()).group(1)) * 1024
 from transformer_walkthrough.checkpoints import load_gpt2, checkpoint_config, checkpoint_weights
-from transformer_walkthrough.model import run_forward
+from transformer_walkthrough.model.transformer import run_forward
 before = hwm()
 ckpt = load_gpt2(sys.argv[1])
 config = checkpoint_config(ckpt, "float32", sys.argv[2])
@@ -131,8 +131,8 @@ def main() -> int:
         checkpoint_weights,
         load_gpt2,
     )
-    from transformer_walkthrough.generation import generate_cached, generated_ids
-    from transformer_walkthrough.model import run_forward
+    from transformer_walkthrough.model.generation import generate_cached, generated_ids
+    from transformer_walkthrough.model.transformer import run_forward
 
     torch.set_num_threads(THREADS)
     temporary = None

@@ -124,7 +124,7 @@ def main() -> None:
     import transformers
 
     from transformer_walkthrough.checkpoints.run import walk
-    from transformer_walkthrough.model import run_forward
+    from transformer_walkthrough.model.transformer import run_forward
 
     torch.set_num_threads(THREADS)
     walked = walk(str(folder), SOURCE, TARGET, dtype="float32")

@@ -23,8 +23,8 @@ from base import THREADS, base_config  # noqa: E402  (pins the BLAS threads firs
 from rich.console import Console  # noqa: E402
 
 from tests import table_renderer  # noqa: E402
-from transformer_walkthrough import render  # noqa: E402
-from transformer_walkthrough.model import run_forward  # noqa: E402
+from transformer_walkthrough.model.transformer import run_forward  # noqa: E402
+from transformer_walkthrough.views import render  # noqa: E402
 
 
 def main() -> int:

@@ -26,7 +26,7 @@ FORWARD = f"""
 import sys, time
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from base import base_config
-from transformer_walkthrough.model import init_weights, run_forward
+from transformer_walkthrough.model.transformer import init_weights, run_forward
 config = base_config()
 w = init_weights(config)
 times = []

@@ -16,10 +16,10 @@ import sys
 import time
 from collections.abc import Callable
 
-from transformer_walkthrough.backprop import next_tokens
 from transformer_walkthrough.config import Config
-from transformer_walkthrough.model import init_weights, run_forward
-from transformer_walkthrough.training import Adam, loss_and_gradients, parameters
+from transformer_walkthrough.model.backprop import next_tokens
+from transformer_walkthrough.model.training import Adam, loss_and_gradients, parameters
+from transformer_walkthrough.model.transformer import init_weights, run_forward
 
 
 def median_times(fns: dict[str, Callable[[], object]], rounds: int, repeats: int = 50) -> dict[str, float]:
@@ -42,7 +42,7 @@ def main() -> int:
 
     import torch
 
-    from transformer_walkthrough.reference import TorchTransformer
+    from transformer_walkthrough.compare.reference import TorchTransformer
 
     config = Config()
     lr = config.training.learning_rate

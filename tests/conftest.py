@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from transformer_walkthrough.config import Config
-from transformer_walkthrough.model import run_forward
-from transformer_walkthrough.trace import Trace
+from transformer_walkthrough.model.trace import Trace
+from transformer_walkthrough.model.transformer import run_forward
 
 
 @pytest.fixture(scope="session")

@@ -19,9 +19,9 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from transformer_walkthrough.palette import diverging, sequential
-from transformer_walkthrough.render import View, prediction_table, stage_header
-from transformer_walkthrough.trace import Matrix, Stage, Trace
+from transformer_walkthrough.model.trace import Matrix, Stage, Trace
+from transformer_walkthrough.views.palette import diverging, sequential
+from transformer_walkthrough.views.render import View, prediction_table, stage_header
 
 LABEL = "bold cyan"
 TITLE = "bold"

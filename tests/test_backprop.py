@@ -9,11 +9,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from transformer_walkthrough.backprop import backward, next_tokens
+from transformer_walkthrough.compare.reference import TorchTransformer
 from transformer_walkthrough.config import Config, ModelConfig, load_config
 from transformer_walkthrough.errors import WalkthroughError
-from transformer_walkthrough.model import Weights, init_weights, run_forward
-from transformer_walkthrough.reference import TorchTransformer
+from transformer_walkthrough.model.backprop import backward, next_tokens
+from transformer_walkthrough.model.transformer import Weights, init_weights, run_forward
 
 from .strategies import configs
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from transformer_walkthrough import functional as F
+from transformer_walkthrough.model import functional as F
 
 RNG = np.random.default_rng(2017)
 

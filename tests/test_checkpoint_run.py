@@ -24,7 +24,7 @@ from jsonschema import Draft202012Validator
 from tests.tiny_marian import D_MODEL, HEADS, LAYERS
 from transformer_walkthrough.checkpoints.run import translate, walk
 from transformer_walkthrough.cli import app
-from transformer_walkthrough.export import schema
+from transformer_walkthrough.files.export import schema
 
 SOURCE = "the cat is sleeping comfortably. the cat"  # "▁the" and "t" repeat: labels by position
 TARGET = "die Katze schläft bequem."

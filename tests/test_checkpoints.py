@@ -398,7 +398,7 @@ def test_without_the_extra_the_import_says_which_to_install():
 def test_the_toy_imports_none_of_the_extra():
     heavy = ("safetensors", "sentencepiece", "tokenizers", "huggingface_hub", "torch", "transformers")
     code = (
-        "import sys\nimport transformer_walkthrough.cli, transformer_walkthrough.model\n"
+        "import sys\nimport transformer_walkthrough.cli, transformer_walkthrough.model.transformer\n"
         f"print([m for m in {heavy!r} if m in sys.modules])"
     )
     done = _python(code)

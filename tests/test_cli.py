@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import config_to_yaml, load_config
-from transformer_walkthrough.export import schema
-from transformer_walkthrough.trace import Trace
+from transformer_walkthrough.files.export import schema
+from transformer_walkthrough.model.trace import Trace
 
 ANSI = re.compile(r"\x1b\[")
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,7 +232,7 @@ def test_help_does_not_import_numpy() -> None:
 def test_large_json_export_warns_and_offers_no_weights(
     runner: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import transformer_walkthrough.export as export
+    import transformer_walkthrough.files.export as export
 
     monkeypatch.setattr(export, "LARGE", 100)  # the default trace holds 1,2xx numbers
     result = runner.invoke(app, ["export", "-"])

@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from transformer_walkthrough import functional as F
-from transformer_walkthrough.architecture import stage_ids
 from transformer_walkthrough.cli import app
+from transformer_walkthrough.compare.verify import recompute
 from transformer_walkthrough.config import Config, ModelConfig, config_from_dict, load_config
 from transformer_walkthrough.errors import ConfigError, WalkthroughError
-from transformer_walkthrough.explain import explain, explainable
-from transformer_walkthrough.model import init_weights, load_weights, run_forward
-from transformer_walkthrough.training import generate, train
-from transformer_walkthrough.verify import recompute
+from transformer_walkthrough.model import functional as F
+from transformer_walkthrough.model.architecture import stage_ids
+from transformer_walkthrough.model.training import generate, train
+from transformer_walkthrough.model.transformer import init_weights, load_weights, run_forward
+from transformer_walkthrough.views.explain import explain, explainable
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 PRE_NORM = Config(model=ModelConfig(norm_first=True))
@@ -332,7 +332,7 @@ def test_diff_bad_input_is_one_line(runner: CliRunner, args: list[str], message:
 
 
 def test_documents_write_the_formulas_of_the_config() -> None:
-    from transformer_walkthrough.documents import to_latex, to_markdown
+    from transformer_walkthrough.views.documents import to_latex, to_markdown
 
     trace = run_forward(GPT)
     stages = list(trace)

@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 
 from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import Config, ModelConfig
-from transformer_walkthrough.documents import tex, to_html, to_latex, to_markdown
-from transformer_walkthrough.model import run_forward
-from transformer_walkthrough.trace import Trace
+from transformer_walkthrough.model.trace import Trace
+from transformer_walkthrough.model.transformer import run_forward
+from transformer_walkthrough.views.documents import tex, to_html, to_latex, to_markdown
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -99,9 +99,9 @@ CONVENTIONS = ["article", "article-flatten", "pre-norm", "gpt-style", "marian-st
 def test_latex_compiles_to_a_textbook_page(name: str, tmp_path: Path) -> None:
     """Every convention compiles, with and without gradients; nothing sticks out into the margin;
     every font is an outline font (no Type 3 bitmaps); the pages render and are not too many."""
-    from transformer_walkthrough.backprop import backward
     from transformer_walkthrough.config import load_config
-    from transformer_walkthrough.model import init_weights
+    from transformer_walkthrough.model.backprop import backward
+    from transformer_walkthrough.model.transformer import init_weights
 
     config = load_config(Path(__file__).parents[1] / "configs" / f"{name}.yaml")
     t = run_forward(config)
@@ -298,7 +298,7 @@ def test_documents_show_each_gradient_beside_its_matrix(runner: CliRunner, tmp_p
             if name != "M":  # a constant: nothing learns it, it has no gradient
                 expected.append(f"dL/d{name}")
         if suffix == ".tex":
-            from transformer_walkthrough.documents import _tex_name
+            from transformer_walkthrough.views.documents import _tex_name
 
             expected = [_tex_name(n) for n in expected]
         assert names == expected, suffix
@@ -312,8 +312,8 @@ def html_unescape(text: str) -> str:
 
 def test_gradients_in_a_document_are_the_backward_pass(tmp_path: Path) -> None:
     """The numbers under dL/dA1 are the backward pass's, with two more digits than the matrices."""
-    from transformer_walkthrough.backprop import backward
-    from transformer_walkthrough.model import init_weights
+    from transformer_walkthrough.model.backprop import backward
+    from transformer_walkthrough.model.transformer import init_weights
 
     config = Config()
     trace = run_forward(config)
@@ -343,7 +343,7 @@ def test_documents_leave_the_weights_out(runner: CliRunner, tmp_path: Path) -> N
 
 
 def test_mathml_of_a_formula_written_by_hand() -> None:
-    from transformer_walkthrough.documents import mathml
+    from transformer_walkthrough.views.documents import mathml
 
     assert mathml([r"S_h &= Q_h K_h^{\top} / \sqrt{d_k}"]) == (
         '<math display="block"><mtable><mtr><mtd><msub><mi>S</mi><mi>h</mi></msub></mtd><mtd><mo>=</mo>'
@@ -372,8 +372,8 @@ def test_report_prints_well(tmp_path: Path) -> None:
     """Printed (Chromium's print media and its PDF): no navigation column, no formula clipped, no
     matrix split across pages, and a sensible number of pages."""
     chromium, chromedriver = need("chromium"), need("chromedriver")
-    from transformer_walkthrough.backprop import backward
-    from transformer_walkthrough.model import init_weights
+    from transformer_walkthrough.model.backprop import backward
+    from transformer_walkthrough.model.transformer import init_weights
 
     config = Config()
     trace = run_forward(config)
@@ -426,9 +426,9 @@ def test_report_prints_well(tmp_path: Path) -> None:
 @pytest.mark.parametrize("suffix", [".html", ".md", ".tex"])
 def test_documents_are_written_a_row_at_a_time(suffix: str) -> None:
     """No piece is much more than a matrix row: memory stays bounded however large the model."""
-    from transformer_walkthrough.backprop import backward
-    from transformer_walkthrough.documents import WRITERS, Options
-    from transformer_walkthrough.model import init_weights
+    from transformer_walkthrough.model.backprop import backward
+    from transformer_walkthrough.model.transformer import init_weights
+    from transformer_walkthrough.views.documents import WRITERS, Options
 
     config = Config(model=ModelConfig(d_model=64, num_heads=2, d_ff=256))
     trace = run_forward(config)
@@ -440,7 +440,7 @@ def test_documents_are_written_a_row_at_a_time(suffix: str) -> None:
 def test_a_document_that_fails_midway_leaves_nothing(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import transformer_walkthrough.documents as documents
+    import transformer_walkthrough.views.documents as documents
     from transformer_walkthrough.errors import ExportError
 
     def failing(trace: Trace, stages: list, options: object):
@@ -454,7 +454,7 @@ def test_a_document_that_fails_midway_leaves_nothing(
 
 
 def test_a_large_document_warns(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import transformer_walkthrough.export as export
+    import transformer_walkthrough.files.export as export
 
     monkeypatch.setattr(export, "LARGE", 100)
     numbers = export.size(list(run_forward(Config())))

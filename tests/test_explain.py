@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import Config
 from transformer_walkthrough.errors import StageError
-from transformer_walkthrough.explain import explain, explainable
-from transformer_walkthrough.model import run_forward
-from transformer_walkthrough.trace import MASK, Trace
+from transformer_walkthrough.model.trace import MASK, Trace
+from transformer_walkthrough.model.transformer import run_forward
+from transformer_walkthrough.views.explain import explain, explainable
 
 INF = math.inf
 D = ("d0", "d1")

@@ -12,9 +12,9 @@ import pytest
 
 from transformer_walkthrough.config import Config, ModelConfig
 from transformer_walkthrough.errors import ExportError
-from transformer_walkthrough.export import check_target, export, schema, to_json, trace_to_dict
-from transformer_walkthrough.model import run_forward
-from transformer_walkthrough.trace import Trace
+from transformer_walkthrough.files.export import check_target, export, schema, to_json, trace_to_dict
+from transformer_walkthrough.model.trace import Trace
+from transformer_walkthrough.model.transformer import run_forward
 
 
 def strict_load(text: str) -> dict:
@@ -157,9 +157,9 @@ def test_json_file_streams_the_same_bytes_as_the_whole_document(
     trace: Trace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, numbers_at_once: int
 ) -> None:
     """The file is written a few rows at a time; its bytes are those of the document built whole."""
-    from transformer_walkthrough import export as module
-    from transformer_walkthrough.backprop import backward
-    from transformer_walkthrough.model import init_weights
+    from transformer_walkthrough.files import export as module
+    from transformer_walkthrough.model.backprop import backward
+    from transformer_walkthrough.model.transformer import init_weights
 
     monkeypatch.setattr(module, "_NUMBERS_AT_ONCE", numbers_at_once)  # 5: pieces of 1 to 5 rows
     config = Config(model=ModelConfig(dtype="float32"), seed=3)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from transformer_walkthrough.config import Config, ModelConfig, load_config
-from transformer_walkthrough.figure import CURRENT, DONE, TODO, figure_lines, figure_svg, figure_text
-from transformer_walkthrough.model import run_forward
-from transformer_walkthrough.trace import Trace
+from transformer_walkthrough.model.trace import Trace
+from transformer_walkthrough.model.transformer import run_forward
+from transformer_walkthrough.views.figure import CURRENT, DONE, TODO, figure_lines, figure_svg, figure_text
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

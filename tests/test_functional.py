@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from transformer_walkthrough import functional as F
+from transformer_walkthrough.model import functional as F
 
 
 def test_softmax_by_hand() -> None:

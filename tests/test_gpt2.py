@@ -25,7 +25,6 @@ from safetensors.numpy import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from tests.tiny_gpt2 import D_MODEL, EOS, HEADS, LAYERS, POSITIONS, PROMPTS, hub_layout
-from transformer_walkthrough.architecture import parameters
 from transformer_walkthrough.checkpoints import (
     ByteLevelBPETokenizer,
     CheckpointError,
@@ -38,9 +37,10 @@ from transformer_walkthrough.checkpoints.bpe import bytes_to_unicode, label
 from transformer_walkthrough.checkpoints.gpt2 import gpt2_rows
 from transformer_walkthrough.config import Config, ModelConfig
 from transformer_walkthrough.errors import WalkthroughError
-from transformer_walkthrough.generation import compare, generate_cached, generated_ids
-from transformer_walkthrough.model import init_weights, run_forward
-from transformer_walkthrough.trace import token_labels
+from transformer_walkthrough.model.architecture import parameters
+from transformer_walkthrough.model.generation import compare, generate_cached, generated_ids
+from transformer_walkthrough.model.trace import token_labels
+from transformer_walkthrough.model.transformer import init_weights, run_forward
 
 
 def _ours(folder: Path, dtype: str = "float64"):

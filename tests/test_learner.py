@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import Config
-from transformer_walkthrough.model import init_weights, run_forward
+from transformer_walkthrough.model.transformer import init_weights, run_forward
 
 ROOT = Path(__file__).resolve().parents[1]
 RANDOM = "weights: random (seed 42), untrained — `walkthrough train` teaches it"
@@ -109,7 +109,7 @@ def test_explain_names_a_vector_cell_by_one_label(runner: CliRunner) -> None:
 def test_numbers_have_one_minus_sign_no_negative_zero_and_negative_operands_in_parentheses(
     tmp_path: Path, runner: CliRunner
 ) -> None:
-    from transformer_walkthrough.explain import Cell
+    from transformer_walkthrough.views.explain import Cell
 
     trace = run_forward(Config())
     c = Cell(trace["decoder.0.add-norm-1"], "output", 0, 0, 2)

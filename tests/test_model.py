@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 
 from transformer_walkthrough import load_config, run_forward
 from transformer_walkthrough.config import Config, ModelConfig
-from transformer_walkthrough.model import init_weights
-from transformer_walkthrough.trace import Trace
+from transformer_walkthrough.model.trace import Trace
+from transformer_walkthrough.model.transformer import init_weights
 
 from .strategies import configs
 
@@ -322,8 +322,8 @@ def test_bad_token_ids_are_clean_errors() -> None:
 
 
 def test_forward_without_a_trace_gives_the_same_probabilities() -> None:
-    from transformer_walkthrough.model import forward
-    from transformer_walkthrough.trace import NullTrace
+    from transformer_walkthrough.model.trace import NullTrace
+    from transformer_walkthrough.model.transformer import forward
 
     config = load_config(Path(__file__).resolve().parents[1] / "configs" / "standard.yaml")
     w = init_weights(config)

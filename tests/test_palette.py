@@ -14,10 +14,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tests.test_render import hand_stage
-from transformer_walkthrough import palette
 from transformer_walkthrough.cli import app
-from transformer_walkthrough.render import View, matrix_block, render_stage
-from transformer_walkthrough.trace import ATTENTION, Matrix
+from transformer_walkthrough.model.trace import ATTENTION, Matrix
+from transformer_walkthrough.views import palette
+from transformer_walkthrough.views.render import View, matrix_block, render_stage
 
 
 def lightness(rgb: tuple[int, int, int]) -> float:

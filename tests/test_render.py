@@ -18,11 +18,17 @@ from hypothesis.extra.numpy import arrays
 from rich.console import Console
 
 from tests import table_renderer
-from transformer_walkthrough import render
 from transformer_walkthrough.config import Config, load_config
-from transformer_walkthrough.model import run_forward
-from transformer_walkthrough.render import View, matrix_block, prediction_table, render_trace, side_by_side
-from transformer_walkthrough.trace import ATTENTION, INPUT, MASK, PROBABILITIES, Matrix, Stage, Trace
+from transformer_walkthrough.model.trace import ATTENTION, INPUT, MASK, PROBABILITIES, Matrix, Stage, Trace
+from transformer_walkthrough.model.transformer import run_forward
+from transformer_walkthrough.views import render
+from transformer_walkthrough.views.render import (
+    View,
+    matrix_block,
+    prediction_table,
+    render_trace,
+    side_by_side,
+)
 
 CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
 
@@ -125,7 +131,7 @@ def test_prediction_table(trace: Trace) -> None:
 
 
 def test_loss_curve_is_a_log_scale_dot_plot() -> None:
-    from transformer_walkthrough.render import loss_curve
+    from transformer_walkthrough.views.render import loss_curve
 
     lines = loss_curve([100.0, 10.0, 1.0, 0.1], width=4, height=4).plain.splitlines()
     assert lines[0] == "loss, log scale, over 3 steps"

@@ -22,15 +22,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from transformer_walkthrough.checks import gap
 from transformer_walkthrough.cli import app
+from transformer_walkthrough.compare.checks import gap
+from transformer_walkthrough.compare.nonfinite import first_non_finite
+from transformer_walkthrough.compare.verify import recompute
 from transformer_walkthrough.config import Config, ModelConfig, estimate_size, load_config
 from transformer_walkthrough.errors import ConfigError, ExportError, WalkthroughError
-from transformer_walkthrough.export import check_target, schema, trace_to_dict, write_atomic
-from transformer_walkthrough.model import init_weights, run_forward
-from transformer_walkthrough.nonfinite import first_non_finite
-from transformer_walkthrough.npzfile import read_npz
-from transformer_walkthrough.verify import recompute
+from transformer_walkthrough.files.export import check_target, schema, trace_to_dict, write_atomic
+from transformer_walkthrough.files.export import number as export_number
+from transformer_walkthrough.files.npzfile import read_npz
+from transformer_walkthrough.model.transformer import init_weights, run_forward
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +83,7 @@ def test_non_finite_learning_rates(runner: CliRunner, args: list[str], message: 
 
 
 def test_loss_curve_survives_nan() -> None:
-    from transformer_walkthrough.render import loss_curve
+    from transformer_walkthrough.views.render import loss_curve
 
     text = loss_curve([2.0, 1.0, float("nan"), float("inf")]).plain
     assert "over 3 steps" in text and text.count("•") == 4
@@ -154,7 +155,7 @@ def test_non_finite_prediction_and_loss_are_strings() -> None:
     doc = trace_to_dict(trace)
     first = trace.prediction[0]
     object.__setattr__(first, "probability", float("nan")) if hasattr(first, "__dataclass_fields__") else None
-    doc["prediction"][0]["probability"] = __import__("transformer_walkthrough.export").export.number(
+    doc["prediction"][0]["probability"] = export_number(
         float("nan")
     )
     text = json.dumps(doc, allow_nan=False)

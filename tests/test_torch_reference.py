@@ -17,10 +17,10 @@ import pytest
 import torch  # a test dependency, pinned in pyproject.toml: these tests must run, never skip
 from hypothesis import HealthCheck, given, settings
 
-from transformer_walkthrough.architecture import stack_output
+from transformer_walkthrough.compare.reference import TorchTransformer, torch_checks
 from transformer_walkthrough.config import Config, ModelConfig, load_config
-from transformer_walkthrough.model import Weights, init_weights, run_forward
-from transformer_walkthrough.reference import TorchTransformer, torch_checks
+from transformer_walkthrough.model.architecture import stack_output
+from transformer_walkthrough.model.transformer import Weights, init_weights, run_forward
 
 from .strategies import configs
 

@@ -15,9 +15,9 @@ import time
 
 from rich.console import Console
 
-from transformer_walkthrough.render import View
-from transformer_walkthrough.tour import decode, run_tour
-from transformer_walkthrough.trace import Trace
+from transformer_walkthrough.model.trace import Trace
+from transformer_walkthrough.views.render import View
+from transformer_walkthrough.views.tour import decode, run_tour
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
 

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from transformer_walkthrough.cli import app
+from transformer_walkthrough.compare.verify import against_torch, recompute
 from transformer_walkthrough.config import Config, ModelConfig, load_config
 from transformer_walkthrough.errors import WalkthroughError
-from transformer_walkthrough.model import init_weights, run_forward
-from transformer_walkthrough.verify import against_torch, recompute
+from transformer_walkthrough.model.transformer import init_weights, run_forward
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 
@@ -88,7 +88,7 @@ def test_cli_verify_without_torch_is_a_clean_error(
 
 
 def test_cli_verify_exits_1_on_a_difference(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
-    import transformer_walkthrough.model as model
+    import transformer_walkthrough.model.transformer as model
 
     real = model.run_forward
 

@@ -18,7 +18,7 @@ __all__ = ["Config", "Trace", "WalkthroughError", "init_weights", "load_config",
 _HOMES = {
     "Config": "config",
     "load_config": "config",
-    "Trace": "trace",
+    "Trace": "model.trace",
     "init_weights": "model",
     "run_forward": "model",
     "WalkthroughError": "errors",
@@ -27,8 +27,8 @@ _HOMES = {
 if TYPE_CHECKING:
     from .config import Config, load_config
     from .errors import WalkthroughError
-    from .model import init_weights, run_forward
-    from .trace import Trace
+    from .model.trace import Trace
+    from .model.transformer import init_weights, run_forward
 
 
 def __getattr__(name: str) -> Any:

@@ -35,10 +35,10 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .backprop import Backward
-    from .model import Weights
-    from .render import View
-    from .trace import Stage, Trace
+    from .model.backprop import Backward
+    from .model.trace import Stage, Trace
+    from .model.transformer import Weights
+    from .views.render import View
 
 
 def printable(text: str) -> str:
@@ -258,9 +258,9 @@ def _trace(
     or of a checkpoint (``--model``), on its tokens of ``--source`` and ``--target``."""
     if model is not None:
         return _checkpoint_trace(config, seed, precision, weights, model, notes_to_stderr)
+    from .compare.nonfinite import warning
     from .config import load_config
-    from .model import init_weights, load_weights, run_forward
-    from .nonfinite import warning
+    from .model.transformer import init_weights, load_weights, run_forward
 
     settings = load_config(config, seed=seed, precision=precision)
     w = load_weights(settings, weights) if weights is not None else init_weights(settings)
@@ -306,13 +306,13 @@ def _gradients(trace: "Trace", w: "Weights", backward: bool) -> "Backward | None
     """The backward pass, when asked for (and its module loaded only then)."""
     if not backward:
         return None
-    from .backprop import backward as backpropagate
+    from .model.backprop import backward as backpropagate
 
     return backpropagate(trace, w)
 
 
 def _console() -> "Console":
-    from .render import TrimmedConsole
+    from .views.render import TrimmedConsole
 
     return TrimmedConsole(highlight=False)
 
@@ -327,7 +327,7 @@ def _show(
     shared_scale: bool = False,
 ) -> None:
     """Print the stages (with their gradients), and the prediction when the probabilities are among them."""
-    from .render import print_all, render_trace
+    from .views.render import print_all, render_trace
 
     console = _console()
     view = _view(trace, console, full=full, heatmap=heatmap, shared_scale=shared_scale)
@@ -338,7 +338,7 @@ def _show(
 
 def _view(trace: "Trace", console: "Console", full: bool, heatmap: bool, shared_scale: bool) -> "View":
     """How numbers are shown: the config's precision, the console's width and colours."""
-    from .render import View
+    from .views.render import View
 
     return View(
         precision=trace.config.display.precision,
@@ -436,7 +436,7 @@ def stages(
     dtype: DtypeOption = None,
 ) -> None:
     """The stage ids in order, their kinds and matrix shapes."""
-    from .render import stage_list
+    from .views.render import stage_list
 
     trace, _ = _trace(config, seed, None, None, _model_args(model, source, target, dtype, prompt))
     _console().print(stage_list(trace))
@@ -488,8 +488,8 @@ def export(
     dtype: DtypeOption = None,
 ) -> None:
     """Write every matrix to a file: data (.json, .npz) or a document (.html, .md, .tex)."""
-    from .export import DOCUMENTS, check_target, size_warning
-    from .export import export as write
+    from .files.export import DOCUMENTS, check_target, size_warning
+    from .files.export import export as write
 
     checkpoint = _model_args(model, source, target, dtype, prompt)
     target = check_target(path, force)  # before any work: a bad path costs nothing
@@ -502,7 +502,7 @@ def export(
     stages = trace.select(stage or (), layer)
     sheet = None
     if exercise is not None or cells:
-        from .documents import worksheet
+        from .views.documents import worksheet
 
         sheet = worksheet(trace, stages, exercise, cells or (), include_weights)
     warning = size_warning(stages, include_weights, trace.config.model.dtype, suffix)
@@ -536,8 +536,8 @@ def verify(
     dtype: DtypeOption = None,
 ) -> None:
     """Recompute every stage a second way; exit 1 if any number differs."""
-    from .render import verify_table
-    from .verify import TOLERANCE, against_torch, recompute
+    from .compare.verify import TOLERANCE, against_torch, recompute
+    from .views.render import verify_table
 
     trace, w = _trace(config, seed, None, weights, _model_args(model, source, target, dtype, prompt))
     settings = trace.config
@@ -588,7 +588,7 @@ def explain(
     from rich.text import Text
 
     from .errors import StageError
-    from .explain import explain as explain_cell
+    from .views.explain import explain as explain_cell
 
     trace, _ = _trace(config, seed, None, weights, _model_args(model, source, target, dtype, prompt))
     chosen = trace.select([stage])
@@ -596,7 +596,7 @@ def explain(
         raise StageError(
             f"--stage {stage} names {len(chosen)} stages; give one id: {', '.join(s.id for s in chosen)}"
         )
-    from .render import wrap_explanation
+    from .views.render import wrap_explanation
 
     head, *lines = explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms)
     console = _console()
@@ -626,11 +626,11 @@ def train(
     import numpy as np
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .export import check_target, write_atomic
-    from .model import run_forward
-    from .render import View, loss_curve, training_table
-    from .training import train as fit
-    from .training import training_notes
+    from .files.export import check_target, write_atomic
+    from .model.training import train as fit
+    from .model.training import training_notes
+    from .model.transformer import run_forward
+    from .views.render import View, loss_curve, training_table
 
     target = None
     if output is not None:
@@ -700,13 +700,13 @@ def generate(
     checkpoint's continuation, its key/value cache growing by one row a step."""
     from rich.text import Text
 
-    from .checks import TOLERANCE
+    from .compare.checks import TOLERANCE
     from .config import END, load_config
-    from .model import init_weights, load_weights
-    from .render import View, comparison_table, generation_table, paragraph
-    from .trace import weights_origin
-    from .training import generate as decode
-    from .training import generation_limit
+    from .model.trace import weights_origin
+    from .model.training import generate as decode
+    from .model.training import generation_limit
+    from .model.transformer import init_weights, load_weights
+    from .views.render import View, comparison_table, generation_table, paragraph
 
     if max_len > MAX_GENERATED:
         raise WalkthroughError(f"--max-len: at most {MAX_GENERATED}, got {max_len}")
@@ -776,11 +776,11 @@ def _continue(
     from rich.text import Text
 
     from .checkpoints.run import continue_prompt, load
-    from .checks import TOLERANCE
-    from .generation import compare as against_full_pass
-    from .generation import generated_ids
-    from .render import View, cache_comparison_table, cached_generation_table
-    from .trace import TOP_K, token_labels
+    from .compare.checks import TOLERANCE
+    from .model.generation import compare as against_full_pass
+    from .model.generation import generated_ids
+    from .model.trace import TOP_K, token_labels
+    from .views.render import View, cache_comparison_table, cached_generation_table
 
     if seed is not None and top_k is None:
         raise WalkthroughError("--seed with --prompt seeds the sampling: give --top-k K too")
@@ -842,7 +842,7 @@ def tour(
     dtype: DtypeOption = None,
 ) -> None:
     """One stage at a time: Enter next, b back, arrows and j/k scroll, q quit."""
-    from .tour import run_tour
+    from .views.tour import run_tour
 
     trace, _ = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype, prompt))
     console = _console()
@@ -870,10 +870,10 @@ def diff(
     full: FullOption = False,
 ) -> None:
     """Two forward passes compared stage by stage: what a convention, or training, changes."""
+    from .compare.diff import compare, first_divergence
     from .config import load_config
-    from .diff import compare, first_divergence
-    from .model import init_weights, load_weights, run_forward
-    from .render import View, diff_stage, diff_table, print_all
+    from .model.transformer import init_weights, load_weights, run_forward
+    from .views.render import View, diff_stage, diff_table, print_all
 
     paths, files = list(configs or []), list(weights or [])
     if len(paths) > 2 or len(files) not in (0, 2) or not (len(paths) == 2 or len(files) == 2):

@@ -23,15 +23,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..architecture import parameters
 from ..config import MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelConfig, estimate_size
 from ..errors import ConfigError
-from ..generation import Step as CachedStep
-from ..generation import generate_cached, generated_ids
-from ..model import forward, run_forward
-from ..trace import TOP_K, Trace
-from ..training import GenerationStep
-from ..weights import Weights
+from ..model.architecture import parameters
+from ..model.generation import Step as CachedStep
+from ..model.generation import generate_cached, generated_ids
+from ..model.trace import TOP_K, Trace
+from ..model.training import GenerationStep
+from ..model.transformer import forward, run_forward
+from ..model.weights import Weights
 from .checkpoint import Checkpoint, load_checkpoint
 from .errors import CheckpointError
 

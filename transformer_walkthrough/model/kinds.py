@@ -21,7 +21,7 @@ from . import functional as F
 from .trace import ATTENTION, CONSTANT, MASK, PROBABILITIES, Stage, dims, head_dims, positions
 
 if TYPE_CHECKING:
-    from .config import ModelConfig
+    from ..config import ModelConfig
     from .weights import Weights
 
 Arrays = dict[str, np.ndarray]

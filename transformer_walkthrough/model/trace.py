@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from ..errors import StageError, close_matches
 from .architecture import Ref
-from .errors import StageError, close_matches
 
 if TYPE_CHECKING:
-    from .config import Config
+    from ..config import Config
 
 
 @functools.lru_cache(maxsize=64)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .trace import MASK, Trace
+from ..model.trace import MASK, Trace
 
 
 def first_non_finite(trace: Trace) -> tuple[str, str] | None:

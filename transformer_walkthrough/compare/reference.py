@@ -23,11 +23,20 @@ from typing import Any
 
 import numpy as np
 
-from .architecture import DECODER, ENCODER, OUTPUT, connection, stack_output, stacks, stage_id, sublayers
+from ..config import Config
+from ..model.architecture import (
+    DECODER,
+    ENCODER,
+    OUTPUT,
+    connection,
+    stack_output,
+    stacks,
+    stage_id,
+    sublayers,
+)
+from ..model.trace import Trace
+from ..model.weights import Weights
 from .checks import Check, gap
-from .config import Config
-from .trace import Trace
-from .weights import Weights
 
 
 class TorchTransformer:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import Config
+from ..errors import WalkthroughError
 from .architecture import Ref, Spec, parameters
-from .config import Config
-from .errors import WalkthroughError
 
 
 class Weights(Mapping[str, np.ndarray]):
@@ -109,7 +109,7 @@ def load_weights(config: Config, path: str | Path) -> Weights:
     """Weights for ``config`` from an .npz (as ``walkthrough train --output`` writes): every name,
     shape and dtype checked against the config's parameters before any array is read
     (``npzfile.read_npz``), and no forward pass needed to know them."""
-    from .npzfile import read_npz
+    from ..files.npzfile import read_npz
 
     specs, uses = parameters(config)
     try:

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .architecture import Ref
-from .errors import StageError
-from .trace import INPUT, MASK, Stage, Trace
+from ..errors import StageError
+from ..model.architecture import Ref
+from ..model.trace import INPUT, MASK, Stage, Trace
 
 MAX_DIGITS = 17  # float64 has 17 significant digits: more shows nothing but noise
 TERMS = 8  # a dot product longer than this shows its first and last terms around "…"
@@ -136,7 +136,7 @@ def _explainer(stage: Stage, name: str) -> Callable[[Cell, Trace], list[str]]:
 
 
 def _weight(c: Cell, trace: Trace) -> list[str]:
-    from .architecture import Spec, parameters
+    from ..model.architecture import Spec, parameters
 
     m = trace.config.model
     ref = c.stage.params.get(_param_of(c.name), Ref(f"{c.stage.id}/{_param_of(c.name)}"))

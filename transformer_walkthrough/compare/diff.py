@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..errors import WalkthroughError
+from ..model.trace import Stage, Trace
 from .checks import gap
-from .errors import WalkthroughError
-from .trace import Stage, Trace
 
 
 class MatrixDiff(NamedTuple):

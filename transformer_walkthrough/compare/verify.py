@@ -14,12 +14,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .architecture import ENCODER, stack_output
+from ..config import ModelConfig
+from ..errors import WalkthroughError
+from ..model.architecture import ENCODER, stack_output
+from ..model.trace import Stage, Trace
+from ..model.weights import Weights
 from .checks import TOLERANCE, Check, gap, scale
-from .config import ModelConfig
-from .errors import WalkthroughError
-from .trace import Stage, Trace
-from .weights import Weights
 
 __all__ = ["TOLERANCE", "Check", "against_torch", "recompute"]
 

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 import numpy as np
 
-from .config import config_to_dict
-from .errors import ExportError
-from .trace import Stage, Trace
+from ..config import config_to_dict
+from ..errors import ExportError
+from ..model.trace import Stage, Trace
 
 if TYPE_CHECKING:
-    from .backprop import Backward
-    from .documents import Worksheet
+    from ..model.backprop import Backward
+    from ..views.documents import Worksheet
 
 SCHEMA_VERSION = 1
 FORMATS = (".json", ".npz", ".html", ".md", ".tex")
@@ -350,7 +350,7 @@ def export(
         write_atomic(target, lambda f: np.savez(f, **arrays), force)  # streamed, no copy in memory
         return None
     if suffix in DOCUMENTS:
-        from .documents import WRITERS, Options
+        from ..views.documents import WRITERS, Options
 
         options = Options(
             trace.config.display.precision, weights, None if grads is None else grads.stages, worksheet
@@ -398,4 +398,4 @@ def _check_latin(text: str, target: Path) -> None:
 
 def schema() -> dict[str, Any]:
     """The JSON Schema every export validates against (shipped as package data)."""
-    return json.loads((Path(__file__).with_name("data") / "export.schema.json").read_text("utf-8"))
+    return json.loads((Path(__file__).parents[1] / "data" / "export.schema.json").read_text("utf-8"))

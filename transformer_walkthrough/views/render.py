@@ -29,16 +29,16 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from ..model.trace import ATTENTION, CONSTANT, MASK, PROBABILITIES, Matrix, Stage, Trace
 from .palette import diverging, diverging_256, sequential, sequential_256
-from .trace import ATTENTION, CONSTANT, MASK, PROBABILITIES, Matrix, Stage, Trace
 
 if TYPE_CHECKING:
-    from .backprop import Backward
-    from .checks import Check
-    from .diff import StageDiff
-    from .generation import Comparison
-    from .generation import Step as CachedStep
-    from .training import GenerationStep
+    from ..compare.checks import Check
+    from ..compare.diff import StageDiff
+    from ..model.backprop import Backward
+    from ..model.generation import Comparison
+    from ..model.generation import Step as CachedStep
+    from ..model.training import GenerationStep
 
 LABEL = "bold cyan"
 TITLE = "bold"

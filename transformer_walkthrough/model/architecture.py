@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from .config import Config, ModelConfig
+    from ..config import Config, ModelConfig
 
 ENCODER, DECODER, OUTPUT = "encoder", "decoder", "output"
 

@@ -24,10 +24,20 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import StageError
+from ..errors import StageError
+from ..model.trace import (
+    ACTIVATION,
+    ATTENTION,
+    CONSTANT,
+    MASK,
+    PROBABILITIES,
+    Matrix,
+    Prediction,
+    Stage,
+    Trace,
+)
 from .palette import diverging
 from .render import group_of
-from .trace import ACTIVATION, ATTENTION, CONSTANT, MASK, PROBABILITIES, Matrix, Prediction, Stage, Trace
 
 Grads = dict[str, dict[str, np.ndarray]]  # stage id -> matrix name -> dL/d(matrix)
 
@@ -405,7 +415,7 @@ def tex(text: str) -> str:
 
 def tex_formula(stage: Stage, trace: Trace) -> list[str]:
     """The stage's formula as align* lines, as its kind writes it under the trace's config."""
-    from .kinds import KINDS
+    from ..model.kinds import KINDS
 
     return KINDS[stage.kind].latex(trace.config.model)
 

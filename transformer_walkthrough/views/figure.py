@@ -22,11 +22,11 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, NamedTuple
 
-from .architecture import ENCODER, OUTPUT, connection, num_layers, stacks, stage_id, sublayers
+from ..model.architecture import ENCODER, OUTPUT, connection, num_layers, stacks, stage_id, sublayers
 
 if TYPE_CHECKING:
-    from .config import ModelConfig
-    from .trace import Trace
+    from ..config import ModelConfig
+    from ..model.trace import Trace
 
 # The state of a span: a box before, at or after the current stage, or text that is not a box.
 DONE, CURRENT, TODO, LABEL, TEXT = "done", "current", "todo", "label", "text"

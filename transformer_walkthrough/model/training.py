@@ -14,11 +14,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..config import END, START, Config
+from ..errors import WalkthroughError
 from .backprop import backward
-from .config import END, START, Config
-from .errors import WalkthroughError
-from .model import Weights, run_forward
 from .trace import Trace
+from .transformer import Weights, run_forward
 
 
 def parameters(w: Weights) -> list[np.ndarray]:

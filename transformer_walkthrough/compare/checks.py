@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .trace import Stage
+from ..model.trace import Stage
 
 # Largest difference that still counts as equal, as a fraction of the largest number the stage
 # computed with (at least 1): float64 agrees to ~1e-15 of it, float32 to ~1e-6.

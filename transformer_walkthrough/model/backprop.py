@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..errors import WalkthroughError
 from . import functional as F
-from .errors import WalkthroughError
 from .kinds import KINDS
 from .trace import Trace
 from .weights import Weights

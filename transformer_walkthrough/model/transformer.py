@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..config import Config, ModelConfig
+from ..errors import WalkthroughError
 from . import functional as F
 from . import kinds as K
 from .architecture import DECODER, ENCODER, OUTPUT, connection, num_layers, stacks, stage_id, sublayers
-from .config import Config, ModelConfig
-from .errors import WalkthroughError
 from .trace import NullTrace, Stage, Trace, token_labels
 from .weights import Weights, init_weights, load_weights
 

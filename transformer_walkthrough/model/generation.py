@@ -22,10 +22,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..config import Config, ModelConfig
+from ..errors import WalkthroughError
 from . import functional as F
 from .architecture import DECODER, OUTPUT, connection, stage_id, sublayers
-from .config import Config, ModelConfig
-from .errors import WalkthroughError
 from .weights import Weights
 
 
@@ -233,7 +233,7 @@ def compare(config: Config, w: Weights, steps: Sequence[Step]) -> Comparison:
     attends over the cache with no mask. Returns the largest absolute differences; the full
     pass's masked columns (the future) must hold weight 0 exactly, and count as differences if not.
     """
-    from .model import run_forward
+    from .transformer import run_forward
 
     fed = [i for s in steps for i in s.ids]
     trace = run_forward(config, w, target_ids=fed)

@@ -18,8 +18,8 @@ from rich.console import Console, Group
 from rich.segment import Segment, Segments
 from rich.text import Text
 
+from ..model.trace import Trace
 from .render import View, figure, prediction_table, render_stage, trim, weights_line
-from .trace import Trace
 
 HELP = "Enter next · b back · Home/End first/last · q quit"
 SCROLL_HELP = "j/k ↓/↑ scroll · space page · " + HELP

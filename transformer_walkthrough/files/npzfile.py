@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npy
 
-from .errors import WalkthroughError
+from ..errors import WalkthroughError
 
 MAX_BYTES = 1 << 30  # 1 GiB of arrays: far more than any model this walkthrough can show
 _FLOATS = ("f",)  # numpy dtype kinds accepted: real floating point only

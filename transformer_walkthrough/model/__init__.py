@@ -1,0 +1,11 @@
+"""The transformer and its arithmetic, from the functions up to the trace.
+
+``functional`` (pure NumPy: each forward with its backward) → ``kinds`` (each kind of stage:
+formula, forward that records, backward) → ``architecture`` (Figure 1 described once) →
+``transformer`` (the wiring) → ``trace`` (what a pass leaves behind); ``weights`` names the
+parameters, ``backprop`` walks a trace back, ``training`` and ``generation`` use them.
+"""
+
+from .transformer import Weights, forward, init_weights, load_weights, run_forward
+
+__all__ = ["Weights", "forward", "init_weights", "load_weights", "run_forward"]
