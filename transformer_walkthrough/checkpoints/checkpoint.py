@@ -7,7 +7,6 @@ a tokenizer, and what generation needs. Everything after loading (``run.walk``) 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,6 +15,7 @@ import numpy as np
 
 from .errors import CheckpointError
 from .hub import resolve
+from .tensors import read_config_json
 
 
 class Tokenizer(Protocol):
@@ -69,13 +69,7 @@ ENCODER_DECODER = {"marian": True, "gpt2": False}
 def model_type(folder: Path) -> str:
     """config.json's ``model_type``, read before anything else of the folder."""
     path = folder / "config.json"
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{folder}: no config.json (is this a checkpoint folder?)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not readable JSON ({err})") from None
-    kind = raw.get("model_type") if isinstance(raw, dict) else None
+    kind = read_config_json(folder).get("model_type")
     if kind not in LOADERS:
         raise CheckpointError(
             f"{path}: model_type is {kind!r}; supported: {', '.join(repr(k) for k in LOADERS)}"

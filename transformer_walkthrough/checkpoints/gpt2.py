@@ -18,7 +18,6 @@ and ``save_pretrained``'s (``transformer.wte.weight``, …, no buffers).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 
 from .bpe import ByteLevelBPETokenizer
 from .errors import CheckpointError
-from .tensors import read_weights
+from .tensors import Taker, read_config_json, read_weights
 
 # GPT-2's activation_function values and ours; anything else is refused, never approximated.
 ACTIVATIONS = {
@@ -171,14 +170,7 @@ def load_gpt2(path: str | Path, dtype: str | np.dtype = "float32", name: str | N
 def _read_config(folder: Path) -> dict[str, Any]:
     """config.json with GPT2Config's defaults filled in, every value this converter uses checked."""
     path = folder / "config.json"
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{folder}: no config.json (is this a checkpoint folder?)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not readable JSON ({err})") from None
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: not a JSON object")
+    raw = read_config_json(folder)
     if raw.get("model_type") != "gpt2":
         raise CheckpointError(
             f"{path}: model_type is {raw.get('model_type')!r}; only 'gpt2' checkpoints are read here"
@@ -225,21 +217,8 @@ def _convert(
     # save_pretrained writes GPT2LMHeadModel's names (transformer.wte.weight, lm_head.weight); the
     # hub's files hold GPT2Model's (wte.weight). One layout per file: a mixture is not GPT-2's.
     prefix = "transformer." if any(n.startswith("transformer.") for n in names) else ""
-    used: set[str] = set()
-
-    def shape(name: str) -> tuple[int, ...]:
-        if name not in names:
-            raise CheckpointError(f"{where}: missing tensor {name}")
-        get_shape = getattr(tensors, "shape", None)
-        return tuple(get_shape(name)) if get_shape else tuple(tensors[name].shape)
-
-    def take(name: str, expected: tuple[int, ...]) -> np.ndarray:
-        if shape(name) != expected:
-            raise CheckpointError(
-                f"{where}: tensor {name} has shape {list(shape(name))}, config.json implies {list(expected)}"
-            )
-        used.add(name)
-        return tensors[name]
+    taker = Taker(tensors, where)
+    take = taker.take
 
     weights: dict[str, np.ndarray] = {}
     for row in gpt2_rows(config["n_layer"], d, d_ff):
@@ -269,15 +248,8 @@ def _convert(
         for buffer, want in (("bias", (1, 1, n_pos, n_pos)), ("masked_bias", ())):
             name = f"{prefix}h.{n}.attn.{buffer}"
             if name in names:
-                if shape(name) != want:
-                    raise CheckpointError(
-                        f"{where}: tensor {name} has shape {list(shape(name))}, expected {list(want)}"
-                    )
-                used.add(name)
-    unused = sorted(names - used)
-    if unused:
-        more = f" and {len(unused) - 1} more" if len(unused) > 1 else ""
-        raise CheckpointError(f"{where}: tensor {unused[0]}{more} is not part of a GPT-2 model")
+                take(name, want)  # its shape checked, its values not used
+    taker.refuse_unused("GPT-2")
     for key, w in weights.items():
         if not np.isfinite(w).all():
             raise CheckpointError(f"{where}: {key} holds NaN or infinite values")

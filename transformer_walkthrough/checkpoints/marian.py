@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .errors import CheckpointError
-from .tensors import read_weights
+from .tensors import Taker, read_config_json, read_weights
 from .tokenizer import MarianTokenizer
 
 # Marian's activation_function values and ours; anything else is refused, never approximated.
@@ -193,14 +193,7 @@ def load_marian(
 def _read_config(folder: Path) -> dict[str, Any]:
     """config.json with MarianConfig's defaults filled in, every value this converter uses checked."""
     path = folder / "config.json"
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{folder}: no config.json (is this a checkpoint folder?)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not readable JSON ({err})") from None
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: not a JSON object")
+    raw = read_config_json(folder)
     if raw.get("model_type") != "marian":
         raise CheckpointError(
             f"{path}: model_type is {raw.get('model_type')!r}; only 'marian' checkpoints are supported"
@@ -278,21 +271,8 @@ def _convert(
     """Their tensors -> our weights, each checkpoint tensor used once or known; returns (weights, tied)."""
     d_model, d_ff = config["d_model"], config["encoder_ffn_dim"]
     names = set(tensors)
-    used: set[str] = set()
-
-    def shape(name: str) -> tuple[int, ...]:
-        if name not in names:
-            raise CheckpointError(f"{where}: missing tensor {name}")
-        get_shape = getattr(tensors, "shape", None)
-        return tuple(get_shape(name)) if get_shape else tuple(tensors[name].shape)
-
-    def take(name: str, expected: tuple[int, ...]) -> np.ndarray:
-        if shape(name) != expected:
-            raise CheckpointError(
-                f"{where}: tensor {name} has shape {list(shape(name))}, config.json implies {list(expected)}"
-            )
-        used.add(name)
-        return tensors[name]
+    taker = Taker(tensors, where)
+    shape, take, used = taker.shape, taker.take, taker.used
 
     expected_shapes = {"weight": (d_model, d_model), "bias": (d_model,)}
     weights: dict[str, np.ndarray] = {}
@@ -343,10 +323,7 @@ def _convert(
     else:  # transformers starts it at zero when a checkpoint leaves it out
         b = np.zeros(target_vocab)
     used.update(n for n in IGNORED_BUFFERS if n in names)
-    unused = sorted(names - used)
-    if unused:
-        more = f" and {len(unused) - 1} more" if len(unused) > 1 else ""
-        raise CheckpointError(f"{where}: tensor {unused[0]}{more} is not part of a Marian model")
+    taker.refuse_unused("Marian")
 
     tied = share and tie
     ends = {"encoder.embedding/E": E_enc}

@@ -348,3 +348,48 @@ def read_weights(folder: str | Path) -> tuple[Mapping[str, np.ndarray], str]:
 def _first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return text[0] if text else type(err).__name__
+
+
+def read_config_json(folder: Path) -> dict[str, Any]:
+    """A checkpoint folder's config.json as a dict, or one line saying why not."""
+    path = folder / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{folder}: no config.json (is this a checkpoint folder?)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not readable JSON ({err})") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    return raw
+
+
+class Taker:
+    """A checkpoint's tensors handed out by name, each shape checked against what config.json
+    implies and each use noted, so that a converter can say which tensors it never used."""
+
+    def __init__(self, tensors: Mapping[str, np.ndarray], where: str) -> None:
+        self.tensors, self.where = tensors, where
+        self.names = set(tensors)
+        self.used: set[str] = set()
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        if name not in self.names:
+            raise CheckpointError(f"{self.where}: missing tensor {name}")
+        get_shape = getattr(self.tensors, "shape", None)  # answered from the header, nothing read
+        return tuple(get_shape(name)) if get_shape else tuple(self.tensors[name].shape)
+
+    def take(self, name: str, expected: tuple[int, ...]) -> np.ndarray:
+        if self.shape(name) != expected:
+            raise CheckpointError(
+                f"{self.where}: tensor {name} has shape {list(self.shape(name))}, "
+                f"config.json implies {list(expected)}"
+            )
+        self.used.add(name)
+        return self.tensors[name]
+
+    def refuse_unused(self, family: str) -> None:
+        unused = sorted(self.names - self.used)
+        if unused:
+            more = f" and {len(unused) - 1} more" if len(unused) > 1 else ""
+            raise CheckpointError(f"{self.where}: tensor {unused[0]}{more} is not part of a {family} model")
