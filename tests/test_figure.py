@@ -127,3 +127,14 @@ def test_step_shows_the_map_above_the_stage_and_run_on_request(runner) -> None: 
     assert "inputs:" not in runner.invoke(app, ["run"], env=env).stdout
     mapped = runner.invoke(app, ["run", "--map"], env=env).stdout
     assert mapped.count("inputs: ") == 16 and "    [embed] pos" in mapped
+
+
+def test_the_report_places_the_map_beside_each_stage(tmp_path: Path) -> None:
+    from transformer_walkthrough.views.documents import to_html
+
+    trace = run_forward(load_config(CONFIGS / "pre-norm.yaml"))
+    html = to_html(trace, list(trace))
+    assert html.count('<div class="where"><svg') == len(trace)
+    section = html[html.index('<section id="decoder.0.cross-attention">') :]
+    section = section[: section.index("</section>")]
+    assert "<title>Figure 1: where decoder.0.cross-attention sits in the model</title>" in section

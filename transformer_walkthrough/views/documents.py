@@ -714,6 +714,8 @@ table.pred th, table.pred td {{ padding: 4px 10px; border-bottom: 1px solid var(
 tr.right td.word {{ color: #0b7a32; font-weight: 700; }}
 .best {{ background: #e8f5ec; }}
 .answers li {{ margin-bottom: 1rem; }}
+.where {{ float: right; margin: 0 0 .5rem 1rem; max-width: 45%; overflow-x: auto; }}
+.where svg {{ max-width: 100%; height: auto; }}
 .answers pre {{ white-space: pre-wrap; margin: .2rem 0; font-size: .85rem; }}
 @media print {{
   @page {{ margin: 1.5cm; }}
@@ -725,7 +727,7 @@ tr.right td.word {{ color: #0b7a32; font-weight: 700; }}
   main {{ padding-bottom: 0; }}
   .formula {{ overflow: visible; white-space: pre-wrap; }}
   h2 {{ break-after: avoid; }}
-  .formula, figure, .unit, table.pred {{ break-inside: avoid; }}
+  .formula, figure, .unit, table.pred, .where {{ break-inside: avoid; }}
   table.m {{ font-size: 8pt; }}
   .answers {{ break-before: page; }}
 }}
@@ -806,9 +808,12 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
         f"<style>{_CSS}</style></head><body><header><h1>{e(title)}</h1><p>{e(facts)}</p></header>"
         f'<div class="layout"><nav><strong>Stages</strong><ol>{nav}</ol></nav><main>'
     )
+    from .figure import figure_svg
+
     for stage in stages:
         yield (
             f'<section id="{e(stage.id)}"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'
+            f'<div class="where">{figure_svg(trace, stage.id)}</div>'  # where this stage sits in Figure 1
             f"<p>{e(stage.explanation)}</p>{_html_formula(stage, trace)}"
         )
         for group in units(stage, o):
