@@ -123,3 +123,46 @@ def test_numbers_have_one_minus_sign_no_negative_zero_and_negative_operands_in_p
     for suffix in ("md", "html"):
         text = (tmp_path / f"t.{suffix}").read_text()
         assert not re.search(r"(?<![\w/.`-])-\d", text) and "−0.00 " not in text and re.search(r"−\d", text)
+
+
+# Your own sentence without YAML: --source and --target on the toy.
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+
+def test_your_own_sentence_without_yaml(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["stages", "--source", "The dog is", "--target", "barking loudly!"])
+    assert result.exit_code == 0, result.output
+    # 3 source words; the decoder reads <start> barking loudly <end>; the vocabulary is built from both.
+    assert "E 7×4, output 3×4" in result.output and "E 7×4, output 4×4" in result.output
+    result = runner.invoke(app, ["explain", "--source", "the dog is", "--target", "barking loudly",
+                                 "-s", "decoder.embedding", "-m", "output", "--cell", "barking,d0"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "The token 'barking' looks up its row of the embedding table E." in result.output
+    gpt = runner.invoke(app, ["stages", "-c", str(CONFIG_DIR / "gpt-style.yaml"),
+                              "--source", "the dog", "--target", "is barking"])  # fmt: skip
+    assert gpt.exit_code == 0, gpt.output  # decoder-only: <start> the dog is barking <end>
+    assert "E 6×4, output 6×4" in gpt.output  # 6 words, 6 tokens
+
+
+def test_an_unknown_word_names_itself_and_the_vocabulary(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["run", "-c", str(CONFIG_DIR / "article.yaml"),
+                                 "--source", "the dog is", "--target", "sleeping"])  # fmt: skip
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert "vocabulary: has no 'dog': it holds <start>, <end>, the, cat, is, sleeping, comfortably" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--source", "the dog is"], "the toy needs both --source (the encoder's words) and --target"),
+        (["run", "--target", "barking"], "the toy needs both --source"),
+        (["run", "--source", " ", "--target", "x"], "the toy needs both --source"),
+        (["run", "--prompt", "the dog"], "--prompt needs --model"),
+        (["generate", "--source", "the dog is"], "--source on generate needs --model"),
+    ],
+)
+def test_the_toys_sentence_options_are_checked(runner: CliRunner, args: list[str], message: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and message in result.stderr and result.stderr.count("\n") == 1

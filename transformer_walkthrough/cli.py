@@ -162,6 +162,13 @@ DtypeOption = Annotated[
 ]
 
 
+class Sentence(NamedTuple):
+    """The toy's own words from --source and --target, instead of its config's sentence."""
+
+    source: str
+    target: str
+
+
 class ModelArgs(NamedTuple):
     """What --model, --source, --target (or --prompt) and --dtype ask for."""
 
@@ -178,18 +185,27 @@ def _model_args(
     target: str | None = None,
     dtype: "Dtype | None" = None,
     prompt: str | None = None,
-) -> "ModelArgs | None":
-    """The checkpoint options, checked together; None for the toy. Whether the model reads a
-    source or a prompt is checked when its config.json is read (``load_checkpoint``)."""
+) -> "ModelArgs | Sentence | None":
+    """The checkpoint options, checked together; for the toy, its own sentence if given, else None.
+    Whether a model reads a source or a prompt is checked when its config.json is read
+    (``load_checkpoint``)."""
     given = [
         name
         for name, v in (("--source", source), ("--target", target), ("--prompt", prompt), ("--dtype", dtype))
         if v is not None
     ]
     if model is None:
-        if given:
-            raise WalkthroughError(f"{given[0]} needs --model (the toy's sentence is in its config)")
-        return None
+        toy_only = [name for name in given if name in ("--prompt", "--dtype")]
+        if toy_only:
+            raise WalkthroughError(f"{toy_only[0]} needs --model (the toy's dtype is in its config)")
+        if not given:
+            return None
+        if source is None or target is None or not source.strip() or not target.strip():
+            raise WalkthroughError(
+                "the toy needs both --source (the encoder's words) and --target (the decoder's), "
+                'e.g. --source "the dog is" --target "barking loudly"'
+            )
+        return Sentence(source, target)
     if prompt is not None and (source is not None or target is not None):
         raise WalkthroughError(
             "--prompt is a decoder-only model's input, --source/--target an encoder-decoder model's: give one"
@@ -251,18 +267,18 @@ def _trace(
     seed: int | None,
     precision: int | None,
     weights: Path | None = None,
-    model: ModelArgs | None = None,
+    model: "ModelArgs | Sentence | None" = None,
     notes_to_stderr: bool = False,
 ) -> "tuple[Trace, Weights]":
     """The forward pass of the config, with the weights from ``weights`` or drawn from the seed;
     or of a checkpoint (``--model``), on its tokens of ``--source`` and ``--target``."""
-    if model is not None:
+    if isinstance(model, ModelArgs):
         return _checkpoint_trace(config, seed, precision, weights, model, notes_to_stderr)
     from .compare.nonfinite import warning
     from .config import load_config
     from .model.transformer import init_weights, load_weights, run_forward
 
-    settings = load_config(config, seed=seed, precision=precision)
+    settings = load_config(config, seed=seed, precision=precision, sentence=model)
     w = load_weights(settings, weights) if weights is not None else init_weights(settings)
     trace = run_forward(settings, w)
     trace.weights_source = None if weights is None else printable(str(weights))
@@ -712,7 +728,12 @@ def generate(
         raise WalkthroughError(f"--max-len: at most {MAX_GENERATED}, got {max_len}")
     if max_len <= 0:
         raise WalkthroughError(f"--max-len: must be a positive integer, got {max_len}")
-    checkpoint = _model_args(model, source, None, dtype, prompt)
+    checkpoint = _model_args(model, source, None, dtype, prompt) if model or prompt or dtype else None
+    if model is None and source is not None:
+        raise WalkthroughError(
+            "--source on generate needs --model; the toy generates from its config's source "
+            "(walkthrough config > mine.yaml, edit the sentence, generate -c mine.yaml)"
+        )
     if checkpoint is not None and checkpoint.prompt is not None:
         _no_toy_options(config, None, weights)
         _continue(checkpoint, max_len, top_k, seed, layer, head, compare)

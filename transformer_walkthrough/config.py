@@ -307,8 +307,9 @@ class Config(_Checked):
         self._require(
             not missing,
             "vocabulary",
-            f"has no {', '.join(map(quote, missing[:3]))}{' …' if len(missing) > 3 else ''} (the sentence "
-            "is lower-cased; <start> and <end> are always needed)",
+            f"has no {', '.join(map(quote, missing[:3]))}{' …' if len(missing) > 3 else ''}: it holds "
+            f"{', '.join(vocabulary[:10])}{' …' if len(vocabulary) > 10 else ''} (the sentence is "
+            "lower-cased; <start> and <end> are always needed)",
         )
         check_size(self)
 
@@ -492,9 +493,17 @@ def default_config_path() -> Path:
 
 
 def load_config(
-    path: str | Path | None = None, *, seed: int | None = None, precision: int | None = None
+    path: str | Path | None = None,
+    *,
+    seed: int | None = None,
+    precision: int | None = None,
+    sentence: tuple[str, str] | None = None,
 ) -> Config:
     """Read a YAML config (the embedded default when ``path`` is None) and apply overrides.
+
+    ``sentence`` is (source, target): your own words instead of the config's sentence, the source
+    feeding the encoder (the whole feeding the decoder of a decoder-only model). The vocabulary is
+    built from them unless the file lists one (the embedded default's is the article's sentence's).
 
     Only plain YAML is read (``yaml.safe_load``); any problem raises ConfigError with one line
     that names the file and, where it can, the line or the key.
@@ -518,6 +527,17 @@ def load_config(
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
     try:  # options given on the command line: the file is not to blame for them
+        if sentence is not None:
+            source_text, target_text = sentence
+            encoder_words = 0 if config.model.decoder_only else len(tokenize(source_text))
+            listed = path is not None and isinstance(data, dict) and "vocabulary" in data
+            config = dataclasses.replace(
+                config,
+                sentence=f"{source_text} {target_text}",
+                encoder_words=encoder_words,
+                vocabulary=config.vocabulary if listed else None,
+                training=dataclasses.replace(config.training, dataset=()),  # its words are not yours
+            )
         if seed is not None:
             config = dataclasses.replace(config, seed=seed)
         if precision is not None:
