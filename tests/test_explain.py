@@ -49,7 +49,9 @@ def hand_trace() -> Trace:
     tok = ("<start>", "sleeping")
     st.input("X", np.array([[1.0, 2.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]), tok, ("d0", "d1", "d2", "d3"))
     st.rec("M", np.array([[0.0, -INF], [0.0, 0.0]]), tok, tok, MASK)
-    st.weight("W_Q1", np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.0], [0.0, -1.0]]), ("d0", "d1", "d2", "d3"), D)
+    st.weight(
+        "W_Q1", np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.0], [0.0, -1.0]]), ("d0", "d1", "d2", "d3"), D
+    )
     st.rec("Q1", np.array([[1.0, 2.0], [0.0, 1.0]]), tok, D)
     st.rec("K1", np.array([[3.0, 4.0], [0.5, 0.5]]), tok, D)
     st.rec("V1", np.array([[2.0, 0.0], [4.0, 8.0]]), tok, D)

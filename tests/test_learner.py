@@ -135,8 +135,10 @@ def test_your_own_sentence_without_yaml(runner: CliRunner) -> None:
     assert result.exit_code == 0, result.output
     # 3 source words; the decoder reads <start> barking loudly <end>; the vocabulary is built from both.
     assert "E 7×4, output 3×4" in result.output and "E 7×4, output 4×4" in result.output
-    result = runner.invoke(app, ["explain", "--source", "the dog is", "--target", "barking loudly",
-                                 "-s", "decoder.embedding", "-m", "output", "--cell", "barking,d0"])  # fmt: skip
+    words = ["--source", "the dog is", "--target", "barking loudly"]
+    result = runner.invoke(
+        app, ["explain", *words, "-s", "decoder.embedding", "-m", "output", "--cell", "barking,d0"]
+    )
     assert result.exit_code == 0, result.output
     assert "The token 'barking' looks up its row of the embedding table E." in result.output
     gpt = runner.invoke(app, ["stages", "-c", str(CONFIG_DIR / "gpt-style.yaml"),
@@ -150,7 +152,8 @@ def test_an_unknown_word_names_itself_and_the_vocabulary(runner: CliRunner) -> N
                                  "--source", "the dog is", "--target", "sleeping"])  # fmt: skip
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1
-    assert "vocabulary: has no 'dog': it holds <start>, <end>, the, cat, is, sleeping, comfortably" in result.stderr
+    vocabulary = "<start>, <end>, the, cat, is, sleeping, comfortably"
+    assert f"vocabulary: has no 'dog': it holds {vocabulary}" in result.stderr
 
 
 @pytest.mark.parametrize(

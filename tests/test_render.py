@@ -175,8 +175,9 @@ def test_attention_weights_are_shaded_and_heatmap_colours_everything() -> None:
 
 @contextlib.contextmanager
 def todays_numbers() -> Iterator[None]:
-    with mock.patch.object(table_renderer, "format_value", render.format_value), mock.patch.object(
-        table_renderer, "text_widths", render.text_widths
+    with (
+        mock.patch.object(table_renderer, "format_value", render.format_value),
+        mock.patch.object(table_renderer, "text_widths", render.text_widths),
     ):
         yield
 

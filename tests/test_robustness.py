@@ -155,9 +155,7 @@ def test_non_finite_prediction_and_loss_are_strings() -> None:
     doc = trace_to_dict(trace)
     first = trace.prediction[0]
     object.__setattr__(first, "probability", float("nan")) if hasattr(first, "__dataclass_fields__") else None
-    doc["prediction"][0]["probability"] = export_number(
-        float("nan")
-    )
+    doc["prediction"][0]["probability"] = export_number(float("nan"))
     text = json.dumps(doc, allow_nan=False)
     jsonschema.validate(json.loads(text), schema())
     assert '"probability": "nan"' in text

@@ -108,5 +108,3 @@ def build(root: Path):
         transformers.GPT2LMHeadModel.from_pretrained(saved, attn_implementation="eager").double().eval()
     )
     return folders, reference
-
-

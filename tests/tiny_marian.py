@@ -119,5 +119,3 @@ def reference_tokenizer(st: Path):
     return transformers.MarianTokenizer(
         str(st / "source.spm"), str(st / "target.spm"), str(st / "vocab.json")
     )
-
-

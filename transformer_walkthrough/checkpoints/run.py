@@ -243,9 +243,7 @@ class Translation(NamedTuple):
     ids: list[int]  # the decoder's input: decoder_start, then each chosen token
 
 
-def translate(
-    model: str, source: str, dtype: str = "float32", max_len: int = MAX_TRANSLATION
-) -> Translation:
+def translate(model: str, source: str, dtype: str = "float32", max_len: int = MAX_TRANSLATION) -> Translation:
     """``generate`` on the source text, then one teacher-forced pass over what it chose."""
     ckpt, config, w, source_ids = load(model, source, dtype)
     max_len = min(max_len, config.model.max_positions - 1)

@@ -106,9 +106,7 @@ def transformer(
                            scores, rows, vocabulary)  # fmt: skip
 
 
-def _ids(
-    config: Config, ids: Sequence[int] | None, side: str
-) -> tuple[list[int], tuple[str, ...]]:
+def _ids(config: Config, ids: Sequence[int] | None, side: str) -> tuple[list[int], tuple[str, ...]]:
     """Token ids (the config's sentence when None), checked, and their labels (``token_labels``)."""
     vocabulary = config.vocabulary or ()
     if side == "source" and config.model.decoder_only:

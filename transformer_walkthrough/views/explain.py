@@ -286,7 +286,8 @@ def _softmax_cell(c: Cell, trace: Trace) -> list[str]:
         + ", ".join(f"{lab} {c.f(v)}" for lab, v in zip(labels, row, strict=True)),
         f"  subtract the row's largest value m = {c.f(top)} first: e^(x − m) / Σ e^(x − m) is the same "
         "quotient, and no exp can overflow",
-        "  each exp: " + ", ".join(f"e^{c._factor(v - top)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
+        "  each exp: "
+        + ", ".join(f"e^{c._factor(v - top)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
         f"  sum = {c.sum_of([c.f(e) for e in exps])} = {c.f(total)}",
         f"  {c.name}[{c.i}, {c.j}] = {c.f(exps[c.j])} / {c.f(total)} = {c.f(c.value)}",
     ]

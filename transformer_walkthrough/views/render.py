@@ -793,7 +793,6 @@ def diff_stage(a: Stage, b: Stage, view: View) -> Iterator[RenderableType]:
             yield from side_by_side([matrix_block(f"{name} (B only)", b.matrices[name], view)], view.width)
 
 
-
 def cached_generation_table(
     steps: list[CachedStep],
     vocabulary: tuple[str, ...],
