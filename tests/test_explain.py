@@ -213,7 +213,8 @@ EXPECTED = {
     ("decoder.0.masked-attention", "W_Q1", "2,0"): [
         "decoder.0.masked-attention · W_Q1[d2, d0] = W_Q1[2, 0] = 0.50",
         "W_Q1 is head 1's block of d_k = 2 columns of the parameter decoder.0.masked-attention/W_QKV.",
-        "W_Q1 is a learned weight, not computed from anything: it was drawn Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / (4 + 4)) = ±0.87 (as PyTorch initialises nn.Transformer),",
+        # √(6/8) = 0.866; PyTorch's one 12 × 4 draw: √(6/16) = 0.612
+        "W_Q1 is a learned weight, not computed from anything: it was drawn Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / (4 + 4)) = ±0.87, W_Q, W_K and W_V each drawn as its own 4 × 4 matrix (PyTorch draws the three as one 12 × 4 matrix, so its bound is ±√(6 / (4 + 12)) = ±0.61),",
         "from a stream seeded with 42 and the parameter's name (dtype float64); only training changes it.",
     ],
     ("decoder.0.masked-attention", "output", "1,0"): [

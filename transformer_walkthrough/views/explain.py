@@ -166,10 +166,16 @@ def _weight(c: Cell, trace: Trace) -> list[str]:
     spec = parameters(trace.config)[0].get(ref.name, Spec(c.stage[c.name].shape, "xavier"))
     if spec.init == "embedding":
         how = "uniform in [0, 1), as the article says"
-    elif spec.init in ("xavier", "xavier-qkv"):
-        fan_in, fan_out = (m.d_model, m.d_model) if spec.init == "xavier-qkv" else spec.shape
+    elif spec.init == "xavier":
+        fan_in, fan_out = spec.shape
         how = (f"Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / ({fan_in} + {fan_out})) = "
-               f"±{c.f(math.sqrt(6 / (fan_in + fan_out)))} (as PyTorch initialises nn.Transformer)")  # fmt: skip
+               f"±{c.f(math.sqrt(6 / (fan_in + fan_out)))} (PyTorch's xavier_uniform_, as nn.Transformer uses)")  # fmt: skip
+    elif spec.init == "xavier-qkv":
+        d = m.d_model
+        how = (f"Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / ({d} + {d})) = "
+               f"±{c.f(math.sqrt(6 / (2 * d)))}, W_Q, W_K and W_V each drawn as its own {d} × {d} matrix "
+               f"(PyTorch draws the three as one {3 * d} × {d} matrix, so its bound is "
+               f"±√(6 / ({d} + {3 * d})) = ±{c.f(math.sqrt(6 / (4 * d)))})")  # fmt: skip
     elif spec.init == "bias":
         how = f"uniform in ±1/√fan_in = ±1/√{spec.fan_in} = ±{c.f(1 / math.sqrt(spec.fan_in))} (PyTorch's nn.Linear)"
     elif spec.init == "positions":
