@@ -70,7 +70,11 @@ def main() -> int:
     print(f"{'forward':<16}{forward:>9.3f}")
     for name, t in median.items():
         print(f"{name:<16}{t:>9.3f}{t / n * 1e3:>17.3f}")
-    print(f"output byte-identical, plain and colour: {'yes' if same else 'NO'}")
+    if same:
+        print("output byte-identical, plain and colour: yes")
+    else:  # issue 11 changed the page on purpose: matrices grouped by meaning, lines trimmed
+        print("whole output not byte-identical: the page changed on purpose (matrices grouped by meaning, "
+              "lines trimmed); each matrix block is pinned byte for byte by tests/test_render.py")  # fmt: skip
     for kind in ("pipe", "colour"):
         ratio = median[f"blocks, {kind}"] / median[f"table, {kind}"]
         whole = (forward + median[f"blocks, {kind}"]) / (forward + median[f"table, {kind}"])
