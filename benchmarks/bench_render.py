@@ -73,8 +73,10 @@ def main() -> int:
     if same:
         print("output byte-identical, plain and colour: yes")
     else:  # issue 11 changed the page on purpose: matrices grouped by meaning, lines trimmed
-        print("whole output not byte-identical: the page changed on purpose (matrices grouped by meaning, "
-              "lines trimmed); each matrix block is pinned byte for byte by tests/test_render.py")  # fmt: skip
+        print(
+            "whole output not byte-identical: the page changed on purpose (matrices grouped by "
+            "meaning, lines trimmed); each matrix block is pinned byte for byte by tests/test_render.py"
+        )
     for kind in ("pipe", "colour"):
         ratio = median[f"blocks, {kind}"] / median[f"table, {kind}"]
         whole = (forward + median[f"blocks, {kind}"]) / (forward + median[f"table, {kind}"])
