@@ -714,7 +714,7 @@ table.pred th, table.pred td {{ padding: 4px 10px; border-bottom: 1px solid var(
 tr.right td.word {{ color: #0b7a32; font-weight: 700; }}
 .best {{ background: #e8f5ec; }}
 .answers li {{ margin-bottom: 1rem; }}
-.where {{ float: right; margin: 0 0 .5rem 1rem; max-width: 45%; overflow-x: auto; }}
+.where {{ margin: .2rem 0 .6rem; max-width: 100%; overflow-x: auto; }}
 .where svg {{ max-width: 100%; height: auto; }}
 .answers pre {{ white-space: pre-wrap; margin: .2rem 0; font-size: .85rem; }}
 @media print {{
