@@ -197,7 +197,12 @@ def _model_args(
     if model is None:
         toy_only = [name for name in given if name in ("--prompt", "--dtype")]
         if toy_only:
-            raise WalkthroughError(f"{toy_only[0]} needs --model (the toy's dtype is in its config)")
+            why = (
+                "the toy's dtype is in its config"
+                if toy_only[0] == "--dtype"
+                else "a decoder-only checkpoint's input"
+            )
+            raise WalkthroughError(f"{toy_only[0]} needs --model ({why})")
         if not given:
             return None
         if source is None or target is None or not source.strip() or not target.strip():
@@ -330,7 +335,10 @@ def _gradients(trace: "Trace", w: "Weights", backward: bool) -> "Backward | None
 def _console() -> "Console":
     from .views.render import TrimmedConsole
 
-    return TrimmedConsole(highlight=False)
+    console = TrimmedConsole(highlight=False)
+    if console.width < 20:  # COLUMNS=0 or a tiny pane: too narrow to lay anything out
+        console.width = 80
+    return console
 
 
 def _show(
@@ -757,8 +765,11 @@ def generate(
         said = f"{prompt} → {' '.join(s.chosen for s in steps)}"
     console = _console()
     view = View(precision=settings.display.precision)
-    source = None if weights is None else printable(str(weights))
-    console.print(Text(f"weights: {weights_origin(settings.seed, source)}", style="dim"))
+    if checkpoint is not None:
+        origin = f"trained: {printable(settings.checkpoint)}"  # type: ignore[attr-defined]
+    else:
+        origin = weights_origin(settings.seed, None if weights is None else printable(str(weights)))
+    console.print(Text(f"weights: {origin}", style="dim"))
     console.print(generation_table(steps, view))
     console.print(paragraph(said, console.width))
     limit = generation_limit(settings, max_len)

@@ -251,7 +251,7 @@ class TrainingConfig(_Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._require(self.steps > 0, "steps", f"must be a positive integer, got {self.steps}")
+        self._require(0 < self.steps <= 100_000, "steps", f"must be 1 to 100,000, got {self.steps}")
         self._require(
             self.learning_rate > 0, "learning_rate", f"must be positive, got {self.learning_rate:g}"
         )

@@ -298,8 +298,8 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], force: bool = Fa
             raise ExportError(f"{path}: cannot write ({err.strerror})") from None
         raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in (previous or {}).items():
+            signal.signal(signum, handler)
 
 
 def _link_exclusive(tmp: str, path: Path) -> None:
@@ -320,13 +320,15 @@ def _link_exclusive(tmp: str, path: Path) -> None:
 
 
 def _raise_on_sigterm() -> Any:
-    """Make SIGTERM unwind like Ctrl-C (so that ``finally`` and ``except`` run); the old handler."""
+    """Make SIGTERM and SIGHUP (a closed terminal) unwind like Ctrl-C, so that ``finally`` and
+    ``except`` run; the old handlers, by signal."""
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
 
+    signals = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
     try:
-        return signal.signal(signal.SIGTERM, stop)
+        return {signum: signal.signal(signum, stop) for signum in signals}
     except ValueError:  # not the main thread: signals cannot be handled here
         return None
 

@@ -27,6 +27,9 @@ def parameters(w: Weights) -> list[np.ndarray]:
     return list(w.values())
 
 
+MAX_STEPS = 100_000  # a minute or so of training at the default size; the toy needs 150
+
+
 class Adam:
     """Adam (Kingma & Ba, 2015): steps scaled by running averages of the gradient and its square.
 
@@ -91,8 +94,10 @@ def train(
         backward(run_forward(config, w), w)  # raises the error that explains why
     steps = steps if steps is not None else config.training.steps
     lr = learning_rate if learning_rate is not None else config.training.learning_rate
-    if steps <= 0:
-        raise WalkthroughError(f"--steps: must be a positive integer, got {steps}")
+    if not 0 < steps <= MAX_STEPS:
+        raise WalkthroughError(
+            f"--steps: must be 1 to {MAX_STEPS:,} (the toy learns in about 150), got {steps}"
+        )
     if not lr > 0:
         raise WalkthroughError(f"--lr: must be positive, got {lr:g}")
     if not math.isfinite(lr):

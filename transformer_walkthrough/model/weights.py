@@ -144,6 +144,8 @@ def _convention_hint(config: Config, path: str | Path) -> str:
             names = {n.removesuffix(".npy") for n in archive.namelist()}
     except (OSError, zipfile.BadZipFile):
         return ""
+    if names == set(parameters(config)[0]):  # the names fit: the file is wrong in another way
+        return ""
     m = config.model
     for key, values in _SWITCHES.items():
         for value in values:

@@ -370,6 +370,8 @@ _TEX_SPECIAL = {
     "−": "-", "∞": r"$\infty$", "√": r"$\surd$", "ᵀ": r"$^{T}$", "⊙": r"$\odot$", "·": r"$\cdot$", "…": r"\ldots{}",
     "→": r"$\to$", "Σ": r"$\Sigma$", "×": r"$\times$", "≤": r"$\le$", "—": "---", "–": "--", "±": r"$\pm$",
     "²": r"$^{2}$", "✓": r"$\checkmark$", "✗": r"$\times$", "π": r"$\pi$", "σ": r"$\sigma$",
+    # The marks of real checkpoints' tokens: SentencePiece's word start, GPT-2's shown tab and newline.
+    "▁": r"\textvisiblespace{}", "⇥": r"$\rightarrowtail$", "↵": r"$\hookleftarrow$",
 }  # fmt: skip
 
 _TEX_PREAMBLE = r"""\documentclass[10pt]{article}

@@ -685,15 +685,19 @@ def comparison_table(steps: list[GenerationStep], teacher_forced: Trace) -> tupl
     """Each generation step's distribution against row i of one teacher-forced pass; the worst gap."""
     rows = teacher_forced["output.probabilities"]["probabilities"]
     table = styled_table("Step i of generation = row i of the teacher-forced pass")
-    for header in ("step", "decoder input", "row", "max |diff|"):
-        table.add_column(Text(header), no_wrap=True)
+    table.add_column(Text("step"), no_wrap=True)
+    # The input grows by a token a step: its end is what is new, and the numbers must stay in view.
+    table.add_column(Text("decoder input (its end)"), no_wrap=True, overflow="ellipsis", max_width=40)
+    table.add_column(Text("row"), no_wrap=True)
+    table.add_column(Text("max |diff|"), no_wrap=True, min_width=10)
     gaps = [0.0]
     for i, s in enumerate(steps):
         gap = float(np.max(np.abs(s.probabilities - rows[i])))
         gaps.append(gap)
+        shown = " ".join(s.decoder_input)
         table.add_row(
             Text(str(i)),
-            Text(" ".join(s.decoder_input)),
+            Text(shown if len(shown) <= 40 else "…" + shown[-39:]),
             Text(teacher_forced.target_tokens[i]),
             Text(f"{gap:.1e}"),
         )
