@@ -379,3 +379,17 @@ def test_the_parameter_list_is_what_the_stages_use(path: Path) -> None:
         for local, ref in stage.params.items():
             assert ref == w.uses[f"{stage.id}/{local}"]
             assert ref.transposed == (local == "W" and config.model.tie_embeddings)
+
+
+def test_no_convention_hint_for_a_file_whose_names_fit(tmp_path: Path) -> None:
+    """A NaN, or a shape from another size, is not another convention: no "it fits" then."""
+    arrays = dict(init_weights(Config()))
+    arrays["encoder.embedding/E"] = np.full((7, 4), np.nan)
+    np.savez(tmp_path / "nan.npz", **arrays)
+    with pytest.raises(WalkthroughError) as err:
+        load_weights(Config(), tmp_path / "nan.npz")
+    assert "holds NaN" in str(err.value) and "it fits" not in str(err.value)
+    np.savez(tmp_path / "a.npz", **init_weights(Config()))
+    with pytest.raises(WalkthroughError) as err:
+        load_weights(load_config(CONFIGS / "article-flatten.yaml"), tmp_path / "a.npz")
+    assert "output.logits/W is 4×7 in the file but 16×7" in str(err.value) and "it fits" not in str(err.value)

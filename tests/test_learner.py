@@ -169,3 +169,18 @@ def test_an_unknown_word_names_itself_and_the_vocabulary(runner: CliRunner) -> N
 def test_the_toys_sentence_options_are_checked(runner: CliRunner, args: list[str], message: str) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_terminal_of_no_width_still_gets_the_walkthrough(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["verify"], env={"COLUMNS": "0"})
+    assert result.exit_code == 0 and result.stdout.splitlines()[-1].startswith("44 of 44 checks agree")
+
+
+def test_generate_compare_keeps_its_numbers_in_view(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["generate", "--compare"], env={"COLUMNS": "80"})  # untrained: 20 long steps
+    assert result.exit_code == 0
+    rows = [line for line in result.stdout.splitlines() if line.startswith(" 19 ")]
+    assert len(rows) == 1 and len(rows[0]) <= 80
+    *_, row, gap = rows[0].split()
+    assert re.fullmatch(r"\d\.\de[+-]\d\d", gap) and float(gap) < 1e-12  # the difference, in view
+    assert rows[0].split()[1].startswith("…")  # the input's start cut, its end kept

@@ -119,7 +119,8 @@ def test_weights_that_do_not_fit_the_config_name_the_parameter(trained: tuple, t
 
 def test_bad_training_config_is_one_clear_line(tmp_path: Path) -> None:
     for text, message in [
-        ("training:\n  steps: 0\n", "training.steps: must be a positive integer, got 0"),
+        ("training:\n  steps: 0\n", "training.steps: must be 1 to 100,000, got 0"),
+        ("training:\n  steps: 100001\n", "training.steps: must be 1 to 100,000, got 100001"),
         ("training:\n  learning_rate: -1\n", "training.learning_rate: must be positive, got -1"),
         ("training:\n  dataset: [[a, b, c]]\n", "training.dataset[0]: expected a list of 2, got 3"),
         ("training:\n  stepz: 3\n", "unknown key training.stepz; did you mean training.steps?"),
@@ -174,7 +175,8 @@ def test_cli_backward_shows_and_exports_every_gradient(runner: CliRunner) -> Non
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["train", "--steps", "0"], "--steps: must be a positive integer, got 0"),
+        (["train", "--steps", "0"], "--steps: must be 1 to 100,000 (the toy learns in about 150), got 0"),
+        (["train", "--steps", "99999999999"], "--steps: must be 1 to 100,000"),
         (["train", "--lr", "-1"], "--lr: must be positive, got -1"),
         (["train", "--output", "w.json"], "unknown format .json; use .npz"),
         (["train", "-c", "configs/article-flatten.yaml"], "the flatten head cannot be trained"),

@@ -210,6 +210,13 @@ def _model_args(
                 "the toy needs both --source (the encoder's words) and --target (the decoder's), "
                 'e.g. --source "the dog is" --target "barking loudly"'
             )
+        from .config import tokenize
+
+        for name, text in (("--source", source), ("--target", target)):
+            if not tokenize(text):
+                raise WalkthroughError(
+                    f"{name}: no words in {printable(text)[:40]!r} (a word is letters, digits and ')"
+                )
         return Sentence(source, target)
     if prompt is not None and (source is not None or target is not None):
         raise WalkthroughError(
