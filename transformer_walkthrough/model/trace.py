@@ -88,7 +88,9 @@ class Stage:
     output: str = "output"  # the matrix that the stage hands on
     # What the forward function returned, kept for its backward (never shown or exported).
     cache: Any = field(default=None, repr=False, compare=False)
-    trace: Trace | None = field(default=None, repr=False, compare=False)
+    # Which stage produced each array, by id(): the trace's own table, shared (not the trace
+    # itself, which would make a cycle that only the garbage collector could free).
+    producers: dict[int, str] | None = field(default=None, repr=False, compare=False)
     records: ClassVar[bool] = True  # a _NullStage does not: stages may skip work only shown
 
     def rec(
@@ -104,8 +106,8 @@ class Stage:
 
     def input(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
         """Record an input and the earlier stage whose output it is (found by identity)."""
-        if self.trace is not None:
-            source = self.trace.producer(values)
+        if self.producers is not None:
+            source = self.producers.get(id(values))
             if source is not None:
                 self.sources[name] = source
         return self.rec(name, values, rows, cols, INPUT)
@@ -116,8 +118,8 @@ class Stage:
         """Record the stage's output: what the next stages read, and what they name as their source."""
         self.output = name
         stored = self.rec(name, values, rows, cols, role)
-        if self.trace is not None:
-            self.trace.produced(stored, self.id)  # the array the trace keeps alive: its id() stays unique
+        if self.producers is not None:
+            self.producers[id(stored)] = self.id  # the trace keeps the array alive: its id() stays unique
         return stored
 
     def weight(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
@@ -208,18 +210,9 @@ class Trace:
         title = title or kind
         side, *layer, _ = stage_id.split(".")
         where = f"{side.capitalize()} layer {layer[0]}" if layer else side.capitalize()
-        new = Stage(stage_id, kind, f"{where} · {title}", explanation, formula, trace=self)
+        new = Stage(stage_id, kind, f"{where} · {title}", explanation, formula, producers=self._producers)
         self.stages[stage_id] = new
         return new
-
-    def produced(self, values: np.ndarray, stage_id: str) -> None:
-        """Note that ``values`` is the output of ``stage_id``. The trace keeps the array alive, so
-        its id() names it for as long as the trace lives."""
-        self._producers[id(values)] = stage_id
-
-    def producer(self, values: np.ndarray) -> str | None:
-        """The stage whose output ``values`` is, if any."""
-        return self._producers.get(id(values))
 
     @property
     def vocabulary(self) -> tuple[str, ...]:
