@@ -327,12 +327,4 @@ def test_any_matrix_prints_as_the_table_renderer_did(matrix: Matrix, name: str, 
     # their roles now, as it would for these names.
     matrix = matrix._replace(role={"A1": ATTENTION, "probabilities": PROBABILITIES}.get(name, matrix.role))
     for colour in (False, True):
-        terminal = {"force_terminal": True, "color_system": "truecolor"} if colour else {}
-        old = Console(width=view.width, file=io.StringIO(), **terminal)
-        new = Console(width=view.width, file=io.StringIO(), **terminal)
-        with todays_numbers():
-            table = table_renderer.matrix_table(name, matrix, view)
-        # Both as the commands print them: every line without the spaces at its end.
-        render.print_all(old, table_renderer.side_by_side(old, [table], view.width))
-        render.print_all(new, side_by_side([matrix_block(name, matrix, view)], view.width))
-        assert new.file.getvalue() == old.file.getvalue()
+        same_block(name, matrix, view, colour)

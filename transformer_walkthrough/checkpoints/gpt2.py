@@ -27,7 +27,7 @@ import numpy as np
 
 from .bpe import ByteLevelBPETokenizer
 from .errors import CheckpointError
-from .tensors import Taker, read_config_json, read_weights
+from .tensors import Taker, float_dtype, read_config_json, read_weights
 
 # GPT-2's activation_function values and ours; anything else is refused, never approximated.
 ACTIVATIONS = {
@@ -131,9 +131,7 @@ def gpt2_rows(num_layers: int, d_model: int, d_ff: int) -> list[Row]:
 def load_gpt2(path: str | Path, dtype: str | np.dtype = "float32", name: str | None = None) -> GPT2Checkpoint:
     """The GPT-2 checkpoint in folder ``path``, converted; ``name`` (a hub id) is used in ``source``."""
     folder = Path(path)
-    dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise CheckpointError(f"dtype {dtype} is not supported; use float32 or float64")
+    dtype = float_dtype(dtype)
     config = _read_config(folder)
     tensors, file = read_weights(folder)
     weights, tied = _convert(tensors, config, dtype, f"{folder / file}")

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .errors import CheckpointError
-from .tensors import Taker, read_config_json, read_weights
+from .tensors import Taker, float_dtype, read_config_json, read_weights
 from .tokenizer import MarianTokenizer
 
 # Marian's activation_function values and ours; anything else is refused, never approximated.
@@ -144,9 +144,7 @@ def load_marian(
 ) -> MarianCheckpoint:
     """The Marian checkpoint in folder ``path``, converted; ``name`` (a hub id) is used in ``source``."""
     folder = Path(path)
-    dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise CheckpointError(f"dtype {dtype} is not supported; use float32 or float64")
+    dtype = float_dtype(dtype)
     config = _read_config(folder)
     tensors, file = read_weights(folder)
     weights, tied = _convert(tensors, config, dtype, f"{folder / file}")

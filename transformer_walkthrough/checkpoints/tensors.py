@@ -350,6 +350,14 @@ def _first_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
+def float_dtype(dtype: str | np.dtype) -> np.dtype:
+    """The dtype a converter writes its arrays in: float32 or float64, nothing else."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise CheckpointError(f"dtype {dtype} is not supported; use float32 or float64")
+    return dtype
+
+
 def read_config_json(folder: Path) -> dict[str, Any]:
     """A checkpoint folder's config.json as a dict, or one line saying why not."""
     path = folder / "config.json"
