@@ -292,6 +292,18 @@ def test_diff_of_two_conventions(runner: CliRunner) -> None:
     assert rows["output.probabilities"].split()[1:3] == [f"{largest:.2e}", "logits;"]
 
 
+def test_diff_names_its_files_whole_whatever_their_path(runner: CliRunner, tmp_path: Path) -> None:
+    # A path longer than the 80-column terminal is not broken, and brackets are not read as markup.
+    folder = tmp_path / ("a-folder-with-a-long-name-" * 4) / "[bold]x[/bold]"
+    folder.mkdir(parents=True)
+    a = folder / "article[1].yaml"
+    a.write_text((CONFIGS / "article.yaml").read_text())
+    result = runner.invoke(app, ["diff", str(a), str(CONFIGS / "pre-norm.yaml")])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == f"A = {a}, B = {CONFIGS / 'pre-norm.yaml'}"
+    assert len(result.output.splitlines()[0]) > 160
+
+
 def test_diff_of_training_and_of_one_stage(runner: CliRunner, tmp_path: Path) -> None:
     config = Config()
     before, after = init_weights(config), init_weights(config)

@@ -48,6 +48,11 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
+def say(console: "Console", text: str) -> None:
+    """One line holding a user's text (a path): never read as markup, never broken to the width."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
 class OneLineUsageError(UsageError):  # type: ignore[misc,valid-type]
     """A Click usage error (bad --seed, unknown option, missing --stage) shown as our one line."""
 
@@ -689,7 +694,7 @@ def train(
     if target is not None:
         write_atomic(target, lambda f: np.savez(f, **w.arrays), force)
         shown = printable(str(target))
-        console.print(f"wrote {shown}: walkthrough generate --weights {shown}")
+        say(console, f"wrote {shown}: walkthrough generate --weights {shown}")
     else:
         console.print("(the weights were not kept: add --output weights.npz)")
 
@@ -943,7 +948,7 @@ def diff(
         return
     first = first_divergence(a, diffs)
     names = [str(f) for f in files] if len(files) == 2 else [str(p or "the default config") for p in paths]
-    console.print(f"A = {names[0]}, B = {names[1]}")
+    say(console, f"A = {printable(names[0])}, B = {printable(names[1])}")
     console.print(diff_table(diffs, first))
     console.print(
         f"The outputs first differ at {first} (◀)." if first else "Every output is the same in A and B."
