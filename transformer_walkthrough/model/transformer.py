@@ -18,6 +18,7 @@ from ..errors import WalkthroughError
 from . import functional as F
 from . import kinds as K
 from .architecture import DECODER, ENCODER, OUTPUT, connection, num_layers, stacks, stage_id, sublayers
+from .heap import keep_freed_memory
 from .trace import NullTrace, Stage, Trace, token_labels
 from .weights import Weights, init_weights, load_weights
 
@@ -151,6 +152,7 @@ def run_forward(
     src, source_tokens = _ids(config, source_ids, "source")
     tgt, target_tokens = _ids(config, target_ids, "target")
     trace = Trace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt))
+    keep_freed_memory()  # the next pass reuses this trace's memory once it is dropped: ``heap``
     w = weights if weights is not None else init_weights(config)
     transformer(trace, w, config.model, src, tgt)
     return trace
