@@ -225,6 +225,36 @@ def test_no_negative_zero() -> None:
     assert render.format_value(-0.0004, 3) == "0.000" and render.format_value(-0.4, 0) == "0"
 
 
+def test_huge_numbers_are_written_in_scientific_notation() -> None:
+    # Weights ×1e200 printed 200 digits per cell; from 10⁶ on a cell is d.dde+XX, at every precision.
+    m = Matrix(np.array([[8.3357e199, -2.5e6], [999999.994, -1e-300]]), ("a", "b"), ("x", "y"))
+    assert show("m", m, View(precision=2)) == "\n".join([
+        "m  (2×2)",
+        "            x           y",
+        "─────────────────────────",
+        "a   8.34e+199   -2.50e+06",
+        "b   999999.99        0.00",
+    ])  # fmt: skip
+    assert render.format_value(-2.5e6, 0) == "-2e+06" and render.format_value(1e6, 1) == "1.0e+06"
+    assert render.format_value(-3.25e7, 2, minus="−") == "−3.25e+07"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    arrays(
+        np.float64,
+        (3, 4),
+        elements=st.floats(allow_nan=False, width=64) | st.sampled_from([1e6, -1e6, 1e100]),
+    ),
+    st.integers(0, 4),
+)
+def test_the_width_estimate_is_the_width_written(values: np.ndarray, precision: int) -> None:
+    written = [max(len(render.format_value(v, precision)) for v in column) for column in values.T.tolist()]
+    estimate = render.text_widths(values, precision).tolist()
+    # Exact but where rounding carries a digit, a sign or into the exponent (9.999e99 -> 1.00e+100).
+    assert all(w - 1 <= e <= w for e, w in zip(estimate, written, strict=True)), (estimate, written)
+
+
 def hand_stage() -> Stage:
     """A made-up masked-attention stage of round numbers: d_model 2, one head of d_k 1."""
     trace = Trace(Config(), ("a", "b"), ("a", "b"))

@@ -36,6 +36,7 @@ from ..model.trace import (
     Stage,
     Trace,
 )
+from .numbers import format_value
 from .palette import diverging
 from .render import group_of
 
@@ -230,12 +231,7 @@ def _choose(trace: Trace, stages: list[Stage], n: int) -> list[tuple[str, str, i
 
 def _number(v: float, precision: int) -> str:
     """A number for a document: one minus sign, −, for −0.25 as for −∞; never "−0.00"."""
-    if math.isinf(v):
-        return "−∞" if v < 0 else "∞"
-    text = f"{v:.{precision}f}"
-    if text.startswith("-"):
-        text = "−" + text[1:] if text.strip("-0.") else text[1:]
-    return text
+    return format_value(v, precision, minus="−")
 
 
 def _heading(trace: Trace, o: Options) -> tuple[str, str]:

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import StageError
 from ..model.architecture import Ref
 from ..model.trace import INPUT, MASK, Stage, Trace
+from .numbers import format_value
 
 MAX_DIGITS = 17  # float64 has 17 significant digits: more shows nothing but noise
 TERMS = 8  # a dot product longer than this shows its first and last terms around "…"
@@ -35,12 +36,7 @@ class Cell:
     def f(self, v: float) -> str:
         """A number as shown: rounded, with one minus sign, −, for negative numbers and operators
         alike, and never "−0.00"."""
-        if math.isinf(v):
-            return "−∞" if v < 0 else "∞"
-        text = f"{v:.{self.digits}f}"
-        if text.startswith("-"):
-            text = "−" + text[1:] if text.strip("-0.") else text[1:]
-        return text
+        return format_value(v, self.digits, minus="−")
 
     def times(self, a: float, b: float) -> str:
         return f"{self._factor(a)}·{self._factor(b)}"

@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..model.trace import ATTENTION, CONSTANT, MASK, PROBABILITIES, Matrix, Stage, Trace
+from .numbers import format_value, text_widths
 from .palette import diverging, diverging_256, sequential, sequential_256
 
 if TYPE_CHECKING:
@@ -66,30 +67,6 @@ class View:
     colors: str = "truecolor"  # the terminal's: "truecolor", or "256" (palette's own 256-colour ramps)
     shared_scale: bool = False  # one heatmap scale per stage (its largest |value|), not per matrix
     scale: float | None = None  # the heatmap's scale when shared; None: each matrix's own
-
-
-def format_value(v: float, precision: int) -> str:
-    """A number at ``precision`` decimals; -inf as "-∞" (the mask's value); never "-0.00", which
-    reads as a number below zero that the eye cannot find."""
-    if math.isinf(v):
-        return "-∞" if v < 0 else "∞"
-    text = f"{v:.{precision}f}"
-    return text[1:] if text[0] == "-" and not text.strip("-0.") else text
-
-
-def text_widths(values: np.ndarray, precision: int) -> np.ndarray:
-    """The widest formatted number of each column, without formatting them: (rows, cols) -> (cols,).
-
-    Digits before the point, a sign where the number is negative once rounded (-0.00 is shown as
-    0.00), the point and the decimals; 2 for ±∞. Exact but for a half-way case, whose rounding
-    could carry a digit or a sign.
-    """
-    finite = np.isfinite(values)
-    rounded = np.round(values, precision)
-    magnitude = np.where(finite, np.abs(rounded), 0.0)
-    digits = np.floor(np.log10(np.maximum(magnitude, 1.0))) + 1
-    widths = digits + (precision + 1 if precision else 0) + ((rounded < 0) & finite)
-    return np.where(finite, widths, np.where(values < 0, 2, 1)).max(axis=0).astype(int)
 
 
 def styled_table(title: str | None = None) -> Table:
