@@ -162,12 +162,16 @@ def test_cli_backward_shows_and_exports_every_gradient(runner: CliRunner) -> Non
     out = invoke(runner, "step", "--stage", "masked-attention", "--backward").stdout
     for name in ("dL/dA1  (4×4)", "dL/dS1+M  (4×4)", "dL/dW_Q1  (4×2)", "dL/dconcat  (4×4)"):
         assert name in out
-    assert "dL/dM " not in out  # the mask is a constant: no gradient shown (issue 11)
+    assert "dL/dM " not in out  # the mask is a constant: no gradient shown (issue 11), nor exported
+    mask_stage = next(s for s in json.loads(invoke(runner, "export", "-", "--backward").stdout)["stages"]
+                      if s["id"] == "decoder.0.masked-attention")  # fmt: skip
+    assert "M" in mask_stage["matrices"] and "M" not in mask_stage["gradients"]
     doc = json.loads(invoke(runner, "export", "-", "--backward").stdout)
     jsonschema.validate(doc, schema())
     assert doc["loss"] > 0
     for stage in doc["stages"]:
-        assert list(stage["gradients"]) == list(stage["matrices"])
+        constants = {name for name, m in stage["matrices"].items() if m["role"] in ("mask", "constant")}
+        assert list(stage["gradients"]) == [name for name in stage["matrices"] if name not in constants]
         for name, g in stage["gradients"].items():
             assert g["shape"] == stage["matrices"][name]["shape"]
 

@@ -136,7 +136,11 @@ def stage_to_dict(
         "matrices": {name: _matrix(*stage.matrices[name], numbers) for name in names},
     }
     if grads is not None:
-        out["gradients"] = {name: _matrix(grads[name], *stage.matrices[name][1:], numbers) for name in names}
+        out["gradients"] = {
+            name: _matrix(grads[name], *stage.matrices[name][1:], numbers)
+            for name in names
+            if not stage.matrices[name].is_constant  # the mask and the sinusoids learn nothing
+        }
     return out
 
 
@@ -225,7 +229,7 @@ def matrices(
         for name, m in s.matrices.items():
             if weights or not m.is_weight:
                 out[f"{s.id}/{name}"] = m.values
-                if grads is not None:
+                if grads is not None and not m.is_constant:
                     out[f"{s.id}/dL/d{name}"] = grads.stages[s.id][name]
     return out
 

@@ -67,6 +67,11 @@ class Matrix(NamedTuple):
     def is_weight(self) -> bool:
         return self.role == WEIGHT
 
+    @property
+    def is_constant(self) -> bool:
+        """The mask or the sinusoids: fixed numbers, so their gradient is never shown or exported."""
+        return self.role in (MASK, CONSTANT)
+
 
 @dataclass
 class Stage:

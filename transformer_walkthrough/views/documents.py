@@ -28,8 +28,6 @@ from ..errors import StageError
 from ..model.trace import (
     ACTIVATION,
     ATTENTION,
-    CONSTANT,
-    MASK,
     PROBABILITIES,
     Matrix,
     Prediction,
@@ -108,7 +106,7 @@ def units(stage: Stage, o: Options) -> list[list[list[Shown]]]:
         if m.is_weight and not o.weights:
             continue
         unit = [Shown(name, m, o.precision, o.holes(stage.id, name))]
-        if o.grads is not None and m.role not in (MASK, CONSTANT):
+        if o.grads is not None and not m.is_constant:
             # Gradients are small numbers: two more digits, so that they do not all read 0.00.
             gradient = Matrix(o.grads[stage.id][name], m.rows, m.cols, m.role)
             unit.append(Shown(f"dL/d{name}", gradient, o.precision + 2, {}))

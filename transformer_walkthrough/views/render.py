@@ -29,7 +29,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from ..model.trace import ATTENTION, CONSTANT, MASK, PROBABILITIES, Matrix, Stage, Trace
+from ..model.trace import ATTENTION, PROBABILITIES, Matrix, Stage, Trace
 from .numbers import format_value, text_widths
 from .palette import diverging, diverging_256, sequential, sequential_256
 
@@ -459,7 +459,7 @@ def render_stage(
     units: list[tuple[object, list[MatrixBlock]]] = []
     for name, m in stage.matrices.items():
         group, block = group_of(name), matrix_block(name, m, view)
-        if grads is None or m.role in (MASK, CONSTANT):
+        if grads is None or m.is_constant:
             units.append((group, [block]))
             continue
         gradient = matrix_block(f"dL/d{name}", Matrix(grads[name], m.rows, m.cols), grad_view)
