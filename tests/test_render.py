@@ -255,6 +255,18 @@ def test_the_width_estimate_is_the_width_written(values: np.ndarray, precision: 
     assert all(w - 1 <= e <= w for e, w in zip(estimate, written, strict=True)), (estimate, written)
 
 
+def test_wide_characters_are_aligned_by_terminal_cells() -> None:
+    # ▁猫 is 2 characters but 3 cells: padded by cells, the columns of a Chinese target line up.
+    m = Matrix(np.array([[0.5, -1.25], [2.0, 0.125]]), ("▁猫", "▁the"), ("▁猫", "ok"))
+    assert show("A1", m, View(precision=2)) == "\n".join([
+        "A1  (2×2)",
+        "        ▁猫      ok",
+        "───────────────────",
+        "▁猫    0.50   -1.25",
+        "▁the   2.00    0.12",
+    ])  # fmt: skip
+
+
 def hand_stage() -> Stage:
     """A made-up masked-attention stage of round numbers: d_model 2, one head of d_k 1."""
     trace = Trace(Config(), ("a", "b"), ("a", "b"))

@@ -243,7 +243,8 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     r, c = matrix.values.shape
     row_index = list(range(r)) if view.full else summarise([1] * r, MAX_ROWS, 1)
     shown = matrix.values[[i for i in row_index if i >= 0]]
-    label_width = max(len(s) for s in matrix.rows)
+    # Widths in terminal cells, not characters: a piece like ▁猫 takes 3 cells, not 2.
+    label_width = max(cell_len(s) for s in matrix.rows)
     if view.full:
         columns = list(range(c))
     else:
@@ -252,7 +253,7 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
         reach = max(1, view.width // (1 + COL_GAP) + 1)
         candidates = list(range(c)) if c <= 2 * reach else [*range(reach), *range(c - reach, c)]
         estimate = np.maximum(
-            text_widths(shown[:, candidates], view.precision), [len(matrix.cols[j]) for j in candidates]
+            text_widths(shown[:, candidates], view.precision), [cell_len(matrix.cols[j]) for j in candidates]
         )
         # Each column costs its text and the gap before it.
         picked = summarise(
@@ -261,7 +262,7 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
         columns = [candidates[k] if k >= 0 else -1 for k in picked]
     kept = [j for j in columns if j >= 0]
     cells = [[format_value(v, view.precision) for v in row] for row in shown[:, kept].tolist()]
-    width_of = {j: max(len(matrix.cols[j]), *(len(row[k]) for row in cells)) for k, j in enumerate(kept)}
+    width_of = {j: max(cell_len(matrix.cols[j]), *(len(row[k]) for row in cells)) for k, j in enumerate(kept)}
     width_of[-1] = len(ELLIPSIS)
     widths = [width_of[j] for j in columns]
     # Where each column's text ends on the line: the spans that colour a cell.
@@ -286,15 +287,18 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
         return _spans(line, spans)
 
     title = f"{name}  ({r}×{c})"
-    header = gap.join((ELLIPSIS if j < 0 else matrix.cols[j]).rjust(width_of[j]) for j in columns)
-    table_width = label_width + 3 + len(header)
-    width = max(table_width, len(title))
+    header = gap.join(_right(ELLIPSIS if j < 0 else matrix.cols[j], width_of[j]) for j in columns)
+    table_width = label_width + 3 + cell_len(header)
+    width = max(table_width, cell_len(title))
     pad = [Segment(" " * (width - table_width))] if width > table_width else []
     # Between the labels and the numbers: the label column's padding, the divider, the numbers'
     # padding; in the header the numbers' padding is a label's (a table's header style).
     head_gap, row_gap = [_LABEL_PAD, _NULL_PAD, _LABEL_PAD], [_LABEL_PAD, _NULL_PAD, _NULL_PAD]
     lines = [
-        [Segment(title, _TITLE), *([Segment(" " * (width - len(title)))] if width > len(title) else [])],
+        [
+            Segment(title, _TITLE),
+            *([Segment(" " * (width - cell_len(title)))] if width > cell_len(title) else []),
+        ],
         [Segment(" " * label_width, _LABEL), *head_gap, Segment(header, _LABEL), *pad],
         [Segment("─" * table_width, _NULL), *pad],
     ]
@@ -308,8 +312,13 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
             texts = [ELLIPSIS if j < 0 else next(row_texts) for j in columns]
             label = matrix.rows[i]
             line = numbers(texts, matrix.values[i, kept].tolist() if shade else None)
-        lines.append([Segment(label.ljust(label_width), _LABEL), *row_gap, *line, *pad])
+        lines.append([Segment(label + " " * (label_width - cell_len(label)), _LABEL), *row_gap, *line, *pad])
     return MatrixBlock(width, lines)
+
+
+def _right(text: str, width: int) -> str:
+    """``text`` right-aligned in ``width`` terminal cells (str.rjust counts characters)."""
+    return " " * (width - cell_len(text)) + text
 
 
 def _spans(text: str, spans: list[tuple[int, int, Style]]) -> list[Segment]:
