@@ -72,13 +72,18 @@ def test_the_prediction_marks_each_row_right_or_wrong_in_plain_text(runner: CliR
     assert marks == expected and "✗" in marks
 
 
-def test_a_rising_loss_says_so_and_a_memorised_sentence_is_called_that(runner: CliRunner) -> None:
+def test_a_rising_loss_says_so_and_an_unlearned_sentence_is_not_called_memorised(runner: CliRunner) -> None:
     rising = ok(runner, "train", "--lr", "5", "--steps", "3")
     assert re.search(r"The loss rose, from 1\.61 to \d+(\.\d+)?: the steps overshoot\. "
                      r"Try a smaller rate, e\.g\. --lr 0\.5\.", rising)  # fmt: skip
-    assert "A model that has seen one sentence has memorised it" in rising
+    # Three steps teach it nothing yet: it is not called memorised before it says the sentence back.
+    assert "memorised" not in rising
     falling = ok(runner, "train", "--steps", "3")
-    assert "The loss rose" not in falling
+    assert "The loss rose" not in falling and "memorised" not in falling
+    assert re.search(r"(\d) of the 3 next words are still wrong after 3 steps", falling)
+    # as many as the table marks ✗ in its last column, "after training"
+    marks = [line.split()[-1] for line in falling.splitlines() if line.rstrip().endswith(("✓", "✗"))]
+    assert len(marks) == 3 and int(re.search(r"(\d) of the 3", falling).group(1)) == marks.count("✗") >= 1
 
 
 def test_the_flatten_head_says_it_sees_the_future(runner: CliRunner) -> None:

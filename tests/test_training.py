@@ -143,7 +143,9 @@ def test_cli_train_then_generate_says_the_sentence(runner: CliRunner, tmp_path: 
     result = invoke(runner, "train", "--output", str(weights))
     assert result.exit_code == 0, result.stderr
     assert "loss, log scale, over 150 steps" in result.stdout
+    assert re.search(r"^ +step 0 +150$", result.stdout, re.MULTILINE)  # the axis, its ends apart
     assert "Predictions before and after training" in result.stdout
+    assert "has memorised it" in result.stdout and "still wrong" not in result.stdout
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line.split()}
     # after, expected, before (word p, mark), after training (word p, mark)
     assert rows["<start>"][1:2] == ["sleeping"] and rows["<start>"][5:8:2] == ["sleeping", "✓"]

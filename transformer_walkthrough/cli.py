@@ -689,7 +689,9 @@ def train(
     after = run_forward(settings, w)
     console.print(loss_curve(losses, width=min(60, console.width - 12)))
     console.print(training_table(before, after, View(precision=settings.display.precision)))
-    for line in training_notes(losses, lr if lr is not None else settings.training.learning_rate, settings):
+    for line in training_notes(
+        losses, lr if lr is not None else settings.training.learning_rate, settings, after
+    ):
         console.print(line)
     if target is not None:
         write_atomic(target, lambda f: np.savez(f, **w.arrays), force)

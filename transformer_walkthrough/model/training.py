@@ -117,16 +117,23 @@ def train(
     return losses
 
 
-def training_notes(losses: list[float], lr: float, config: Config) -> list[str]:
+def training_notes(losses: list[float], lr: float, config: Config, after: Trace) -> list[str]:
     """What a learner should be told about a training that ended: a loss that rose, and what a model
-    that has seen a single sentence has learned (that sentence, by heart)."""
+    that has seen a single sentence has learned (that sentence, by heart, once it says it back)."""
     notes = []
     if losses[-1] > losses[0]:
         notes.append(
             f"The loss rose, from {losses[0]:.4g} to {losses[-1]:.4g}: the steps overshoot. "
             f"Try a smaller rate, e.g. --lr {lr / 10:g}."
         )
-    if len(config.pairs) == 1:
+    checked = [p for p in after.prediction if p.expected is not None]
+    wrong = sum(p.word != p.expected for p in checked)
+    if wrong:
+        notes.append(
+            f"{wrong} of the {len(checked)} next words are still wrong after {len(losses) - 1} steps: "
+            f"it has not learned the sentence yet (train for more steps, {config.training.steps} by default)."
+        )
+    elif len(config.pairs) == 1:
         notes.append(
             "A model that has seen one sentence has memorised it: it says this sentence back, "
             "and knows nothing of any other."

@@ -604,16 +604,20 @@ def verify_table(checks: list[Check]) -> Table:
 def loss_curve(losses: list[float], width: int = 60, height: int = 8) -> Text:
     """The loss per step as a dot plot on a log scale: training's whole story in a few lines."""
     n = len(losses)
-    cols = max(1, min(width, n))
-    # One column every n/cols steps, the first and the last included; log scale, as losses fall by
-    # orders of magnitude.
-    picked = [losses[round(i * (n - 1) / max(cols - 1, 1))] for i in range(cols)]
+    cols = max(1, min(width, max(n, 16)))  # a few steps spread out, so that the axis can name them
+    if n <= cols:  # a dot for every step
+        xs = [round(i * (cols - 1) / max(n - 1, 1)) for i in range(n)]
+        picked = losses
+    else:  # one column every n/cols steps, the first and the last included
+        xs = list(range(cols))
+        picked = [losses[round(i * (n - 1) / (cols - 1))] for i in range(cols)]
+    # Log scale, as losses fall by orders of magnitude.
     finite = [math.log10(max(loss, 1e-12)) for loss in picked if math.isfinite(loss)] or [0.0]
     top, bottom = max(finite), min(finite)
     logs = [math.log10(max(loss, 1e-12)) if math.isfinite(loss) else top for loss in picked]  # inf, nan: top
     span = (top - bottom) or 1.0
     grid = [[" "] * cols for _ in range(height)]
-    for x, y in enumerate(logs):
+    for x, y in zip(xs, logs, strict=True):
         grid[round((top - y) / span * (height - 1))][x] = "•"
     labels = [f"{10**top:.3g}", *[""] * (height - 2), f"{10**bottom:.3g}"]
     pad = max(len(label) for label in labels)
@@ -621,12 +625,10 @@ def loss_curve(losses: list[float], width: int = 60, height: int = 8) -> Text:
     for label, row in zip(labels, grid, strict=True):
         out.append(f"{label:>{pad}} │", style=LABEL)
         out.append("".join(row) + "\n", style=FORMULA)
-    out.append(
-        " " * pad
-        + " └"
-        + "─" * cols
-        + f"\n{'':>{pad}}  step 0{'':>{max(0, cols - 7 - len(str(n - 1)))}}{n - 1}"
-    )
+    last = str(n - 1)  # under the last column
+    room = cols - len("step 0") - len(last)
+    axis = f"step 0{' ' * room}{last}" if room > 0 else f"steps 0–{last}"
+    out.append(" " * pad + " └" + "─" * cols + "\n" + " " * (pad + 2) + axis)
     return out
 
 
