@@ -267,6 +267,16 @@ def test_wide_characters_are_aligned_by_terminal_cells() -> None:
     ])  # fmt: skip
 
 
+def test_the_label_column_is_as_wide_as_the_labels_on_screen() -> None:
+    # 100 rows summarised to 24: a long label among the hidden ones does not widen the column.
+    rows = [f"r{i}" for i in range(100)]
+    rows[50] = "a-long-piece-the-summary-hides"
+    shown = show("E", Matrix(np.arange(200.0).reshape(100, 2), tuple(rows), ("x", "y")), View(precision=1))
+    assert "a-long-piece" not in shown
+    assert shown.splitlines()[1:4] == ["          x       y", "───────────────────", "r0      0.0     1.0"]
+    assert shown.splitlines()[-1] == "r99   198.0   199.0"
+
+
 def hand_stage() -> Stage:
     """A made-up masked-attention stage of round numbers: d_model 2, one head of d_k 1."""
     trace = Trace(Config(), ("a", "b"), ("a", "b"))

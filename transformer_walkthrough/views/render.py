@@ -243,8 +243,9 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     r, c = matrix.values.shape
     row_index = list(range(r)) if view.full else summarise([1] * r, MAX_ROWS, 1)
     shown = matrix.values[[i for i in row_index if i >= 0]]
-    # Widths in terminal cells, not characters: a piece like ▁猫 takes 3 cells, not 2.
-    label_width = max(cell_len(s) for s in matrix.rows)
+    # The labels on screen, in terminal cells (▁猫 takes 3): a long piece among 58,101 hidden by the
+    # summary does not widen the column.
+    label_width = max(cell_width(matrix.rows[i]) for i in row_index if i >= 0)
     if view.full:
         columns = list(range(c))
     else:
@@ -253,7 +254,8 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
         reach = max(1, view.width // (1 + COL_GAP) + 1)
         candidates = list(range(c)) if c <= 2 * reach else [*range(reach), *range(c - reach, c)]
         estimate = np.maximum(
-            text_widths(shown[:, candidates], view.precision), [cell_len(matrix.cols[j]) for j in candidates]
+            text_widths(shown[:, candidates], view.precision),
+            [cell_width(matrix.cols[j]) for j in candidates],
         )
         # Each column costs its text and the gap before it.
         picked = summarise(
@@ -262,7 +264,9 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
         columns = [candidates[k] if k >= 0 else -1 for k in picked]
     kept = [j for j in columns if j >= 0]
     cells = [[format_value(v, view.precision) for v in row] for row in shown[:, kept].tolist()]
-    width_of = {j: max(cell_len(matrix.cols[j]), *(len(row[k]) for row in cells)) for k, j in enumerate(kept)}
+    width_of = {
+        j: max(cell_width(matrix.cols[j]), *(len(row[k]) for row in cells)) for k, j in enumerate(kept)
+    }
     width_of[-1] = len(ELLIPSIS)
     widths = [width_of[j] for j in columns]
     # Where each column's text ends on the line: the spans that colour a cell.
@@ -288,8 +292,8 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
 
     title = f"{name}  ({r}×{c})"
     header = gap.join(_right(ELLIPSIS if j < 0 else matrix.cols[j], width_of[j]) for j in columns)
-    table_width = label_width + 3 + cell_len(header)
-    width = max(table_width, cell_len(title))
+    table_width = label_width + 3 + cell_width(header)
+    width = max(table_width, cell_width(title))
     pad = [Segment(" " * (width - table_width))] if width > table_width else []
     # Between the labels and the numbers: the label column's padding, the divider, the numbers'
     # padding; in the header the numbers' padding is a label's (a table's header style).
@@ -297,7 +301,7 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     lines = [
         [
             Segment(title, _TITLE),
-            *([Segment(" " * (width - cell_len(title)))] if width > cell_len(title) else []),
+            *([Segment(" " * (width - cell_width(title)))] if width > cell_width(title) else []),
         ],
         [Segment(" " * label_width, _LABEL), *head_gap, Segment(header, _LABEL), *pad],
         [Segment("─" * table_width, _NULL), *pad],
@@ -312,13 +316,23 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
             texts = [ELLIPSIS if j < 0 else next(row_texts) for j in columns]
             label = matrix.rows[i]
             line = numbers(texts, matrix.values[i, kept].tolist() if shade else None)
-        lines.append([Segment(label + " " * (label_width - cell_len(label)), _LABEL), *row_gap, *line, *pad])
+        lines.append(
+            [Segment(label + " " * (label_width - cell_width(label)), _LABEL), *row_gap, *line, *pad]
+        )
     return MatrixBlock(width, lines)
+
+
+def cell_width(text: str) -> int:
+    """How many terminal cells ``text`` takes: its length, unless a character is wide (▁猫: 3).
+
+    ASCII first, at the cost of ``len``: a 58,101-piece vocabulary's labels are all measured.
+    """
+    return len(text) if text.isascii() else cell_len(text)
 
 
 def _right(text: str, width: int) -> str:
     """``text`` right-aligned in ``width`` terminal cells (str.rjust counts characters)."""
-    return " " * (width - cell_len(text)) + text
+    return " " * (width - cell_width(text)) + text
 
 
 def _spans(text: str, spans: list[tuple[int, int, Style]]) -> list[Segment]:
