@@ -17,10 +17,12 @@ def format_value(v: float, precision: int, minus: str = "-") -> str:
     """
     if math.isinf(v):
         return f"{minus}∞" if v < 0 else "∞"
-    text = f"{v:.{precision}f}" if abs(v) < LARGE else f"{v:.{precision}e}"
-    if text.startswith("-"):
-        return minus + text[1:] if text.strip("-0.") else text[1:]
-    return text
+    text = f"{v:.{precision}f}" if -LARGE < v < LARGE else f"{v:.{precision}e}"
+    if text[0] != "-":
+        return text
+    if not text.strip("-0."):  # -0.00
+        return text[1:]
+    return text if minus == "-" else minus + text[1:]
 
 
 def text_widths(values: np.ndarray, precision: int) -> np.ndarray:
@@ -31,11 +33,15 @@ def text_widths(values: np.ndarray, precision: int) -> np.ndarray:
     3 digits (e+06, e+300); 2 for ±∞. Exact but for a half-way case, whose rounding could carry a
     digit or a sign.
     """
+    values = values.astype(np.float64, copy=False)  # 1e100 is no float32
     finite = np.isfinite(values)
-    magnitude = np.where(finite, np.abs(values), 0.0)
-    large = magnitude >= LARGE
-    rounded = np.round(values, precision)
-    digits = np.floor(np.log10(np.maximum(np.where(large, 1.0, np.abs(rounded)), 1.0))) + 1
-    exponent = np.where(large, 4 + (magnitude >= 1e100), 0)  # e+06, e+100
-    widths = digits + exponent + (precision + 1 if precision else 0) + ((rounded < 0) & finite)
+    large = np.abs(values) >= LARGE  # written d.dde+XX (±∞ too, set apart below)
+    some_large = bool(large.any())
+    rounded = np.round(np.where(large, 0.0, values) if some_large else values, precision)
+    digits = np.floor(np.log10(np.maximum(np.abs(rounded), 1.0))) + 1
+    negative = rounded < 0  # once rounded: -0.00 is shown as 0.00
+    if some_large:  # one digit before the point, then e+06 or e+100
+        digits = np.where(large, 5 + (np.abs(values) >= 1e100), digits)
+        negative = np.where(large, values < 0, negative)
+    widths = digits + (precision + 1 if precision else 0) + (negative & finite)
     return np.where(finite, widths, np.where(values < 0, 2, 1)).max(axis=0).astype(int)

@@ -243,20 +243,20 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     r, c = matrix.values.shape
     row_index = list(range(r)) if view.full else summarise([1] * r, MAX_ROWS, 1)
     shown = matrix.values[[i for i in row_index if i >= 0]]
-    # The labels on screen, in terminal cells (▁猫 takes 3): a long piece among 58,101 hidden by the
-    # summary does not widen the column.
-    label_width = max(cell_width(matrix.rows[i]) for i in row_index if i >= 0)
+    # Labels are measured in terminal cells (▁猫 takes 3), and only those on screen: a long piece
+    # among 58,101 hidden by the summary does not widen the column.
+    row_cells = {i: cell_width(matrix.rows[i]) for i in row_index if i >= 0}
+    label_width = max(row_cells.values())
     if view.full:
         columns = list(range(c))
+        col_cells = {j: cell_width(label) for j, label in enumerate(matrix.cols)}
     else:
         # Only the columns that could fit are measured: a column is at least 1 + COL_GAP wide, so
         # no more than this many from either end (a 58,101-word vocabulary is measured at its ends).
         reach = max(1, view.width // (1 + COL_GAP) + 1)
         candidates = list(range(c)) if c <= 2 * reach else [*range(reach), *range(c - reach, c)]
-        estimate = np.maximum(
-            text_widths(shown[:, candidates], view.precision),
-            [cell_width(matrix.cols[j]) for j in candidates],
-        )
+        col_cells = {j: cell_width(matrix.cols[j]) for j in candidates}
+        estimate = np.maximum(text_widths(shown[:, candidates], view.precision), list(col_cells.values()))
         # Each column costs its text and the gap before it.
         picked = summarise(
             [int(w) + COL_GAP for w in estimate], view.width - label_width, len(ELLIPSIS) + COL_GAP
@@ -264,9 +264,7 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
         columns = [candidates[k] if k >= 0 else -1 for k in picked]
     kept = [j for j in columns if j >= 0]
     cells = [[format_value(v, view.precision) for v in row] for row in shown[:, kept].tolist()]
-    width_of = {
-        j: max(cell_width(matrix.cols[j]), *(len(row[k]) for row in cells)) for k, j in enumerate(kept)
-    }
+    width_of = {j: max(col_cells[j], *(len(row[k]) for row in cells)) for k, j in enumerate(kept)}
     width_of[-1] = len(ELLIPSIS)
     widths = [width_of[j] for j in columns]
     # Where each column's text ends on the line: the spans that colour a cell.
@@ -291,9 +289,13 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
         return _spans(line, spans)
 
     title = f"{name}  ({r}×{c})"
-    header = gap.join(_right(ELLIPSIS if j < 0 else matrix.cols[j], width_of[j]) for j in columns)
-    table_width = label_width + 3 + cell_width(header)
-    width = max(table_width, cell_width(title))
+    header = gap.join(
+        ELLIPSIS.rjust(width_of[j]) if j < 0 else " " * (width_of[j] - col_cells[j]) + matrix.cols[j]
+        for j in columns
+    )
+    table_width = label_width + 3 + sum(widths) + COL_GAP * (len(widths) - 1)
+    title_width = cell_width(title)
+    width = max(table_width, title_width)
     pad = [Segment(" " * (width - table_width))] if width > table_width else []
     # Between the labels and the numbers: the label column's padding, the divider, the numbers'
     # padding; in the header the numbers' padding is a label's (a table's header style).
@@ -301,7 +303,7 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     lines = [
         [
             Segment(title, _TITLE),
-            *([Segment(" " * (width - cell_width(title)))] if width > cell_width(title) else []),
+            *([Segment(" " * (width - title_width))] if width > title_width else []),
         ],
         [Segment(" " * label_width, _LABEL), *head_gap, Segment(header, _LABEL), *pad],
         [Segment("─" * table_width, _NULL), *pad],
@@ -309,30 +311,23 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     body = iter(cells)
     for i in row_index:
         if i < 0:
-            label, line = "⋮", numbers(["⋮"] * len(columns))
+            label, line = "⋮".ljust(label_width), numbers(["⋮"] * len(columns))
         else:
             row = next(body)
             row_texts = iter(row)
             texts = [ELLIPSIS if j < 0 else next(row_texts) for j in columns]
-            label = matrix.rows[i]
+            label = matrix.rows[i] + " " * (label_width - row_cells[i])
             line = numbers(texts, matrix.values[i, kept].tolist() if shade else None)
-        lines.append(
-            [Segment(label + " " * (label_width - cell_width(label)), _LABEL), *row_gap, *line, *pad]
-        )
+        lines.append([Segment(label, _LABEL), *row_gap, *line, *pad])
     return MatrixBlock(width, lines)
 
 
 def cell_width(text: str) -> int:
     """How many terminal cells ``text`` takes: its length, unless a character is wide (▁猫: 3).
 
-    ASCII first, at the cost of ``len``: a 58,101-piece vocabulary's labels are all measured.
+    ASCII first, at the cost of ``len``.
     """
     return len(text) if text.isascii() else cell_len(text)
-
-
-def _right(text: str, width: int) -> str:
-    """``text`` right-aligned in ``width`` terminal cells (str.rjust counts characters)."""
-    return " " * (width - cell_width(text)) + text
 
 
 def _spans(text: str, spans: list[tuple[int, int, Style]]) -> list[Segment]:
