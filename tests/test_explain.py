@@ -13,7 +13,7 @@ from transformer_walkthrough.config import Config
 from transformer_walkthrough.errors import StageError
 from transformer_walkthrough.model.trace import MASK, Trace
 from transformer_walkthrough.model.transformer import run_forward
-from transformer_walkthrough.views.explain import explain, explainable
+from transformer_walkthrough.views.explain import explain, explainable, parse_cell
 
 INF = math.inf
 D = ("d0", "d1")
@@ -286,6 +286,15 @@ def test_cells_by_label_and_clean_errors() -> None:
         assert str(err.value) == message
     with pytest.raises(StageError, match="has no matrix 'A3'; it has X, M, W_Q1"):
         explain(T, "decoder.0.masked-attention", "A3", "0,0")
+
+
+def test_a_label_may_hold_the_comma() -> None:
+    stage = Trace(Config(), (), ()).stage("decoder.0.logits", "logits")
+    stage.rec("A", np.arange(4.0).reshape(2, 2), ("a", ","), (",", "b"))
+    assert parse_cell(",,b", stage, "A") == (1, 1) and parse_cell(",,,", stage, "A") == (1, 0)
+    assert parse_cell("a,,", stage, "A") == (0, 0) and parse_cell("1, 0", stage, "A") == (1, 0)
+    with pytest.raises(StageError, match="give a row and a column"):
+        parse_cell("a,,,", stage, "A")  # no split names a row and a column
 
 
 def test_cli_explain(runner: CliRunner) -> None:

@@ -104,6 +104,20 @@ def test_explain_an_attention_weight_by_label(runner, gpt2):
     assert result.output.splitlines()[0].endswith(f"A2[3, 1] = {value:.4f}")
 
 
+def test_explain_names_the_comma_token_by_its_label(runner, gpt2):
+    folder = str(gpt2[0]["saved"])
+    prompt = "The cat, the mat"
+    tokens = walk_prompt(folder, prompt, "float64").trace.target_tokens
+    trace = walk_prompt(folder, prompt, "float64").trace
+    comma = tokens.index(",")  # the tokenizer's own piece: a label that holds the separator
+    result = _cli(runner, "explain", "--model", folder, "--prompt", prompt, "--dtype", "float64",
+                  "--stage", "decoder.0.masked-attention", "--matrix", "A1",
+                  "--cell", f",,{tokens[0]}")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    value = trace["decoder.0.masked-attention"]["A1"][comma, 0]
+    assert result.output.splitlines()[0].endswith(f"A1[{comma}, 0] = {value:.4f}")
+
+
 def test_verify_agrees_with_itself_and_torch(runner, gpt2):
     folder = str(gpt2[0]["saved"])
     result = _cli(runner, "verify", "--model", folder, "--prompt", PROMPT, "--against", "torch")

@@ -53,13 +53,26 @@ class Cell:
 
 
 def parse_cell(spec: str, stage: Stage, name: str) -> tuple[int, int]:
-    """ "1,0" (indices from 0) or "sleeping,<start>" (labels), or a mix, into (row, column)."""
+    """ "1,0" (indices from 0) or "sleeping,<start>" (labels), or a mix, into (row, column).
+
+    A label may hold a comma itself (GPT-2's "," token): ",,·world" is the one split whose two
+    halves name a row and a column.
+    """
     m = stage.matrices[name]
+    r, c = m.shape
     parts = [p.strip() for p in spec.split(",")]
+    if len(parts) > 2:
+        splits = [(spec[:k].strip(), spec[k + 1 :].strip()) for k, ch in enumerate(spec) if ch == ","]
+        named = [(a, b) for a, b in splits if _names(a, m.rows, r) and _names(b, m.cols, c)]
+        parts = list(named[0]) if len(named) == 1 else parts
     if len(parts) != 2:
         raise StageError(f"--cell {spec!r}: give a row and a column, as 1,0 or sleeping,<start>")
-    r, c = m.shape
     return _index(parts[0], m.rows, r, "row", name), _index(parts[1], m.cols, c, "column", name)
+
+
+def _names(part: str, labels: tuple[str, ...], n: int) -> bool:
+    """Whether ``part`` names one of n rows (or columns): an index from 0, or a label."""
+    return (re.fullmatch(r"\d+", part) is not None and int(part) < n) or part in labels
 
 
 def _index(part: str, labels: tuple[str, ...], n: int, what: str, name: str) -> int:
