@@ -44,3 +44,13 @@ def gpt2(tmp_path_factory):
     from tests.tiny_gpt2 import build
 
     return build(tmp_path_factory.mktemp("gpt2"))
+
+
+@pytest.fixture(scope="session")
+def marian_separate(tmp_path_factory):
+    """Tiny random Marian checkpoints with separate source and target vocabularies of different
+    sizes: {"untied", "tied-decoder", "shared"} -> (folder, float64 eager transformers model)."""
+    pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
+    from tests.tiny_marian import build_separate
+
+    return build_separate(tmp_path_factory.mktemp("marian-separate"))

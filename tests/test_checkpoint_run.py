@@ -3,11 +3,14 @@
 Every attention weight matrix (encoder self-attention, decoder masked and cross-attention; every
 head of every layer) and the logits are compared with ``MarianMTModel`` run eagerly with
 ``output_attentions=True``; greedy generation with ``generate(num_beams=1, do_sample=False)``.
+The same on checkpoints of two vocabularies (``separate_vocabs``), whose encoder is labelled by
+the source's pieces and the decoder by the target's.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import shutil
@@ -21,10 +24,15 @@ import torch
 import transformers
 from jsonschema import Draft202012Validator
 
-from tests.tiny_marian import D_MODEL, HEADS, LAYERS
-from transformer_walkthrough.checkpoints.run import translate, walk
+from tests.tiny_marian import D_MODEL, HEADS, LAYERS, SEPARATE_VARIANTS, pieces_of
+from transformer_walkthrough.checkpoints.run import CheckpointConfig, translate, walk
 from transformer_walkthrough.cli import app
+from transformer_walkthrough.config import ModelConfig
+from transformer_walkthrough.errors import ConfigError, WalkthroughError
 from transformer_walkthrough.files.export import schema
+from transformer_walkthrough.model.architecture import DECODER, ENCODER, OUTPUT
+from transformer_walkthrough.model.trace import token_labels
+from transformer_walkthrough.model.transformer import forward
 
 SOURCE = "the cat is sleeping comfortably. the cat"  # "▁the" and "t" repeat: labels by position
 TARGET = "die Katze schläft bequem."
@@ -46,7 +54,12 @@ def exact(marian):
     copy of the model gets the table computed in float64 by the same formula (``_exact_table``),
     copied into the encoder's and the decoder's ``embed_positions`` weights.
     """
-    model = copy.deepcopy(marian[2])
+    return _with_exact_table(marian[2])
+
+
+def _with_exact_table(reference):
+    """A copy of a float64 reference whose sinusoid tables are ``_exact_table`` (see ``exact``)."""
+    model = copy.deepcopy(reference)
     rows = model.model.encoder.embed_positions.weight.shape[0]
     table = torch.from_numpy(_exact_table(rows, D_MODEL))
     with torch.no_grad():
@@ -205,6 +218,7 @@ def test_export_with_model_carries_ids_model_and_full_matrices(runner, marian, t
     trace = walk(str(marian[0]), SOURCE, TARGET, dtype="float64").trace
     assert doc["source_ids"] == list(trace.source_ids) and doc["target_ids"] == list(trace.target_ids)
     assert doc["model"] == f"{marian[0]} (model.safetensors)"
+    assert "source_vocabulary" not in doc and doc["config"]["source_vocabulary"] is None  # one vocabulary
     logits = next(s for s in doc["stages"] if s["id"] == "output.logits")["matrices"]["logits"]
     assert np.array_equal(np.array(logits["values"]), trace["output.logits"]["logits"])  # every column
 
@@ -213,6 +227,7 @@ def test_export_of_the_toy_carries_ids_and_no_model(runner):
     result = _cli(runner, "export", "-")
     doc = json.loads(result.output)
     assert doc["source_ids"] == [2, 3, 4] and doc["target_ids"] == [0, 5, 6, 1] and doc["model"] is None
+    assert "source_vocabulary" not in doc and "source_vocabulary" not in doc["config"]
     Draft202012Validator(schema()).validate(doc)
 
 
@@ -290,3 +305,190 @@ def test_a_target_piece_the_vocabulary_lacks_is_unk_as_in_marian_tokenizer(maria
     expected = reference_tokenizer(text_target=text)["input_ids"]
     assert list(trace.target_ids[1:]) == expected
     assert reference_tokenizer.unk_token_id in expected
+
+
+# ---------------------------------------------------------------------------------------------
+# separate vocabularies (tokenizer_config.json's separate_vocabs): the encoder reads vocab.json's
+# pieces, the decoder, the output layer and generation target_vocab.json's (fewer, here)
+
+
+@pytest.fixture(scope="module")
+def separate(marian_separate):
+    """variant -> (folder, its float64 reference with the exact sinusoid table)."""
+    return {
+        variant: (folder, _with_exact_table(model)) for variant, (folder, model) in marian_separate.items()
+    }
+
+
+@pytest.mark.parametrize("variant", SEPARATE_VARIANTS)
+def test_separate_vocabularies_equal_transformers_and_each_side_has_its_own_labels(separate, variant):
+    folder, reference = separate[variant]
+    tokenizer = transformers.MarianTokenizer.from_pretrained(folder)
+    trace = walk(str(folder), SOURCE, TARGET, dtype="float64").trace
+    expected = tokenizer(SOURCE, text_target=TARGET)
+    assert list(trace.source_ids) == expected["input_ids"]
+    assert list(trace.target_ids) == [reference.config.decoder_start_token_id, *expected["labels"]]
+    gaps = _gaps(trace, _transformers(reference, trace), relative=False)
+    assert max(gaps.values()) <= 1e-9, gaps  # measured: ~3e-15 for the attention, ~1e-14 for the logits
+
+    source = pieces_of(folder / "vocab.json")
+    target = trace.vocabulary
+    assert target[: len(tokenizer.target_encoder)] == pieces_of(folder / "target_vocab.json")
+    assert trace["encoder.embedding"].matrices["E"].rows == source
+    assert trace["decoder.embedding"].matrices["E"].rows == target
+    assert trace["output.logits"].matrices["logits"].cols == target
+    assert trace.source_tokens == token_labels([source[i] for i in trace.source_ids])
+    assert trace.target_tokens == token_labels(tokenizer.convert_ids_to_tokens(list(trace.target_ids)))
+    # labelled by the target vocabulary, the encoder's rows would read otherwise
+    assert trace.source_tokens != token_labels([target[i] for i in trace.source_ids if i < len(target)])
+    for stage in trace:
+        for name, m in stage.matrices.items():
+            where = f"{stage.id}/{name}"
+            if stage.id.startswith("encoder.") and not m.is_weight and not m.is_constant:
+                assert m.rows == trace.source_tokens, where
+            if stage.kind == "cross-attention" and re.fullmatch(r"[SA]\d+", name):
+                assert (m.rows, m.cols) == (trace.target_tokens, trace.source_tokens), where
+
+
+def test_source_ids_are_checked_against_the_source_vocabulary(separate):
+    """The encoder reads ids up to its own vocabulary's last, past the target's; each side refuses
+    the first id past its own, in one line."""
+    folder, reference = separate["untied"]
+    walked = walk(str(folder), "the cat", "die Katze", dtype="float64")
+    config, w = walked.config, walked.weights
+    n_source, n_target = len(config.vocabulary_of(ENCODER)), len(config.vocabulary)
+    assert n_source > n_target
+    source_ids, target_ids = [n_source - 1, n_target, 0], [n_target - 1, 5]
+    ours = forward(config, w, source_ids, target_ids)
+    with torch.no_grad():
+        logits = reference(
+            input_ids=torch.tensor([source_ids]), decoder_input_ids=torch.tensor([target_ids])
+        ).logits
+    np.testing.assert_allclose(ours, torch.softmax(logits[0], -1).numpy(), rtol=0, atol=1e-12)
+    for side, bad, last in (("source", [n_source], n_source - 1), ("target", [n_target], n_target - 1)):
+        ids = {"source_ids": [0], "target_ids": [0], f"{side}_ids": bad}
+        with pytest.raises(WalkthroughError) as err:
+            forward(config, w, **ids)
+        assert str(err.value) == f"{side} ids: need 1 or more ids from 0 to {last}; got {bad}"
+
+
+def test_separate_vocabularies_generate_as_transformers(separate):
+    folder, reference = separate["untied"]
+    tokenizer = transformers.MarianTokenizer.from_pretrained(folder)
+    for source in SOURCES:
+        ours = translate(str(folder), source, dtype="float64", max_len=10)
+        with torch.no_grad():
+            theirs = reference.generate(
+                torch.tensor([tokenizer(source)["input_ids"]]),
+                num_beams=1,
+                do_sample=False,
+                max_new_tokens=10,
+            )[0].tolist()
+        assert ours.ids == theirs, source
+        assert [step.chosen for step in ours.steps] == tokenizer.convert_ids_to_tokens(theirs[1:])
+        # the text of the chosen tokens: the start token, the target's <pad>, is no word of it (transformers'
+        # decode would keep it: its special tokens are the source vocabulary's ids)
+        assert ours.text == tokenizer.decode(theirs[1:], skip_special_tokens=True)
+        assert "<pad>" not in ours.text and "<pad>" in tokenizer.decode(theirs, skip_special_tokens=True)
+
+
+def _section(out: str, stage_id: str) -> str:
+    """The part of `run`'s output that shows one stage: from its header to the next one's."""
+    start = out.index(f"  {stage_id} ─")
+    following = re.search(r"^.+ · .+  [\w.-]+ ─+$", out[start + 1 :], re.M)
+    return out[start : start + 1 + following.start()] if following else out[start:]
+
+
+def _row_labels(section: str, title: str) -> list[str]:
+    """The row labels of the table titled ``title`` (``X  (6×16)``), "⋮" where rows are left out."""
+    lines = section[section.index(f"\n{title}\n") + 1 :].splitlines()[3:]  # title, columns, rule
+    rows = []
+    for line in lines:
+        if not line or re.fullmatch(r"\S+  \(\d+×\d+\)", line):
+            break
+        rows.append(line.split()[0])
+    return rows
+
+
+def test_run_with_separate_vocabularies_shows_source_pieces_on_the_encoders_rows(runner, marian_separate):
+    folder = marian_separate["untied"][0]
+    result = _cli(runner, "run", "--model", str(folder), "--source", "the cat", "--target", TARGET)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    trace = walk(str(folder), "the cat", TARGET).trace
+    source, target = pieces_of(folder / "vocab.json"), pieces_of(folder / "target_vocab.json")
+    labels = list(trace.source_tokens)
+    assert labels == list(token_labels([source[i] for i in trace.source_ids]))
+    # E's rows, shown by their ends: the source pieces in the encoder, the target pieces in the decoder
+    shown = {}
+    for stage, pieces in (("encoder.embedding", source), ("decoder.embedding", target)):
+        rows = _row_labels(_section(out, stage), f"E  ({len(pieces)}×{D_MODEL})")
+        head, tail = rows[: rows.index("⋮")], rows[rows.index("⋮") + 1 :]
+        assert (head, tail) == (list(pieces[: len(head)]), list(pieces[len(pieces) - len(tail) :])), stage
+        shown[stage] = head
+    assert shown["encoder.embedding"] != shown["decoder.embedding"]
+    square = f"A1  ({len(labels)}×{len(labels)})"
+    for n in range(LAYERS):
+        assert _row_labels(_section(out, f"encoder.{n}.self-attention"), square) == labels
+        cross = _section(out, f"decoder.{n}.cross-attention")
+        title = f"A1  ({len(trace.target_tokens)}×{len(labels)})"
+        assert cross[cross.index(f"\n{title}\n") :].splitlines()[2].split() == labels  # its columns
+    assert _row_labels(_section(out, "encoder.1.add-norm-2"), f"output  ({len(labels)}×{D_MODEL})") == labels
+
+
+def test_export_with_separate_vocabularies_carries_both(runner, marian_separate, tmp_path):
+    folder = marian_separate["untied"][0]
+    path = tmp_path / "separate.json"
+    result = _cli(runner, "export", str(path), "--model", str(folder), "--source", "the cat",
+                  "--target", TARGET, "--dtype", "float64")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(path.read_text())
+    Draft202012Validator(schema()).validate(doc)
+    source, target = pieces_of(folder / "vocab.json"), pieces_of(folder / "target_vocab.json")
+    assert doc["source_vocabulary"] == list(source) and doc["vocabulary"] == list(target)
+    assert doc["config"]["source_vocabulary"] == list(source)
+    stages = {s["id"]: s["matrices"] for s in doc["stages"]}
+    assert stages["encoder.embedding"]["E"]["rows"] == list(source)
+    assert stages["decoder.embedding"]["E"]["rows"] == list(target)
+    assert doc["source_tokens"] == list(token_labels([source[i] for i in doc["source_ids"]]))
+    assert stages["decoder.0.cross-attention"]["A2"]["cols"] == doc["source_tokens"]
+
+
+def test_explain_an_encoder_embedding_cell_by_its_source_piece(runner, marian_separate):
+    folder = marian_separate["untied"][0]
+    source, target = pieces_of(folder / "vocab.json"), pieces_of(folder / "target_vocab.json")
+    piece = next(p for p in source if p not in target and "," not in p)  # a piece the decoder has not
+    i = source.index(piece)
+    base = ["explain", "--model", str(folder), "--source", "the cat", "--target", TARGET,
+            "--dtype", "float64"]  # fmt: skip
+    result = _cli(runner, *base, "--stage", "encoder.embedding", "--matrix", "E", "--cell", f"{piece},d3")
+    assert result.exit_code == 0, result.output
+    head = result.output.splitlines()[0]
+    E = walk(str(folder), "the cat", TARGET, dtype="float64").weights["encoder.embedding/E"]
+    prefix = f"encoder.embedding · E[{piece}, d3] = E[{i}, 3] = "
+    assert head.startswith(prefix) and float(head[len(prefix) :].replace("−", "-")) == round(E[i, 3], 4)
+    result = _cli(runner, *base, "--stage", "decoder.embedding", "--matrix", "E", "--cell", f"{piece},d3")
+    assert result.exit_code == 2
+    assert f"row {piece!r} is not a row of E" in result.output
+
+
+def test_a_checkpoint_config_reads_the_encoders_vocabulary_of_its_own():
+    source, target = ("<unk>", "▁the", "▁cat"), ("<unk>", "▁die")
+    for tied in (False, True):
+        model = ModelConfig(d_model=4, num_heads=2, d_ff=8, tie_embeddings=tied)
+        make = functools.partial(
+            CheckpointConfig, sentence="the cat", encoder_words=0, vocabulary=target, model=model
+        )
+        assert [make().vocabulary_of(side) for side in (ENCODER, DECODER, OUTPUT)] == [target] * 3
+        if tied:  # one table cannot have rows for both
+            with pytest.raises(
+                ConfigError, match="source vocabulary has 3 pieces and the target vocabulary 2"
+            ):
+                make(source_vocabulary=source)
+        else:
+            own = make(source_vocabulary=source)
+            assert [own.vocabulary_of(side) for side in (ENCODER, DECODER, OUTPUT)] == [
+                source,
+                target,
+                target,
+            ]

@@ -4,6 +4,7 @@ A session fixture trains two SentencePiece models (source and target) on a few s
 the vocab.json that joins them, and saves a random MarianMTModel of the same vocabulary twice: as
 ``model.safetensors`` (``save_pretrained``) and as a ``pytorch_model.bin`` (``torch.save`` of the
 state dict, as the hub's older opus-mt repos hold it: every tied name and the sinusoid tables).
+Another builds checkpoints of two vocabularies (``separate_vocabs``) of different sizes.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ import sentencepiece as spm
 import torch
 import transformers
 
-from tests.tiny_marian import D_MODEL, HEADS, LAYERS, SENTENCES
+from tests.tiny_marian import (
+    D_MODEL,
+    HEADS,
+    LAYERS,
+    SENTENCES,
+    SEPARATE_VARIANTS,
+    TARGET_TEXT,
+    pieces_of,
+)
 from transformer_walkthrough.checkpoints import (
     CheckpointError,
     MarianTokenizer,
@@ -157,6 +166,80 @@ def test_separate_tables_stay_separate(marian, tmp_path):
             ckpt.weights[ours], expected.T if ours.startswith("output") else expected
         )
     assert not np.array_equal(ckpt.weights["encoder.embedding/E"], ckpt.weights["decoder.embedding/E"])
+
+
+# ---------------------------------------------------------------------------------------------
+# separate vocabularies (separate_vocabs): vocab.json for the encoder, target_vocab.json for the decoder
+
+
+def test_separate_vocabularies_tokenize_as_transformers(marian_separate):
+    folder = marian_separate["untied"][0]
+    reference = transformers.MarianTokenizer.from_pretrained(folder)  # reads tokenizer_config.json
+    assert reference.separate_vocabs
+    ours = MarianTokenizer(folder)
+    source, target = pieces_of(folder / "vocab.json"), pieces_of(folder / "target_vocab.json")
+    assert len(source) > len(target)
+    assert ours.source_vocabulary == source
+    assert ours.target_vocabulary == target == tuple(reference.convert_ids_to_tokens(range(len(target))))
+    unknown = 0
+    for text in [*SENTENCES, *TARGET_TEXT]:
+        ids = ours.encode_source(text)
+        assert ids == reference(text)["input_ids"], text
+        labels = ours.encode_target(text)
+        assert labels == reference(text_target=text)["input_ids"], text
+        for skip in (True, False):
+            assert ours.decode(labels, skip_special_tokens=skip) == reference.decode(
+                labels, skip_special_tokens=skip
+            ), text
+        unknown += labels.count(ours.unk_id)
+    assert unknown > 3  # target pieces left out of target_vocab.json became <unk> on the decoder's side
+    # the same text has other ids on each side: the vocabularies are really two
+    assert ours.encode_source(TARGET_TEXT[0]) != ours.encode_target(TARGET_TEXT[0])
+
+
+@pytest.mark.parametrize("variant", SEPARATE_VARIANTS)
+def test_separate_vocabularies_keep_a_table_of_their_own_size(marian_separate, variant):
+    """The encoder's table has a row per source piece, the decoder's and the output layer's one per
+    target piece; "shared" is one table for both, which each vocabulary fills to its size."""
+    folder, reference = marian_separate[variant]
+    ckpt = load_marian(folder, dtype="float64")
+    state = {k: v.numpy() for k, v in reference.state_dict().items()}
+    w = ckpt.weights
+    E = w["encoder.embedding/E"]  # the one table, where the checkpoint shares it
+    ours = {
+        "model.encoder.embed_tokens.weight": E,
+        "model.decoder.embed_tokens.weight": w.get("decoder.embedding/E", E),
+        "lm_head.weight": w.get("output.logits/W", E.T).T,
+        "final_logits_bias": w["output.logits/b"][None],
+    }
+    for name, array in ours.items():
+        np.testing.assert_array_equal(array, state[name], err_msg=name)
+    share, _ = SEPARATE_VARIANTS[variant]
+    assert ckpt.model["tie_embeddings"] is share
+    source_rows = state["model.encoder.embed_tokens.weight"].shape[0]
+    target_rows = state["model.decoder.embed_tokens.weight"].shape[0]
+    assert (source_rows == target_rows) is share
+    assert ckpt.tokenizer.source_vocabulary == pieces_of(folder / "vocab.json")
+    assert len(ckpt.tokenizer.source_vocabulary) == source_rows
+    # Rows of the shared table past target_vocab.json's ids are labelled by target.spm's pieces, the
+    # fallback of transformers' _convert_id_to_token (whose convert_ids_to_tokens names the source's
+    # <pad> id "<pad>" first, an added token: a label of the other vocabulary, not followed here).
+    target = pieces_of(folder / "target_vocab.json")
+    pieces = spm.SentencePieceProcessor(model_file=str(folder / "target.spm"))
+    past = tuple(pieces.id_to_piece(i) for i in range(len(target), target_rows))
+    assert len(past) == (source_rows - len(target) if share else 0)
+    assert ckpt.tokenizer.target_vocabulary == target + past
+
+
+def test_a_target_vocabulary_larger_than_the_decoders_table_is_one_line(marian_separate, tmp_path):
+    folder = _copy(marian_separate["untied"][0], tmp_path / "big-target")
+    vocab = json.loads((folder / "target_vocab.json").read_text(encoding="utf-8"))
+    rows = len(vocab)
+    (folder / "target_vocab.json").write_text(json.dumps({**vocab, "▁extra": rows}), encoding="utf-8")
+    with pytest.raises(CheckpointError) as err:
+        load_marian(folder)
+    expected = f"target_vocab.json has ids up to {rows}, the decoder's embedding table only {rows} rows"
+    assert expected in _one_line(err)
 
 
 def test_the_bin_holds_every_tied_name_and_the_sinusoid_tables(marian):

@@ -340,6 +340,12 @@ class Config(_Checked):
             more = [(tuple(tokenize(s)), (START, *tokenize(t), END)) for s, t in self.training.dataset]
         return [(self.source_tokens, self.target_tokens), *more]
 
+    def vocabulary_of(self, side: str) -> tuple[str, ...]:
+        """The pieces that name the embedding rows of ``side`` ("encoder", "decoder", or "output",
+        the output layer's columns): the toy has one vocabulary for all three (a checkpoint whose
+        encoder has its own vocabulary says so in ``CheckpointConfig``)."""
+        return self.vocabulary or ()
+
     def token_ids(self, tokens: tuple[str, ...]) -> list[int]:
         """Each token's row in the embedding table."""
         index = self.index

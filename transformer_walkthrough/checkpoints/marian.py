@@ -5,7 +5,10 @@ Marian is the paper's encoder–decoder with a few conventions of its own, each 
 ``activation_function`` (opus-mt's "swish" is SiLU), embeddings scaled by √d_model
 (``scale_embedding``), sinusoids split in halves (sines in the first d_model/2 columns, cosines in
 the rest, positions from 0), biases on every projection, one embedding table shared by the encoder,
-the decoder and the output layer, and an output bias ``final_logits_bias``.
+the decoder and the output layer, and an output bias ``final_logits_bias``. Some checkpoints have
+two vocabularies (tokenizer_config.json's ``separate_vocabs``): the encoder's table then has a row
+per source piece (``vocab_size``), the decoder's and the output layer's one per target piece
+(``decoder_vocab_size``), and config.json says the tables are not shared.
 
 Weights here act on the right (``y = x @ W + b``), so every ``nn.Linear.weight`` is transposed; the
 query, key and value projections sit side by side in one ``W_QKV = [W_Q | W_K | W_V]``, head h
@@ -148,16 +151,17 @@ def load_marian(
     config = _read_config(folder)
     tensors, file = read_weights(folder)
     weights, tied = _convert(tensors, config, dtype, f"{folder / file}")
-    vocab_size = weights["encoder.embedding/E"].shape[0]
-    tokenizer = MarianTokenizer(folder, size=vocab_size)
-    for which, vocabulary in (
-        ("vocab.json", tokenizer.source_vocabulary),
-        ("target vocabulary", tokenizer.target_vocabulary),
+    source_rows = weights["encoder.embedding/E"].shape[0]
+    target_rows = weights["output.logits/b"].shape[0]  # the decoder's table: a row per output column
+    tokenizer = MarianTokenizer(folder, size=source_rows, target_size=target_rows)
+    target_file = "target_vocab.json" if tokenizer.separate_vocabs else "vocab.json"
+    for which, vocabulary, table, rows in (
+        ("vocab.json", tokenizer.source_vocabulary, "the encoder's embedding table", source_rows),
+        (target_file, tokenizer.target_vocabulary, "the decoder's embedding table", target_rows),
     ):
-        if len(vocabulary) > vocab_size:
+        if len(vocabulary) > rows:
             raise CheckpointError(
-                f"{folder}: {which} has ids up to {len(vocabulary) - 1}, "
-                f"the embedding table only {vocab_size} rows"
+                f"{folder}: {which} has ids up to {len(vocabulary) - 1}, {table} only {rows} rows"
             )
     model = {
         "d_model": config["d_model"],

@@ -7,6 +7,11 @@ from its config.json, and the sentence checks of the toy do not apply. The token
 model as ids (``run_forward(config, w, source_ids=…, target_ids=…)``), and the trace labels each
 row by its piece (``▁the``, ``▁the@4`` where a piece repeats).
 
+A Marian checkpoint may have two vocabularies (``separate_vocabs``: ``vocab.json`` for the source,
+``target_vocab.json`` for the target, often of different sizes): the encoder then reads the
+source's pieces (``source_vocabulary``: its tokens, the rows of its E) and the decoder, the output
+layer and generation the target's (``vocabulary``).
+
 Without a target text, the model first translates the source greedily (``generate``), and the
 pass is walked on its own translation: ``decoder_start`` followed by the tokens it chose.
 
@@ -25,7 +30,7 @@ import numpy as np
 
 from ..config import MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelConfig, estimate_size
 from ..errors import ConfigError
-from ..model.architecture import parameters
+from ..model.architecture import DECODER, ENCODER, parameters
 from ..model.generation import Step as CachedStep
 from ..model.generation import generate_cached, generated_ids
 from ..model.trace import TOP_K, Trace
@@ -45,14 +50,28 @@ class CheckpointConfig(Config):
     ``sentence`` is the source text as given and ``target`` the decoder's text (the greedy
     translation when none was given); ``checkpoint`` says where the weights came from. The
     toy's checks of the sentence against the vocabulary do not apply: the tokenizer decides.
+    ``vocabulary`` is the decoder's (and the output layer's); ``source_vocabulary`` the encoder's
+    when it has one of its own, None when it reads the same pieces.
     """
 
     target: str = ""
     checkpoint: str = ""
+    source_vocabulary: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:  # the toy's sentence rules are not a checkpoint's
-        if not self.vocabulary:
+        if not self.vocabulary or self.source_vocabulary == ():
             raise ConfigError("a checkpoint's config needs its vocabulary")
+        source, target = len(self.vocabulary_of(ENCODER)), len(self.vocabulary)
+        if self.model.tie_embeddings and source != target:
+            raise ConfigError(
+                f"tied embeddings are one table, but the source vocabulary has {source} pieces "
+                f"and the target vocabulary {target}"
+            )
+
+    def vocabulary_of(self, side: str) -> tuple[str, ...]:
+        """The encoder's own pieces where it has them; the decoder's and the output's otherwise."""
+        own = self.source_vocabulary if side == ENCODER else None
+        return own if own is not None else super().vocabulary_of(side)
 
     @property
     def source_tokens(self) -> tuple[str, ...]:
@@ -76,20 +95,22 @@ def checkpoint_config(
 ) -> CheckpointConfig:
     """The config of a checkpoint: its model keys (ModelConfig checks them), its pieces, its text."""
     display = DisplayConfig() if precision is None else DisplayConfig(precision=precision)
+    tokenizer = ckpt.tokenizer
+    own = tokenizer.source_vocabulary != tokenizer.target_vocabulary
     try:
-        model = ModelConfig(**{**ckpt.model, "dtype": dtype})
+        return CheckpointConfig(
+            sentence=source,
+            encoder_words=0,
+            vocabulary=tokenizer.target_vocabulary,
+            seed=0,
+            model=ModelConfig(**{**ckpt.model, "dtype": dtype}),
+            display=display,
+            target=target,
+            checkpoint=ckpt.source,
+            source_vocabulary=tokenizer.source_vocabulary if own else None,
+        )
     except ConfigError as err:
         raise CheckpointError(f"{ckpt.source}: {err}") from None
-    return CheckpointConfig(
-        sentence=source,
-        encoder_words=0,
-        vocabulary=ckpt.tokenizer.target_vocabulary,
-        seed=0,
-        model=model,
-        display=display,
-        target=target,
-        checkpoint=ckpt.source,
-    )
 
 
 def checkpoint_weights(config: Config, ckpt: Checkpoint) -> Weights:
@@ -116,9 +137,10 @@ def check_size(config: Config, source: int, target: int) -> None:
         raise CheckpointError(
             f"the input has {max(source, target)} tokens; this model reads at most {m.max_positions}"
         )
+    vocabulary = max(len(config.vocabulary_of(side)) for side in (ENCODER, DECODER))  # an upper bound
     size = estimate_size(
         m.d_model, m.num_heads, m.d_ff, m.num_encoder_layers, m.num_decoder_layers,
-        source, target, len(config.vocabulary or ()),
+        source, target, vocabulary,
     )  # fmt: skip
     need = size.numbers * np.dtype(m.dtype).itemsize
     if need > MAX_BYTES or size.tables > MAX_TABLES:
@@ -213,7 +235,7 @@ def walk(
         max_len = min(max_len, config.model.max_positions - 1)  # the decoder reads at most that many
         check_size(config, len(source_ids), max_len + 1)
         steps, target_ids = generate(config, w, ckpt, source_ids, max_len)
-        target = ckpt.tokenizer.decode(target_ids)
+        target = ckpt.tokenizer.decode(target_ids[1:])
     else:
         target_ids = [ckpt.decoder_start_token_id, *ckpt.tokenizer.encode_target(target)]
     config = dataclasses.replace(config, target=target)
@@ -239,7 +261,7 @@ class Translation(NamedTuple):
     steps: list[GenerationStep]
     teacher_forced: Trace  # over [start, t1, …] without the last token: row i is step i
     source: str
-    text: str  # the translation, decoded (special tokens skipped)
+    text: str  # the chosen tokens decoded, special tokens skipped (not decoder_start, which is no word)
     ids: list[int]  # the decoder's input: decoder_start, then each chosen token
 
 
@@ -249,7 +271,7 @@ def translate(model: str, source: str, dtype: str = "float32", max_len: int = MA
     max_len = min(max_len, config.model.max_positions - 1)
     check_size(config, len(source_ids), max_len + 1)
     steps, sequence = generate(config, w, ckpt, source_ids, max_len)
-    text = ckpt.tokenizer.decode(sequence)
+    text = ckpt.tokenizer.decode(sequence[1:])
     config = dataclasses.replace(config, target=text)
     trace = run_forward(config, w, source_ids=source_ids, target_ids=sequence[:-1])
     trace.weights_source = ckpt.source

@@ -58,10 +58,12 @@ class MarianTokenizer:
     """Text -> ids and ids -> text for a Marian checkpoint, as ``transformers.MarianTokenizer`` does.
 
     ``source_vocabulary`` and ``target_vocabulary`` are tuples of pieces indexed by id (the same
-    tuple unless the checkpoint has a separate ``target_vocab.json``).
+    tuple unless the checkpoint has a separate ``target_vocab.json``), each at least ``size`` and
+    ``target_size`` long (the rows of the encoder's and the decoder's embedding tables; the target
+    defaults to ``size``): an id the vocabulary file skips is its SentencePiece piece.
     """
 
-    def __init__(self, folder: str | Path, size: int | None = None):
+    def __init__(self, folder: str | Path, size: int | None = None, target_size: int | None = None):
         folder = Path(folder)
         self.folder = folder
         self.separate_vocabs = bool(_tokenizer_config(folder).get("separate_vocabs", False))
@@ -73,10 +75,11 @@ class MarianTokenizer:
             self.target_ids = _read_vocab(folder / "target_vocab.json")
         # transformers decodes with the source model unless the vocabularies are separate.
         decoding_spm = self.spm_target if self.separate_vocabs else self.spm_source
+        target_size = size if target_size is None else target_size
         self.source_vocabulary = _pieces_by_id(self.source_ids, self.spm_source, size)
         self.target_vocabulary = self.source_vocabulary
-        if self.separate_vocabs:
-            self.target_vocabulary = _pieces_by_id(self.target_ids, decoding_spm, size)
+        if self.separate_vocabs or target_size != size:
+            self.target_vocabulary = _pieces_by_id(self.target_ids, decoding_spm, target_size)
         self._decoding_spm = decoding_spm
         self.unk_id = self.source_ids[UNK]
         self.eos_id = self.source_ids.get(EOS, self.unk_id)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..config import config_to_dict
 from ..errors import ExportError
+from ..model.architecture import ENCODER
 from ..model.trace import Stage, Trace
 
 if TYPE_CHECKING:
@@ -156,12 +157,16 @@ def trace_to_dict(
     Without ``weights`` the learned parameters are left out and only activations remain; with
     ``grads`` (a backward pass) each stage has its gradients and the document its loss. The
     matrices' numbers are lists of rows, or whatever ``numbers`` makes of each array (``export``
-    leaves them as arrays, for ``iter_json`` to write piece by piece).
+    leaves them as arrays, for ``iter_json`` to write piece by piece). ``source_vocabulary`` is
+    there only when the encoder reads a vocabulary of its own (a checkpoint's ``separate_vocabs``).
     """
+    source_vocabulary = trace.vocabulary_of(ENCODER)
+    own = source_vocabulary != trace.vocabulary
     doc = {
         "schema_version": SCHEMA_VERSION,
         "config": config_to_dict(trace.config),
         "vocabulary": list(trace.vocabulary),
+        **({"source_vocabulary": list(source_vocabulary)} if own else {}),
         "source_tokens": list(trace.source_tokens),
         "target_tokens": list(trace.target_tokens),
         "source_ids": list(trace.source_ids),

@@ -28,6 +28,11 @@ def stage_id(side: str, name: str, layer: int | None = None) -> str:
     return f"{side}.{name}" if layer is None else f"{side}.{layer}.{name}"
 
 
+def side_of(stage_id: str) -> str:
+    """The side a stage belongs to: ``encoder``, ``decoder`` or ``output`` (the first part of its id)."""
+    return stage_id.split(".", 1)[0]
+
+
 def stacks(m: ModelConfig) -> tuple[str, ...]:
     """The stacks the model has, bottom to top: both, or the decoder alone."""
     return (DECODER,) if m.decoder_only else (ENCODER, DECODER)
@@ -143,14 +148,16 @@ def parameters(config: Config) -> tuple[dict[str, Spec], dict[str, Ref]]:
 
     Returns ``specs`` (parameter name -> Spec) and ``uses`` ("stage id/local name" -> Ref).
     With ``tie_embeddings`` the first stack's E is the only table: the other embedding and the
-    output layer's W use it (W as Eᵀ).
+    output layer's W use it (W as Eᵀ). A table has a row for each piece of its side's vocabulary
+    (``config.vocabulary_of``): a checkpoint's encoder may read a vocabulary of its own.
     """
-    m, vocab = config.model, len(config.vocabulary or ())
+    m = config.model
     head_in = m.d_model * (len(config.target_tokens) if m.output_head == "flatten" else 1)
     specs: dict[str, Spec] = {}
     uses: dict[str, Ref] = {}
     shared: Ref | None = None  # the tied table: the first embedding's E
     for sid, kind in walk(m):
+        vocab = len(config.vocabulary_of(side_of(sid)))
         for local, spec in _stage_parameters(kind, m, vocab, head_in).items():
             name = f"{sid}/{local}"
             if m.tie_embeddings and local in ("E", "W") and shared is not None:

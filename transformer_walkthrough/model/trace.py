@@ -221,7 +221,13 @@ class Trace:
 
     @property
     def vocabulary(self) -> tuple[str, ...]:
+        """The decoder's pieces: its embedding rows, the output layer's columns, the predictions."""
         return self.config.vocabulary or ()
+
+    def vocabulary_of(self, side: str) -> tuple[str, ...]:
+        """The pieces of ``side``'s embedding rows (``Config.vocabulary_of``): the encoder's may be
+        its own, a checkpoint's source vocabulary."""
+        return self.config.vocabulary_of(side)
 
     def ids(self, stage_id: str) -> tuple[int, ...]:
         """The token ids of the stack that stage ``stage_id`` belongs to (its rows' embedding rows)."""

@@ -77,9 +77,8 @@ def stack(
 ) -> np.ndarray:
     """One stack of Figure 1, bottom to top: embed, add positions, the layers, the final norm if any."""
     tokens = trace.source_tokens if side == ENCODER else trace.target_tokens
-    vocabulary = trace.vocabulary
     embedding = K.open_stage(trace, stage_id(side, "embedding"), K.EMBEDDING, m)
-    x = K.embed(embedding, w, ids, tokens, vocabulary, m)
+    x = K.embed(embedding, w, ids, tokens, trace.vocabulary_of(side), m)
     positions = K.open_stage(trace, stage_id(side, "positional-encoding"), K.POSITIONAL_ENCODING, m)
     x = K.add_positions(positions, w, x, tokens, m)
     for i in range(num_layers(side, m)):
@@ -98,7 +97,7 @@ def transformer(
     """
     memory = stack(trace, ENCODER, source_ids, w, m) if ENCODER in stacks(m) else None
     y = stack(trace, DECODER, target_ids, w, m, memory)
-    tokens, vocabulary = trace.target_tokens, trace.vocabulary
+    tokens, vocabulary = trace.target_tokens, trace.vocabulary_of(OUTPUT)
     scores = K.logits(
         K.open_stage(trace, stage_id(OUTPUT, "logits"), K.LOGITS, m), w, y, tokens, vocabulary, m
     )
@@ -108,28 +107,30 @@ def transformer(
 
 
 def _ids(config: Config, ids: Sequence[int] | None, side: str) -> tuple[list[int], tuple[str, ...]]:
-    """Token ids (the config's sentence when None), checked, and their labels (``token_labels``)."""
-    vocabulary = config.vocabulary or ()
-    if side == "source" and config.model.decoder_only:
+    """The token ids the stack ``side`` reads (the config's sentence when None), checked against
+    that side's vocabulary, and their labels (``token_labels`` of its pieces)."""
+    text = "source" if side == ENCODER else "target"
+    vocabulary = config.vocabulary_of(side)
+    if side == ENCODER and config.model.decoder_only:
         if ids:
             raise WalkthroughError("source ids: a decoder-only model has no encoder to feed")
         return [], ()
     if ids is None:
-        tokens = config.source_tokens if side == "source" else config.target_tokens
+        tokens = config.source_tokens if side == ENCODER else config.target_tokens
         return config.token_ids(tokens), token_labels(tokens)
     ids = [int(i) for i in ids]
     bad = [i for i in ids if not 0 <= i < len(vocabulary)]
     if not ids or bad:
         raise WalkthroughError(
-            f"{side} ids: need 1 or more ids from 0 to {len(vocabulary) - 1}; got {bad or 'none'}"
+            f"{text} ids: need 1 or more ids from 0 to {len(vocabulary) - 1}; got {bad or 'none'}"
         )
     m = config.model
     if m.positional_encoding == "learned" and len(ids) > m.max_positions:
         raise WalkthroughError(
-            f"{side} ids: {len(ids)} tokens, but the learned positions have {m.max_positions} rows "
+            f"{text} ids: {len(ids)} tokens, but the learned positions have {m.max_positions} rows "
             "(model.max_positions)"
         )
-    if side == "target" and config.model.output_head == "flatten" and len(ids) != len(config.target_tokens):
+    if side == DECODER and config.model.output_head == "flatten" and len(ids) != len(config.target_tokens):
         raise WalkthroughError(
             f"target ids: the flatten head is sized for {len(config.target_tokens)} decoder tokens"
         )
@@ -145,12 +146,13 @@ def run_forward(
 ) -> Trace:
     """The whole forward pass, every stage recorded in a Trace.
 
-    By default on the config's sentence; ``source_ids`` and ``target_ids`` (rows of the
-    vocabulary: a checkpoint's tokenizer gives them) feed any other input, of any length. Rows
-    and columns are labelled by the tokens, ``piece@position`` where a piece repeats.
+    By default on the config's sentence; ``source_ids`` and ``target_ids`` (rows of the encoder's
+    and the decoder's vocabulary, ``config.vocabulary_of``: a checkpoint's tokenizer gives them)
+    feed any other input, of any length. Rows and columns are labelled by the tokens,
+    ``piece@position`` where a piece repeats.
     """
-    src, source_tokens = _ids(config, source_ids, "source")
-    tgt, target_tokens = _ids(config, target_ids, "target")
+    src, source_tokens = _ids(config, source_ids, ENCODER)
+    tgt, target_tokens = _ids(config, target_ids, DECODER)
     trace = Trace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt))
     keep_freed_memory()  # the next pass reuses this trace's memory once it is dropped: ``heap``
     w = weights if weights is not None else init_weights(config)
@@ -165,7 +167,7 @@ def forward(
     target_ids: Sequence[int] | None = None,
 ) -> np.ndarray:
     """The same arithmetic with nothing recorded: just the next-token probabilities."""
-    src, source_tokens = _ids(config, source_ids, "source")
-    tgt, target_tokens = _ids(config, target_ids, "target")
+    src, source_tokens = _ids(config, source_ids, ENCODER)
+    tgt, target_tokens = _ids(config, target_ids, DECODER)
     null = NullTrace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt))
     return transformer(null, weights, config.model, src, tgt)
