@@ -10,6 +10,16 @@ from transformer_walkthrough.model.trace import Trace
 from transformer_walkthrough.model.transformer import run_forward
 
 
+@pytest.fixture(autouse=True)
+def plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test sees the same terminal whatever the shell running the suite has set: 80 columns,
+    24 lines, colour unforced and not forbidden. A test that needs another passes its own env."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("LINES", "24")
+    for name in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session")
 def trace() -> Trace:
     return run_forward(Config())

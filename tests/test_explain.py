@@ -293,8 +293,23 @@ def test_a_label_may_hold_the_comma() -> None:
     stage.rec("A", np.arange(4.0).reshape(2, 2), ("a", ","), (",", "b"))
     assert parse_cell(",,b", stage, "A") == (1, 1) and parse_cell(",,,", stage, "A") == (1, 0)
     assert parse_cell("a,,", stage, "A") == (0, 0) and parse_cell("1, 0", stage, "A") == (1, 0)
-    with pytest.raises(StageError, match="give a row and a column"):
-        parse_cell("a,,,", stage, "A")  # no split names a row and a column
+    for cell, message in [
+        ("x,,y", "--cell 'x,,y': give a row and a column"),  # no split names a row or a column
+        (",,xyz", "column 'xyz' is not a column of A; its columns are ,, b (or 0 to 1)"),  # a typo
+        ("a,,,", "column ',,' is not a column of A"),  # the row is named: the column is not
+    ]:
+        with pytest.raises(StageError) as err:
+            parse_cell(cell, stage, "A")
+        assert str(err.value).startswith(message)
+    # Two readings: said, not guessed.
+    stage.rec("B", np.zeros((2, 2)), ("a", "a,"), (",b", "b"))
+    with pytest.raises(StageError, match=r"can be read as row 'a', column ',b' or row 'a,', column 'b'"):
+        parse_cell("a,,b", stage, "B")
+    # A comma that repeats is labelled by its position: the message asks which.
+    stage.rec("C", np.zeros((3, 1)), (",@0", "x", ",@2"), ("y",))
+    with pytest.raises(StageError, match=r"row ',' of C is ambiguous: give one of ,@0, ,@2"):
+        parse_cell(",,y", stage, "C")
+    assert parse_cell(",@2,y", stage, "C") == (2, 0)
 
 
 def test_cli_explain(runner: CliRunner) -> None:

@@ -64,15 +64,23 @@ def parse_cell(spec: str, stage: Stage, name: str) -> tuple[int, int]:
     if len(parts) > 2:
         splits = [(spec[:k].strip(), spec[k + 1 :].strip()) for k, ch in enumerate(spec) if ch == ","]
         named = [(a, b) for a, b in splits if _names(a, m.rows, r) and _names(b, m.cols, c)]
-        parts = list(named[0]) if len(named) == 1 else parts
+        if len(named) > 1:
+            readings = " or ".join(f"row {a!r}, column {b!r}" for a, b in named)
+            raise StageError(f"--cell {spec!r} can be read as {readings}: give one of them by index")
+        # None: the split with one half that names something, so that the error names the other.
+        half = [(a, b) for a, b in splits if _names(a, m.rows, r) or _names(b, m.cols, c)]
+        parts = list((named or half or [parts])[0])
     if len(parts) != 2:
         raise StageError(f"--cell {spec!r}: give a row and a column, as 1,0 or sleeping,<start>")
     return _index(parts[0], m.rows, r, "row", name), _index(parts[1], m.cols, c, "column", name)
 
 
 def _names(part: str, labels: tuple[str, ...], n: int) -> bool:
-    """Whether ``part`` names one of n rows (or columns): an index from 0, or a label."""
-    return (re.fullmatch(r"\d+", part) is not None and int(part) < n) or part in labels
+    """Whether ``part`` names one of n rows (or columns): an index from 0, a label, or the piece of
+    labels that repeat (``,`` for ``,@2`` and ``,@7``: ``_index`` then asks which)."""
+    if re.fullmatch(r"\d+", part):
+        return int(part) < n
+    return part in labels or (part != "" and any(label.startswith(f"{part}@") for label in labels))
 
 
 def _index(part: str, labels: tuple[str, ...], n: int, what: str, name: str) -> int:

@@ -30,8 +30,8 @@ def text_widths(values: np.ndarray, precision: int) -> np.ndarray:
 
     Digits before the point, a sign where the number is negative once rounded (-0.00 is shown as
     0.00), the point and the decimals; from 10⁶ on, one digit, the decimals and an exponent of 2 or
-    3 digits (e+06, e+300); 2 for ±∞. Exact but for a half-way case, whose rounding could carry a
-    digit or a sign.
+    3 digits (e+06, e+100: from 9.5e99 on, which may round up to it); 2 for ±∞, 3 for nan. Exact
+    but for a half-way case, whose rounding could carry a digit or a sign.
     """
     values = values.astype(np.float64, copy=False)  # 1e100 is no float32
     finite = np.isfinite(values)
@@ -41,7 +41,8 @@ def text_widths(values: np.ndarray, precision: int) -> np.ndarray:
     digits = np.floor(np.log10(np.maximum(np.abs(rounded), 1.0))) + 1
     negative = rounded < 0  # once rounded: -0.00 is shown as 0.00
     if some_large:  # one digit before the point, then e+06 or e+100
-        digits = np.where(large, 5 + (np.abs(values) >= 1e100), digits)
+        digits = np.where(large, 5 + (np.abs(values) >= 9.5e99), digits)
         negative = np.where(large, values < 0, negative)
     widths = digits + (precision + 1 if precision else 0) + (negative & finite)
-    return np.where(finite, widths, np.where(values < 0, 2, 1)).max(axis=0).astype(int)
+    not_finite = np.where(np.isnan(values), 3, np.where(values < 0, 2, 1))  # nan, -∞, ∞
+    return np.where(finite, widths, not_finite).max(axis=0).astype(int)
