@@ -33,7 +33,7 @@ def test_export_is_schema_valid_strict_json_that_reloads_exactly(trace: Trace) -
     doc = strict_load(to_json(trace_to_dict(trace)))
     jsonschema.Draft202012Validator.check_schema(schema())
     jsonschema.validate(doc, schema())
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert [s["id"] for s in doc["stages"]] == [s.id for s in trace]
     assert doc["source_tokens"] == ["the", "cat", "is"]
     assert doc["config"]["model"]["d_model"] == 4 and doc["config"]["vocabulary"] == list(trace.vocabulary)
@@ -93,6 +93,31 @@ def test_npz_holds_every_matrix_under_stage_and_name(trace: Trace, tmp_path: Pat
         )
 
 
+def test_npz_with_gradients_holds_one_for_every_matrix_but_the_constants(tmp_path: Path) -> None:
+    from transformer_walkthrough.model.backprop import backward
+    from transformer_walkthrough.model.transformer import init_weights
+
+    config = Config()
+    w = init_weights(config)
+    t = run_forward(config, w)
+    grads = backward(t, w)
+    path = tmp_path / "grads.npz"
+    export(t, path, list(t), grads=grads)
+    with np.load(path) as npz:
+        gradients = {name for name in npz.files if "/dL/d" in name}
+        constants = {
+            f"{s.id}/dL/d{n}" for s in t for n, m in s.matrices.items() if m.role in ("mask", "constant")
+        }
+        assert (
+            "decoder.0.masked-attention/dL/dM" in constants
+            and "encoder.positional-encoding/dL/dPE" in constants
+        )
+        assert gradients == {f"{s.id}/dL/d{n}" for s in t for n in s.matrices} - constants
+        np.testing.assert_array_equal(
+            npz["decoder.0.masked-attention/dL/dS1"], grads.stages["decoder.0.masked-attention"]["S1"]
+        )
+
+
 def test_stage_filter(trace: Trace) -> None:
     doc = strict_load(to_json(trace_to_dict(trace, trace.select(["cross-attention"]))))
     assert [s["id"] for s in doc["stages"]] == ["decoder.0.cross-attention"]
@@ -124,7 +149,7 @@ def test_write_is_atomic_and_leaves_no_temporary_files(trace: Trace, tmp_path: P
     path = tmp_path / "out.json"
     path.write_text("old")
     export(trace, path, list(trace), force=True)
-    assert strict_load(path.read_text(encoding="utf-8"))["schema_version"] == 1
+    assert strict_load(path.read_text(encoding="utf-8"))["schema_version"] == 2
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 

@@ -410,7 +410,7 @@ def test_symlinks_dangling_and_forced(runner: CliRunner, tmp_path: Path) -> None
     assert result.exit_code == 0, result.stderr
     # --force replaces the link itself with the new file; what it pointed to is left alone (README).
     assert not link.is_symlink() and real.read_text() == "keep"
-    assert json.loads(link.read_text())["schema_version"] == 1
+    assert json.loads(link.read_text())["schema_version"] == 2
 
 
 def _walkthrough(shell: str) -> subprocess.CompletedProcess[str]:

@@ -124,7 +124,10 @@ MapOption = Annotated[
     ),
 ]
 BackwardOption = Annotated[
-    bool, typer.Option("--backward", help="Also the gradient dL/d(matrix) of the loss for every matrix.")
+    bool,
+    typer.Option(
+        "--backward", help="Also the gradient dL/d(matrix) of the loss for every matrix but M and PE."
+    ),
 ]
 
 ModelOption = Annotated[

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..model.backprop import Backward
     from ..views.documents import Worksheet
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: no gradients of constants; source_vocabulary when the encoder has its own
 FORMATS = (".json", ".npz", ".html", ".md", ".tex")
 DOCUMENTS = (".html", ".md", ".tex")
 # JSON has no infinities or NaN; the schema spells them as strings.
