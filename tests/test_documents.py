@@ -56,6 +56,14 @@ def test_markdown_tables(trace: Trace) -> None:
     assert "decoder input: &lt;start&gt; sleeping comfortably &lt;end&gt;" in md
 
 
+def test_latex_writes_large_numbers_as_powers_of_ten() -> None:
+    from transformer_walkthrough.views.documents import _tex_number
+
+    assert [_tex_number(v, 2) for v in (8.3357e199, -2.5e6, -np.inf, np.nan, -0.25, -0.001)] == [
+        r"8.34\times10^{199}", r"-2.50\times10^{6}", r"-\infty", r"\mathrm{nan}", "-0.25", "0.00",
+    ]  # fmt: skip
+
+
 def test_latex_structure(trace: Trace) -> None:
     doc = to_latex(trace, list(trace), 2)
     assert doc.startswith("\\documentclass") and doc.rstrip().endswith("\\end{document}")

@@ -107,8 +107,8 @@ def test_explain_an_attention_weight_by_label(runner, gpt2):
 def test_explain_names_the_comma_token_by_its_label(runner, gpt2):
     folder = str(gpt2[0]["saved"])
     prompt = "The cat, the mat"
-    tokens = walk_prompt(folder, prompt, "float64").trace.target_tokens
     trace = walk_prompt(folder, prompt, "float64").trace
+    tokens = trace.target_tokens
     comma = tokens.index(",")  # the tokenizer's own piece: a label that holds the separator
     result = _cli(runner, "explain", "--model", folder, "--prompt", prompt, "--dtype", "float64",
                   "--stage", "decoder.0.masked-attention", "--matrix", "A1",

@@ -142,6 +142,22 @@ def test_loss_curve_is_a_log_scale_dot_plot() -> None:
         "0.1 │   •",
         "    └────",
     ]
+    assert lines[6] == "     steps 0–3"  # four columns: no room for both ends apart
+
+
+def test_a_few_steps_are_spread_over_the_plot_and_its_axis_names_both_ends() -> None:
+    from transformer_walkthrough.views.render import loss_curve
+
+    lines = loss_curve([1.0, 0.5, 0.25, 0.125], width=60, height=4).plain.splitlines()
+    # 16 columns, a dot every 5, falling by equal steps on the log scale; step 3 under the last one
+    assert [line.rstrip() for line in lines[1:]] == [
+        "    1 │•",
+        "      │     •",
+        "      │          •",
+        "0.125 │               •",
+        "      └────────────────",
+        "       step 0         3",
+    ]
 
 
 def coloured(name: str, matrix: Matrix, view: View) -> str:

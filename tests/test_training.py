@@ -160,6 +160,17 @@ def test_cli_train_then_generate_says_the_sentence(runner: CliRunner, tmp_path: 
     assert again.exit_code == 2 and "already exists; pass --force" in again.stderr
 
 
+def test_train_names_its_output_whole_whatever_its_path(runner: CliRunner, tmp_path: Path) -> None:
+    # Longer than the terminal and with brackets: one line, not wrapped, not read as markup.
+    folder = tmp_path / ("a-folder-with-a-long-name-" * 4) / "[bold]x[/bold]"
+    folder.mkdir(parents=True)
+    weights = folder / "w[1].npz"
+    result = runner.invoke(app, ["train", "--steps", "2", "--output", str(weights)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {weights}: walkthrough generate --weights {weights}" in result.stdout.splitlines()
+    assert weights.is_file()
+
+
 def test_cli_backward_shows_and_exports_every_gradient(runner: CliRunner) -> None:
     out = invoke(runner, "step", "--stage", "masked-attention", "--backward").stdout
     for name in ("dL/dA1  (4×4)", "dL/dS1+M  (4×4)", "dL/dW_Q1  (4×2)", "dL/dconcat  (4×4)"):

@@ -846,7 +846,7 @@ def _continue(
     ids = generated_ids(done.steps)
     rows = token_labels([vocabulary[i] for i in ids])
     console = _console()
-    console.print(Text(f"weights: {done.checkpoint.source}", style="dim"))
+    console.print(Text(f"weights: {printable(done.checkpoint.source)}", style="dim"))
     view = View(precision=done.config.display.precision)
     console.print(cached_generation_table(done.steps, vocabulary, rows, layer, head, view, top_k is not None))
     n, fed = len(done.prompt_ids), len(ids) - 1

@@ -344,6 +344,8 @@ class Config(_Checked):
         """The pieces that name the embedding rows of ``side`` ("encoder", "decoder", or "output",
         the output layer's columns): the toy has one vocabulary for all three (a checkpoint whose
         encoder has its own vocabulary says so in ``CheckpointConfig``)."""
+        if side not in ("encoder", "decoder", "output"):
+            raise ValueError(f"no side {side!r}: encoder, decoder or output")
         return self.vocabulary or ()
 
     def token_ids(self, tokens: tuple[str, ...]) -> list[int]:

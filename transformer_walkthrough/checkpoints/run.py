@@ -96,7 +96,7 @@ def checkpoint_config(
     """The config of a checkpoint: its model keys (ModelConfig checks them), its pieces, its text."""
     display = DisplayConfig() if precision is None else DisplayConfig(precision=precision)
     tokenizer = ckpt.tokenizer
-    own = tokenizer.source_vocabulary != tokenizer.target_vocabulary
+    own = tokenizer.source_vocabulary is not tokenizer.target_vocabulary  # one tuple when shared
     try:
         return CheckpointConfig(
             sentence=source,

@@ -161,7 +161,7 @@ def trace_to_dict(
     there only when the encoder reads a vocabulary of its own (a checkpoint's ``separate_vocabs``).
     """
     source_vocabulary = trace.vocabulary_of(ENCODER)
-    own = source_vocabulary != trace.vocabulary
+    own = source_vocabulary is not trace.vocabulary  # the same tuple when both stacks read it
     doc = {
         "schema_version": SCHEMA_VERSION,
         "config": config_to_dict(trace.config),

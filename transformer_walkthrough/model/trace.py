@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import numpy as np
 
 from ..errors import StageError, close_matches
-from .architecture import Ref
+from .architecture import ENCODER, Ref, side_of
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -231,7 +231,7 @@ class Trace:
 
     def ids(self, stage_id: str) -> tuple[int, ...]:
         """The token ids of the stack that stage ``stage_id`` belongs to (its rows' embedding rows)."""
-        return self.source_ids if stage_id.startswith("encoder.") else self.target_ids
+        return self.source_ids if side_of(stage_id) == ENCODER else self.target_ids
 
     @functools.cached_property
     def prediction(self) -> list[Prediction]:

@@ -129,9 +129,10 @@ def training_notes(losses: list[float], lr: float, config: Config, after: Trace)
     checked = [p for p in after.prediction if p.expected is not None]
     wrong = sum(p.word != p.expected for p in checked)
     if wrong:
+        steps = len(losses) - 1
         notes.append(
-            f"{wrong} of the {len(checked)} next words are still wrong after {len(losses) - 1} steps: "
-            f"it has not learned the sentence yet (train for more steps, {config.training.steps} by default)."
+            f"{wrong} of the {len(checked)} next words are still wrong after {steps} steps: it has not "
+            f"learned the sentence yet (try --steps {max(2 * steps, config.training.steps)})."
         )
     elif len(config.pairs) == 1:
         notes.append(

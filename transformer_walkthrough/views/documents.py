@@ -34,7 +34,7 @@ from ..model.trace import (
     Stage,
     Trace,
 )
-from .numbers import format_value
+from .numbers import format_value, text_widths
 from .palette import diverging
 from .render import group_of
 
@@ -443,7 +443,7 @@ def _tex_matrix(s: Shown) -> Iterator[str]:
     for i, (label, row) in enumerate(zip(m.rows, m.values.tolist(), strict=True)):
         cells = [
             rf"\boxed{{?_{{{s.holes[i, j]}}}}}" if (i, j) in s.holes
-            else _number(v, s.precision).replace("∞", r"\infty").replace("−", "-")
+            else _tex_number(v, s.precision)
             for j, v in enumerate(row)
         ]  # fmt: skip
         yield rf" \cr \lab{{{tex(label)}}} & " + " & ".join(cells)
@@ -453,10 +453,20 @@ def _tex_matrix(s: Shown) -> Iterator[str]:
 _LINE = 76  # characters of numbers and labels that fit a line, roughly: \fit shrinks what does not
 
 
+def _tex_number(v: float, precision: int) -> str:
+    """A number in math mode: 8.34e+199 as 8.34 × 10¹⁹⁹, −∞ as -\\infty, nan upright."""
+    text = _number(v, precision).replace("−", "-")
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        return rf"{mantissa}\times10^{{{int(exponent)}}}"
+    return text.replace("∞", r"\infty").replace("nan", r"\mathrm{nan}")
+
+
 def _tex_width(s: Shown) -> int:
     m = s.matrix
     widest = max((len(label) for label in m.rows), default=0) * 0.7  # labels are set small
-    return int(widest + m.shape[1] * (s.precision + 4) + 8)
+    numbers = sum(max(int(w) + 2, s.precision + 4) for w in text_widths(m.values, s.precision))
+    return int(widest + numbers + 8)
 
 
 def _tex_lines(group: list[list[Shown]]) -> Iterator[list[list[Shown]]]:
