@@ -22,6 +22,7 @@ end to end <= 0.5x.
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 
 from base import THREADS  # first: pins the BLAS threads before NumPy loads
-from bench_forward import median_times
+from bench_forward import block_times, paired_ratio
 
 PROMPT = "The cat is sleeping comfortably on the warm soft mat"  # 10 tokens of the vocabulary made below
 NEW_TOKENS = 20
@@ -177,7 +178,7 @@ def main() -> int:
     trace = run_forward(config, w, target_ids=ids)
     gap = np.abs(trace["output.logits"]["logits"] - theirs_forward().logits[0].numpy()).max()
 
-    t = median_times(
+    turns = block_times(
         {
             "ours forward": lambda: run_forward(config, w, target_ids=ids),
             "transformers forward": theirs_forward,
@@ -193,8 +194,12 @@ def main() -> int:
     before, peak = map(int, done.stdout.split())
     e2e_ours, e2e_theirs = end_to_end(folder, args.e2e_rounds)
 
-    def ratio(ours: str, theirs: str) -> str:
-        return f"{t[ours] * 1e3:8.1f} ms vs {t[theirs] * 1e3:8.1f} ms: {t[ours] / t[theirs]:.2f}x"
+    t = {name: statistics.median(times) for name, times in turns.items()}
+
+    def ratio(ours: str, theirs: str) -> str:  # the median of each turn's ratio (bench_forward)
+        return (
+            f"{t[ours] * 1e3:8.1f} ms vs {t[theirs] * 1e3:8.1f} ms: {paired_ratio(turns, ours, theirs):.2f}x"
+        )
 
     forward, generate = (
         ratio("ours forward", "transformers forward"),

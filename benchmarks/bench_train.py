@@ -14,7 +14,8 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
+
+from bench_forward import block_times, paired_ratio  # first: pins the BLAS threads
 
 from transformer_walkthrough.config import Config
 from transformer_walkthrough.model.backprop import next_tokens
@@ -22,22 +23,9 @@ from transformer_walkthrough.model.training import Adam, loss_and_gradients, par
 from transformer_walkthrough.model.transformer import init_weights, run_forward
 
 
-def median_times(fns: dict[str, Callable[[], object]], rounds: int, repeats: int = 50) -> dict[str, float]:
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            time.sleep(0.3)
-            fn()
-            for _ in range(repeats):
-                start = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
 
     import torch
@@ -67,7 +55,8 @@ def main() -> int:
         loss.backward()
         optimizer.step()
 
-    medians = median_times({"ours": ours_step, "torch": torch_step}, args.rounds)
+    turns = block_times({"ours": ours_step, "torch": torch_step}, args.rounds, repeats=50)
+    medians = {name: statistics.median(times) for name, times in turns.items()}
 
     # From fresh random weights to a loss under 0.01, as `walkthrough train` does it.
     fresh = init_weights(config)
@@ -82,7 +71,7 @@ def main() -> int:
         steps += 1
     learn = time.perf_counter() - start
 
-    ratio = medians["ours"] / medians["torch"]
+    ratio = paired_ratio(turns, "ours", "torch")  # the median of each turn's ratio
     print(f"one training step (forward + backward + Adam), float64, default config, {args.rounds} x 50 runs")
     print(f"{'ours':<8}{medians['ours'] * 1e3:>9.3f} ms")
     print(f"{'torch':<8}{medians['torch'] * 1e3:>9.3f} ms")
