@@ -40,6 +40,20 @@ SENTENCES = [
     "the cat </s> is <unk> here",
 ]
 D_MODEL, HEADS, LAYERS, D_FF = 16, 2, 2, 32
+
+
+def marian_config(vocab_size: int, pad: int, **more: object) -> transformers.MarianConfig:
+    """opus-mt's architecture at a tiny size: SiLU ("swish"), √d_model scaling, </s> = 0, and the
+    decoder starting from pad, as every opus-mt checkpoint does."""
+    return transformers.MarianConfig(
+        vocab_size=vocab_size, d_model=D_MODEL, encoder_layers=LAYERS, decoder_layers=LAYERS,
+        encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=D_FF,
+        decoder_ffn_dim=D_FF, max_position_embeddings=64, activation_function="swish",
+        scale_embedding=True, pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0,
+        forced_eos_token_id=0, **more,
+    )  # fmt: skip
+
+
 DROPPED = 2  # source pieces left out of vocab.json, so that transformers maps them to <unk>
 
 
@@ -77,23 +91,7 @@ def build(root: Path):
     ]
     pieces.append("<pad>")
     vocab = {p: i for i, p in enumerate(pieces)}
-    config = transformers.MarianConfig(
-        vocab_size=len(vocab),
-        d_model=D_MODEL,
-        encoder_layers=LAYERS,
-        decoder_layers=LAYERS,
-        encoder_attention_heads=HEADS,
-        decoder_attention_heads=HEADS,
-        encoder_ffn_dim=D_FF,
-        decoder_ffn_dim=D_FF,
-        max_position_embeddings=64,
-        activation_function="swish",
-        scale_embedding=True,
-        pad_token_id=len(vocab) - 1,
-        decoder_start_token_id=len(vocab) - 1,
-        eos_token_id=0,
-        forced_eos_token_id=0,
-    )
+    config = marian_config(vocab_size=len(vocab), pad=len(vocab) - 1)
     torch.manual_seed(0)
     model = transformers.MarianMTModel(config)
     with torch.no_grad():  # init leaves these at 0 and 1, which would hide a mix-up
@@ -153,25 +151,12 @@ def build_separate(root: Path) -> dict[str, tuple[Path, transformers.MarianMTMod
         folder = root / variant
         folder.mkdir()
         pad = len(target_pieces) - 1
-        config = transformers.MarianConfig(
+        config = marian_config(
             vocab_size=len(source_pieces),
+            pad=pad,
             decoder_vocab_size=len(target_pieces),
             share_encoder_decoder_embeddings=share,
             tie_word_embeddings=tie,
-            d_model=D_MODEL,
-            encoder_layers=LAYERS,
-            decoder_layers=LAYERS,
-            encoder_attention_heads=HEADS,
-            decoder_attention_heads=HEADS,
-            encoder_ffn_dim=D_FF,
-            decoder_ffn_dim=D_FF,
-            max_position_embeddings=64,
-            activation_function="swish",
-            scale_embedding=True,
-            pad_token_id=pad,
-            decoder_start_token_id=pad,
-            eos_token_id=0,
-            forced_eos_token_id=0,
             init_std=0.15,  # attention far from uniform, so that a label or a head mixed up shows
         )
         torch.manual_seed(2)
