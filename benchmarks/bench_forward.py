@@ -65,9 +65,9 @@ def block_times(
     return times
 
 
-def median_times(fns: dict[str, Callable[[], object]], rounds: int, repeats: int = 3) -> dict[str, float]:
-    """Median seconds of each function over its turns (``block_times``)."""
-    return {name: statistics.median(t) for name, t in block_times(fns, rounds, repeats).items()}
+def medians(turns: dict[str, list[float]]) -> dict[str, float]:
+    """Each function's median over its turns (``block_times``)."""
+    return {name: statistics.median(times) for name, times in turns.items()}
 
 
 def paired_ratio(times: dict[str, list[float]], ours: str, theirs: str) -> float:
@@ -132,9 +132,8 @@ def main() -> int:
         },
         args.rounds,
     )
-    ours_trace, ours_plain, theirs, gemm = (
-        statistics.median(turns[k]) for k in ("trace", "plain", "torch", "gemm")
-    )
+    median = medians(turns)
+    ours_trace, ours_plain, theirs, gemm = (median[k] for k in ("trace", "plain", "torch", "gemm"))
     ratio = {name: paired_ratio(turns, name, "torch") for name in ("trace", "plain", "torch")}
     gemm /= 20
     agree = np.max(np.abs(torch_forward().numpy() - forward(config, w, src, tgt)))

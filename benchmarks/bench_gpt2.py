@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from base import THREADS  # first: pins the BLAS threads before NumPy loads
-from bench_forward import block_times, paired_ratio
+from bench_forward import block_times, medians, paired_ratio
 
 PROMPT = "The cat is sleeping comfortably on the warm soft mat"  # 10 tokens of the vocabulary made below
 NEW_TOKENS = 20
@@ -67,7 +67,6 @@ print(out.attentions[11][0])
 
 def end_to_end(folder: Path, rounds: int) -> tuple[float, float]:
     """Median seconds of the two fresh processes, run in turns (see the module's docstring)."""
-    import statistics
 
     ours = [sys.executable, "-m", "transformer_walkthrough", "step", "--model", str(folder), "--prompt",
             PROMPT, "--stage", "masked-attention", "--layer", "11"]  # fmt: skip
@@ -194,7 +193,7 @@ def main() -> int:
     before, peak = map(int, done.stdout.split())
     e2e_ours, e2e_theirs = end_to_end(folder, args.e2e_rounds)
 
-    t = {name: statistics.median(times) for name, times in turns.items()}
+    t = medians(turns)
 
     def ratio(ours: str, theirs: str) -> str:  # the median of each turn's ratio (bench_forward)
         return (

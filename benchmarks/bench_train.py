@@ -11,11 +11,10 @@ matrices are where NumPy's low overhead wins); wall time from random weights to 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 
-from bench_forward import block_times, paired_ratio  # first: pins the BLAS threads
+from bench_forward import block_times, medians, paired_ratio  # first: pins the BLAS threads
 
 from transformer_walkthrough.config import Config
 from transformer_walkthrough.model.backprop import next_tokens
@@ -56,7 +55,7 @@ def main() -> int:
         optimizer.step()
 
     turns = block_times({"ours": ours_step, "torch": torch_step}, args.rounds, repeats=50)
-    medians = {name: statistics.median(times) for name, times in turns.items()}
+    median = medians(turns)
 
     # From fresh random weights to a loss under 0.01, as `walkthrough train` does it.
     fresh = init_weights(config)
@@ -73,8 +72,8 @@ def main() -> int:
 
     ratio = paired_ratio(turns, "ours", "torch")  # the median of each turn's ratio
     print(f"one training step (forward + backward + Adam), float64, default config, {args.rounds} x 50 runs")
-    print(f"{'ours':<8}{medians['ours'] * 1e3:>9.3f} ms")
-    print(f"{'torch':<8}{medians['torch'] * 1e3:>9.3f} ms")
+    print(f"{'ours':<8}{median['ours'] * 1e3:>9.3f} ms")
+    print(f"{'torch':<8}{median['torch'] * 1e3:>9.3f} ms")
     print(f"ours / torch = {ratio:.2f} (target <= 0.5)")
     print(f"to loss < 0.01 from seed {config.seed}: {steps} steps, {learn:.2f} s (target < 1 s)")
     return 0
