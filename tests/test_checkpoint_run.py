@@ -492,3 +492,28 @@ def test_a_checkpoint_config_reads_the_encoders_vocabulary_of_its_own():
                 target,
                 target,
             ]
+
+
+@pytest.mark.parametrize(
+    ("file", "key", "value"),
+    [("generation_config.json", "bad_words_ids", [[3], [10**6]]),
+     ("config.json", "decoder_start_token_id", 10**6),
+     ("config.json", "eos_token_id", 10**6),
+     ("generation_config.json", "forced_eos_token_id", 10**6)],
+)  # fmt: skip
+def test_a_special_token_id_past_the_vocabulary_is_one_line_exit_2(runner, marian, tmp_path, file, key,
+                                                                    value):  # fmt: skip
+    """Generation indexes the logits with these ids: one past the decoder's pieces is refused at load,
+    not met mid-translation (a banned id there raised IndexError)."""
+    copy_ = _copy(marian[0], tmp_path / "ids")
+    settings = json.loads((copy_ / file).read_text())
+    (copy_ / file).write_text(json.dumps({**settings, key: value}))
+    pieces = marian[2].config.vocab_size  # the decoder's table, a row per piece
+    for command in (["run", "--source", "the cat"], ["generate", "--source", "the cat"]):
+        result = _cli(runner, command[0], "--model", str(copy_), *command[1:])
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1, result.output
+        name = "bad_words_ids[1]" if key == "bad_words_ids" else key
+        assert f"{name} is {10**6}, but the decoder's vocabulary has ids 0 to" in lines[0]
+        assert lines[0].endswith(f" to {pieces - 1}")

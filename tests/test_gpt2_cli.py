@@ -180,6 +180,7 @@ def test_generate_top_k_sampling_is_seeded(runner, gpt2):
         ("empty prompt", "--prompt: give some text"),
         ("prompt without model", "--prompt needs --model"),
         ("too long", f"this model reads at most {POSITIONS}"),
+        ("eos past the vocabulary", "eos_token_id is 1000000, but the decoder's vocabulary has ids 0 to"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(runner, gpt2, marian, tmp_path, case, message):
@@ -191,7 +192,12 @@ def test_bad_input_is_one_line_exit_2(runner, gpt2, marian, tmp_path, case, mess
         "empty prompt": ["--model", folder, "--prompt", ""],
         "prompt without model": ["--prompt", "the cat"],
         "too long": ["--model", folder, "--prompt", "the cat " * POSITIONS],
+        "eos past the vocabulary": ["--model", str(tmp_path / "eos"), "--prompt", "the cat"],
     }[case]
+    if case == "eos past the vocabulary":  # generation would stop on it: refused at load instead
+        shutil.copytree(folder, tmp_path / "eos")
+        config = json.loads((tmp_path / "eos" / "config.json").read_text())
+        (tmp_path / "eos" / "config.json").write_text(json.dumps({**config, "eos_token_id": 10**6}))
     for command in ("run", "generate"):
         result = _cli(runner, command, *args)
         assert result.exit_code == 2, result.output

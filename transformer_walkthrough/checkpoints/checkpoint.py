@@ -96,4 +96,23 @@ def load_checkpoint(path_or_id: str, dtype: str = "float32", prompt: bool | None
         raise CheckpointError(
             f"{path_or_id} is a decoder-only model ({kind}): give --prompt TEXT, not --source/--target"
         )
-    return LOADERS[kind](folder, dtype, name)
+    return check_special_ids(LOADERS[kind](folder, dtype, name), folder)
+
+
+def check_special_ids(ckpt: Checkpoint, folder: Path) -> Checkpoint:
+    """``ckpt``, once every token id that generation reads (start, end, padding, the forced end, the
+    banned words) is one of the decoder's pieces: an id past them would fail mid-generation."""
+    rows = len(ckpt.tokenizer.target_vocabulary)
+    ids = {
+        "decoder_start_token_id": ckpt.decoder_start_token_id,
+        "eos_token_id": ckpt.eos_token_id,
+        "pad_token_id": ckpt.pad_token_id,
+        "forced_eos_token_id": ckpt.forced_eos_token_id,
+        **{f"bad_words_ids[{k}]": i for k, words in enumerate(ckpt.bad_words_ids) for i in words},
+    }
+    for key, i in ids.items():
+        if i is not None and not 0 <= i < rows:
+            raise CheckpointError(
+                f"{folder}: {key} is {i}, but the decoder's vocabulary has ids 0 to {rows - 1}"
+            )
+    return ckpt
