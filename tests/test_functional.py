@@ -144,3 +144,44 @@ def test_self_attention_projects_in_one_product() -> None:
     # a copy of x is another array: the cross-attention path, same numbers
     other = F.multi_head_attention(x, x.copy(), W_QKV, W_O, num_heads=2, b_QKV=b_QKV)
     np.testing.assert_allclose(other.output, r.output, rtol=1e-12)
+
+
+def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many float64 steps apart a and b are (the same sign: erf's sign is x's)."""
+    return np.abs(a.view(np.int64) - b.view(np.int64))
+
+
+def test_erf_matches_math_erf_to_four_ulp_on_every_interval() -> None:
+    """Cody's three approximations and their seams (0.46875, 4, 26.543), against the C library's erf."""
+    from transformer_walkthrough.model.erf import erf
+
+    grid = np.concatenate([
+        np.linspace(-30, 30, 300_001),
+        np.geomspace(1e-300, 30, 20_001),
+        np.nextafter(np.repeat([0.46875, 4.0, 26.543], 3), [[0], [np.inf], [100]]).ravel(),
+        [0.46875, 4.0, 26.543, 5e-324, 1e-17, 0.5, 1.0, 2.0],
+    ])  # fmt: skip
+    grid = np.concatenate([grid, -grid])
+    expected = np.array([math.erf(v) for v in grid])
+    got = erf(grid)
+    assert got.dtype == np.float64 and np.all(np.sign(got) == np.sign(expected))
+    assert _ulps(got, expected).max() <= 4  # 3 at worst, about 4e-16 relative
+
+
+def test_erf_by_hand_at_its_edges() -> None:
+    from transformer_walkthrough.model.erf import erf
+
+    got = erf(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 40.0]))
+    assert got[0] == 0 and not np.signbit(got[0]) and got[1] == 0 and np.signbit(got[1])
+    assert (got[2], got[3]) == (1.0, -1.0) and np.isnan(got[4])
+    # erf(1) = 0.8427007929497148693412206350826…, erf(40) = 1 to far beyond float64
+    assert abs(got[5] - 0.8427007929497149) <= 1.2e-16 and got[6] == -got[5] and got[7] == 1.0
+    assert erf(np.float32(0.5)).dtype == np.float64  # float64 inside; GELU casts back
+
+
+def test_gelu_agrees_with_math_erf_cell_by_cell_and_keeps_float32() -> None:
+    x = np.linspace(-8, 8, 4001).reshape(1, -1)
+    expected = np.array([[v * (1 + math.erf(v / math.sqrt(2))) / 2 for v in x[0]]])
+    # where x < 0, 1 + erf cancels: erf's last bits (ulps of 1) become the result's absolute error
+    np.testing.assert_allclose(F.gelu(x), expected, rtol=1e-15, atol=4e-16)
+    assert F.gelu(x.astype(np.float32)).dtype == np.float32

@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .erf import erf
+
 
 def row_sums(x: np.ndarray) -> np.ndarray:
     """Σ_j x[..., j] as the product x·1 with a column of ones; x: (..., n) -> (..., 1).
@@ -174,7 +176,6 @@ def multi_head_attention(
 
 # The feed-forward's nonlinearity. Each takes the pre-activation and returns a new array.
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_erf = np.frompyfunc(math.erf, 1, 1)  # NumPy has no erf; math.erf is exact to the last bit
 
 
 def relu(x: np.ndarray) -> np.ndarray:
@@ -186,7 +187,7 @@ def relu(x: np.ndarray) -> np.ndarray:
 
 def gelu(x: np.ndarray) -> np.ndarray:
     """x·Φ(x) = x·(1 + erf(x/√2))/2, Φ the standard normal's CDF (torch's "gelu")."""
-    return x * (0.5 * (1.0 + _erf(x * (1 / math.sqrt(2.0))).astype(x.dtype)))
+    return x * (0.5 * (1.0 + erf(x * (1 / math.sqrt(2.0))).astype(x.dtype)))
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -213,7 +214,7 @@ def activation_backward(dy: np.ndarray, x: np.ndarray, activation: str) -> np.nd
     if activation == "relu":
         return dy * (x > 0)  # ReLU passes gradient only where it passed the value
     if activation == "gelu":  # d/dx x·Φ(x) = Φ(x) + x·φ(x)
-        cdf = 0.5 * (1.0 + _erf(x * (1 / math.sqrt(2.0))).astype(x.dtype))
+        cdf = 0.5 * (1.0 + erf(x * (1 / math.sqrt(2.0))).astype(x.dtype))
         return dy * (cdf + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
     if activation == "gelu-tanh":
         t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))
