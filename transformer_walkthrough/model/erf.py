@@ -3,7 +3,7 @@
 erf(x) = 2/√π ∫₀ˣ e^(−t²) dt. W. J. Cody's rational Chebyshev approximations ("Rational Chebyshev
 approximations for the error function", Math. Comp. 23, 1969, as in Netlib's specfun CALERF), one
 per interval of |x|. A test holds them to the C library's ``math.erf`` within 4 ulp (3 at worst,
-about 4e-16 relative); ``math.erf`` cell by cell would be exact, and about 30× slower.
+about 4e-16 relative); ``math.erf`` cell by cell would be exact, and 3 to 5 times slower.
 """
 
 from __future__ import annotations
