@@ -192,7 +192,8 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))/2: GPT-2's approximation of GELU."""
-    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+    # x·x·x, as PyTorch's kernel: NumPy's x**3 calls pow() cell by cell, 50 times slower
+    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -217,7 +218,7 @@ def activation_backward(dy: np.ndarray, x: np.ndarray, activation: str) -> np.nd
         cdf = 0.5 * (1.0 + erf(x * (1 / math.sqrt(2.0))).astype(x.dtype))
         return dy * (cdf + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
     if activation == "gelu-tanh":
-        t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))
+        t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x)))
         return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x))
     if activation == "silu":  # d/dx x·σ(x) = σ(x)·(1 + x·(1 − σ(x)))
         s = sigmoid(x)
