@@ -185,9 +185,14 @@ def relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, np.zeros(x.shape[-1], x.dtype))
 
 
+def normal_cdf(x: np.ndarray) -> np.ndarray:
+    """Φ(x) = (1 + erf(x/√2))/2, the standard normal's CDF, in x's dtype."""
+    return 0.5 * (1.0 + erf(x * (1 / math.sqrt(2.0))).astype(x.dtype))
+
+
 def gelu(x: np.ndarray) -> np.ndarray:
-    """x·Φ(x) = x·(1 + erf(x/√2))/2, Φ the standard normal's CDF (torch's "gelu")."""
-    return x * (0.5 * (1.0 + erf(x * (1 / math.sqrt(2.0))).astype(x.dtype)))
+    """x·Φ(x), Φ the standard normal's CDF (torch's "gelu")."""
+    return x * normal_cdf(x)
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -215,8 +220,7 @@ def activation_backward(dy: np.ndarray, x: np.ndarray, activation: str) -> np.nd
     if activation == "relu":
         return dy * (x > 0)  # ReLU passes gradient only where it passed the value
     if activation == "gelu":  # d/dx x·Φ(x) = Φ(x) + x·φ(x)
-        cdf = 0.5 * (1.0 + erf(x * (1 / math.sqrt(2.0))).astype(x.dtype))
-        return dy * (cdf + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+        return dy * (normal_cdf(x) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
     if activation == "gelu-tanh":
         t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x)))
         return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x))
