@@ -13,7 +13,8 @@ tokens; one process, the same weights. Timed, each as the median of its runs, ta
 Conventions: post (the paper's post-norm), pre (pre-norm with final norms), decoder-only (pre-norm,
 no encoder, 6 layers over the 64 + 64 tokens as one 128-token sequence).
   GEMM          one NumPy matmul of the feed-forward's shape (64×512 by 512×2048): the machine's peak
-Ratios: the median over turns of ours / torch within a turn (``paired_ratio``).
+Ratios: the median over turns of ours / torch within a turn (``paired_ratio``), and the middle half
+of the turns' ratios (``quartiles``): on a shared machine one run's median moves by about as much.
 Targets (float32): ours with the trace <= 1.0 x torch; without <= 0.9 x torch.
 """
 
@@ -76,7 +77,18 @@ def paired_ratio(times: dict[str, list[float]], ours: str, theirs: str) -> float
     On a shared machine a slow minute falls on both sides of a turn's ratio alike, where it would
     fall on one median or the other.
     """
-    return statistics.median(a / b for a, b in zip(times[ours], times[theirs], strict=True))
+    return statistics.median(turn_ratios(times, ours, theirs))
+
+
+def turn_ratios(times: dict[str, list[float]], ours: str, theirs: str) -> list[float]:
+    """ours / theirs in each turn: ``paired_ratio`` is their median."""
+    return [a / b for a, b in zip(times[ours], times[theirs], strict=True)]
+
+
+def quartiles(ratios: list[float]) -> str:
+    """The middle half of the turns' ratios, "0.93–1.08": how far one run's median can be trusted."""
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    return f"{q1:.2f}–{q3:.2f}"
 
 
 def flops(m: ModelConfig, n_s: int, n_t: int, vocab: int) -> int:
@@ -168,8 +180,10 @@ def main() -> int:
     held = sum(kept.values()) - weight_bytes
     print(f"trace: {len(trace)} stages, {n_matrices} matrices, {held / 1e6:.1f} MB of activations held "
           f"(weights: views); peak allocated while tracing {peak_bytes / 1e6:.1f} MB")  # fmt: skip
-    print(f"targets: with the trace {ratio['trace']:.2f} x torch (<= 1.0), "
-          f"without {ratio['plain']:.2f} x torch (<= 0.9)")  # fmt: skip
+    spread = {name: quartiles(turn_ratios(turns, name, "torch")) for name in ("trace", "plain")}
+    print(f"targets: with the trace {ratio['trace']:.2f} x torch (<= 1.0; middle half of the turns "
+          f"{spread['trace']}),")  # fmt: skip
+    print(f"         without {ratio['plain']:.2f} x torch (<= 0.9; {spread['plain']})")
     return 0
 
 
