@@ -470,10 +470,14 @@ def test_explain_digits_are_bounded(runner: CliRunner, digits: str) -> None:
 _NUMBERS = st.one_of(
     st.integers(-3, 40), st.sampled_from([0, 2**70, 10**9, -1]),
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.none(), st.booleans(),
+    st.sampled_from(["relu", "gelu", "gelu-tanh", "silu", "swish", "sinusoidal", "sinusoidal-halves",
+                     "learned", "auto", "flatten", "per-position"]),
 )  # fmt: skip
 _KEYS = {
     "model": ["d_model", "num_heads", "d_ff", "num_encoder_layers", "num_decoder_layers", "layer_norm_eps",
-              "dtype", "output_head", "attention_bias", "scale_embeddings", "d_modle"],
+              "dtype", "output_head", "attention_bias", "scale_embeddings", "d_modle", "norm_first",
+              "final_norm", "activation", "positional_encoding", "max_positions", "tie_embeddings",
+              "output_bias"],
     "training": ["steps", "learning_rate", "dataset"],
     "display": ["precision"],
 }  # fmt: skip
@@ -500,7 +504,11 @@ def _configs(draw: st.DrawFn) -> dict:
     return doc
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "80")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(
     doc=_configs(), command=_COMMANDS, weights=st.one_of(st.none(), st.binary(max_size=64), st.just("good")),
     extra=st.lists(st.sampled_from(["--seed", "-1", "abc", "--precision", "99", "--full", "--lr", "1e9"]),
