@@ -27,6 +27,7 @@ import sentencepiece as spm
 import torch
 import transformers
 
+from tests.shards import sharded_copy
 from tests.tiny_marian import (
     D_MODEL,
     HEADS,
@@ -411,6 +412,73 @@ def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(tmp_path, call
 
 
 # ---------------------------------------------------------------------------------------------
+# sharded checkpoints: transformers' own save_pretrained in small shards
+
+
+@pytest.fixture(scope="module")
+def marian_shards(marian, tmp_path_factory):
+    return sharded_copy(marian[0], tmp_path_factory.mktemp("shards") / "marian", transformers.MarianMTModel)
+
+
+def test_a_sharded_checkpoint_loads_the_same_arrays_as_one_file(marian, marian_shards):
+    shards = sorted(p.name for p in marian_shards.glob("model-*.safetensors"))
+    assert len(shards) >= 3 and not (marian_shards / "model.safetensors").exists()
+    one, sharded = load_marian(marian[0], "float64"), load_marian(marian_shards, "float64")
+    assert sharded.weights.keys() == one.weights.keys()
+    for name, array in one.weights.items():
+        np.testing.assert_array_equal(sharded.weights[name], array, err_msg=name)
+    assert sharded.source == f"{marian_shards} (model.safetensors.index.json, {len(shards)} shards)"
+
+
+def _edit_index(folder: Path, edit) -> None:
+    index = folder / "model.safetensors.index.json"
+    raw = json.loads(index.read_text())
+    edit(raw["weight_map"])
+    index.write_text(json.dumps(raw))
+
+
+def _move_first(weight_map: dict) -> None:
+    first = next(iter(weight_map))
+    weight_map[first] = next(f for f in sorted(set(weight_map.values())) if f != weight_map[first])
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [("outside", "not a .safetensors file beside the index"),
+     ("missing shard", "cannot read"),
+     ("unlisted tensor", "but the index does not list it"),
+     ("moved tensor", "but the index puts it in"),
+     ("not json", "not readable JSON"),
+     ("no map", "no weight_map")],
+)  # fmt: skip
+def test_a_broken_shard_index_is_one_line(marian_shards, tmp_path, case, message):
+    folder = _copy(marian_shards, tmp_path / "broken")
+    index = folder / "model.safetensors.index.json"
+    if case == "outside":
+        _edit_index(folder, lambda m: m.update({next(iter(m)): "../model.safetensors"}))
+    if case == "missing shard":
+        next(folder.glob("model-*.safetensors")).unlink()
+    if case == "unlisted tensor":
+        _edit_index(folder, lambda m: m.pop(next(iter(m))))
+    if case == "moved tensor":
+        _edit_index(folder, _move_first)
+    if case == "not json":
+        index.write_text("{")
+    if case == "no map":
+        index.write_text("{}")
+    with pytest.raises(CheckpointError) as err:
+        load_marian(folder)
+    assert message in _one_line(err)
+
+
+def test_torch_shards_are_refused_in_one_line(tmp_path):
+    (tmp_path / "pytorch_model.bin.index.json").write_text("{}")
+    with pytest.raises(CheckpointError) as err:
+        read_weights(tmp_path)
+    assert "pytorch_model.bin.index.json) is not read" in _one_line(err)
+
+
+# ---------------------------------------------------------------------------------------------
 # hub cache, extras
 
 
@@ -438,6 +506,24 @@ def test_hub_id_is_read_from_the_cache_offline(marian, tmp_path):
         str(repo / "snapshots" / revision),
         "tiny-org/opus-mt-xx-yy (model.safetensors)",
     ]
+
+
+def test_a_sharded_hub_id_is_read_from_the_cache_offline(marian_shards, tmp_path):
+    """The hub path fetches the index first, then the shards it names: both come from the cache."""
+    cache = tmp_path / "hub"
+    revision = "89abcdef0123456789abcdef0123456789abcdef"
+    repo = cache / "models--tiny-org--opus-mt-shards"
+    shutil.copytree(marian_shards, repo / "snapshots" / revision)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    code = (
+        "from transformer_walkthrough.checkpoints import resolve, load_marian\n"
+        "p = resolve('tiny-org/opus-mt-shards'); print(load_marian(p, name='hub').source)"
+    )
+    done = _python(code, HF_HUB_CACHE=str(cache), HF_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1")
+    assert done.returncode == 0, done.stderr
+    shards = len(list(marian_shards.glob("model-*.safetensors")))
+    assert done.stdout.strip() == f"hub (model.safetensors.index.json, {shards} shards)"
 
 
 def test_hub_id_offline_without_cache_is_one_line(tmp_path):

@@ -24,6 +24,7 @@ import transformers
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
+from tests.shards import sharded_copy
 from tests.tiny_gpt2 import D_MODEL, EOS, HEADS, LAYERS, POSITIONS, PROMPTS, hub_layout
 from transformer_walkthrough.checkpoints import (
     ByteLevelBPETokenizer,
@@ -125,10 +126,21 @@ def test_a_50257_token_vocabulary_loads_fast(tmp_path):
 # converter
 
 
-@pytest.mark.parametrize("layout", ["saved", "hub", "hub-bin"])
-def test_every_weight_equals_transformers(gpt2, layout):
+@pytest.fixture(scope="module")
+def gpt2_shards(gpt2, tmp_path_factory):
+    """The saved tiny GPT-2, saved again by transformers in shards (model.safetensors.index.json)."""
+    return sharded_copy(
+        gpt2[0]["saved"], tmp_path_factory.mktemp("shards") / "gpt2", transformers.GPT2LMHeadModel
+    )
+
+
+@pytest.mark.parametrize("layout", ["saved", "hub", "hub-bin", "sharded"])
+def test_every_weight_equals_transformers(gpt2, gpt2_shards, layout):
     folders, reference = gpt2
+    folders = {**folders, "sharded": gpt2_shards}
     ckpt = load_gpt2(folders[layout], dtype="float64")
+    if layout == "sharded":
+        assert len(list(gpt2_shards.glob("model-*.safetensors"))) >= 3
     state = reference.state_dict()
     rows = gpt2_rows(LAYERS, D_MODEL, 4 * D_MODEL)
     config = checkpoint_config(ckpt, "float64", "")

@@ -14,7 +14,8 @@ CONFIG_AND_TOKENIZER = (
     "config.json", "generation_config.json", "tokenizer_config.json",
     "source.spm", "target.spm", "vocab.json", "target_vocab.json", "tokenizer.json",
 )  # fmt: skip
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in order of preference
+# In order of preference: one safetensors file, the index of a sharded one, torch's format.
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 # The hub's rule for repository ids: [namespace/]name, letters, digits, '-', '_', '.'.
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
@@ -30,7 +31,7 @@ def resolve(model: str) -> Path:
     """The folder holding ``model``'s files: ``model`` itself if it is a folder, else a hub id's snapshot.
 
     A hub id (``Helsinki-NLP/opus-mt-en-de``) is fetched with ``huggingface_hub`` into its usual
-    cache (HF_HUB_CACHE or HF_HOME), config, tokenizer and one weights file only; when the files
+    cache (HF_HUB_CACHE or HF_HOME), config, tokenizer and one set of weights only; when the files
     are cached, no network is needed (and with HF_HUB_OFFLINE=1 none is tried).
     """
     path = Path(model).expanduser()
@@ -46,20 +47,24 @@ def resolve(model: str) -> Path:
 def _download(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
 
+    from .tensors import shard_files
+
     offline = _offline()
+
+    def fetch(*patterns: str) -> Path:
+        return Path(snapshot_download(repo_id, allow_patterns=list(patterns), local_files_only=offline))
+
     try:
-        folder = Path(
-            snapshot_download(
-                repo_id, allow_patterns=[*CONFIG_AND_TOKENIZER, WEIGHT_FILES[0]], local_files_only=offline
-            )
-        )
-        if not (folder / WEIGHT_FILES[0]).is_file():  # older repos have only torch's format
-            folder = Path(
-                snapshot_download(repo_id, allow_patterns=[WEIGHT_FILES[1]], local_files_only=offline)
-            )
+        folder = fetch(*CONFIG_AND_TOKENIZER, *WEIGHT_FILES[:2])
+        if (folder / WEIGHT_FILES[0]).is_file():
+            return folder
+        if (folder / WEIGHT_FILES[1]).is_file():  # a sharded checkpoint: the shards its index names
+            return fetch(*shard_files(folder / WEIGHT_FILES[1]))
+        return fetch(WEIGHT_FILES[2])  # older repos have only torch's format
+    except CheckpointError:
+        raise
     except Exception as err:  # the hub client's errors span HTTP, OS and its own classes
         raise CheckpointError(_download_failure(repo_id, err, offline)) from None
-    return folder
 
 
 def _download_failure(repo_id: str, err: Exception, offline: bool) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import re
 import zipfile
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -31,6 +32,11 @@ MAX_HEADER_BYTES = 100_000_000
 # A state dict's pickle is a few bytes of names and shapes per tensor (opus-mt's: ~40 kB); capping
 # it caps the objects a hostile pickle can make before it is refused.
 MAX_PICKLE_BYTES = 16_000_000
+
+# A shard index names each tensor and its file: ~100 bytes a tensor (GPT-2 XL's is 30 kB).
+MAX_INDEX_BYTES = 10_000_000
+SHARD_INDEX = "model.safetensors.index.json"
+_SHARD_FILE = re.compile(r"[\w.-]+\.safetensors")  # a file beside the index, never a path elsewhere
 
 # safetensors dtype -> (NumPy dtype of the stored bytes, bytes per element)
 _SAFETENSORS_DTYPES = {
@@ -89,6 +95,78 @@ class SafetensorsFile(Mapping):
 def read_safetensors(path: str | Path) -> SafetensorsFile:
     """The tensors of a ``.safetensors`` file, header checked, each read when first asked for."""
     return SafetensorsFile(Path(path))
+
+
+class ShardedSafetensors(Mapping):
+    """A checkpoint split over several ``.safetensors`` files, as one read-only mapping ``name -> ndarray``.
+
+    ``save_pretrained`` splits a model larger than its ``max_shard_size`` (5 GB by default: GPT-2
+    XL in float32) into ``model-00001-of-00002.safetensors``, … and writes ``model.safetensors.index.json``,
+    whose ``weight_map`` names each tensor's file. Every shard's header is checked here, and the
+    index must name each tensor of each shard exactly once; each tensor is read on first use.
+    """
+
+    def __init__(self, index: Path):
+        self.index = Path(index)
+        weight_map = _shard_map(self.index)
+        shards = {
+            file: SafetensorsFile(self.index.parent / file) for file in sorted(set(weight_map.values()))
+        }
+        for file, shard in shards.items():
+            for name in shard:
+                if weight_map.get(name) != file:
+                    where = f"puts it in {weight_map[name]}" if name in weight_map else "does not list it"
+                    raise CheckpointError(
+                        f"{self.index}: {file} holds tensor {name!r}, but the index {where}"
+                    )
+        for name, file in weight_map.items():
+            if name not in shards[file]:
+                raise CheckpointError(
+                    f"{self.index}: tensor {name!r} is not in {file}, where the index puts it"
+                )
+        self.shards = len(shards)
+        self._file_of = {name: shards[file] for name, file in weight_map.items()}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._file_of[name][name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._file_of)
+
+    def __len__(self) -> int:
+        return len(self._file_of)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._file_of[name].shape(name)
+
+    def dtype(self, name: str) -> str:
+        return self._file_of[name].dtype(name)
+
+
+def _shard_map(index: Path) -> dict[str, str]:
+    """The index's ``weight_map`` (tensor name -> shard file), each file a plain name beside the index."""
+    try:
+        if index.stat().st_size > MAX_INDEX_BYTES:
+            raise CheckpointError(f"{index}: larger than {MAX_INDEX_BYTES:,} bytes; not a shard index")
+        raw = json.loads(index.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise CheckpointError(f"{index}: cannot read ({err.strerror or err})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{index}: not readable JSON ({err})") from None
+    weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index}: no weight_map (tensor name -> shard file)")
+    for name, file in weight_map.items():
+        if not (isinstance(file, str) and _SHARD_FILE.fullmatch(file)):
+            raise CheckpointError(
+                f"{index}: tensor {name!r} is in {file!r}, not a .safetensors file beside the index"
+            )
+    return weight_map
+
+
+def shard_files(index: Path) -> list[str]:
+    """The shard files an index names, each once (what a download of the checkpoint must fetch)."""
+    return sorted(set(_shard_map(index).values()))
 
 
 def _safetensors_header(path: Path) -> dict[str, dict]:
@@ -329,20 +407,25 @@ def read_torch_bin(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def read_weights(folder: str | Path) -> tuple[Mapping[str, np.ndarray], str]:
-    """A checkpoint folder's tensors, from ``model.safetensors`` or else ``pytorch_model.bin``.
+    """A checkpoint folder's tensors, from ``model.safetensors``, else its shards (``SHARD_INDEX``),
+    else ``pytorch_model.bin``.
 
-    Returns the tensors and the name of the file they came from.
+    Returns the tensors and the file they came from ("model.safetensors.index.json, 3 shards").
     """
     folder = Path(folder)
     if (folder / "model.safetensors").is_file():
         return read_safetensors(folder / "model.safetensors"), "model.safetensors"
+    if (folder / SHARD_INDEX).is_file():
+        sharded = ShardedSafetensors(folder / SHARD_INDEX)
+        return sharded, f"{SHARD_INDEX}, {sharded.shards} shard{'s' if sharded.shards > 1 else ''}"
     if (folder / "pytorch_model.bin").is_file():
         return read_torch_bin(folder / "pytorch_model.bin"), "pytorch_model.bin"
-    if (folder / "model.safetensors.index.json").is_file():
+    if (folder / "pytorch_model.bin.index.json").is_file():
         raise CheckpointError(
-            f"{folder}: sharded checkpoints (model.safetensors.index.json) are not read yet"
+            f"{folder}: torch's sharded format (pytorch_model.bin.index.json) is not read; "
+            "save the model with safe_serialization=True (save_pretrained's default)"
         )
-    raise CheckpointError(f"{folder}: no weights (model.safetensors or pytorch_model.bin)")
+    raise CheckpointError(f"{folder}: no weights (model.safetensors, {SHARD_INDEX} or pytorch_model.bin)")
 
 
 def _first_line(err: BaseException) -> str:
