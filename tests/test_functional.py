@@ -185,3 +185,18 @@ def test_gelu_agrees_with_math_erf_cell_by_cell_and_keeps_float32() -> None:
     # where x < 0, 1 + erf cancels: erf's last bits (ulps of 1) become the result's absolute error
     np.testing.assert_allclose(F.gelu(x), expected, rtol=1e-15, atol=4e-16)
     assert F.gelu(x.astype(np.float32)).dtype == np.float32
+
+
+def test_erf_of_any_layout_and_of_a_0d_array() -> None:
+    """Transposed, strided, Fortran-ordered and 0-d inputs, with values past 4 in each: the tail is
+    written where those values are, whatever the layout."""
+    from transformer_walkthrough.model.erf import erf
+
+    a = np.random.default_rng(0).normal(0, 4, (50, 70))
+    assert np.sum(np.abs(a) > 4) > 100
+    for view in (a.T, a[:, ::3], np.asfortranarray(a), a.reshape(5, 10, 70).transpose(2, 0, 1)):
+        expected = np.vectorize(math.erf)(view)
+        assert _ulps(erf(view), expected).max() <= 4
+    assert erf(np.array(4.5)) == pytest.approx(math.erf(4.5), rel=4e-16, abs=0)
+    with np.errstate(all="raise"):  # no overflow on the way for the largest numbers
+        assert erf(np.array([1e308, -5e304])).tolist() == [1.0, -1.0]
