@@ -87,6 +87,8 @@ def turn_ratios(times: dict[str, list[float]], ours: str, theirs: str) -> list[f
 
 def quartiles(ratios: list[float]) -> str:
     """The middle half of the turns' ratios, "0.93–1.08": how far one run's median can be trusted."""
+    if len(ratios) < 2:
+        return "one turn: no spread"
     q1, _, q3 = statistics.quantiles(ratios, n=4)
     return f"{q1:.2f}–{q3:.2f}"
 

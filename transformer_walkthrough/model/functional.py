@@ -19,8 +19,10 @@ from .erf import erf
 def row_sums(x: np.ndarray) -> np.ndarray:
     """Σ_j x[..., j] as the product x·1 with a column of ones; x: (..., n) -> (..., 1).
 
-    The same sums as ``x.sum(axis=-1)``, but one BLAS call: NumPy reduces short rows one at a
-    time, three times slower at a softmax's 128 columns or a LayerNorm's 512."""
+    The sums of ``x.sum(axis=-1)`` up to rounding, in one BLAS call: NumPy reduces short rows one
+    at a time, three times slower at a softmax's 128 columns or a LayerNorm's 512. The BLAS adds in
+    an order of its own, which can depend on how many rows come at once: a row summed alone and
+    the same row among others may differ in their last bit."""
     return (x @ np.ones(x.shape[-1], x.dtype))[..., None]
 
 
