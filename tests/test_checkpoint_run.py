@@ -496,9 +496,8 @@ def test_a_checkpoint_config_reads_the_encoders_vocabulary_of_its_own():
 
 @pytest.mark.parametrize(
     ("file", "key", "value"),
-    [("generation_config.json", "bad_words_ids", [[3], [10**6]]),
+    [("generation_config.json", "bad_words_ids", [[3], [5, 10**6]]),
      ("config.json", "decoder_start_token_id", 10**6),
-     ("config.json", "eos_token_id", 10**6),
      ("generation_config.json", "forced_eos_token_id", 10**6)],
 )  # fmt: skip
 def test_a_special_token_id_past_the_vocabulary_is_one_line_exit_2(runner, marian, tmp_path, file, key,
@@ -514,6 +513,6 @@ def test_a_special_token_id_past_the_vocabulary_is_one_line_exit_2(runner, maria
         assert result.exit_code == 2, result.output
         lines = result.output.strip().splitlines()
         assert len(lines) == 1, result.output
-        name = "bad_words_ids[1]" if key == "bad_words_ids" else key
+        name = "bad_words_ids[1][1]" if key == "bad_words_ids" else key
         assert f"{name} is {10**6}, but the decoder's vocabulary has ids 0 to" in lines[0]
         assert lines[0].endswith(f" to {pieces - 1}")

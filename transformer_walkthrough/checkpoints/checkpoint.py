@@ -100,15 +100,18 @@ def load_checkpoint(path_or_id: str, dtype: str = "float32", prompt: bool | None
 
 
 def check_special_ids(ckpt: Checkpoint, folder: Path) -> Checkpoint:
-    """``ckpt``, once every token id that generation reads (start, end, padding, the forced end, the
-    banned words) is one of the decoder's pieces: an id past them would fail mid-generation."""
+    """``ckpt``, once every token id that generation indexes with is one of the decoder's pieces: the
+    start token (a row of E), the forced end and each banned word's last token (columns of the
+    logits). One past them would fail, or choose at random, in the middle of a translation.
+
+    The end token is only compared with what was chosen: one past the pieces is never chosen, and
+    generation runs to its length limit, as in transformers (GPT2Config's default eos, 50256, is
+    past a small model's vocabulary)."""
     rows = len(ckpt.tokenizer.target_vocabulary)
     ids = {
         "decoder_start_token_id": ckpt.decoder_start_token_id,
-        "eos_token_id": ckpt.eos_token_id,
-        "pad_token_id": ckpt.pad_token_id,
         "forced_eos_token_id": ckpt.forced_eos_token_id,
-        **{f"bad_words_ids[{k}]": i for k, words in enumerate(ckpt.bad_words_ids) for i in words},
+        **{f"bad_words_ids[{k}][{len(w) - 1}]": w[-1] for k, w in enumerate(ckpt.bad_words_ids)},
     }
     for key, i in ids.items():
         if i is not None and not 0 <= i < rows:
