@@ -43,6 +43,7 @@ from transformer_walkthrough.checkpoints import (
     load_marian,
     read_torch_bin,
     read_weights,
+    resolve,
 )
 from transformer_walkthrough.checkpoints.marian import marian_rows
 from transformer_walkthrough.errors import WalkthroughError
@@ -445,7 +446,7 @@ def _move_first(weight_map: dict) -> None:
 @pytest.mark.parametrize(
     ("case", "message"),
     [("outside", "not a .safetensors file beside the index"),
-     ("missing shard", "cannot read"),
+     ("missing shard", "is missing or not a file"),
      ("unlisted tensor", "but the index does not list it"),
      ("moved tensor", "but the index puts it in"),
      ("not json", "not readable JSON"),
@@ -469,6 +470,47 @@ def test_a_broken_shard_index_is_one_line(marian_shards, tmp_path, case, message
     with pytest.raises(CheckpointError) as err:
         load_marian(folder)
     assert message in _one_line(err)
+
+
+@pytest.mark.parametrize("file", ["config.json", "generation_config.json", "vocab.json",
+                                  "tokenizer_config.json", "model.safetensors.index.json"])  # fmt: skip
+@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, '{"n": ' + "9" * 5000 + "}", "\udcff"])
+def test_json_that_python_cannot_hold_is_one_line(marian_shards, tmp_path, file, content):
+    """Nested past the recursion limit, an integer past 4,300 digits, bytes that are not UTF-8:
+    json.loads raises RecursionError, ValueError, UnicodeDecodeError, each caught in one place."""
+    folder = _copy(marian_shards, tmp_path / "json")
+    (folder / file).write_bytes(content.encode("utf-8", "surrogateescape"))
+    with pytest.raises(CheckpointError) as err:
+        load_marian(folder)
+    assert str(folder / file) in _one_line(err)
+
+
+def test_a_shard_that_is_a_fifo_is_refused_not_waited_on(marian_shards, tmp_path):
+    folder = _copy(marian_shards, tmp_path / "fifo")
+    shard = next(folder.glob("model-*.safetensors"))
+    shard.unlink()
+    os.mkfifo(shard)
+    started = time.perf_counter()
+    with pytest.raises(CheckpointError) as err:
+        load_marian(folder)
+    assert f"shard {shard.name} is missing or not a file" in _one_line(err)
+    assert time.perf_counter() - started < 10
+
+
+def test_shard_headers_share_one_budget(marian_shards, tmp_path, monkeypatch):
+    """Headers count together against the one limit of a single file's header, so that an index naming
+    one large file many times (under as many names) cannot multiply the memory it takes."""
+    from transformer_walkthrough.checkpoints import tensors
+
+    sizes = [
+        tensors.read_safetensors(p).header_bytes for p in sorted(marian_shards.glob("model-*.safetensors"))
+    ]
+    monkeypatch.setattr(tensors, "MAX_HEADER_BYTES", sum(sizes) - 1)
+    with pytest.raises(CheckpointError) as err:
+        load_marian(marian_shards)
+    assert f"over the {sizes[-1] - 1:,} that a checkpoint's headers may take together" in _one_line(err)
+    monkeypatch.setattr(tensors, "MAX_HEADER_BYTES", sum(sizes))
+    assert load_marian(marian_shards).weights
 
 
 def test_torch_shards_are_refused_in_one_line(tmp_path):
@@ -524,6 +566,31 @@ def test_a_sharded_hub_id_is_read_from_the_cache_offline(marian_shards, tmp_path
     assert done.returncode == 0, done.stderr
     shards = len(list(marian_shards.glob("model-*.safetensors")))
     assert done.stdout.strip() == f"hub (model.safetensors.index.json, {shards} shards)"
+
+
+def test_a_sharded_hub_download_fetches_the_index_then_its_shards_from_one_commit(
+    marian_shards, tmp_path, monkeypatch
+):
+    """What is asked of the hub (its client stood in for: no network here): config, tokenizer and
+    the weights' file or index first; then exactly the shards the index names, at that commit."""
+    import huggingface_hub
+
+    from transformer_walkthrough.checkpoints.hub import CONFIG_AND_TOKENIZER
+
+    snapshot = shutil.copytree(marian_shards, tmp_path / "0123456789abcdef0123456789abcdef01234567")
+    calls = []
+
+    def snapshot_download(repo_id, revision=None, allow_patterns=(), local_files_only=False):
+        calls.append((repo_id, revision, sorted(allow_patterns)))
+        return str(snapshot)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.chdir(tmp_path)
+    assert resolve("tiny-org/shards") == snapshot
+    first = sorted([*CONFIG_AND_TOKENIZER, "model.safetensors", "model.safetensors.index.json",
+                    "pytorch_model.bin.index.json"])  # fmt: skip
+    shards = sorted(p.name for p in marian_shards.glob("model-*.safetensors"))
+    assert calls == [("tiny-org/shards", None, first), ("tiny-org/shards", snapshot.name, shards)]
 
 
 def test_hub_id_offline_without_cache_is_one_line(tmp_path):

@@ -17,12 +17,12 @@ tokens can share a label (``Ġ`` and ``Â·`` are both ``·``).
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
+from .jsonfile import read_json
 
 MAX_TOKENIZER_BYTES = 200_000_000  # the largest tokenizer.json on the hub is tens of MB
 MAX_VOCABULARY = 10_000_000  # ids beyond this are not a vocabulary but a corrupt file
@@ -150,10 +150,7 @@ def _read_vocabulary(path: Path) -> tuple[dict[str, int], dict[int, tuple[str, b
     """tokenizer.json's model vocabulary (token -> id), its added tokens (id -> (token, special)),
     and whether its decoder is byte-level; every id checked."""
     _check_size(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        raise CheckpointError(f"{path}: not a readable tokenizer ({_first_line(err)})") from None
+    data = read_json(path, MAX_TOKENIZER_BYTES, what="a readable tokenizer")
     model = data.get("model") if isinstance(data, dict) else None
     vocab = model.get("vocab") if isinstance(model, dict) else None
     if not isinstance(vocab, dict) or model.get("type") not in ("BPE", None):

@@ -16,6 +16,7 @@ CONFIG_AND_TOKENIZER = (
 )  # fmt: skip
 # In order of preference: one safetensors file, the index of a sharded one, torch's format.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+TORCH_SHARD_INDEX = "pytorch_model.bin.index.json"  # not read: refused with a way out
 
 # The hub's rule for repository ids: [namespace/]name, letters, digits, '-', '_', '.'.
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
@@ -51,16 +52,24 @@ def _download(repo_id: str) -> Path:
 
     offline = _offline()
 
-    def fetch(*patterns: str) -> Path:
-        return Path(snapshot_download(repo_id, allow_patterns=list(patterns), local_files_only=offline))
+    def fetch(*patterns: str, revision: str | None = None) -> Path:
+        return Path(
+            snapshot_download(
+                repo_id, revision=revision, allow_patterns=list(patterns), local_files_only=offline
+            )
+        )
 
     try:
-        folder = fetch(*CONFIG_AND_TOKENIZER, *WEIGHT_FILES[:2])
+        # config, tokenizer, and the weights' one file or index (torch's shard index too, to refuse it)
+        folder = fetch(*CONFIG_AND_TOKENIZER, *WEIGHT_FILES[:2], TORCH_SHARD_INDEX)
         if (folder / WEIGHT_FILES[0]).is_file():
             return folder
+        # The rest from the same commit (the snapshot's folder is named by it), should main move.
         if (folder / WEIGHT_FILES[1]).is_file():  # a sharded checkpoint: the shards its index names
-            return fetch(*shard_files(folder / WEIGHT_FILES[1]))
-        return fetch(WEIGHT_FILES[2])  # older repos have only torch's format
+            return fetch(*shard_files(folder / WEIGHT_FILES[1]), revision=folder.name)
+        if (folder / TORCH_SHARD_INDEX).is_file():  # read_weights refuses it, saying what to do
+            return folder
+        return fetch(WEIGHT_FILES[2], revision=folder.name)  # older repos have only torch's format
     except CheckpointError:
         raise
     except Exception as err:  # the hub client's errors span HTTP, OS and its own classes

@@ -17,7 +17,6 @@ using the h-th block of d_k columns of each third, as ``view(…, heads, head_di
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .errors import CheckpointError
-from .tensors import Taker, float_dtype, read_config_json, read_weights
+from .jsonfile import read_json
+from .tensors import MAX_CONFIG_BYTES, Taker, float_dtype, read_config_json, read_weights
 from .tokenizer import MarianTokenizer
 
 # Marian's activation_function values and ours; anything else is refused, never approximated.
@@ -249,10 +249,7 @@ def _generation_settings(folder: Path, config: dict[str, Any]) -> dict[str, Any]
     settings = {key: config.get(key) for key in ("bad_words_ids", "forced_eos_token_id")}
     path = folder / "generation_config.json"
     if path.is_file():
-        try:
-            generation = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise CheckpointError(f"{path}: not readable JSON ({err})") from None
+        generation = read_json(path, MAX_CONFIG_BYTES)
         if isinstance(generation, dict):
             settings.update({k: generation[k] for k in settings if k in generation})
     bad = settings["bad_words_ids"] or []

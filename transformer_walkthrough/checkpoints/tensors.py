@@ -13,7 +13,6 @@ Two formats, as the hub stores them:
 
 from __future__ import annotations
 
-import json
 import math
 import pickle
 import re
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .errors import CheckpointError
+from .jsonfile import parse_json, read_json
 
 # A header larger than this is not a header (the hub's own limit is 100 MB).
 MAX_HEADER_BYTES = 100_000_000
@@ -35,6 +35,7 @@ MAX_PICKLE_BYTES = 16_000_000
 
 # A shard index names each tensor and its file: ~100 bytes a tensor (GPT-2 XL's is 30 kB).
 MAX_INDEX_BYTES = 10_000_000
+MAX_CONFIG_BYTES = 10_000_000  # config.json: a few kB
 SHARD_INDEX = "model.safetensors.index.json"
 _SHARD_FILE = re.compile(r"[\w.-]+\.safetensors")  # a file beside the index, never a path elsewhere
 
@@ -59,9 +60,9 @@ class SafetensorsFile(Mapping):
     ``shape(name)`` and ``dtype(name)`` answer from the header without reading the tensor.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, max_header: int = MAX_HEADER_BYTES):
         self.path = Path(path)
-        self._entries = _safetensors_header(self.path)
+        self._entries, self.header_bytes = _safetensors_header(self.path, max_header)
 
     def __getitem__(self, name: str) -> np.ndarray:
         """The tensor's bytes read straight into a new array: its byte range was checked against the
@@ -109,11 +110,15 @@ class ShardedSafetensors(Mapping):
     def __init__(self, index: Path):
         self.index = Path(index)
         weight_map = _shard_map(self.index)
-        shards = {
-            file: SafetensorsFile(self.index.parent / file) for file in sorted(set(weight_map.values()))
-        }
-        for file, shard in shards.items():
-            for name in shard:
+        shards: dict[str, SafetensorsFile] = {}
+        budget = MAX_HEADER_BYTES  # for all the headers together, as for one file's
+        for file in sorted(set(weight_map.values())):
+            path = self.index.parent / file
+            if not path.is_file():  # missing; or a FIFO, which would block the read for ever
+                raise CheckpointError(f"{self.index}: shard {file} is missing or not a file")
+            shard = shards[file] = SafetensorsFile(path, budget)
+            budget -= shard.header_bytes
+            for name in shard:  # each shard checked as it is read: a bad one stops the rest
                 if weight_map.get(name) != file:
                     where = f"puts it in {weight_map[name]}" if name in weight_map else "does not list it"
                     raise CheckpointError(
@@ -145,14 +150,7 @@ class ShardedSafetensors(Mapping):
 
 def _shard_map(index: Path) -> dict[str, str]:
     """The index's ``weight_map`` (tensor name -> shard file), each file a plain name beside the index."""
-    try:
-        if index.stat().st_size > MAX_INDEX_BYTES:
-            raise CheckpointError(f"{index}: larger than {MAX_INDEX_BYTES:,} bytes; not a shard index")
-        raw = json.loads(index.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise CheckpointError(f"{index}: cannot read ({err.strerror or err})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{index}: not readable JSON ({err})") from None
+    raw = read_json(index, MAX_INDEX_BYTES)
     weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{index}: no weight_map (tensor name -> shard file)")
@@ -169,8 +167,9 @@ def shard_files(index: Path) -> list[str]:
     return sorted(set(_shard_map(index).values()))
 
 
-def _safetensors_header(path: Path) -> dict[str, dict]:
-    """The header's entries, each checked to lie inside the file and to match its shape and dtype."""
+def _safetensors_header(path: Path, max_header: int = MAX_HEADER_BYTES) -> tuple[dict[str, dict], int]:
+    """The header's entries, each checked to lie inside the file and to match its shape and dtype,
+    and the header's size in bytes (at most ``max_header``)."""
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -178,15 +177,19 @@ def _safetensors_header(path: Path) -> dict[str, dict]:
             if len(prefix) < 8:
                 raise CheckpointError(f"{path}: truncated safetensors file ({size} bytes)")
             n = int.from_bytes(prefix, "little")
-            if n > min(MAX_HEADER_BYTES, size - 8):
+            if n > size - 8:
                 raise CheckpointError(
                     f"{path}: truncated or corrupt safetensors file (header of {n} bytes in a file of {size})"
                 )
-            header = json.loads(f.read(n).decode("utf-8"))
+            if n > max_header:
+                raise CheckpointError(
+                    f"{path}: a header of {n:,} bytes, over the {max_header:,} that a checkpoint's "
+                    "headers may take together"
+                )
+            data = f.read(n)
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointError(f"{path}: corrupt safetensors file (its header is not JSON)") from None
+    header = parse_json(data, path, what="a safetensors file: its header is not JSON")
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt safetensors file (its header is not a JSON object)")
     data_start, data_size = 8 + n, size - 8 - n
@@ -226,7 +229,7 @@ def _safetensors_header(path: Path) -> dict[str, dict]:
             "shape": shape,
             "absolute": (data_start + offsets[0], data_start + offsets[1]),
         }
-    return entries
+    return entries, n
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,11 +448,9 @@ def read_config_json(folder: Path) -> dict[str, Any]:
     """A checkpoint folder's config.json as a dict, or one line saying why not."""
     path = folder / "config.json"
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = read_json(path, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise CheckpointError(f"{folder}: no config.json (is this a checkpoint folder?)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not readable JSON ({err})") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: not a JSON object")
     return raw

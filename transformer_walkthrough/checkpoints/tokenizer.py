@@ -9,13 +9,13 @@ text are those special tokens, as in ``transformers``.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
+from .jsonfile import read_json
 
 UNK, EOS, PAD = "<unk>", "</s>", "<pad>"
 SPIECE_UNDERLINE = "▁"
@@ -25,12 +25,9 @@ MAX_VOCABULARY = 10_000_000  # ids beyond this are not a vocabulary but a corrup
 def _read_vocab(path: Path) -> dict[str, int]:
     """``vocab.json``: piece -> id, every id a non-negative int below MAX_VOCABULARY."""
     try:
-        with path.open(encoding="utf-8") as f:
-            vocab = json.load(f)
+        vocab = read_json(path, what="a readable vocabulary")
     except FileNotFoundError:
         raise CheckpointError(f"{path.parent}: missing tokenizer file {path.name}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not a readable vocabulary ({err})") from None
     if not isinstance(vocab, dict):
         raise CheckpointError(f"{path}: not a vocabulary (expected a JSON object of piece -> id)")
     for piece, i in vocab.items():
@@ -137,10 +134,7 @@ def _tokenizer_config(folder: Path) -> dict:
     path = folder / "tokenizer_config.json"
     if not path.is_file():
         return {}
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not readable JSON ({err})") from None
+    config = read_json(path)
     return config if isinstance(config, dict) else {}
 
 
