@@ -15,6 +15,7 @@ from typing import Any
 from .errors import CheckpointError
 
 MAX_JSON_BYTES = 100_000_000  # opus-mt's vocab.json is 1 MB, GPT-2's tokenizer.json 1.4 MB
+MAX_CONFIG_BYTES = 10_000_000  # config.json and generation_config.json: a few kB
 
 
 def parse_json(data: bytes, where: object, what: str = "readable JSON") -> Any:

@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .errors import CheckpointError
-from .jsonfile import read_json
-from .tensors import MAX_CONFIG_BYTES, Taker, float_dtype, read_config_json, read_weights
+from .jsonfile import MAX_CONFIG_BYTES, read_json
+from .tensors import Taker, float_dtype, read_config_json, read_weights
 from .tokenizer import MarianTokenizer
 
 # Marian's activation_function values and ours; anything else is refused, never approximated.

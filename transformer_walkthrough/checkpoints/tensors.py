@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .errors import CheckpointError
-from .jsonfile import parse_json, read_json
+from .jsonfile import MAX_CONFIG_BYTES, parse_json, read_json
 
 # A header larger than this is not a header (the hub's own limit is 100 MB).
 MAX_HEADER_BYTES = 100_000_000
@@ -35,7 +35,6 @@ MAX_PICKLE_BYTES = 16_000_000
 
 # A shard index names each tensor and its file: ~100 bytes a tensor (GPT-2 XL's is 30 kB).
 MAX_INDEX_BYTES = 10_000_000
-MAX_CONFIG_BYTES = 10_000_000  # config.json: a few kB
 SHARD_INDEX = "model.safetensors.index.json"
 _SHARD_FILE = re.compile(r"[\w.-]+\.safetensors")  # a file beside the index, never a path elsewhere
 
