@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError
+from .errors import CheckpointError, first_line
 from .jsonfile import read_json
 
 MAX_TOKENIZER_BYTES = 200_000_000  # the largest tokenizer.json on the hub is tens of MB
@@ -190,9 +190,4 @@ def _load(path: Path) -> Any:
     try:
         return Tokenizer.from_file(str(path))
     except Exception as err:  # the Rust side raises plain Exceptions
-        raise CheckpointError(f"{path}: not a readable tokenizer ({_first_line(err)})") from None
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
+        raise CheckpointError(f"{path}: not a readable tokenizer ({first_line(err)})") from None

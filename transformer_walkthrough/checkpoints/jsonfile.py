@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError
+from .errors import CheckpointError, first_line
 
 MAX_JSON_BYTES = 100_000_000  # opus-mt's vocab.json is 1 MB, GPT-2's tokenizer.json 1.4 MB
 MAX_CONFIG_BYTES = 10_000_000  # config.json and generation_config.json: a few kB
@@ -23,7 +23,7 @@ def parse_json(data: bytes, where: object, what: str = "readable JSON") -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, an int too long to convert
-        raise CheckpointError(f"{where}: not {what} ({_first_line(err)})") from None
+        raise CheckpointError(f"{where}: not {what} ({first_line(err)})") from None
     except RecursionError:
         raise CheckpointError(f"{where}: not {what} (nested too deeply)") from None
 
@@ -45,8 +45,3 @@ def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES, what: str = "readable
     if len(data) > max_bytes:
         raise CheckpointError(f"{path}: more than {max_bytes:,} bytes; not a checkpoint's JSON file")
     return parse_json(data, path, what)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__

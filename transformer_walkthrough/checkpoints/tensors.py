@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CheckpointError
+from .errors import CheckpointError, first_line
 from .jsonfile import MAX_CONFIG_BYTES, parse_json, read_json
 
 # A header larger than this is not a header (the hub's own limit is 100 MB).
@@ -72,7 +72,7 @@ class SafetensorsFile(Mapping):
         try:
             raw = np.fromfile(self.path, dtype=stored, count=(end - start) // size, offset=start)
         except OSError as err:
-            raise CheckpointError(f"{self.path}: cannot read tensor {name!r} ({_first_line(err)})") from None
+            raise CheckpointError(f"{self.path}: cannot read tensor {name!r} ({first_line(err)})") from None
         if raw.size * size != end - start:  # the file shrank since its header was read
             raise CheckpointError(f"{self.path}: truncated safetensors file (tensor {name!r})")
         if entry["dtype"] == "BF16":  # NumPy has no bfloat16: widened to float32
@@ -354,7 +354,7 @@ class _StateDictUnpickler(pickle.Unpickler):
         try:
             raw = self.archive.read(member)
         except (zipfile.BadZipFile, OSError, EOFError) as err:
-            raise CheckpointError(f"{self.path}: truncated or corrupt ({_first_line(err)})") from None
+            raise CheckpointError(f"{self.path}: truncated or corrupt ({first_line(err)})") from None
         data = np.frombuffer(raw, dtype=kind.dtype)
         self.storages[key] = storage = _Storage(kind, data)
         return storage
@@ -400,7 +400,7 @@ def read_torch_bin(path: str | Path) -> dict[str, np.ndarray]:
             AttributeError,
             OSError,
         ) as err:
-            raise CheckpointError(f"{path}: corrupt pickle ({_first_line(err)})") from None
+            raise CheckpointError(f"{path}: corrupt pickle ({first_line(err)})") from None
     if not isinstance(state, dict) or not all(
         isinstance(k, str) and isinstance(v, np.ndarray) for k, v in state.items()
     ):
@@ -428,11 +428,6 @@ def read_weights(folder: str | Path) -> tuple[Mapping[str, np.ndarray], str]:
             "save the model with safe_serialization=True (save_pretrained's default)"
         )
     raise CheckpointError(f"{folder}: no weights (model.safetensors, {SHARD_INDEX} or pytorch_model.bin)")
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
 
 
 def float_dtype(dtype: str | np.dtype) -> np.dtype:
