@@ -8,11 +8,12 @@ them, so ``walkthrough --help`` stays as fast as typer itself. A ``WalkthroughEr
 anywhere below becomes one line on stderr and exit code 2.
 """
 
+import contextlib
 import functools
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, Optional, TypeVar
@@ -21,7 +22,7 @@ import typer
 from typer.core import TyperGroup
 
 from . import __version__
-from .errors import WalkthroughError
+from .errors import WalkthroughError, printable, short_message, short_words, utf8_argument
 
 # Click's usage error (typer ≥ 0.23 vendors Click, so it is reached through the class typer exports).
 UsageError: type[Exception] = typer.BadParameter.__base__  # type: ignore[assignment]
@@ -41,13 +42,6 @@ if TYPE_CHECKING:
     from .views.render import View
 
 
-def printable(text: str) -> str:
-    """Text safe for a terminal: control characters (ESC, newline, …) shown as escapes, never sent."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
-
-
 def say(console: "Console", text: str) -> None:
     """One line holding a user's text (a path): never read as markup, never broken to the width."""
     console.print(text, markup=False, highlight=False, soft_wrap=True)
@@ -58,7 +52,8 @@ class OneLineUsageError(UsageError):  # type: ignore[misc,valid-type]
 
     def show(self, file: object = None) -> None:
         where = f" (see {self.ctx.command_path} --help)" if self.ctx is not None else ""
-        typer.echo(f"error: {printable(self.format_message()).rstrip('.')}{where}", err=True)
+        message = short_message(printable(self.format_message()).rstrip("."))
+        typer.echo(f"error: {message}{where}", err=True)
 
 
 class OneLineErrors(TyperGroup):
@@ -245,8 +240,13 @@ F = TypeVar("F", bound=Callable[..., None])
 
 
 def user_errors(command: F) -> F:
-    """Turn a WalkthroughError, or output that cannot be written, into one line on stderr and exit code 2.
+    """Turn every error that is not a bug of ours into one line on stderr and exit code 2.
 
+    A ``WalkthroughError`` (bad input, said where it was found); output that cannot be written
+    (``OSError``); and what no input check can foresee: memory running out, a number too large
+    for C, a character the output's encoding lacks, a native library's panic (pyo3's
+    ``PanicException`` is a ``BaseException``, past every ``except Exception``). Those name the
+    command's input and the cause. Every message is escaped and cut short (``short_message``).
     NumPy's overflow warnings are not printed raw: a value that overflowed is reported once, by
     the stage that produced it (``nonfinite``).
     """
@@ -256,20 +256,94 @@ def user_errors(command: F) -> F:
         try:
             if sys.stdout is None:  # started with stdout closed (`>&-`): nothing could be shown
                 raise WalkthroughError("standard output is closed; nothing can be written to it")
+            check_arguments(kwargs)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 command(*args, **kwargs)
             sys.stdout.flush()
         except WalkthroughError as err:
-            typer.echo(f"error: {printable(str(err))}", err=True)
-            raise typer.Exit(2) from None
+            _fail(str(err))
         except OSError as err:  # a full disk (> /dev/full), a closed pipe, an unreadable folder
             _silence_stdout()
             where = f"{printable(str(err.filename))}: " if err.filename else "cannot write the output: "
-            typer.echo(f"error: {where}{err.strerror or err}", err=True)
-            raise typer.Exit(2) from None
+            _fail(f"{where}{err.strerror or err}")
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as err:
+            cause = _not_a_bug(err)
+            if cause is None:
+                raise
+            _silence_stdout()
+            _fail(f"{_input_of(command.__name__, kwargs)}: {cause}")
 
     return wrapper  # type: ignore[return-value]
+
+
+def _fail(message: str) -> None:
+    """The one line of an error, and exit code 2."""
+    typer.echo(f"error: {short_message(printable(message))}", err=True)
+    raise typer.Exit(2) from None
+
+
+# Native libraries whose exceptions are about their input, not our code (a checkpoint's bytes).
+NATIVE_MODULES = ("pyo3_runtime", "safetensors_rust", "safetensors", "tokenizers", "sentencepiece")
+
+
+def _not_a_bug(err: BaseException) -> str | None:
+    """What went wrong, in words, when it is the input's doing or the machine's; None for a bug."""
+    name = type(err).__name__
+    said = str(err).strip().splitlines()
+    first_line = said[0] if said else "no message"
+    if isinstance(err, MemoryError):
+        return "out of memory (MemoryError): too large for this machine; try a smaller model or fewer stages"
+    if isinstance(err, OverflowError):
+        return f"a number too large to compute with (OverflowError: {first_line})"
+    if isinstance(err, RecursionError):
+        return "nested too deeply to read (RecursionError)"
+    if isinstance(err, UnicodeEncodeError):
+        bad = err.object[err.start : err.start + 1]
+        hint = "" if err.encoding.startswith("utf") else "; set PYTHONIOENCODING=utf-8 or a UTF-8 locale"
+        return f"cannot write {bad!a} as {err.encoding} ({err.reason}){hint}"
+    if isinstance(err, UnicodeDecodeError):
+        return f"cannot read text that is not {err.encoding} ({err.reason} at byte {err.start})"
+    module = type(err).__module__.split(".")[0]
+    if not isinstance(err, Exception) or module in NATIVE_MODULES:  # a panic: a BaseException
+        return f"a native library failed ({module}.{name}: {first_line})"
+    return None
+
+
+def _input_of(command: str, kwargs: dict[str, object]) -> str:
+    """The command and what it read, for a message about a failure no check could name:
+    ``walkthrough run --model opus-mt``, ``walkthrough diff a.yaml b.yaml``."""
+    given = []
+    for name, flag in (("model", "--model "), ("config", "-c "), ("configs", ""), ("weights", "-w ")):
+        value = kwargs.get(name)
+        for item in value if isinstance(value, list) else [value] if value else []:
+            given.append(f"{flag}{printable(str(item))}")
+    name = command.removeprefix("show_")  # the function behind `walkthrough config`
+    return f"walkthrough {name} {' '.join(given) or '(the default config)'}"
+
+
+# Text arguments that are words, checked for bytes that are not UTF-8; paths (export's PATH,
+# --model's folder) are the file system's bytes and are fine as they are.
+TEXT_ARGUMENTS = ("source", "target", "prompt", "stage", "matrix", "cell", "cells")
+
+
+def check_arguments(kwargs: dict[str, object]) -> None:
+    """Refuse, in one line, text that is not UTF-8 and a negative --seed, for every command alike;
+    text typed in UTF-8 under a C locale is decoded as such (in ``kwargs``)."""
+    for name in TEXT_ARGUMENTS:
+        value = kwargs.get(name)
+        try:
+            if isinstance(value, str):
+                kwargs[name] = utf8_argument(value)
+            elif isinstance(value, list):
+                kwargs[name] = [utf8_argument(v) if isinstance(v, str) else v for v in value]
+        except ValueError as err:
+            raise WalkthroughError(f"--{name}: {err}") from None
+    seed = kwargs.get("seed")
+    if isinstance(seed, int) and seed < 0:  # numpy's generators take any integer from 0 up
+        raise WalkthroughError(f"--seed: must be 0 or more, got {seed}")
 
 
 def _silence_stdout() -> None:
@@ -347,12 +421,23 @@ def _gradients(trace: "Trace", w: "Weights", backward: bool) -> "Backward | None
     return backpropagate(trace, w)
 
 
+# The widest and tallest terminal believed (COLUMNS, LINES): a matrix is laid out to the width,
+# and COLUMNS=10000000 made `run` write hundreds of megabytes (99999999999: a MemoryError). A
+# 1,000-column terminal is a 4K screen's width at its smallest font; past it, no one reads a line.
+MAX_WIDTH = 1000
+MAX_HEIGHT = 1000
+
+
 def _console() -> "Console":
     from .views.render import TrimmedConsole
 
     console = TrimmedConsole(highlight=False)
     if console.width < 20:  # COLUMNS=0 or a tiny pane: too narrow to lay anything out
         console.width = 80
+    if console.width > MAX_WIDTH:  # set only then: a real terminal's size stays live (the tour resizes)
+        console.width = MAX_WIDTH
+    if console.height > MAX_HEIGHT:  # the tour pages by it
+        console.height = MAX_HEIGHT
     return console
 
 
@@ -386,7 +471,15 @@ def _view(trace: "Trace", console: "Console", full: bool, heatmap: bool, shared_
         heatmap=heatmap or shared_scale,
         shared_scale=shared_scale,
         colors="truecolor" if console.color_system == "truecolor" else "256",
+        ascii=_ascii_only(console),
     )
+
+
+def _ascii_only(console: "Console") -> bool:
+    """Whether the console's stream cannot show our symbols (then the matrices write -inf, ...)."""
+    from .views.ascii import lacks_symbols
+
+    return lacks_symbols(console.encoding)
 
 
 def _version(value: bool) -> None:
@@ -545,14 +638,39 @@ def export(
 
         sheet = worksheet(trace, stages, exercise, cells or (), include_weights)
     warning = size_warning(stages, include_weights, trace.config.model.dtype, suffix)
-    if warning:
-        typer.echo(f"warning: {warning}", err=True)
     grads = _gradients(trace, w, backward)
-    text = write(trace, target, stages, include_weights, grads, force=force, worksheet=sheet)
+    # The size warning is said once the export is written, beside "wrote": an export that fails
+    # (a full disk, a .tex of Cyrillic) says only its error, in one line. On a terminal it shows
+    # meanwhile as a status line, erased when the export ends: a long wait has its reason on screen.
+    with _status(f"writing: {warning}" if warning else None):
+        text = write(trace, target, stages, include_weights, grads, force=force, worksheet=sheet)
     if text is not None:
         typer.echo(text, nl=False)
-    else:
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
+    if text is None:
         typer.echo(f"wrote {printable(str(target))}", err=True)
+
+
+@contextlib.contextmanager
+def _status(line: str | None) -> Iterator[None]:
+    """``line`` on stderr while the block runs, erased after it however it ends; only on a terminal
+    (a log or a pipe keeps no half-finished lines)."""
+    stream = sys.stderr
+    if line is None or stream is None or not stream.isatty():
+        yield
+        return
+    import shutil
+
+    width = max(20, min(shutil.get_terminal_size().columns, MAX_WIDTH)) - 1
+    shown = line if len(line) <= width else line[: width - 1] + "…"
+    stream.write(f"\r{shown}")  # no newline: the next write replaces it
+    stream.flush()
+    try:
+        yield
+    finally:
+        stream.write("\r\x1b[K")  # back to the line's start, and clear it
+        stream.flush()
 
 
 class Reference(str, Enum):
@@ -640,7 +758,8 @@ def explain(
     head, *lines = explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms)
     console = _console()
     for k, line in enumerate([head, *lines]):
-        for part in wrap_explanation(line, console.width):
+        # A label of a checkpoint's 1.6 MB piece is cut as the matrices cut it; the numbers stay whole.
+        for part in wrap_explanation(short_words(printable(line)), console.width):
             console.print(Text(part, style="bold" if k == 0 else "", overflow="fold"))
 
 
@@ -948,7 +1067,9 @@ def diff(
         sid = chosen[0].id
         if sid not in a.stages or sid not in b.stages:
             raise WalkthroughError(f"--stage {sid}: only {'A' if sid in a.stages else 'B'} has this stage")
-        view = View(precision=a.config.display.precision, width=console.width, full=full)
+        view = View(
+            precision=a.config.display.precision, width=console.width, full=full, ascii=_ascii_only(console)
+        )
         print_all(console, diff_stage(a[sid], b[sid], view))
         return
     first = first_divergence(a, diffs)
@@ -972,5 +1093,14 @@ def show_config(
 
 
 def main() -> None:
-    """Entry point of the ``walkthrough`` script and of ``python -m transformer_walkthrough``."""
+    """Entry point of the ``walkthrough`` script and of ``python -m transformer_walkthrough``.
+
+    A stream whose encoding lacks the symbols we print (``PYTHONIOENCODING=ascii``, a C locale
+    without UTF-8 mode) is given ASCII stand-ins first (``views.ascii``): ``-inf`` for ``-∞``,
+    ``sqrt`` for ``√``, ``-`` for a rule's ``─``; the output degrades instead of failing.
+    """
+    from .views.ascii import degrade
+
+    degrade(sys.stdout)
+    degrade(sys.stderr)
     app(prog_name="walkthrough")

@@ -199,7 +199,7 @@ class ModelConfig(_Checked):
         self._require(
             self.final_norm == "auto" or isinstance(self.final_norm, bool),
             "final_norm",
-            f"must be one of auto, true, false; got {self.final_norm!r}",
+            f"must be one of auto, true, false; got {quote(self.final_norm)}",
         )
         self._require(
             not (self.tie_embeddings and self.output_head == "flatten"),

@@ -40,6 +40,8 @@ def check_target(path: str, force: bool, formats: tuple[str, ...] = FORMATS) -> 
     """The path to write, checked before any work is done; None means JSON on stdout ("-")."""
     if path == "-" and ".json" in formats:
         return None
+    if path.endswith(("/", os.sep)):  # Path() would drop the slash, and x.json/ become x.json
+        raise ExportError(f"{path}: ends in {path[-1]}, a folder's name; give the file's name")
     target = Path(path)
     try:
         directory = target.is_dir()
@@ -281,10 +283,10 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], force: bool = Fa
     Without ``force`` the file is linked into place, which fails if ``path`` exists by then: of two
     exports racing to one name, the second fails instead of silently replacing the first. With
     ``force`` it is renamed over ``path``; a symlink there is replaced, not written through. The
-    temporary file is removed on any failure, Ctrl-C and SIGTERM included.
+    temporary file is removed on any failure, Ctrl-C, SIGTERM, SIGHUP and SIGQUIT included.
     """
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{_fit(path.name, _TMP_NAME)}.", suffix=".tmp")
     except OSError as err:
         raise ExportError(f"{path}: cannot write ({err.strerror})") from None
     previous = _raise_on_sigterm()
@@ -311,6 +313,22 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], force: bool = Fa
             signal.signal(signum, handler)
 
 
+# Bytes of the name the temporary file borrows: with its dot before and after, mkstemp's eight
+# random characters and ".tmp", the temporary name is at most NAME_MAX bytes.
+_TMP_NAME = NAME_MAX - 2 - 8 - len(".tmp")
+
+
+def _fit(name: str, limit: int) -> str:
+    """``name`` cut to at most ``limit`` bytes of the file system's encoding, between characters
+    (a name of 85 three-byte characters is 255 bytes: cut at 200 characters, it was not cut)."""
+    if len(os.fsencode(name)) <= limit:
+        return name
+    name = name[:limit]  # a character is at least one byte
+    while len(os.fsencode(name)) > limit:
+        name = name[:-1]
+    return name
+
+
 def _link_exclusive(tmp: str, path: Path) -> None:
     """Give ``tmp`` the name ``path`` only if nothing has it (FileExistsError otherwise)."""
     try:
@@ -329,13 +347,18 @@ def _link_exclusive(tmp: str, path: Path) -> None:
 
 
 def _raise_on_sigterm() -> Any:
-    """Make SIGTERM and SIGHUP (a closed terminal) unwind like Ctrl-C, so that ``finally`` and
-    ``except`` run; the old handlers, by signal."""
+    """Make SIGTERM, SIGHUP (a closed terminal) and SIGQUIT (Ctrl-\\) unwind like Ctrl-C, so that
+    ``finally`` and ``except`` run and the temporary file goes; the old handlers, by signal.
+
+    SIGQUIT would otherwise end the process at once (and dump its core), leaving the file behind.
+    The exit code is the shell's for a signal, 128 + its number.
+    """
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
 
-    signals = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
+    names = ("SIGTERM", "SIGHUP", "SIGQUIT")  # the last two are POSIX's, not Windows'
+    signals = [getattr(signal, name) for name in names if hasattr(signal, name)]
     try:
         return {signum: signal.signal(signum, stop) for signum in signals}
     except ValueError:  # not the main thread: signals cannot be handled here

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..errors import StageError
+from ..errors import StageError, shorten
 from ..model.architecture import Ref
 from ..model.trace import INPUT, MASK, Stage, Trace
 from .numbers import format_value
@@ -65,14 +65,20 @@ def parse_cell(spec: str, stage: Stage, name: str) -> tuple[int, int]:
         splits = [(spec[:k].strip(), spec[k + 1 :].strip()) for k, ch in enumerate(spec) if ch == ","]
         named = [(a, b) for a, b in splits if _names(a, m.rows, r) and _names(b, m.cols, c)]
         if len(named) > 1:
-            readings = " or ".join(f"row {a!r}, column {b!r}" for a, b in named)
-            raise StageError(f"--cell {spec!r} can be read as {readings}: give one of them by index")
+            readings = " or ".join(f"row {_q(a)}, column {_q(b)}" for a, b in named)
+            raise StageError(f"--cell {_q(spec)} can be read as {readings}: give one of them by index")
         # None: the split with one half that names something, so that the error names the other.
         half = [(a, b) for a, b in splits if _names(a, m.rows, r) or _names(b, m.cols, c)]
         parts = list((named or half or [parts])[0])
     if len(parts) != 2:
-        raise StageError(f"--cell {spec!r}: give a row and a column, as 1,0 or sleeping,<start>")
+        raise StageError(f"--cell {_q(spec)}: give a row and a column, as 1,0 or sleeping,<start>")
     return _index(parts[0], m.rows, r, "row", name), _index(parts[1], m.cols, c, "column", name)
+
+
+def _q(text: str) -> str:
+    """A value as a message quotes it: in quotes, cut to about 40 characters (a label can be a
+    checkpoint's 1.6 MB piece, an argument anything)."""
+    return repr(shorten(text, 40))
 
 
 def _names(part: str, labels: tuple[str, ...], n: int) -> bool:
@@ -87,18 +93,20 @@ def _index(part: str, labels: tuple[str, ...], n: int, what: str, name: str) -> 
     if re.fullmatch(r"-?\d+", part):
         k = int(part)
         if not 0 <= k < n:
-            listed = f" ({', '.join(labels)})" if n <= 40 else ""
+            listed = f" ({', '.join(shorten(label, 40) for label in labels)})" if n <= 40 else ""
             raise StageError(f"{what} {k} is out of range: {name} has {what}s 0 to {n - 1}{listed}")
         return k
     if part in labels:
         return labels.index(part)
     repeats = [label for label in labels if label.startswith(f"{part}@")]
     if repeats:  # a piece that occurs more than once is labelled by its position too
-        raise StageError(f"{what} {part!r} of {name} is ambiguous: give one of {', '.join(repeats)}")
+        shown = ", ".join(shorten(label, 40) for label in repeats[:40])
+        raise StageError(f"{what} {_q(part)} of {name} is ambiguous: give one of {shown}")
     if n > 40:  # a vocabulary-sized matrix: its 58,101 labels are not a message
-        raise StageError(f"{what} {part!r} is not a {what} of {name} (nor a number from 0 to {n - 1})")
+        raise StageError(f"{what} {_q(part)} is not a {what} of {name} (nor a number from 0 to {n - 1})")
+    shown = ", ".join(shorten(label, 40) for label in labels)
     raise StageError(
-        f"{what} {part!r} is not a {what} of {name}; its {what}s are {', '.join(labels)} (or 0 to {n - 1})"
+        f"{what} {_q(part)} is not a {what} of {name}; its {what}s are {shown} (or 0 to {n - 1})"
     )
 
 
@@ -109,7 +117,7 @@ def explain(
     unless ``all_terms``."""
     stage = trace[stage_id]
     if name not in stage.matrices:
-        raise StageError(f"stage {stage.id} has no matrix {name!r}; it has {', '.join(stage.matrices)}")
+        raise StageError(f"stage {stage.id} has no matrix {_q(name)}; it has {', '.join(stage.matrices)}")
     if not 0 <= digits <= MAX_DIGITS:
         raise StageError(f"--digits: must be 0 to {MAX_DIGITS}, got {digits}")
     i, j = parse_cell(cell, stage, name)

@@ -29,6 +29,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from ..errors import printable, shorten
 from ..model.trace import ATTENTION, PROBABILITIES, Matrix, Stage, Trace
 from .numbers import format_value, text_widths
 from .palette import diverging, diverging_256, sequential, sequential_256
@@ -49,6 +50,10 @@ ELLIPSIS = "…"
 MAX_ROWS = 24  # taller matrices show their first and last rows around a "⋮"
 GAP = 3  # spaces between matrices placed side by side
 COL_GAP = 3  # spaces between the columns of a matrix
+# Characters of a token on screen: a row label of 1.6 MB (a checkpoint's vocabulary can hold one)
+# must not become a 1.6 MB column. Exports keep every label whole.
+MAX_LABEL = 32
+_ASCII_NUMBERS = {"-∞": "-inf", "∞": "inf"}  # a stream without "∞" (View.ascii)
 
 # The matrix blocks' styles, parsed once.
 _LABEL, _TITLE, _NEG_INF, _NULL = Style.parse(LABEL), Style.parse(TITLE), Style.parse(NEG_INF), Style()
@@ -67,6 +72,24 @@ class View:
     colors: str = "truecolor"  # the terminal's: "truecolor", or "256" (palette's own 256-colour ramps)
     shared_scale: bool = False  # one heatmap scale per stage (its largest |value|), not per matrix
     scale: float | None = None  # the heatmap's scale when shared; None: each matrix's own
+    ascii: bool = False  # the output cannot show "∞" or "…": the matrices write "-inf" and "..."
+
+
+def label(text: str, limit: int = MAX_LABEL) -> str:
+    """A token as the terminal shows it: escaped where it is not printable (ESC, newline, the lone
+    surrogate of a byte that was not UTF-8) and cut to ``limit`` characters around a "…".
+
+    The renderer's own guard: a label reaches it from a config, a checkpoint's vocabulary or a
+    tokenizer, and whoever made it may not have escaped it.
+    """
+    if len(text) <= limit and text.isprintable():
+        return text  # the common case, at the cost of two checks
+    if len(text) <= 4 * limit:
+        return shorten(printable(text), limit)
+    # A long one: only its ends are escaped (a 1.6 MB piece costs no more than a short one).
+    tail = (limit - 1) // 3
+    head = limit - 1 - tail
+    return f"{printable(text[:head])[:head]}…{printable(text[-tail:])[-tail:] if tail else ''}"
 
 
 def styled_table(title: str | None = None) -> Table:
@@ -245,27 +268,35 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     shown = matrix.values[[i for i in row_index if i >= 0]]
     # Labels are measured in terminal cells (▁猫 takes 3), and only those on screen: a long piece
     # among 58,101 hidden by the summary does not widen the column.
-    row_cells = {i: cell_width(matrix.rows[i]) for i in row_index if i >= 0}
+    row_labels = {i: label(matrix.rows[i]) for i in row_index if i >= 0}
+    row_cells = {i: cell_width(text) for i, text in row_labels.items()}
     label_width = max(row_cells.values())
+    ellipsis = "..." if view.ascii else ELLIPSIS
     if view.full:
         columns = list(range(c))
-        col_cells = {j: cell_width(label) for j, label in enumerate(matrix.cols)}
+        col_labels = {j: label(text) for j, text in enumerate(matrix.cols)}
+        col_cells = {j: cell_width(text) for j, text in col_labels.items()}
     else:
         # Only the columns that could fit are measured: a column is at least 1 + COL_GAP wide, so
         # no more than this many from either end (a 58,101-word vocabulary is measured at its ends).
         reach = max(1, view.width // (1 + COL_GAP) + 1)
         candidates = list(range(c)) if c <= 2 * reach else [*range(reach), *range(c - reach, c)]
-        col_cells = {j: cell_width(matrix.cols[j]) for j in candidates}
+        col_labels = {j: label(matrix.cols[j]) for j in candidates}
+        col_cells = {j: cell_width(text) for j, text in col_labels.items()}
         estimate = np.maximum(text_widths(shown[:, candidates], view.precision), list(col_cells.values()))
         # Each column costs its text and the gap before it.
         picked = summarise(
-            [int(w) + COL_GAP for w in estimate], view.width - label_width, len(ELLIPSIS) + COL_GAP
+            [int(w) + COL_GAP for w in estimate], view.width - label_width, len(ellipsis) + COL_GAP
         )
         columns = [candidates[k] if k >= 0 else -1 for k in picked]
     kept = [j for j in columns if j >= 0]
     cells = [[format_value(v, view.precision) for v in row] for row in shown[:, kept].tolist()]
+    neg_inf = "-∞"
+    if view.ascii:  # measured as they will be written, so that the columns stay aligned
+        cells = [[_ASCII_NUMBERS.get(t, t) for t in row] for row in cells]
+        neg_inf = "-inf"
     width_of = {j: max(col_cells[j], *(len(row[k]) for row in cells)) for k, j in enumerate(kept)}
-    width_of[-1] = len(ELLIPSIS)
+    width_of[-1] = len(ellipsis)
     widths = [width_of[j] for j in columns]
     # Where each column's text ends on the line: the spans that colour a cell.
     ends = list(itertools.accumulate(w + COL_GAP for w in widths))
@@ -276,21 +307,21 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     def numbers(texts: list[str], values: list[float] | None = None) -> list[Segment]:
         """A line of right-aligned cells; -∞ in red and, with ``values``, every cell shaded."""
         line = gap.join(t.rjust(w) for t, w in zip(texts, widths, strict=True))
-        if not ("-∞" in texts or (shade and values)):
+        if not (neg_inf in texts or (shade and values)):
             return [Segment(line)]  # the common case: one run of text
         spans = []
         k = 0
         for j, text, w, end in zip(columns, texts, widths, ends, strict=True):
-            if text == "-∞":
-                spans.append((end - 2, end, _NEG_INF))
+            if text == neg_inf:
+                spans.append((end - len(neg_inf), end, _NEG_INF))
             elif shade and values and j >= 0:
                 spans.append((end - w, end, shade(values[k])))
             k += j >= 0
         return _spans(line, spans)
 
-    title = f"{name}  ({r}×{c})"
+    title = f"{label(name, 2 * MAX_LABEL)}  ({r}×{c})"
     header = gap.join(
-        ELLIPSIS.rjust(width_of[j]) if j < 0 else " " * (width_of[j] - col_cells[j]) + matrix.cols[j]
+        ellipsis.rjust(width_of[j]) if j < 0 else " " * (width_of[j] - col_cells[j]) + col_labels[j]
         for j in columns
     )
     table_width = label_width + 3 + sum(widths) + COL_GAP * (len(widths) - 1)
@@ -311,14 +342,14 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     body = iter(cells)
     for i in row_index:
         if i < 0:
-            label, line = "⋮".ljust(label_width), numbers(["⋮"] * len(columns))
+            row_label, line = "⋮".ljust(label_width), numbers(["⋮"] * len(columns))
         else:
             row = next(body)
             row_texts = iter(row)
-            texts = [ELLIPSIS if j < 0 else next(row_texts) for j in columns]
-            label = matrix.rows[i] + " " * (label_width - row_cells[i])
+            texts = [ellipsis if j < 0 else next(row_texts) for j in columns]
+            row_label = row_labels[i] + " " * (label_width - row_cells[i])
             line = numbers(texts, matrix.values[i, kept].tolist() if shade else None)
-        lines.append([Segment(label, _LABEL), *row_gap, *line, *pad])
+        lines.append([Segment(row_label, _LABEL), *row_gap, *line, *pad])
     return MatrixBlock(width, lines)
 
 
@@ -452,13 +483,20 @@ def group_of(name: str) -> tuple[str, str] | None:
 
 def stage_header(stage: Stage) -> RenderableType:
     """The stage id and title as a rule, then the explanation and the formula."""
-    formula = Text("\n".join("  " + line for line in stage.formula.splitlines()), style=FORMULA)
+    formula = Text("\n".join("  " + printable(line) for line in stage.formula.splitlines()), style=FORMULA)
     return Group(
-        Rule(Text.assemble((stage.title, TITLE), ("  " + stage.id, "dim")), align="left"),
-        Text(stage.explanation),
+        Rule(
+            Text.assemble((printable(stage.title), TITLE), ("  " + printable(stage.id), "dim")), align="left"
+        ),
+        Text(lines(stage.explanation)),
         formula,
         Text(""),
     )
+
+
+def lines(text: str) -> str:
+    """``text`` with its line breaks kept and every other character that is not printable escaped."""
+    return text if text.isprintable() else "\n".join(printable(line) for line in text.split("\n"))
 
 
 def render_stage(
@@ -541,12 +579,12 @@ def prediction_table(trace: Trace, view: View) -> Table:
     for pred in trace.prediction:
         right = None if pred.expected is None else pred.word == pred.expected
         table.add_row(
-            Text(pred.after, style=LABEL),
-            Text(pred.word, style="bold green" if right else "bold"),
+            Text(label(pred.after), style=LABEL),
+            Text(label(pred.word), style="bold green" if right else "bold"),
             Text(f"{pred.probability:.{max(p, 2)}f}"),
-            Text(pred.expected or "—"),
+            Text(label(pred.expected or "—")),
             mark(right),
-            Entries([f"{w} {q:.{max(p, 2)}f}" for w, q in pred.top]),
+            Entries([f"{label(w)} {q:.{max(p, 2)}f}" for w, q in pred.top]),
         )
     return table
 
@@ -589,8 +627,8 @@ def stage_list(trace: Trace) -> Group:
     table.add_column(Text("kind"), no_wrap=True)
     table.add_column(Text("matrices (rows×cols)"))
     for stage in trace:
-        shapes = [f"{name} {m.shape[0]}×{m.shape[1]}" for name, m in stage.matrices.items()]
-        table.add_row(Text(stage.id), Text(stage.kind), Entries(shapes))
+        shapes = [f"{label(name)} {m.shape[0]}×{m.shape[1]}" for name, m in stage.matrices.items()]
+        table.add_row(Text(printable(stage.id)), Text(printable(stage.kind)), Entries(shapes))
     return Group(table, Text(stage_count(trace)))
 
 
@@ -605,8 +643,8 @@ def verify_table(checks: list[Check]) -> Table:
     for check in checks:
         if check.stage != stage:
             stage = check.stage
-            table.add_row(Text(stage, style=LABEL), Text(""), Text(""))
-        table.add_row(Text("  " + check.what), Text(f"{check.max_diff:.1e}"), mark(check.ok))
+            table.add_row(Text(printable(stage), style=LABEL), Text(""), Text(""))
+        table.add_row(Text("  " + printable(check.what)), Text(f"{check.max_diff:.1e}"), mark(check.ok))
     return table
 
 
@@ -650,11 +688,11 @@ def training_table(before: Trace, after: Trace, view: View) -> Table:
     for old, new in zip(before.prediction, after.prediction, strict=True):
         right = None if new.expected is None else new.word == new.expected
         table.add_row(
-            Text(old.after, style=LABEL),
-            Text(old.expected or "—"),
-            Text(f"{old.word} {old.probability:.{p}f}"),
+            Text(label(old.after), style=LABEL),
+            Text(label(old.expected or "—")),
+            Text(f"{label(old.word)} {old.probability:.{p}f}"),
             mark(None if old.expected is None else old.word == old.expected),
-            Text(f"{new.word} {new.probability:.{p}f}", style="bold green" if right else "bold"),
+            Text(f"{label(new.word)} {new.probability:.{p}f}", style="bold green" if right else "bold"),
             mark(right),
         )
     return table
@@ -671,9 +709,9 @@ def generation_table(steps: list[GenerationStep], view: View) -> Table:
     for i, s in enumerate(steps):
         table.add_row(
             Text(str(i)),
-            Entries(list(s.decoder_input), " ", LABEL),
-            Entries([f"{w} {q:.{p}f}" for w, q in s.top]),
-            Text(s.chosen, style="bold"),
+            Entries([label(t) for t in s.decoder_input], " ", LABEL),
+            Entries([f"{label(w)} {q:.{p}f}" for w, q in s.top]),
+            Text(label(s.chosen), style="bold"),
         )
     return table
 
@@ -691,11 +729,11 @@ def comparison_table(steps: list[GenerationStep], teacher_forced: Trace) -> tupl
     for i, s in enumerate(steps):
         gap = float(np.max(np.abs(s.probabilities - rows[i])))
         gaps.append(gap)
-        shown = " ".join(s.decoder_input)
+        shown = " ".join(label(t) for t in s.decoder_input[-40:])
         table.add_row(
             Text(str(i)),
             Text(shown if len(shown) <= 40 else "…" + shown[-39:]),
-            Text(teacher_forced.target_tokens[i]),
+            Text(label(teacher_forced.target_tokens[i])),
             Text(f"{gap:.1e}"),
         )
     return table, float(np.max(gaps))  # NaN if any gap is: max(0.0, nan) would say 0.0
@@ -753,23 +791,23 @@ def diff_table(diffs: list[StageDiff], first: str | None) -> Table:
     table.add_column(Text("where"))
     for d in diffs:
         if d.where != "both":
-            table.add_row(Text(d.id), Text("—"), Text(f"only in {d.where}", style="yellow"))
+            table.add_row(Text(printable(d.id)), Text("—"), Text(f"only in {d.where}", style="yellow"))
             continue
         worst = d.largest
         if worst is None:
             size, where = Text("0", style="dim"), Text("the same", style="dim")
         elif worst.shapes[0] != worst.shapes[1]:
             shapes = " vs ".join("×".join(map(str, s)) for s in worst.shapes)
-            size, where = Text("—"), Text(f"{worst.name}: shapes differ, {shapes}")
+            size, where = Text("—"), Text(f"{label(worst.name)}: shapes differ, {shapes}")
         else:
             size = Text(f"{worst.largest:.2e}")
             differ = sum(m.largest > 0 for m in d.matrices)
-            where = Text(f"{worst.name}; {differ} of {len(d.matrices)} matrices differ")
+            where = Text(f"{label(worst.name)}; {differ} of {len(d.matrices)} matrices differ")
         if d.only:
-            where.append(f"; only in one: {', '.join(d.only)}")
+            where.append(f"; only in one: {', '.join(label(name) for name in d.only)}")
         if d.id == first:
             where.append("  ◀ first", style="bold red")
-        table.add_row(Text(d.id), size, where)
+        table.add_row(Text(printable(d.id)), size, where)
     return table
 
 
@@ -821,7 +859,7 @@ def cached_generation_table(
     for s in steps:
         cached = s.layers[layer]
         K, row = cached.K[head - 1], cached.weights[head - 1, -1]  # the newest token's row
-        fed = [vocabulary[i] for i in s.ids]
+        fed = [label(vocabulary[i]) for i in s.ids]
         shown = " ".join(fed) if len(fed) <= 6 else f"{' '.join(fed[:2])} … {' '.join(fed[-2:])}"
         where = str(s.positions[0]) if len(fed) == 1 else f"{s.positions[0]}–{s.positions[-1]}"
         largest = np.argsort(-row, kind="stable")[:3]
@@ -829,9 +867,9 @@ def cached_generation_table(
             Text(str(s.index)),
             Text(f"{shown} @{where}", style=LABEL),
             Text(f"{K.shape[0]}×{K.shape[1]}"),
-            Text(", ".join(f"{rows[j]} {row[j]:.{p}f}" for j in largest)),
-            Text(", ".join(f"{vocabulary[i]} {q:.{p}f}" for i, q in s.top)),
-            Text(vocabulary[s.chosen], style="bold"),
+            Text(", ".join(f"{label(rows[j])} {row[j]:.{p}f}" for j in largest)),
+            Text(", ".join(f"{label(vocabulary[i])} {q:.{p}f}" for i, q in s.top)),
+            Text(label(vocabulary[s.chosen]), style="bold"),
         )
     return table
 

@@ -18,6 +18,7 @@ from rich.console import Console, Group
 from rich.segment import Segment, Segments
 from rich.text import Text
 
+from ..errors import printable
 from ..model.trace import Trace
 from .render import View, figure, prediction_table, render_stage, trim, weights_line
 
@@ -135,7 +136,7 @@ def _pages(console: Console, trace: Trace, view: View, key: Callable[[], str]) -
         bottom = max(0, len(lines) - body)
         top = min(top, bottom)
         where = (
-            f"stage {page + 1} of {len(stages)} · {stages[page].id}"
+            f"stage {page + 1} of {len(stages)} · {printable(stages[page].id)}"
             if page < len(stages)
             else f"the prediction, after the {len(stages)} stages"
         )
