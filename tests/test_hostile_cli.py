@@ -276,8 +276,14 @@ def test_a_255_byte_name_of_multibyte_characters_exports(runner: CliRunner, tmp_
     assert [p.name for p in tmp_path.iterdir()] == [name]
 
 
-def test_a_trailing_slash_is_refused(runner: CliRunner, tmp_path: Path) -> None:
-    fails(runner, ["export", f"{tmp_path / 'x.json'}/"], "x.json/: ends in /")
+@pytest.mark.parametrize(("command", "name"), [("export", "x.json"), ("train", "x.npz")])
+def test_a_trailing_slash_is_refused(runner: CliRunner, tmp_path: Path, command: str, name: str) -> None:
+    args = (
+        ["export", f"{tmp_path / name}/"]
+        if command == "export"
+        else ["train", "--steps", "1", "-o", f"{tmp_path / name}/"]
+    )
+    fails(runner, args, f"{name}/: ends in /")
     assert list(tmp_path.iterdir()) == []
 
 

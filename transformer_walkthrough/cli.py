@@ -774,8 +774,8 @@ def train(
     lr: Annotated[
         Optional[float], typer.Option("--lr", help="Learning rate (default: training.learning_rate).")
     ] = None,
-    output: Annotated[
-        Optional[Path], typer.Option("--output", "-o", help="Save the trained weights to this .npz.")
+    output: Annotated[  # a str, as export's PATH: a Path would drop the slash of "x.npz/"
+        Optional[str], typer.Option("--output", "-o", help="Save the trained weights to this .npz.")
     ] = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite the output if it exists.")] = False,
     weights: WeightsOption = None,
@@ -792,7 +792,7 @@ def train(
 
     target = None
     if output is not None:
-        target = check_target(str(output), force, formats=(".npz",))  # before the work
+        target = check_target(output, force, formats=(".npz",))  # before the work
     before, w = _trace(config, seed, None, weights)
     settings = before.config
     console = _console()
