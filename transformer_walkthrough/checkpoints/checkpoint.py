@@ -15,6 +15,7 @@ import numpy as np
 
 from .errors import CheckpointError
 from .hub import resolve
+from .jsonfile import shown
 from .tensors import read_config_json
 
 
@@ -70,9 +71,9 @@ def model_type(folder: Path) -> str:
     """config.json's ``model_type``, read before anything else of the folder."""
     path = folder / "config.json"
     kind = read_config_json(folder).get("model_type")
-    if kind not in LOADERS:
+    if not isinstance(kind, str) or kind not in LOADERS:  # a list or a dict cannot be looked up
         raise CheckpointError(
-            f"{path}: model_type is {kind!r}; supported: {', '.join(repr(k) for k in LOADERS)}"
+            f"{path}: model_type is {shown(kind)}; supported: {', '.join(repr(k) for k in LOADERS)}"
         )
     return kind
 

@@ -26,8 +26,10 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from .bpe import ByteLevelBPETokenizer
+from .budget import Budget, out_of_memory
 from .errors import CheckpointError
-from .tensors import Taker, float_dtype, read_config_json, read_weights
+from .jsonfile import shown
+from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
 
 # GPT-2's activation_function values and ours; anything else is refused, never approximated.
 ACTIVATIONS = {
@@ -129,12 +131,19 @@ def gpt2_rows(num_layers: int, d_model: int, d_ff: int) -> list[Row]:
 
 
 def load_gpt2(path: str | Path, dtype: str | np.dtype = "float32", name: str | None = None) -> GPT2Checkpoint:
-    """The GPT-2 checkpoint in folder ``path``, converted; ``name`` (a hub id) is used in ``source``."""
+    """The GPT-2 checkpoint in folder ``path``, converted; ``name`` (a hub id) is used in ``source``.
+
+    What reading and converting allocate is charged to one ``Budget`` before it is allocated."""
     folder = Path(path)
-    dtype = float_dtype(dtype)
+    with out_of_memory(folder):
+        return _load(folder, float_dtype(dtype), name)
+
+
+def _load(folder: Path, dtype: np.dtype, name: str | None) -> GPT2Checkpoint:
     config = _read_config(folder)
-    tensors, file = read_weights(folder)
-    weights, tied = _convert(tensors, config, dtype, f"{folder / file}")
+    budget = Budget()
+    tensors, file = read_weights(folder, budget)
+    weights, tied = _convert(tensors, config, dtype, f"{folder / file}", budget)
     vocab_size = weights["decoder.embedding/E"].shape[0]
     tokenizer = ByteLevelBPETokenizer(folder, size=vocab_size)
     d_model = config["n_embd"]
@@ -171,51 +180,57 @@ def _read_config(folder: Path) -> dict[str, Any]:
     raw = read_config_json(folder)
     if raw.get("model_type") != "gpt2":
         raise CheckpointError(
-            f"{path}: model_type is {raw.get('model_type')!r}; only 'gpt2' checkpoints are read here"
+            f"{path}: model_type is {shown(raw.get('model_type'))}; only 'gpt2' checkpoints are read here"
         )
     keep_none = {"n_inner", "bos_token_id", "eos_token_id"}
     config = {**CONFIG_DEFAULTS, **{k: v for k, v in raw.items() if v is not None or k in keep_none}}
     for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
         if type(config[key]) is not int or config[key] < 1:
-            raise CheckpointError(f"{path}: {key} is {config[key]!r}, not a positive integer")
+            raise CheckpointError(f"{path}: {key} is {shown(config[key])}, not a positive integer")
     if config["n_inner"] is not None and (type(config["n_inner"]) is not int or config["n_inner"] < 1):
-        raise CheckpointError(f"{path}: n_inner is {config['n_inner']!r}, not a positive integer or null")
+        raise CheckpointError(
+            f"{path}: n_inner is {shown(config['n_inner'])}, not a positive integer or null"
+        )
     if config["n_embd"] % config["n_head"]:
         raise CheckpointError(
             f"{path}: n_embd ({config['n_embd']}) is not divisible by n_head ({config['n_head']})"
         )
     eps = config["layer_norm_epsilon"]
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
-        raise CheckpointError(f"{path}: layer_norm_epsilon is {eps!r}, not a small positive number")
+        raise CheckpointError(f"{path}: layer_norm_epsilon is {shown(eps)}, not a small positive number")
     for key in ("bos_token_id", "eos_token_id"):
         if config[key] is not None and (type(config[key]) is not int or config[key] < 0):
-            raise CheckpointError(f"{path}: {key} is {config[key]!r}, not a token id")
+            raise CheckpointError(f"{path}: {key} is {shown(config[key])}, not a token id")
     if type(config["tie_word_embeddings"]) is not bool:
         raise CheckpointError(
-            f"{path}: tie_word_embeddings is {config['tie_word_embeddings']!r}, not true or false"
+            f"{path}: tie_word_embeddings is {shown(config['tie_word_embeddings'])}, not true or false"
         )
-    if config["activation_function"] not in ACTIVATIONS:
+    activation = config["activation_function"]
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:  # a list is not hashable
         raise CheckpointError(
-            f"{path}: activation_function {config['activation_function']!r} is not supported "
+            f"{path}: activation_function {shown(activation)} is not supported "
             f"(supported: {', '.join(ACTIVATIONS)})"
         )
     for key, (value, what) in UNSUPPORTED.items():
         if config[key] != value:
-            raise CheckpointError(f"{path}: {key} is {config[key]!r}: {what} are not supported")
+            raise CheckpointError(f"{path}: {key} is {shown(config[key])}: {what} are not supported")
     return config
 
 
 def _convert(
-    tensors: Mapping[str, np.ndarray], config: dict[str, Any], dtype: np.dtype, where: str
+    tensors: Mapping[str, np.ndarray], config: dict[str, Any], dtype: np.dtype, where: str, budget: Budget
 ) -> tuple[dict[str, np.ndarray], bool]:
-    """Our named weights from GPT-2's tensors, every shape checked against config.json first."""
+    """Our named weights from GPT-2's tensors, every shape checked against config.json first, and
+    the layers and the memory counted before the first row is made."""
     d, n_pos, vocab = config["n_embd"], config["n_positions"], config["vocab_size"]
     d_ff = config["n_inner"] or 4 * d
     names = set(tensors)
     # save_pretrained writes GPT2LMHeadModel's names (transformer.wte.weight, lm_head.weight); the
     # hub's files hold GPT2Model's (wte.weight). One layout per file: a mixture is not GPT-2's.
     prefix = "transformer." if any(n.startswith("transformer.") for n in names) else ""
+    check_layers(names, prefix + "h.{}.ln_1.weight", "n_layer", config["n_layer"], where)
     taker = Taker(tensors, where)
+    taker.charge(budget, dtype)
     take = taker.take
 
     weights: dict[str, np.ndarray] = {}

@@ -4,22 +4,53 @@ once their size is checked and parsed so that any malformed file is one line: ne
 ``json.loads`` raises more than ``JSONDecodeError``: ``ValueError`` for an integer of over 4,300
 digits, ``RecursionError`` for arrays nested a few thousand deep, ``UnicodeDecodeError`` for bytes
 that are not UTF-8. All of them are caught here, in one place.
+
+A file's bytes do not bound what parsing it allocates: ``[{},{},…]`` is 3 bytes a value and 72 in
+memory, so a 198 MB flood takes 3.6 GB. Before parsing, the values are counted from above: every
+value or key but the first follows one of ``[ { , :`` (counted everywhere, in strings too, so the
+count is never short), and each costs at most ~100 bytes (a str, int or empty container and its
+slot), its characters at most 4 bytes each. A file of more than ``MAX_JSON_VALUES`` values, or
+whose estimate passes the memory limit (``budget``), is refused unparsed. GPT-2's tokenizer.json
+(1.4 MB, 50k tokens and 50k merges) counts ~250k values, 25 MB by the estimate, counted in ~1 ms.
 """
 
 from __future__ import annotations
 
 import json
+import reprlib
 from pathlib import Path
 from typing import Any
 
+from .budget import how_to_raise, memory_limit, size
 from .errors import CheckpointError, first_line
+from .regular import file_size, open_regular
 
 MAX_JSON_BYTES = 100_000_000  # opus-mt's vocab.json is 1 MB, GPT-2's tokenizer.json 1.4 MB
 MAX_CONFIG_BYTES = 10_000_000  # config.json and generation_config.json: a few kB
+# Keys and values of one file: a vocabulary of 10 million pieces (MAX_VOCABULARY) is 20 million.
+MAX_JSON_VALUES = 20_000_000
+BYTES_PER_VALUE = 100  # a short str (~50 B), an int (28 B) or {} (64 B), and its slot in a dict or list
+
+
+def values_at_most(data: bytes) -> int:
+    """An upper bound on the keys and values that parsing ``data`` makes (see the module)."""
+    return 1 + data.count(b"[") + data.count(b"{") + data.count(b",") + data.count(b":")
 
 
 def parse_json(data: bytes, where: object, what: str = "readable JSON") -> Any:
-    """``data`` (UTF-8 JSON) parsed, or a CheckpointError "WHERE: not WHAT (why)"."""
+    """``data`` (UTF-8 JSON) parsed, or a CheckpointError "WHERE: not WHAT (why)"; refused unparsed
+    when what it would allocate passes ``MAX_JSON_VALUES`` values or the memory limit."""
+    values = values_at_most(data)
+    if values > MAX_JSON_VALUES:
+        raise CheckpointError(
+            f"{where}: not {what} (up to {values:,} JSON values, more than the {MAX_JSON_VALUES:,} "
+            "a checkpoint's file may have)"
+        )
+    estimate, limit = values * BYTES_PER_VALUE + 4 * len(data), memory_limit()
+    if estimate > limit:
+        raise CheckpointError(
+            f"{where}: parsing it could take {size(estimate)} of memory; {how_to_raise(limit)}"
+        )
     try:
         return json.loads(data.decode("utf-8"))
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, an int too long to convert
@@ -29,19 +60,35 @@ def parse_json(data: bytes, where: object, what: str = "readable JSON") -> Any:
 
 
 def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES, what: str = "readable JSON") -> Any:
-    """The JSON file at ``path``, parsed (``parse_json``); one over ``max_bytes`` is refused unread.
+    """The JSON file at ``path``, parsed (``parse_json``); a file that is not regular (a FIFO, a
+    device) or is over ``max_bytes`` is refused unread.
 
     ``FileNotFoundError`` passes through: each caller says what a missing file means.
     """
-    if path.exists() and not path.is_file():  # a FIFO would block the read for ever
-        raise CheckpointError(f"{path}: not a regular file")
     try:
-        with path.open("rb") as f:
-            data = f.read(max_bytes + 1)
-    except FileNotFoundError:
+        with open_regular(path, max_bytes, "JSON file") as f:
+            data = f.read(min(file_size(f), max_bytes) + 1)  # not a buffer of max_bytes for a small file
+    except (FileNotFoundError, CheckpointError):
         raise
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
-    if len(data) > max_bytes:
+    if len(data) > max_bytes:  # it grew since it was opened
         raise CheckpointError(f"{path}: more than {max_bytes:,} bytes; not a checkpoint's JSON file")
     return parse_json(data, path, what)
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A value read from a file, quoted in a message: its repr, shortened (``reprlib``: a few levels
+    and items, long strings and integers cut in the middle), then cut to ``limit`` characters."""
+    text = _SHORT_REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _short_repr() -> reprlib.Repr:
+    short = reprlib.Repr()  # keyword arguments only from Python 3.12
+    short.maxlevel, short.maxdict, short.maxlist, short.maxtuple = 2, 3, 3, 3
+    short.maxstring, short.maxlong, short.maxother = 40, 24, 40
+    return short
+
+
+_SHORT_REPR = _short_repr()

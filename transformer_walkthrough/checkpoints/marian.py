@@ -24,9 +24,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .budget import Budget, out_of_memory
 from .errors import CheckpointError
-from .jsonfile import MAX_CONFIG_BYTES, read_json
-from .tensors import Taker, float_dtype, read_config_json, read_weights
+from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
+from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
 from .tokenizer import MarianTokenizer
 
 # Marian's activation_function values and ours; anything else is refused, never approximated.
@@ -145,12 +146,19 @@ class MarianCheckpoint:
 def load_marian(
     path: str | Path, dtype: str | np.dtype = "float32", name: str | None = None
 ) -> MarianCheckpoint:
-    """The Marian checkpoint in folder ``path``, converted; ``name`` (a hub id) is used in ``source``."""
+    """The Marian checkpoint in folder ``path``, converted; ``name`` (a hub id) is used in ``source``.
+
+    What reading and converting allocate is charged to one ``Budget`` before it is allocated."""
     folder = Path(path)
-    dtype = float_dtype(dtype)
+    with out_of_memory(folder):
+        return _load(folder, float_dtype(dtype), name)
+
+
+def _load(folder: Path, dtype: np.dtype, name: str | None) -> MarianCheckpoint:
     config = _read_config(folder)
-    tensors, file = read_weights(folder)
-    weights, tied = _convert(tensors, config, dtype, f"{folder / file}")
+    budget = Budget()
+    tensors, file = read_weights(folder, budget)
+    weights, tied = _convert(tensors, config, dtype, f"{folder / file}", budget)
     source_rows = weights["encoder.embedding/E"].shape[0]
     target_rows = weights["output.logits/b"].shape[0]  # the decoder's table: a row per output column
     tokenizer = MarianTokenizer(folder, size=source_rows, target_size=target_rows)
@@ -198,7 +206,7 @@ def _read_config(folder: Path) -> dict[str, Any]:
     raw = read_config_json(folder)
     if raw.get("model_type") != "marian":
         raise CheckpointError(
-            f"{path}: model_type is {raw.get('model_type')!r}; only 'marian' checkpoints are supported"
+            f"{path}: model_type is {shown(raw.get('model_type'))}; only 'marian' checkpoints are supported"
         )
     config = {**CONFIG_DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}
     config.update(_generation_settings(folder, raw))
@@ -214,16 +222,17 @@ def _read_config(folder: Path) -> dict[str, Any]:
         "decoder_attention_heads",
     ):
         if type(config[key]) is not int or config[key] < 1:
-            raise CheckpointError(f"{path}: {key} is {config[key]!r}, not a positive integer")
+            raise CheckpointError(f"{path}: {key} is {shown(config[key])}, not a positive integer")
     for key in ("decoder_start_token_id", "pad_token_id", "eos_token_id"):
         if type(config[key]) is not int or config[key] < 0:
-            raise CheckpointError(f"{path}: {key} is {config[key]!r}, not a token id")
+            raise CheckpointError(f"{path}: {key} is {shown(config[key])}, not a token id")
     for key in ("scale_embedding", "share_encoder_decoder_embeddings", "tie_word_embeddings"):
         if type(config[key]) is not bool:
-            raise CheckpointError(f"{path}: {key} is {config[key]!r}, not true or false")
-    if config["activation_function"] not in ACTIVATIONS:
+            raise CheckpointError(f"{path}: {key} is {shown(config[key])}, not true or false")
+    activation = config["activation_function"]
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:  # a list is not hashable
         raise CheckpointError(
-            f"{path}: activation_function {config['activation_function']!r} is not supported "
+            f"{path}: activation_function {shown(activation)} is not supported "
             f"(supported: {', '.join(ACTIVATIONS)})"
         )
     for enc, dec in (
@@ -257,20 +266,27 @@ def _generation_settings(folder: Path, config: dict[str, Any]) -> dict[str, Any]
         isinstance(bad, list)
         and all(isinstance(s, list) and s and all(type(i) is int and i >= 0 for i in s) for s in bad)
     ):
-        raise CheckpointError(f"{folder}: bad_words_ids is {bad!r}, not a list of lists of token ids")
+        raise CheckpointError(f"{folder}: bad_words_ids is {shown(bad)}, not a list of lists of token ids")
     forced = settings["forced_eos_token_id"]
     if forced is not None and (type(forced) is not int or forced < 0):
-        raise CheckpointError(f"{folder}: forced_eos_token_id is {forced!r}, not a token id")
+        raise CheckpointError(f"{folder}: forced_eos_token_id is {shown(forced)}, not a token id")
     return {"bad_words_ids": tuple(tuple(s) for s in bad), "forced_eos_token_id": forced}
 
 
 def _convert(
-    tensors: Mapping[str, np.ndarray], config: dict[str, Any], dtype: np.dtype, where: str
+    tensors: Mapping[str, np.ndarray], config: dict[str, Any], dtype: np.dtype, where: str, budget: Budget
 ) -> tuple[dict[str, np.ndarray], bool]:
-    """Their tensors -> our weights, each checkpoint tensor used once or known; returns (weights, tied)."""
+    """Their tensors -> our weights, each checkpoint tensor used once or known; returns (weights, tied).
+
+    The layers are counted and the memory charged before the first row is made."""
     d_model, d_ff = config["d_model"], config["encoder_ffn_dim"]
     names = set(tensors)
+    for side in ("encoder", "decoder"):
+        key = f"{side}_layers"
+        first = f"model.{side}.layers.{{}}.self_attn.q_proj.weight"  # the first tensor of marian_rows' layer
+        check_layers(names, first, key, config[key], where)
     taker = Taker(tensors, where)
+    taker.charge(budget, dtype)
     shape, take, used = taker.shape, taker.take, taker.used
 
     expected_shapes = {"weight": (d_model, d_model), "bias": (d_model,)}

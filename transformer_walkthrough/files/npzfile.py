@@ -5,13 +5,19 @@
 if they were weights. Here the zip directory and each member's ``.npy`` header (name, shape, dtype)
 are read first; only when every one of them is a real floating-point array of a sane total size is
 any data read, and the zip's CRC check catches a truncated file or a flipped byte.
+
+The file itself is opened only if it is a regular file (``open_regular``): a FIFO would block the
+read for ever, and ``/dev/zero`` would be read until memory ran out.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import stat
 import zipfile
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from numpy.lib import format as npy
@@ -25,6 +31,37 @@ _HEADER = 10_000  # bytes: a .npy header is a short dict literal
 
 def _refuse(path: str | Path, why: str) -> WalkthroughError:
     return WalkthroughError(f"{path}: {why}")
+
+
+def open_regular(path: str | Path, what: str) -> BinaryIO:
+    """``path`` opened for reading, once ``fstat`` says it is a regular file. Opened without blocking
+    (``O_NONBLOCK``: a FIFO opens at once instead of waiting for a writer), so that nothing can be
+    swapped in between the check and the read; then made blocking again."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        raise _refuse(path, "no such file") from None
+    except OSError as err:
+        raise _refuse(path, f"cannot be read ({err.strerror or err})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _refuse(path, f"not a file; expected {what}")
+        if hasattr(os, "O_NONBLOCK"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def member_names(path: str | Path) -> set[str] | None:
+    """The array names an .npz holds (its members without ``.npy``), or None when it is not a
+    regular file or not a zip: the directory alone is read, never an array."""
+    try:
+        with open_regular(path, "an .npz") as f, zipfile.ZipFile(f) as archive:
+            return {n.removesuffix(".npy") for n in archive.namelist()}
+    except (WalkthroughError, OSError, EOFError, ValueError, zipfile.BadZipFile):
+        return None
 
 
 def _header(member: zipfile.ZipExtFile) -> tuple[tuple[int, ...], bool, np.dtype]:
@@ -53,55 +90,68 @@ def read_npz(
     NaN or infinity among the values.
     """
     name = str(path)
-    try:
-        if not Path(path).is_file():
-            raise _refuse(name, "no such file" if not Path(path).exists() else f"not a file; expected {what}")
-        archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
-        raise _refuse(name, f"not {what}") from None
-    except OSError as err:
-        raise _refuse(name, f"cannot be read ({err.strerror or err})") from None
-    with archive:
-        headers: dict[str, tuple[zipfile.ZipInfo, tuple[int, ...], bool, np.dtype]] = {}
-        total = 0
-        for info in archive.infolist():
-            key = info.filename.removesuffix(".npy")
-            if not info.filename.endswith(".npy") or info.is_dir():
-                raise _refuse(name, f"holds {_short(info.filename)}, which is not .npy data; expected {what}")
-            try:
-                with archive.open(info) as member:
-                    shape, fortran, dtype = _header(member)
-            except (zipfile.BadZipFile, OSError, EOFError) as err:
-                raise _refuse(
-                    name, f"{_short(key)} is damaged or truncated ({_short(str(err), 60)})"
-                ) from None
-            except Exception:
-                raise _refuse(name, f"{_short(key)} is not .npy data; expected {what}") from None
-            if dtype.kind not in _FLOATS or dtype.fields is not None or dtype.subdtype is not None:
-                raise _refuse(name, f"{_short(key)} holds {dtype} values; weights are real floats")
-            total += math.prod(shape) * dtype.itemsize
-            if total > max_bytes:
-                raise _refuse(
-                    name, f"its arrays would take {total / 2**30:,.1f} GiB or more; the limit is "
-                    f"{max_bytes / 2**30:g} GiB"
-                )  # fmt: skip
-            headers[key] = (info, shape, fortran, dtype)
-        if expected is not None:
-            _check_names(name, headers, expected)
-        arrays = {}
-        for key, (info, shape, _, _) in headers.items():
-            try:
-                with archive.open(info) as member:
-                    array = npy.read_array(member, allow_pickle=False, max_header_size=_HEADER)
-                    trailing = member.read(1)  # to the end, so that zipfile compares the CRC
-            except (ValueError, EOFError, OSError, zipfile.BadZipFile) as err:
-                why = _short(str(err), 60)
-                raise _refuse(name, f"{_short(key)} is damaged or truncated ({why})") from None
-            if trailing or array.shape != shape:
-                raise _refuse(name, f"{_short(key)} is damaged: its data does not match its header")
-            if not np.isfinite(array).all():
-                raise _refuse(name, f"{_short(key)} holds NaN or infinite values; weights must be finite")
-            arrays[key] = array
+    if not Path(path).is_file():  # the plain message; open_regular's fstat is the guard against a swap
+        raise _refuse(name, "no such file" if not Path(path).exists() else f"not a file; expected {what}")
+    with open_regular(path, what) as file:
+        try:
+            archive = zipfile.ZipFile(file)
+        except (zipfile.BadZipFile, EOFError, ValueError):
+            raise _refuse(name, f"not {what}") from None
+        except OSError as err:
+            raise _refuse(name, f"cannot be read ({err.strerror or err})") from None
+        try:
+            with archive:
+                return _read_arrays(name, archive, expected, max_bytes, what)
+        except MemoryError:
+            raise _refuse(name, "out of memory while reading its arrays") from None
+
+
+def _read_arrays(
+    name: str,
+    archive: zipfile.ZipFile,
+    expected: dict[str, tuple[int, ...]] | None,
+    max_bytes: int,
+    what: str,
+) -> dict[str, np.ndarray]:
+    """Every member's header checked (kind, size, names), then the arrays read (``read_npz``)."""
+    headers: dict[str, tuple[zipfile.ZipInfo, tuple[int, ...], bool, np.dtype]] = {}
+    total = 0
+    for info in archive.infolist():
+        key = info.filename.removesuffix(".npy")
+        if not info.filename.endswith(".npy") or info.is_dir():
+            raise _refuse(name, f"holds {_short(info.filename)}, which is not .npy data; expected {what}")
+        try:
+            with archive.open(info) as member:
+                shape, fortran, dtype = _header(member)
+        except (zipfile.BadZipFile, OSError, EOFError) as err:
+            raise _refuse(name, f"{_short(key)} is damaged or truncated ({_short(str(err), 60)})") from None
+        except Exception:
+            raise _refuse(name, f"{_short(key)} is not .npy data; expected {what}") from None
+        if dtype.kind not in _FLOATS or dtype.fields is not None or dtype.subdtype is not None:
+            raise _refuse(name, f"{_short(key)} holds {dtype} values; weights are real floats")
+        total += math.prod(shape) * dtype.itemsize
+        if total > max_bytes:
+            raise _refuse(
+                name, f"its arrays would take {total / 2**30:,.1f} GiB or more; the limit is "
+                f"{max_bytes / 2**30:g} GiB"
+            )  # fmt: skip
+        headers[key] = (info, shape, fortran, dtype)
+    if expected is not None:
+        _check_names(name, headers, expected)
+    arrays = {}
+    for key, (info, shape, _, _) in headers.items():
+        try:
+            with archive.open(info) as member:
+                array = npy.read_array(member, allow_pickle=False, max_header_size=_HEADER)
+                trailing = member.read(1)  # to the end, so that zipfile compares the CRC
+        except (ValueError, EOFError, OSError, zipfile.BadZipFile) as err:
+            why = _short(str(err), 60)
+            raise _refuse(name, f"{_short(key)} is damaged or truncated ({why})") from None
+        if trailing or array.shape != shape:
+            raise _refuse(name, f"{_short(key)} is damaged: its data does not match its header")
+        if not np.isfinite(array).all():
+            raise _refuse(name, f"{_short(key)} holds NaN or infinite values; weights must be finite")
+        arrays[key] = array
     return arrays
 
 

@@ -135,14 +135,15 @@ _SWITCHES = {
 
 def _convention_hint(config: Config, path: str | Path) -> str:
     """ "; it fits norm_first: true" when the file's parameter names are those of the config with
-    one convention switched; "" when they are not, or cannot be read."""
+    one convention switched; "" when they are not, or cannot be read. Only the zip's directory is
+    read, and only from a regular file (``member_names``): a FIFO or a device is never opened for
+    reading, so the hint cannot hang or exhaust memory where ``read_npz`` has just refused."""
     import dataclasses
-    import zipfile
 
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = {n.removesuffix(".npy") for n in archive.namelist()}
-    except (OSError, zipfile.BadZipFile):
+    from ..files.npzfile import member_names
+
+    names = member_names(path)
+    if names is None:
         return ""
     if names == set(parameters(config)[0]):  # the names fit: the file is wrong in another way
         return ""
