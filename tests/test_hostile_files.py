@@ -239,6 +239,16 @@ def test_pickle_floods_are_refused_from_their_opcodes(gpt2, tmp_path):
     fails([*GPT2, str(folder)], "memo index 4,294,967,295")
 
 
+def test_a_zip_directory_flood_is_refused_before_zipfile_reads_it(gpt2, tmp_path):
+    """200,000 empty members: a 28 MB directory, which zipfile would make 200,000 ZipInfos of."""
+    folder = copy(gpt2[0]["hub-bin"], tmp_path / "ckpt")
+    with zipfile.ZipFile(folder / "pytorch_model.bin", "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}.")
+        for k in range(200_000):
+            z.writestr(f"archive/x{k}", b"")
+    refused_in_child([*GPT2, str(folder)], "its zip directory is")
+
+
 def test_tied_weights_are_one_array_and_other_sharing_is_refused(tmp_path):
     """torch saves tied weights as one storage under two names: one array here too. Disjoint
     slices of a storage and a transposed (dense) view read; overlapping views do not."""

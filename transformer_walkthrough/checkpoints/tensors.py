@@ -32,7 +32,7 @@ import zipfile
 from collections import OrderedDict
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
@@ -504,6 +504,38 @@ class _StateDictUnpickler(pickle.Unpickler):
 _LOCAL_HEADER = 30  # bytes of a zip member's local header before its name
 
 
+# A zip's central directory lists every member in ~50 bytes, which zipfile turns into a ZipInfo
+# of ~500: a state dict's has a few hundred members (GPT-2 XL's: 40 kB); a directory this large
+# is a flood of empty members, refused before zipfile builds an object for each.
+MAX_DIRECTORY_BYTES = 10_000_000
+_END_RECORD, _END_LOCATOR_64, _END_RECORD_64 = b"PK\x05\x06", b"PK\x06\x07", b"PK\x06\x06"
+
+
+def _check_directory(file: BinaryIO, path: Path) -> None:
+    """Refuse a zip whose central directory is over MAX_DIRECTORY_BYTES, read from its end record
+    (and, past 4 GB, the zip64 record it points at) before zipfile reads the directory."""
+    size = file_size(file)
+    tail = min(size, 22 + 65_535)  # the end record: 22 bytes, then a comment of up to 64 kB
+    file.seek(size - tail)
+    data = file.read(tail)
+    at = data.rfind(_END_RECORD)
+    if at < 0:
+        return  # not a zip: zipfile says so
+    directory = int.from_bytes(data[at + 12 : at + 16], "little")
+    locator = data[max(0, at - 20) : at]
+    if directory == 0xFFFFFFFF and locator[:4] == _END_LOCATOR_64:
+        file.seek(int.from_bytes(locator[8:16], "little"))
+        record = file.read(56)
+        if record[:4] == _END_RECORD_64:
+            directory = int.from_bytes(record[40:48], "little")
+    file.seek(0)
+    if directory > MAX_DIRECTORY_BYTES:
+        raise CheckpointError(
+            f"{path}: its zip directory is {directory:,} bytes, over the {MAX_DIRECTORY_BYTES:,} that "
+            "a state dict's few hundred tensors need"
+        )
+
+
 def _check_members(archive: zipfile.ZipFile, path: Path, size: int) -> None:
     """Every member's bytes lie inside the file and no two members share any: zip entries that
     overlap would let a small file hand out the same bytes as many storages."""
@@ -530,6 +562,7 @@ def read_torch_bin(path: str | Path, budget: Budget | None = None) -> dict[str, 
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file") from None
     with file:
+        _check_directory(file, path)
         try:
             archive = zipfile.ZipFile(file)
         except zipfile.BadZipFile:
