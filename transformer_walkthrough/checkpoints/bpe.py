@@ -11,21 +11,28 @@ a newline as ``↵``, a tab as ``⇥``, and a byte that is not a whole UTF-8 cha
 hold half of an emoji) or another control character as ``<0xNN>``, and any other character that
 prints as nothing (U+0085, the zero-width joiner U+200D, …) as ``<U+XXXX>``: ``Ġcat`` is ``·cat``,
 ``Ã©`` is ``é``, ``âĢ`` is ``<0xE2><0x80>``. Labels are for reading; the ids are the truth, and two
-tokens can share a label (``Ġ`` and ``Â·`` are both ``·``).
+tokens can share a label (``Ġ`` and ``Â·`` are both ``·``). Every label is safe for a terminal
+(``escape``): no ESC, no bidi override, no lone surrogate reaches it from a hostile file.
+
+The file is untrusted: ``tokenizer_check`` checks it against what the supported families use
+before the library sees it, and the library runs in a child process (``native``), so that a file
+that makes it panic or abort is one line.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError, first_line
+from .errors import CheckpointError
 from .jsonfile import read_json
+from .native import NativeProcess
+from .tokenizer_check import check_tokenizer
 
 MAX_TOKENIZER_BYTES = 200_000_000  # the largest tokenizer.json on the hub is tens of MB
-MAX_VOCABULARY = 10_000_000  # ids beyond this are not a vocabulary but a corrupt file
 SHOWN = {" ": "·", "\n": "↵", "\t": "⇥"}
 
 
@@ -65,18 +72,26 @@ def label(token: str) -> str:
 
 def labels(tokens: list[str]) -> list[str]:
     """``label`` of every token, in a few passes over all of them at once (50,257 in ~50 ms)."""
+    if any(_SEP in t for t in tokens):  # a hostile vocabulary: the separator would split a token
+        return [escape(t) if _SEP in t else labels([t])[0] for t in tokens]
     joined = _SEP.join(tokens).translate(_to_latin1())
     try:
         joined.replace(_SEP, "").encode("latin-1")
     except UnicodeEncodeError:  # some token is not byte-level (an added token): one at a time
-        return [labels([t])[0] if _is_byte_level(t) else t for t in tokens]
+        return [labels([t])[0] if _is_byte_level(t) else escape(t) for t in tokens]
     texts = [t.encode("latin-1").decode("utf-8", "surrogateescape") for t in joined.split(_SEP)]
     shown = _SEP.join(texts).translate(_SHOW).split(_SEP)
-    return [t if t.isprintable() else _escape(t) for t in shown]
+    return [escape(t) for t in shown]
 
 
-def _escape(text: str) -> str:
-    """Characters that print as nothing or move the cursor (U+0085, U+200D, …) as <U+XXXX>."""
+def escape(text: str) -> str:
+    """``text`` safe for a terminal: every character that prints as nothing or acts on the terminal
+    as <U+XXXX> — controls (ESC, so no ``ESC[2J``, no OSC title), C1 controls, lone surrogates
+    (<U+DC80>), bidi overrides and isolates (U+202A–U+202E, U+2066–U+2069, U+200E/U+200F),
+    zero-width characters (U+200B–U+200D, U+2060, U+FEFF): Python's ``str.isprintable`` is false
+    for all of them (categories Cc, Cf, Cs, Zl, Zp, Zs but the space, Cn)."""
+    if text.isprintable():
+        return text
     return "".join(c if c.isprintable() else f"<U+{ord(c):04X}>" for c in text)
 
 
@@ -94,7 +109,7 @@ class ByteLevelBPETokenizer:
 
     def __init__(self, folder: str | Path, size: int | None = None):
         self.path = Path(folder) / "tokenizer.json"
-        vocab, added, byte_level = _read_vocabulary(self.path)
+        self._spec, (vocab, added, byte_level) = _read_vocabulary(self.path)
         n = max(max(vocab.values(), default=-1) + 1, max(added, default=-1) + 1, size or 0)
         if size is not None and n > size:
             raise CheckpointError(f"{self.path}: has ids up to {n - 1}, the embedding table only {size} rows")
@@ -113,21 +128,34 @@ class ByteLevelBPETokenizer:
             model_ids = [i for i in range(n) if tokens[i] is not None and i not in added]
             for i, text in zip(model_ids, labels([shown[i] for i in model_ids]), strict=True):
                 shown[i] = text
-        self.labels: tuple[str, ...] = tuple(t if t.isprintable() else _escape(t) for t in shown)
+        self.labels: tuple[str, ...] = tuple(escape(t) for t in shown)
         # The display form is what rows, columns and predictions show (checkpoint.Tokenizer); one
         # vocabulary serves the prompt and what follows it.
         self.source_vocabulary = self.target_vocabulary = self.labels
-        self._machine: Any = None
+        self._machine: NativeProcess | None = None
 
     @property
-    def _tokenizer(self) -> Any:
+    def _tokenizer(self) -> NativeProcess:
         if self._machine is None:
-            self._machine = _load(self.path)
+            self._machine = _load(self.path, self._spec)
         return self._machine
+
+    def close(self) -> None:
+        """End the child process that runs the library (it also ends when the tokenizer is dropped)."""
+        if self._machine is not None:
+            self._machine.close()
 
     def encode(self, text: str) -> list[int]:
         """The ids of ``text``: pre-tokenized, byte-mapped, merged, as ``GPT2TokenizerFast(text)``."""
-        return self._tokenizer.encode(text).ids
+        ids = self._tokenizer.call("encode", text, doing="encoding the text")
+        n = len(self.vocabulary)
+        # A post-processor's template may name any id: one past the table would fail mid-pass.
+        bad = [i for i in ids if not (type(i) is int and 0 <= i < n)] if isinstance(ids, list) else [ids]
+        if bad:
+            raise CheckpointError(
+                f"{self.path}: encoding gave the id {str(bad[0])[:20]}, not one of the {n:,} tokens"
+            )
+        return ids
 
     def encode_source(self, text: str) -> list[int]:
         """A decoder-only model has no source: the same ids as ``encode`` (checkpoint.Tokenizer)."""
@@ -143,29 +171,32 @@ class ByteLevelBPETokenizer:
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """The text of ``ids`` (bytes that are not valid UTF-8 become U+FFFD, as transformers)."""
-        return self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        text = self._tokenizer.call(
+            "decode", [int(i) for i in ids], bool(skip_special_tokens), doing="decoding"
+        )
+        if not isinstance(text, str):
+            raise CheckpointError(f"{self.path}: decoding gave {str(text)[:20]}, not a text")
+        return text
 
 
-def _read_vocabulary(path: Path) -> tuple[dict[str, int], dict[int, tuple[str, bool]], bool]:
-    """tokenizer.json's model vocabulary (token -> id), its added tokens (id -> (token, special)),
-    and whether its decoder is byte-level; every id checked."""
+_Vocabulary = tuple[dict[str, int], dict[int, tuple[str, bool]], bool]
+
+
+def _read_vocabulary(path: Path) -> tuple[dict[str, Any], _Vocabulary]:
+    """tokenizer.json checked (``check_tokenizer``: what the library may be given), and from it the
+    model vocabulary (token -> id), the added tokens (id -> (token, special)), and whether the
+    decoder is byte-level."""
     _check_size(path)
-    data = read_json(path, MAX_TOKENIZER_BYTES, what="a readable tokenizer")
-    model = data.get("model") if isinstance(data, dict) else None
-    vocab = model.get("vocab") if isinstance(model, dict) else None
-    if not isinstance(vocab, dict) or model.get("type") not in ("BPE", None):
-        raise CheckpointError(f"{path}: not a BPE tokenizer (no model.vocab of token -> id)")
-    for token, i in vocab.items():
-        if type(i) is not int or not 0 <= i < MAX_VOCABULARY:
-            raise CheckpointError(f"{path}: token {token!r} has id {i!r}, not an id")
-    added: dict[int, tuple[str, bool]] = {}
-    for entry in data.get("added_tokens") or []:
-        i, content = (entry.get("id"), entry.get("content")) if isinstance(entry, dict) else (None, None)
-        if type(i) is not int or not 0 <= i < MAX_VOCABULARY or not isinstance(content, str):
-            raise CheckpointError(f"{path}: an added token is not an id and a string: {str(entry)[:60]}")
-        added[i] = (content, bool(entry.get("special")))
-    decoder = data.get("decoder")
-    return vocab, added, isinstance(decoder, dict) and decoder.get("type") == "ByteLevel"
+    data = check_tokenizer(read_json(path, MAX_TOKENIZER_BYTES, what="a readable tokenizer"), path)
+    if data["model"]["type"] != "BPE":
+        raise CheckpointError(f"{path}: not a BPE tokenizer (its model is {data['model']['type']})")
+    added = {entry["id"]: (entry["content"], bool(entry.get("special"))) for entry in data["added_tokens"]}
+    decoder = data["decoder"]
+    return data, (
+        data["model"]["vocab"],
+        added,
+        isinstance(decoder, dict) and decoder.get("type") == "ByteLevel",
+    )
 
 
 def _check_size(path: Path) -> None:
@@ -179,15 +210,24 @@ def _check_size(path: Path) -> None:
         raise CheckpointError(f"{path}: {size:,} bytes is too large for a tokenizer")
 
 
-def _load(path: Path) -> Any:
+def _load(path: Path, spec: dict[str, Any]) -> NativeProcess:
+    """The library's tokenizer of the checked ``spec``, built and run in a child process (``native``);
+    padding and truncation are not in ``spec`` (see ``tokenizer_check``)."""
     try:
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # imported here, so that every child inherits it
     except ImportError:
         raise CheckpointError(
             "byte-level BPE tokenizers need tokenizers: pip install 'transformer-walkthrough[models]'"
         ) from None
-    _check_size(path)
-    try:
-        return Tokenizer.from_file(str(path))
-    except Exception as err:  # the Rust side raises plain Exceptions
-        raise CheckpointError(f"{path}: not a readable tokenizer ({first_line(err)})") from None
+    # Compact and not ASCII-escaped: 20% faster to write and to parse (a lone surrogate, which the
+    # library cannot take, then fails in from_str: one line).
+    return NativeProcess(
+        str(path), lambda: Tokenizer.from_str(json.dumps(spec, ensure_ascii=False, separators=COMPACT)), OPS
+    )
+
+
+COMPACT = (",", ":")
+OPS = {
+    "encode": lambda tok, text: tok.encode(text).ids,
+    "decode": lambda tok, ids, skip: tok.decode(ids, skip_special_tokens=skip),
+}

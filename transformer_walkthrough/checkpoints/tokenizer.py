@@ -5,21 +5,37 @@ A sentence is cut into pieces by a SentencePiece model (``source.spm`` for the e
 ``<unk>``: Marian's ids are not SentencePiece's), and ``</s>`` is appended. A leading language code
 such as ``>>fr<<`` is a token of its own. The literal strings ``</s>``, ``<unk>`` and ``<pad>`` in a
 text are those special tokens, as in ``transformers``.
+
+The files are untrusted. A ``.spm`` is refused unread when it is not a regular file (a FIFO would
+block for ever) or over ``MAX_SPM_BYTES`` (opus-mt's are ~800 kB; a sparse 9 GB file would be read
+whole). SentencePiece (C++) runs in-process: it validates its model proto and returns an error
+for every malformed one tried (truncated, random bytes, a declared length of 4 GB, flipped bytes,
+an empty or overlong piece, NaN scores, a bad charsmap, byte_fallback without byte pieces), where
+the ``tokenizers`` library aborted or panicked on such files (``native``); what it raises is
+caught, whatever its class (a piece that is not UTF-8 raises UnicodeDecodeError when read).
+
+``source_vocabulary`` and ``target_vocabulary`` are display labels, escaped for a terminal
+(``bpe.escape``: no ESC, no OSC title, no bidi override, lone surrogates as <U+DCxx>); decoding
+reads the pieces as vocab.json spells them (``_target_pieces``), so the translation is the
+checkpoint's (the CLI escapes it when it prints it).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import stat
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError
+from .bpe import escape
+from .errors import CheckpointError, first_line
 from .jsonfile import read_json
 
 UNK, EOS, PAD = "<unk>", "</s>", "<pad>"
 SPIECE_UNDERLINE = "▁"
 MAX_VOCABULARY = 10_000_000  # ids beyond this are not a vocabulary but a corrupt file
+MAX_SPM_BYTES = 50_000_000  # opus-mt's .spm files are ~800 kB, the largest SentencePiece models ~20 MB
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
@@ -39,16 +55,37 @@ def _read_vocab(path: Path) -> dict[str, int]:
 
 
 def _load_spm(path: Path) -> Any:
+    """The SentencePiece model at ``path``, once it is a regular file of at most MAX_SPM_BYTES."""
     import sentencepiece
 
-    if not path.is_file():
-        raise CheckpointError(f"{path.parent}: missing tokenizer file {path.name}")
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise CheckpointError(f"{path.parent}: missing tokenizer file {path.name}") from None
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise CheckpointError(f"{path}: not a regular file")
+    if info.st_size > MAX_SPM_BYTES:
+        raise CheckpointError(
+            f"{path}: {info.st_size:,} bytes is too large for a SentencePiece model "
+            f"(at most {MAX_SPM_BYTES:,})"
+        )
     processor = sentencepiece.SentencePieceProcessor()
     try:
         processor.Load(str(path))
-    except (OSError, RuntimeError) as err:
-        raise CheckpointError(f"{path}: not a SentencePiece model ({err})") from None
+    except Exception as err:  # RuntimeError for a malformed proto, OSError, …: never a traceback
+        raise CheckpointError(f"{path}: not a SentencePiece model ({first_line(err)})") from None
     return processor
+
+
+def _spm_call(path: Path, work: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``work(*args, **kwargs)`` of a SentencePiece model; what it raises (a piece that is not
+    UTF-8) is one line."""
+    try:
+        return work(*args, **kwargs)
+    except Exception as err:
+        raise CheckpointError(f"{path}: SentencePiece failed ({first_line(err)})") from None
 
 
 class MarianTokenizer:
@@ -57,7 +94,8 @@ class MarianTokenizer:
     ``source_vocabulary`` and ``target_vocabulary`` are tuples of pieces indexed by id (the same
     tuple unless the checkpoint has a separate ``target_vocab.json``), each at least ``size`` and
     ``target_size`` long (the rows of the encoder's and the decoder's embedding tables; the target
-    defaults to ``size``): an id the vocabulary file skips is its SentencePiece piece.
+    defaults to ``size``): an id the vocabulary file skips is its SentencePiece piece. Both are
+    the pieces as a terminal may show them (``escape``); ``decode`` reads the pieces themselves.
     """
 
     def __init__(self, folder: str | Path, size: int | None = None, target_size: int | None = None):
@@ -72,12 +110,20 @@ class MarianTokenizer:
             self.target_ids = _read_vocab(folder / "target_vocab.json")
         # transformers decodes with the source model unless the vocabularies are separate.
         decoding_spm = self.spm_target if self.separate_vocabs else self.spm_source
-        target_size = size if target_size is None else target_size
-        self.source_vocabulary = _pieces_by_id(self.source_ids, self.spm_source, size)
-        self.target_vocabulary = self.source_vocabulary
-        if self.separate_vocabs or target_size != size:
-            self.target_vocabulary = _pieces_by_id(self.target_ids, decoding_spm, target_size)
         self._decoding_spm = decoding_spm
+        self._decoding_file = folder / ("target.spm" if self.separate_vocabs else "source.spm")
+        target_size = size if target_size is None else target_size
+        source_pieces = _pieces_by_id(self.source_ids, self.spm_source, size, folder / "source.spm")
+        target_pieces = source_pieces
+        if self.separate_vocabs or target_size != size:
+            target_pieces = _pieces_by_id(self.target_ids, decoding_spm, target_size, self._decoding_file)
+        # The same tuple when the pieces are shared (run.checkpoint_config asks ``is``).
+        self.source_vocabulary = _labels(source_pieces)
+        self.target_vocabulary = (
+            self.source_vocabulary if target_pieces is source_pieces else _labels(target_pieces)
+        )
+        # SentencePiece takes UTF-8 only: a lone surrogate of vocab.json is decoded as its label.
+        self._target_pieces = tuple(_no_surrogates(p) for p in target_pieces)
         self.unk_id = self.source_ids[UNK]
         self.eos_id = self.source_ids.get(EOS, self.unk_id)
         self.pad_id = self.source_ids.get(PAD)
@@ -87,11 +133,11 @@ class MarianTokenizer:
 
     def source_pieces(self, text: str) -> list[str]:
         """The encoder's pieces of ``text`` (without the ``</s>`` that ``encode_source`` appends)."""
-        return self._pieces(text, self.spm_source)
+        return self._pieces(text, self.spm_source, self.folder / "source.spm")
 
     def target_pieces(self, text: str) -> list[str]:
         """The decoder's pieces of ``text`` (without ``</s>``)."""
-        return self._pieces(text, self.spm_target)
+        return self._pieces(text, self.spm_target, self.folder / "target.spm")
 
     def encode_source(self, text: str) -> list[int]:
         """The encoder's input ids: source pieces looked up in vocab.json, then ``</s>``."""
@@ -104,18 +150,21 @@ class MarianTokenizer:
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """The text of decoder ids, as ``MarianTokenizer.decode`` (specials skipped or kept as words)."""
-        vocabulary, out, run = self.target_vocabulary, "", []
+        pieces, out, run = self._target_pieces, "", []
         for i in ids:
             if i in self._special_ids:
                 if not skip_special_tokens:
-                    out += self._decoding_spm.decode_pieces(run) + vocabulary[i] + " "
+                    out += self._decode_pieces(run) + pieces[i] + " "
                     run = []
             else:
-                run.append(vocabulary[i] if 0 <= i < len(vocabulary) else UNK)
-        out += self._decoding_spm.decode_pieces(run)
+                run.append(pieces[i] if 0 <= i < len(pieces) else UNK)
+        out += self._decode_pieces(run)
         return out.replace(SPIECE_UNDERLINE, " ").strip()
 
-    def _pieces(self, text: str, spm: Any) -> list[str]:
+    def _decode_pieces(self, pieces: list[str]) -> str:
+        return _spm_call(self._decoding_file, self._decoding_spm.decode_pieces, pieces)
+
+    def _pieces(self, text: str, spm: Any, file: Path) -> list[str]:
         pieces: list[str] = []
         for part in self._special.split(text):
             if not part:
@@ -126,7 +175,7 @@ class MarianTokenizer:
             if part.startswith(">>") and (end := part.find("<<")) != -1:  # a language code, e.g. >>fr<<
                 pieces.append(part[: end + 2])
                 part = part[end + 2 :]
-            pieces.extend(spm.encode(part, out_type=str))
+            pieces.extend(_spm_call(file, spm.encode, part, out_type=str))
         return pieces
 
 
@@ -138,7 +187,7 @@ def _tokenizer_config(folder: Path) -> dict:
     return config if isinstance(config, dict) else {}
 
 
-def _pieces_by_id(vocab: dict[str, int], spm: Any, size: int | None) -> tuple[str, ...]:
+def _pieces_by_id(vocab: dict[str, int], spm: Any, size: int | None, spm_file: Path) -> tuple[str, ...]:
     """The vocabulary as a tuple indexed by id; an id vocab.json skips is the SentencePiece piece of
     that id (as transformers' fallback), and a later piece with an id already taken wins (as there)."""
     n = max(max(vocab.values()) + 1, size or 0)
@@ -148,7 +197,23 @@ def _pieces_by_id(vocab: dict[str, int], spm: Any, size: int | None) -> tuple[st
     if None in pieces:
         spm_size = spm.get_piece_size()
         pieces = [
-            p if p is not None else (spm.id_to_piece(i) if i < spm_size else UNK)
+            p if p is not None else (_spm_call(spm_file, spm.id_to_piece, i) if i < spm_size else UNK)
             for i, p in enumerate(pieces)
         ]
     return tuple(pieces)  # type: ignore[arg-type]
+
+
+def _labels(pieces: tuple[str, ...]) -> tuple[str, ...]:
+    """The pieces as a terminal may show them (``escape``): the same tuple when all are printable."""
+    if all(p.isprintable() for p in pieces):
+        return pieces
+    return tuple(escape(p) for p in pieces)
+
+
+def _no_surrogates(piece: str) -> str:
+    """``piece`` with each lone surrogate (valid in JSON's ``\\udc80``, not in UTF-8) as <U+DC80>."""
+    try:
+        piece.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join(f"<U+{ord(c):04X}>" if 0xD800 <= ord(c) <= 0xDFFF else c for c in piece)
+    return piece

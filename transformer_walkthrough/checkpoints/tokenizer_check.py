@@ -1,0 +1,424 @@
+"""A ``tokenizer.json`` checked against what the supported families use, before the ``tokenizers``
+library (Rust) sees it: a file that names anything else, or something too large, is one line.
+
+Why an allow-list: the library trusts its file. A few kB of JSON made it allocate 8 GB and abort
+(fixed padding of 2e9, a precompiled charsmap claiming 4 GB, Replace normalizers that each grow the
+text), or panic (a short charsmap, a Replace or Prepend of nothing, a 1,000-NUL subword prefix, a
+truncation stride at its max length, a catastrophic Split regex); a WordLevel model without its
+unk token raised in ``encode``. Checking every field we hand over is cheap (50,257 tokens and
+50,000 merges in ~30 ms) and names the offending key; what no check can foresee (a regex that is
+slow on one text) is left to the child process that runs the library (``native``).
+
+What is allowed, by family, and nothing else:
+
+- GPT-2, and Llama 3 / Qwen2 / SmolLM (byte-level BPE): model ``BPE``; normalizer none or ``NFC``;
+  pre-tokenizer ``ByteLevel``, ``Split`` (a regex of at most ``MAX_PATTERN`` characters),
+  ``Digits``, in a ``Sequence``; decoder ``ByteLevel``; post-processor ``ByteLevel``,
+  ``TemplateProcessing`` (Llama 3's ``<|begin_of_text|>``), in a ``Sequence``.
+- Llama 2 / TinyLlama / Mistral (SentencePiece-style BPE with byte fallback): model ``BPE``
+  (``byte_fallback``, ``fuse_unk``, ``unk_token``); normalizer ``Prepend("▁")``,
+  ``Replace(" ", "▁")``; pre-tokenizer ``Metaspace`` (newer files); decoder ``Replace("▁", " ")``,
+  ``ByteFallback``, ``Fuse``, ``Strip``, ``Metaspace``; post-processor ``TemplateProcessing``.
+- BERT (WordPiece): model ``WordPiece``; normalizer ``BertNormalizer`` (or ``NFD``, ``Lowercase``,
+  ``StripAccents``, as some uncased files spell it); pre-tokenizer ``BertPreTokenizer``; decoder
+  ``WordPiece``; post-processor ``TemplateProcessing``.
+
+Refused: ``Precompiled`` (its charsmap is a binary blob the library indexes unchecked), Unigram,
+WordLevel, BPE dropout (a random tokenization), BPE subword prefixes and suffixes (null or ""
+only), a ``Sequence`` inside a ``Sequence``, Replace patterns that are regexes, any key a
+component does not have, and sizes past the ``MAX_*`` below.
+
+``padding`` and ``truncation`` are removed, not refused: they are settings for batches, not part
+of the tokenization, and ``transformers`` does not apply them either — ``PreTrainedTokenizerFast``
+resets the backend on every call (``set_truncation_and_padding``: ``no_padding()`` unless
+``padding=`` is given, ``no_truncation()`` unless ``truncation=``), so ``GPT2TokenizerFast(text)``
+ignores a saved ``"padding": {"strategy": {"Fixed": 2000000000}}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import CheckpointError
+
+MAX_VOCAB_ENTRIES = 1 << 20  # Gemma's 262,144 is the largest vocabulary on the hub
+MAX_MERGES = 1 << 21  # Llama 3 has 280,147
+MAX_ADDED_TOKENS = 1 << 17  # Llama 3 has 256; a few models reserve some thousands
+MAX_TOKEN_CHARS = 1024  # GPT-2's longest token is 128 characters, Llama 3's and Qwen2's 256 bytes
+MAX_PATTERN = 1024  # Llama 3's and Qwen2's Split regexes are ~170 characters
+MAX_SHORT = 16  # a Replace's pattern and content, a Prepend, a subword prefix: one or two characters
+MAX_SEQUENCE = 8  # Llama 2's decoder is a Sequence of 4
+MAX_GROWTH = 16  # how many times longer every Replace together may make a text (Llama 2's: 1)
+MAX_TEMPLATE = 32  # pieces of a TemplateProcessing (BERT's pair template has 5)
+MAX_ID = 10_000_000  # ids beyond this are not a vocabulary but a corrupt file
+
+Check = Callable[[Any, str, "_Context"], Any]
+
+
+class _Context:
+    """What the checks of one file share: its path, the vocabulary's ids, the text's growth so far."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.ids = 0  # one past the largest id of the vocabulary and the added tokens
+        self.growth = 1.0
+
+    def fail(self, where: str, problem: str) -> CheckpointError:
+        return CheckpointError(f"{self.path}: {where} {problem}")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def boolean(value: Any, where: str, ctx: _Context) -> bool:
+    if type(value) is not bool:
+        raise ctx.fail(where, f"is {_shown(value)}, not true or false")
+    return value
+
+
+def integer(lo: int, hi: int) -> Check:
+    def check(value: Any, where: str, ctx: _Context) -> int:
+        if type(value) is not int or not lo <= value <= hi:
+            raise ctx.fail(where, f"is {_shown(value)}, not an integer from {lo} to {hi}")
+        return value
+
+    return check
+
+
+def text(lo: int, hi: int, printable: bool = True) -> Check:
+    """A string of ``lo`` to ``hi`` characters; a setting (``printable``) has no control characters
+    (a subword prefix of 1,000 NULs made the library panic)."""
+
+    def check(value: Any, where: str, ctx: _Context) -> str:
+        if not isinstance(value, str) or not lo <= len(value) <= hi:
+            raise ctx.fail(where, f"is {_shown(value)}, not a string of {lo} to {hi} characters")
+        if printable and not value.isprintable():
+            raise ctx.fail(where, f"is {_shown(value)}, which holds control characters")
+        return value
+
+    return check
+
+
+def choice(*options: str) -> Check:
+    def check(value: Any, where: str, ctx: _Context) -> str:
+        if value not in options:
+            raise ctx.fail(where, f"is {_shown(value)}, not one of {', '.join(options)}")
+        return value
+
+    return check
+
+
+def unset(*same: Any) -> Check:
+    """A setting no supported family uses: null, or a value that means the same (``same``: GPT-2's
+    own file has ``"continuing_subword_prefix": ""``)."""
+
+    def check(value: Any, where: str, ctx: _Context) -> Any:
+        if value is not None and not any(type(value) is type(v) and value == v for v in same):
+            raise ctx.fail(where, f"is {_shown(value)}; no supported tokenizer sets it (null)")
+        return value
+
+    return check
+
+
+def optional(inner: Check) -> Check:
+    def check(value: Any, where: str, ctx: _Context) -> Any:
+        return None if value is None else inner(value, where, ctx)
+
+    return check
+
+
+def pattern(kinds: tuple[str, ...], hi: int) -> Check:
+    """``{"String": s}`` or ``{"Regex": r}`` (as ``kinds`` allows), never empty: an empty pattern
+    made Replace panic."""
+
+    def check(value: Any, where: str, ctx: _Context) -> dict[str, str]:
+        if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in kinds:
+            raise ctx.fail(where, f"is {_shown(value)}, not {' or '.join(f'{{{k!r}: ...}}' for k in kinds)}")
+        kind, body = next(iter(value.items()))
+        return {kind: text(1, hi, printable=False)(body, f"{where}.{kind}", ctx)}
+
+    return check
+
+
+def _replace(value: dict[str, Any], where: str, ctx: _Context) -> None:
+    """Each Replace may make a text longer (``h`` -> 64 ``h``, six times, is 69 billion times): the
+    product of their growth is bounded."""
+    find, put = next(iter(value["pattern"].values())), value["content"]
+    ctx.growth *= max(1.0, len(put) / len(find))
+    if ctx.growth > MAX_GROWTH:
+        raise ctx.fail(
+            where, f"makes the text more than {MAX_GROWTH} times longer, with the Replaces before it"
+        )
+
+
+BYTE_LEVEL = {"add_prefix_space": boolean, "trim_offsets": boolean, "use_regex": boolean}
+METASPACE = {
+    "replacement": text(1, 1),
+    "prepend_scheme": choice("always", "never", "first"),
+    "split": boolean,
+    "add_prefix_space": boolean,  # the older spelling of prepend_scheme
+    "str_rep": text(1, 1),  # the older spelling of replacement
+}
+REPLACE = {"pattern": pattern(("String",), MAX_SHORT), "content": text(0, MAX_SHORT)}
+
+
+def sequence(kind: str) -> Check:
+    def check(value: Any, where: str, ctx: _Context) -> list[Any]:
+        if not isinstance(value, list) or len(value) > MAX_SEQUENCE:
+            raise ctx.fail(where, f"is not a list of at most {MAX_SEQUENCE} {kind}s")
+        return [_component(kind, item, f"{where}[{n}]", ctx, nested=True) for n, item in enumerate(value)]
+
+    return check
+
+
+def template(value: Any, where: str, ctx: _Context) -> list[Any]:
+    """A TemplateProcessing's ``single`` or ``pair``: special tokens and the sequences A and B."""
+    if not isinstance(value, list) or len(value) > MAX_TEMPLATE:
+        raise ctx.fail(where, f"is not a list of at most {MAX_TEMPLATE} pieces")
+    out = []
+    for n, piece in enumerate(value):
+        here = f"{where}[{n}]"
+        if (
+            not isinstance(piece, dict)
+            or len(piece) != 1
+            or next(iter(piece)) not in ("SpecialToken", "Sequence")
+        ):
+            raise ctx.fail(here, f"is {_shown(piece)}, not a SpecialToken or a Sequence")
+        kind, body = next(iter(piece.items()))
+        name = text(1, MAX_TOKEN_CHARS, printable=False) if kind == "SpecialToken" else choice("A", "B")
+        fields = {"id": name, "type_id": integer(0, MAX_SHORT)}
+        out.append({kind: _fields(fields, body, f"{here}.{kind}", ctx, required=fields)})
+    return out
+
+
+def special_tokens(value: Any, where: str, ctx: _Context) -> dict[str, Any]:
+    """A TemplateProcessing's special tokens: name -> its ids (in the vocabulary) and tokens."""
+    if not isinstance(value, dict) or len(value) > MAX_TEMPLATE:
+        raise ctx.fail(where, f"is not an object of at most {MAX_TEMPLATE} special tokens")
+    out = {}
+    for name, token in value.items():
+        here = f"{where}[{_shown(name)}]"
+        fields = {"id": choice(name), "ids": _ids, "tokens": _tokens}
+        checked = _fields(fields, token, here, ctx, required=fields)
+        if len(checked["ids"]) != len(checked["tokens"]):
+            raise ctx.fail(here, f"has {len(checked['ids'])} ids but {len(checked['tokens'])} tokens")
+        out[name] = checked
+    return out
+
+
+def _ids(value: Any, where: str, ctx: _Context) -> list[int]:
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_TEMPLATE:
+        raise ctx.fail(where, f"is not a list of 1 to {MAX_TEMPLATE} ids")
+    return [integer(0, ctx.ids - 1)(i, f"{where}[{n}]", ctx) for n, i in enumerate(value)]
+
+
+def _tokens(value: Any, where: str, ctx: _Context) -> list[str]:
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_TEMPLATE:
+        raise ctx.fail(where, f"is not a list of 1 to {MAX_TEMPLATE} tokens")
+    return [text(1, MAX_TOKEN_CHARS, printable=False)(t, f"{where}[{n}]", ctx) for n, t in enumerate(value)]
+
+
+# kind -> type -> the keys it may have (each checked); a key not listed is refused.
+ALLOWED: dict[str, dict[str, dict[str, Check]]] = {
+    "normalizer": {
+        "NFC": {}, "NFD": {}, "NFKC": {}, "NFKD": {}, "Lowercase": {}, "StripAccents": {},
+        "BertNormalizer": {"clean_text": boolean, "handle_chinese_chars": boolean,
+                           "strip_accents": optional(boolean), "lowercase": boolean},
+        "Replace": REPLACE,
+        "Prepend": {"prepend": text(1, MAX_SHORT)},
+        "Sequence": {"normalizers": sequence("normalizer")},
+    },
+    "pre_tokenizer": {
+        "ByteLevel": BYTE_LEVEL,
+        "Split": {"pattern": pattern(("String", "Regex"), MAX_PATTERN),
+                  "behavior": choice("Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
+                                     "Contiguous"),
+                  "invert": boolean},
+        "Digits": {"individual_digits": boolean},
+        "Metaspace": METASPACE,
+        "BertPreTokenizer": {},
+        "Sequence": {"pretokenizers": sequence("pre_tokenizer")},
+    },
+    "decoder": {
+        "ByteLevel": BYTE_LEVEL,
+        "Replace": REPLACE,
+        "ByteFallback": {},
+        "Fuse": {},
+        "Strip": {"content": text(1, 1), "start": integer(0, MAX_SHORT), "stop": integer(0, MAX_SHORT)},
+        "Metaspace": METASPACE,
+        "WordPiece": {"prefix": text(1, MAX_SHORT), "cleanup": boolean},
+        "Sequence": {"decoders": sequence("decoder")},
+    },
+    "post_processor": {
+        "ByteLevel": BYTE_LEVEL,
+        "TemplateProcessing": {"single": template, "pair": template, "special_tokens": special_tokens},
+        "Sequence": {"processors": sequence("post_processor")},
+    },
+}  # fmt: skip
+
+
+def _fields(
+    allowed: dict[str, Check], value: Any, where: str, ctx: _Context, required: dict[str, Check] | None = None
+) -> dict[str, Any]:
+    """The object ``value`` with each key checked; a key ``allowed`` lacks, or a ``required`` one
+    missing, is refused."""
+    if not isinstance(value, dict):
+        raise ctx.fail(where, f"is {_shown(value)}, not an object")
+    for key in value:
+        if key not in allowed:
+            raise ctx.fail(where, f"has the key {_shown(key)}, which no supported tokenizer uses")
+    for key in required or {}:
+        if key not in value:
+            raise ctx.fail(where, f"has no {key!r}")
+    return {key: allowed[key](item, f"{where}.{key}", ctx) for key, item in value.items()}
+
+
+def _component(
+    kind: str, value: Any, where: str, ctx: _Context, nested: bool = False
+) -> dict[str, Any] | None:
+    """A normalizer, pre-tokenizer, decoder or post-processor, of a type ``ALLOWED`` names."""
+    if value is None and not nested:
+        return None
+    types = ALLOWED[kind]
+    name = value.get("type") if isinstance(value, dict) else None
+    if name not in types or (nested and name == "Sequence"):
+        allowed = ", ".join(t for t in types if not (nested and t == "Sequence"))
+        what = f"type {_shown(name)}" if isinstance(value, dict) else _shown(value)
+        raise ctx.fail(where, f"is {what}, not a {kind} of a supported tokenizer ({allowed})")
+    body = {k: v for k, v in value.items() if k != "type"}
+    checked = {"type": name, **_fields(types[name], body, where, ctx)}
+    if name == "Replace":
+        _replace(checked, where, ctx)
+    return checked
+
+
+def _vocab(value: Any, where: str, ctx: _Context) -> dict[str, int]:
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{ctx.path}: not a BPE tokenizer (no model.vocab of token -> id)")
+    if len(value) > MAX_VOCAB_ENTRIES:
+        raise ctx.fail(where, f"has {len(value):,} tokens; the largest vocabularies have some 260,000")
+    for token, i in value.items():
+        if type(i) is not int or not 0 <= i < MAX_ID:
+            raise ctx.fail(where, f"gives the token {_shown(token)} the id {_shown(i)}, not an id")
+        if not 1 <= len(token) <= MAX_TOKEN_CHARS:
+            raise ctx.fail(where, f"has a token of {len(token):,} characters (at most {MAX_TOKEN_CHARS})")
+    return value
+
+
+def _merges(value: Any, where: str, ctx: _Context, vocab: dict[str, int]) -> list[Any]:
+    """BPE's merges, ``"a b"`` or ``["a", "b"]``: both tokens and what they make in the vocabulary."""
+    if not isinstance(value, list) or len(value) > MAX_MERGES:
+        raise ctx.fail(where, f"is not a list of at most {MAX_MERGES:,} merges")
+    for n, merge in enumerate(value):
+        pair = merge.split(" ") if isinstance(merge, str) else merge
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(t, str) for t in pair)):
+            raise ctx.fail(f"{where}[{n}]", f"is {_shown(merge)}, not two tokens")
+        a, b = pair
+        if a not in vocab or b not in vocab or a + b not in vocab:
+            missing = next(t for t in (a, b, a + b) if t not in vocab)
+            raise ctx.fail(
+                f"{where}[{n}]", f"({_shown(a)}, {_shown(b)}) needs {_shown(missing)}, not in model.vocab"
+            )
+    return value
+
+
+def _unk(value: Any, where: str, ctx: _Context, vocab: dict[str, int]) -> str | None:
+    """An unk token must be in the vocabulary: one that is not made ``encode`` raise."""
+    if value is not None and (not isinstance(value, str) or value not in vocab):
+        raise ctx.fail(where, f"is {_shown(value)}, which is not in model.vocab")
+    return value
+
+
+def _model(value: Any, ctx: _Context) -> dict[str, Any]:
+    """BPE (GPT-2, Llama) or WordPiece (BERT), its vocabulary and merges checked."""
+    where = "model"
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{ctx.path}: not a BPE tokenizer (no model.vocab of token -> id)")
+    name = value.get("type", "BPE")
+    if name not in ("BPE", "WordPiece"):
+        raise ctx.fail(
+            f"{where}.type", f"is {_shown(name)}, not a model of a supported tokenizer (BPE, WordPiece)"
+        )
+    vocab = _vocab(value.get("vocab"), f"{where}.vocab", ctx)
+    ctx.ids = max(ctx.ids, max(vocab.values(), default=-1) + 1)
+    if name == "BPE":
+        allowed: dict[str, Check] = {
+            "dropout": unset(0.0), "continuing_subword_prefix": unset(""), "end_of_word_suffix": unset(""),
+            "fuse_unk": boolean, "byte_fallback": boolean, "ignore_merges": boolean,
+        }  # fmt: skip
+        special = {"vocab", "merges", "unk_token", "type"}
+    else:
+        allowed = {
+            "continuing_subword_prefix": text(1, MAX_SHORT),
+            "max_input_chars_per_word": integer(1, 10_000),
+        }
+        special = {"vocab", "unk_token", "type"}
+        if value.get("unk_token") is None:
+            raise ctx.fail(f"{where}.unk_token", "is missing; a WordPiece model needs one")
+    body = _fields({**allowed, **dict.fromkeys(special, _anything)}, value, where, ctx)
+    body["type"] = name
+    body["unk_token"] = _unk(value.get("unk_token"), f"{where}.unk_token", ctx, vocab)
+    if name == "BPE":
+        body["merges"] = _merges(value.get("merges", []), f"{where}.merges", ctx, vocab)
+    return body
+
+
+def _anything(value: Any, where: str, ctx: _Context) -> Any:
+    return value  # checked by _model itself
+
+
+ADDED_TOKEN = {
+    "id": integer(0, MAX_ID - 1),
+    "content": text(1, MAX_TOKEN_CHARS, printable=False),
+    "single_word": boolean, "lstrip": boolean, "rstrip": boolean, "normalized": boolean, "special": boolean,
+}  # fmt: skip
+
+
+def _added(value: Any, ctx: _Context) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_ADDED_TOKENS:
+        raise ctx.fail("added_tokens", f"is not a list of at most {MAX_ADDED_TOKENS:,} tokens")
+    out = []
+    for n, entry in enumerate(value):
+        where = f"added_tokens[{n}]"
+        if (
+            not isinstance(entry, dict)
+            or type(entry.get("id")) is not int
+            or not isinstance(entry.get("content"), str)
+        ):
+            raise CheckpointError(f"{ctx.path}: an added token is not an id and a string: {str(entry)[:60]}")
+        out.append(_fields(ADDED_TOKEN, entry, where, ctx, required={"id": ADDED_TOKEN["id"]}))
+    ctx.ids = max(ctx.ids, max((t["id"] + 1 for t in out), default=0))
+    return out
+
+
+TOP_LEVEL = ("version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer",
+             "post_processor", "decoder", "model")  # fmt: skip
+
+
+def check_tokenizer(data: Any, path: Path) -> dict[str, Any]:
+    """``tokenizer.json``'s parsed JSON, every part checked against ``ALLOWED`` and its sizes, with
+    ``padding`` and ``truncation`` removed: what the ``tokenizers`` library may be given
+    (``Tokenizer.from_str(json.dumps(...))``). Anything else is a one-line CheckpointError."""
+    ctx = _Context(path)
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: not a BPE tokenizer (no model.vocab of token -> id)")
+    for key in data:
+        if key not in TOP_LEVEL:
+            raise ctx.fail(f"the key {_shown(key)}", "is not part of a tokenizer.json")
+    model = _model(data.get("model"), ctx)  # first: the ids that the rest is checked against
+    cleaned: dict[str, Any] = {
+        "version": text(1, MAX_SHORT)(data.get("version", "1.0"), "version", ctx),
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _added(data.get("added_tokens"), ctx),
+    }
+    for kind in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+        cleaned[kind] = _component(kind, data.get(kind), kind, ctx)
+    cleaned["model"] = model
+    return cleaned
