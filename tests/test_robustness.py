@@ -320,7 +320,7 @@ def test_a_gpt2_sized_vocabulary_loads_fast(tmp_path: Path) -> None:
 def test_config_files_too_large_or_not_regular_are_refused(runner: CliRunner, tmp_path: Path) -> None:
     big = tmp_path / "big.yaml"
     big.write_text("# " + "x" * 5_000_000 + "\n")
-    fails(runner, ["run", "-c", str(big)], "too large for a config")
+    fails(runner, ["run", "-c", str(big)], "5,000,003 bytes is too large for a YAML config")
     fails(runner, ["run", "-c", "/dev/zero"], "not a regular file")
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)

@@ -13,9 +13,7 @@ import collections
 import contextlib
 import dataclasses
 import math
-import os
 import re
-import stat
 import types
 import typing
 from dataclasses import dataclass, field
@@ -558,34 +556,17 @@ def load_config(
 
 
 def _read_text(source: Path) -> str:
-    """The file's text, refused before reading when it is not a regular file or too large to be a config.
+    """The file's text, refused before reading when it is not a regular file or too large to be a
+    config (``open_regular``: a FIFO cannot hang the command; /dev/zero is not regular either)."""
+    from .files.regular import open_regular
 
-    Opened without blocking, so that a FIFO cannot hang the command; /dev/zero is not regular either.
-    """
     try:
-        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open_regular(source, "a YAML config", MAX_FILE_BYTES, ConfigError) as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{source}: is a directory, not a YAML file") from None
     except OSError as err:
         raise ConfigError(f"{source}: cannot be read ({err.strerror})") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise ConfigError(f"{source}: is a directory, not a YAML file")
-        raise ConfigError(f"{source}: not a regular file (a pipe or a device); give a YAML file")
-    with open(fd, "rb", closefd=True) as f:
-        if info.st_size > MAX_FILE_BYTES:
-            raise ConfigError(
-                f"{source}: {info.st_size:,} bytes is too large for a config "
-                f"(the limit is {MAX_FILE_BYTES:,})"
-            )
-        try:
-            data = f.read(MAX_FILE_BYTES + 1)
-        except OSError as err:
-            raise ConfigError(f"{source}: cannot be read ({err.strerror})") from None
     if len(data) > MAX_FILE_BYTES:  # it grew while we read it
         raise ConfigError(f"{source}: too large for a config (the limit is {MAX_FILE_BYTES:,} bytes)")
     try:

@@ -21,9 +21,9 @@ import reprlib
 from pathlib import Path
 from typing import Any
 
+from ..files.regular import file_size, open_regular
 from .budget import how_to_raise, memory_limit, size
 from .errors import CheckpointError, first_line
-from .regular import file_size, open_regular
 
 MAX_JSON_BYTES = 100_000_000  # opus-mt's vocab.json is 1 MB, GPT-2's tokenizer.json 1.4 MB
 MAX_CONFIG_BYTES = 10_000_000  # config.json and generation_config.json: a few kB
@@ -66,7 +66,7 @@ def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES, what: str = "readable
     ``FileNotFoundError`` passes through: each caller says what a missing file means.
     """
     try:
-        with open_regular(path, max_bytes, "JSON file") as f:
+        with open_regular(path, "a checkpoint's JSON file", max_bytes, CheckpointError) as f:
             data = f.read(min(file_size(f), max_bytes) + 1)  # not a buffer of max_bytes for a small file
     except (FileNotFoundError, CheckpointError):
         raise

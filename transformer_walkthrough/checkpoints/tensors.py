@@ -16,7 +16,7 @@ Two formats, as the hub stores them:
   dense block of its storage that no other tensor overlaps (tied weights, the same block under
   two names, are one array), so that a view cannot repeat one float a billion times.
 
-Every file is opened only if it is a regular file (``regular.open_regular``), and everything that
+Every file is opened only if it is a regular file (``files.regular.open_regular``), and everything that
 reading and converting allocate is charged to a ``budget.Budget`` first.
 """
 
@@ -36,11 +36,12 @@ from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
+from ..files.regular import file_size, open_regular
 from .budget import Budget
 from .errors import CheckpointError, first_line
 from .jsonfile import MAX_CONFIG_BYTES, parse_json, read_json, shown
-from .regular import file_size, open_regular
 
+WEIGHTS = "a checkpoint's weights file"  # what open_regular says it expected
 # A header larger than this is not a header (the hub's own limit is 100 MB).
 MAX_HEADER_BYTES = 100_000_000
 # A state dict's pickle is a few bytes of names and shapes per tensor (opus-mt's: ~40 kB); capping
@@ -87,8 +88,8 @@ class SafetensorsFile(Mapping):
         entry = self._entries[name]
         stored, size = _SAFETENSORS_DTYPES[entry["dtype"]]
         start, end = entry["absolute"]
-        try:
-            with open_regular(self.path, what="weights file") as f:  # it may have been swapped since
+        try:  # opened again: the file may have been swapped since its header was read
+            with open_regular(self.path, WEIGHTS, error=CheckpointError) as f:
                 f.seek(start)
                 raw = np.fromfile(f, dtype=stored, count=(end - start) // size)
         except OSError as err:
@@ -196,7 +197,7 @@ def _safetensors_header(path: Path, max_header: int = MAX_HEADER_BYTES) -> tuple
     """The header's entries, each checked to match its shape and dtype, all together to tile the
     file's data exactly, and the header's size in bytes (at most ``max_header``)."""
     try:
-        with open_regular(path, what="weights file") as f:
+        with open_regular(path, WEIGHTS, error=CheckpointError) as f:
             size = file_size(f)
             prefix = f.read(8)
             if len(prefix) < 8:
@@ -558,7 +559,7 @@ def read_torch_bin(path: str | Path, budget: Budget | None = None) -> dict[str, 
     """
     path, budget = Path(path), budget or Budget()
     try:
-        file = open_regular(path, what="weights file")
+        file = open_regular(path, WEIGHTS, error=CheckpointError)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file") from None
     with file:

@@ -23,11 +23,11 @@ checkpoint's (the CLI escapes it when it prints it).
 from __future__ import annotations
 
 import re
-import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..files.regular import open_regular
 from .bpe import escape
 from .errors import CheckpointError, first_line
 from .jsonfile import read_json
@@ -55,26 +55,26 @@ def _read_vocab(path: Path) -> dict[str, int]:
 
 
 def _load_spm(path: Path) -> Any:
-    """The SentencePiece model at ``path``, once it is a regular file of at most MAX_SPM_BYTES."""
+    """The SentencePiece model at ``path``, once it is a regular file of at most MAX_SPM_BYTES: its
+    bytes read here (``open_regular``) and handed over, so that the library never opens a path that
+    could have been swapped for a FIFO since the check."""
     import sentencepiece
 
     try:
-        info = path.stat()
+        with open_regular(path, "a SentencePiece model", MAX_SPM_BYTES, CheckpointError) as f:
+            data = f.read(MAX_SPM_BYTES + 1)
     except FileNotFoundError:
         raise CheckpointError(f"{path.parent}: missing tokenizer file {path.name}") from None
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise CheckpointError(f"{path}: not a regular file")
-    if info.st_size > MAX_SPM_BYTES:
+    if len(data) > MAX_SPM_BYTES:  # it grew since it was opened
         raise CheckpointError(
-            f"{path}: {info.st_size:,} bytes is too large for a SentencePiece model "
-            f"(at most {MAX_SPM_BYTES:,})"
+            f"{path}: too large for a SentencePiece model (at most {MAX_SPM_BYTES:,} bytes)"
         )
     processor = sentencepiece.SentencePieceProcessor()
     try:
-        processor.Load(str(path))
-    except Exception as err:  # RuntimeError for a malformed proto, OSError, …: never a traceback
+        processor.LoadFromSerializedProto(data)
+    except Exception as err:  # RuntimeError for a malformed proto: never a traceback
         raise CheckpointError(f"{path}: not a SentencePiece model ({first_line(err)})") from None
     return processor
 

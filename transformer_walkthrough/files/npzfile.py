@@ -13,16 +13,14 @@ read for ever, and ``/dev/zero`` would be read until memory ran out.
 from __future__ import annotations
 
 import math
-import os
-import stat
 import zipfile
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 from numpy.lib import format as npy
 
 from ..errors import WalkthroughError
+from .regular import open_regular
 
 MAX_BYTES = 1 << 30  # 1 GiB of arrays: far more than any model this walkthrough can show
 _FLOATS = ("f",)  # numpy dtype kinds accepted: real floating point only
@@ -31,27 +29,6 @@ _HEADER = 10_000  # bytes: a .npy header is a short dict literal
 
 def _refuse(path: str | Path, why: str) -> WalkthroughError:
     return WalkthroughError(f"{path}: {why}")
-
-
-def open_regular(path: str | Path, what: str) -> BinaryIO:
-    """``path`` opened for reading, once ``fstat`` says it is a regular file. Opened without blocking
-    (``O_NONBLOCK``: a FIFO opens at once instead of waiting for a writer), so that nothing can be
-    swapped in between the check and the read; then made blocking again."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    except FileNotFoundError:
-        raise _refuse(path, "no such file") from None
-    except OSError as err:
-        raise _refuse(path, f"cannot be read ({err.strerror or err})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _refuse(path, f"not a file; expected {what}")
-        if hasattr(os, "O_NONBLOCK"):
-            os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def member_names(path: str | Path) -> set[str] | None:
@@ -92,7 +69,11 @@ def read_npz(
     name = str(path)
     if not Path(path).is_file():  # the plain message; open_regular's fstat is the guard against a swap
         raise _refuse(name, "no such file" if not Path(path).exists() else f"not a file; expected {what}")
-    with open_regular(path, what) as file:
+    try:
+        file = open_regular(path, what)
+    except FileNotFoundError:  # removed since
+        raise _refuse(name, "no such file") from None
+    with file:
         try:
             archive = zipfile.ZipFile(file)
         except (zipfile.BadZipFile, EOFError, ValueError):

@@ -1,7 +1,8 @@
-"""A checkpoint's files opened only when they are regular files, of a size known before reading.
+"""Files opened only when they are regular files, of a size known before reading: every file the
+tool reads (a config, a weights ``.npz``, a checkpoint's weights, JSON and tokenizer files).
 
-A FIFO named ``model.safetensors`` blocks ``open()`` for ever, and ``/dev/zero`` (linked as
-``config.json``) reads until memory runs out. ``Path.is_file()`` before ``open()`` leaves a gap in
+A FIFO named ``model.safetensors`` or ``-w w.npz`` blocks ``open()`` for ever, and ``/dev/zero``
+(linked as ``config.json``) reads until memory runs out. ``Path.is_file()`` before ``open()`` leaves a gap in
 which the file can be swapped for one, so the file is opened without blocking (``O_NONBLOCK``:
 opening a FIFO returns at once), then ``fstat`` says what was opened; only a regular file is read,
 and only then is the descriptor made blocking again.
@@ -14,30 +15,35 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import CheckpointError
+from ..errors import WalkthroughError
 
 
-def open_regular(path: str | Path, max_bytes: int | None = None, what: str = "file") -> BinaryIO:
+def open_regular(
+    path: str | Path,
+    what: str,
+    max_bytes: int | None = None,
+    error: type[WalkthroughError] = WalkthroughError,
+) -> BinaryIO:
     """``path`` opened for reading in binary, once it is a regular file of at most ``max_bytes``.
 
     ``FileNotFoundError`` passes through: each caller says what a missing file means. Any other
-    refusal is a one-line CheckpointError. The file's size is ``os.fstat(f.fileno()).st_size``.
+    refusal is a one-line ``error`` naming ``what`` was expected ("a checkpoint's JSON file").
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
         raise
     except OSError as err:
-        raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
+        raise error(f"{path}: cannot read ({err.strerror or err})") from None
     try:
         info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise error(f"{path}: is a directory; expected {what}")
         if not stat.S_ISREG(info.st_mode):
-            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a pipe, a socket or a device"
-            raise CheckpointError(f"{path}: not a regular file ({kind}); expected a checkpoint's {what}")
+            raise error(f"{path}: not a regular file (a pipe, a socket or a device); expected {what}")
         if max_bytes is not None and info.st_size > max_bytes:
-            raise CheckpointError(
-                f"{path}: {info.st_size:,} bytes, more than the {max_bytes:,} a checkpoint's {what} may have"
-            )
+            limit = f"the limit is {max_bytes:,}"
+            raise error(f"{path}: {info.st_size:,} bytes is too large for {what} ({limit})")
         if hasattr(os, "O_NONBLOCK"):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
