@@ -31,6 +31,7 @@ from typer.testing import CliRunner
 pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
 import torch
 
+from tests.test_robustness import fails as one_line_error
 from transformer_walkthrough.checkpoints import CheckpointError, read_torch_bin
 from transformer_walkthrough.checkpoints.gpt2 import gpt2_rows
 from transformer_walkthrough.checkpoints.jsonfile import MAX_JSON_VALUES, values_at_most
@@ -46,14 +47,8 @@ MARIAN = ["run", "--source", "hello", "--model"]
 
 
 def fails(args: list[str], message: str = "", env: dict[str, str] | None = None) -> str:
-    """The command exits 2 with one line on stderr, the error first; returns that line."""
-    result = CliRunner().invoke(app, args, env=env)
-    assert result.exit_code == 2, (result.exit_code, result.stderr[-2000:], result.stdout[-500:])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
-    assert message in lines[0], lines[0]
-    return lines[0]
+    """``test_robustness.fails`` with a runner of its own: exit 2, one ``error:`` line, returned."""
+    return one_line_error(CliRunner(), args, message, env)
 
 
 # The child runs the CLI and, at exit, writes its own peak RSS (VmHWM). Not ru_maxrss: Linux

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
+from tests.test_robustness import fails
 from transformer_walkthrough.checkpoints import native
 from transformer_walkthrough.checkpoints.bpe import ByteLevelBPETokenizer, label, labels
 from transformer_walkthrough.checkpoints.errors import CheckpointError
@@ -40,17 +40,6 @@ AS_LIMIT = 2 << 30
 PEAK_LIMIT = 300 << 20  # the CLI with the tiny model peaks near 50 MB; a bomb would be GBs
 HOSTILE_TERMINAL = "\x1b[2J\x1b]0;pwned\x07"
 EOS = "<|endoftext|>"
-
-
-def fails(runner: CliRunner, args: list[str], message: str = "") -> str:
-    """The command exits 2 with one line on stderr, the error first; returns that line."""
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2, (result.exit_code, result.stderr, result.stdout[-500:])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert message in lines[0], lines[0]
-    return lines[0]
 
 
 def _folder(gpt2, to: Path, edit: Callable[[dict], Any] | None = None) -> Path:

@@ -36,13 +36,13 @@ from transformer_walkthrough.model.transformer import init_weights, run_forward
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fails(runner: CliRunner, args: list[str], message: str = "") -> str:
+def fails(runner: CliRunner, args: list[str], message: str = "", env: dict[str, str] | None = None) -> str:
     """The command exits 2 with one line on stderr, the error first; returns that line."""
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2, (result.exit_code, result.stderr, result.stdout[-500:])
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 2, (result.exit_code, result.stderr[-2000:], result.stdout[-500:])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
     assert message in lines[0], lines[0]
     return lines[0]
 

@@ -557,18 +557,13 @@ def load_config(
 
 def _read_text(source: Path) -> str:
     """The file's text, refused before reading when it is not a regular file or too large to be a
-    config (``open_regular``: a FIFO cannot hang the command; /dev/zero is not regular either)."""
-    from .files.regular import open_regular
+    config (``read_regular``: a FIFO cannot hang the command; /dev/zero is not regular either)."""
+    from .files.regular import read_regular
 
     try:
-        with open_regular(source, "a YAML config", MAX_FILE_BYTES, ConfigError) as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+        data = read_regular(source, "a YAML config", MAX_FILE_BYTES, ConfigError)
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file") from None
-    except OSError as err:
-        raise ConfigError(f"{source}: cannot be read ({err.strerror})") from None
-    if len(data) > MAX_FILE_BYTES:  # it grew while we read it
-        raise ConfigError(f"{source}: too large for a config (the limit is {MAX_FILE_BYTES:,} bytes)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:

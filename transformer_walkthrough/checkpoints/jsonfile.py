@@ -21,7 +21,7 @@ import reprlib
 from pathlib import Path
 from typing import Any
 
-from ..files.regular import file_size, open_regular
+from ..files.regular import read_regular
 from .budget import how_to_raise, memory_limit, size
 from .errors import CheckpointError, first_line
 
@@ -65,15 +65,7 @@ def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES, what: str = "readable
 
     ``FileNotFoundError`` passes through: each caller says what a missing file means.
     """
-    try:
-        with open_regular(path, "a checkpoint's JSON file", max_bytes, CheckpointError) as f:
-            data = f.read(min(file_size(f), max_bytes) + 1)  # not a buffer of max_bytes for a small file
-    except (FileNotFoundError, CheckpointError):
-        raise
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
-    if len(data) > max_bytes:  # it grew since it was opened
-        raise CheckpointError(f"{path}: more than {max_bytes:,} bytes; not a checkpoint's JSON file")
+    data = read_regular(path, "a checkpoint's JSON file", max_bytes, CheckpointError)
     return parse_json(data, path, what)
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..files.regular import open_regular
+from ..files.regular import read_regular
 from .bpe import escape
 from .errors import CheckpointError, first_line
 from .jsonfile import read_json
@@ -56,21 +56,14 @@ def _read_vocab(path: Path) -> dict[str, int]:
 
 def _load_spm(path: Path) -> Any:
     """The SentencePiece model at ``path``, once it is a regular file of at most MAX_SPM_BYTES: its
-    bytes read here (``open_regular``) and handed over, so that the library never opens a path that
+    bytes read here (``read_regular``) and handed over, so that the library never opens a path that
     could have been swapped for a FIFO since the check."""
     import sentencepiece
 
     try:
-        with open_regular(path, "a SentencePiece model", MAX_SPM_BYTES, CheckpointError) as f:
-            data = f.read(MAX_SPM_BYTES + 1)
+        data = read_regular(path, "a SentencePiece model", MAX_SPM_BYTES, CheckpointError)
     except FileNotFoundError:
         raise CheckpointError(f"{path.parent}: missing tokenizer file {path.name}") from None
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
-    if len(data) > MAX_SPM_BYTES:  # it grew since it was opened
-        raise CheckpointError(
-            f"{path}: too large for a SentencePiece model (at most {MAX_SPM_BYTES:,} bytes)"
-        )
     processor = sentencepiece.SentencePieceProcessor()
     try:
         processor.LoadFromSerializedProto(data)

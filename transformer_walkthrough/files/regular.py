@@ -52,6 +52,21 @@ def open_regular(
         raise
 
 
+def read_regular(
+    path: str | Path, what: str, max_bytes: int, error: type[WalkthroughError] = WalkthroughError
+) -> bytes:
+    """The whole of ``path``, once it is a regular file of at most ``max_bytes`` (``open_regular``);
+    one that grew past them while it was read is refused too. ``FileNotFoundError`` passes through."""
+    with open_regular(path, what, max_bytes, error) as f:
+        try:
+            data = f.read(min(file_size(f), max_bytes) + 1)  # no buffer of max_bytes for a small file
+        except OSError as err:
+            raise error(f"{path}: cannot read ({err.strerror or err})") from None
+    if len(data) > max_bytes:
+        raise error(f"{path}: too large for {what} (it grew past {max_bytes:,} bytes as it was read)")
+    return data
+
+
 def file_size(f: BinaryIO) -> int:
     """The size of an open file, as the file system says now."""
     return os.fstat(f.fileno()).st_size
