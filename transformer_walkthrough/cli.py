@@ -253,6 +253,7 @@ def user_errors(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args: object, **kwargs: object) -> None:
+        _LATER.clear()
         try:
             if sys.stdout is None:  # started with stdout closed (`>&-`): nothing could be shown
                 raise WalkthroughError("standard output is closed; nothing can be written to it")
@@ -261,6 +262,10 @@ def user_errors(command: F) -> F:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 command(*args, **kwargs)
             sys.stdout.flush()
+            _say_later()
+        except typer.Exit:  # verify's exit code 1: numbers that differ, said in full (not an error)
+            _say_later()
+            raise
         except WalkthroughError as err:
             _fail(str(err))
         except OSError as err:  # a full disk (> /dev/full), a closed pipe, an unreadable folder
@@ -277,6 +282,17 @@ def user_errors(command: F) -> F:
             _fail(f"{_input_of(command.__name__, kwargs)}: {cause}")
 
     return wrapper  # type: ignore[return-value]
+
+
+# Notes for stderr (a greedy translation beside an export, a warning of overflow), said once the
+# command has succeeded: a command that fails says only its error, in one line.
+_LATER: list[str] = []
+
+
+def _say_later() -> None:
+    for note in _LATER:
+        typer.echo(note, err=True)
+    _LATER.clear()
 
 
 def _fail(message: str) -> None:
@@ -378,7 +394,7 @@ def _trace(
     trace.weights_source = None if weights is None else printable(str(weights))
     problem = warning(trace)
     if problem:
-        typer.echo(f"warning: {problem}", err=True)
+        _LATER.append(f"warning: {problem}")
     return trace, w
 
 
@@ -408,7 +424,11 @@ def _checkpoint_trace(
     else:
         walked = walk(model.model, model.source or "", model.target, model.dtype, precision)
     if walked.translation is not None:
-        typer.echo(f"translation (greedy): {printable(walked.config.target)}", err=notes_to_stderr)
+        note = f"translation (greedy): {printable(walked.config.target)}"
+        if notes_to_stderr:
+            _LATER.append(note)
+        else:
+            typer.echo(note)
     return walked.trace, walked.weights
 
 

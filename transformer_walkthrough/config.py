@@ -29,6 +29,7 @@ ACTIVATIONS = ("relu", "gelu", "gelu-tanh", "silu")
 POSITIONAL_ENCODINGS = ("sinusoidal", "sinusoidal-halves", "learned")
 MAX_FILE_BYTES = 4_000_000  # a config is a page of YAML; a 50,257-word vocabulary is about 0.5 MB
 QUOTE = 40  # characters of a value quoted in a message
+MAX_DATASET = 1_000  # training.dataset's pairs: the toy learns its sentence and a few more
 
 
 def _doc(text: str, default: Any) -> Any:
@@ -252,6 +253,12 @@ class TrainingConfig(_Checked):
         self._require(0 < self.steps <= 100_000, "steps", f"must be 1 to 100,000, got {self.steps}")
         self._require(
             self.learning_rate > 0, "learning_rate", f"must be positive, got {self.learning_rate:g}"
+        )
+        # Every training step is a pass over every pair: 50,000 pairs made one step take 97 s.
+        self._require(
+            len(self.dataset) <= MAX_DATASET,
+            "dataset",
+            f"holds {len(self.dataset):,} pairs; at most {MAX_DATASET:,} (each step trains on every pair)",
         )
         for k, (source, _) in enumerate(self.dataset):
             self._require(bool(tokenize(source)), f"dataset[{k}]", f"has no source words: {quote(source)}")

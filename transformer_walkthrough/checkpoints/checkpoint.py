@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .errors import CheckpointError
-from .hub import resolve
+from .hub import expanded, resolve
 from .jsonfile import shown
 from .tensors import read_config_json
 
@@ -86,7 +86,7 @@ def load_checkpoint(path_or_id: str, dtype: str = "float32", prompt: bool | None
     weight is read, with the option to use instead.
     """
     folder = resolve(path_or_id)
-    name = None if Path(path_or_id).expanduser().is_dir() else path_or_id
+    name = None if expanded(path_or_id).is_dir() else path_or_id
     kind = model_type(folder)
     if prompt is not None and prompt == ENCODER_DECODER[kind]:
         if prompt:

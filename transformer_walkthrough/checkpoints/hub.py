@@ -28,6 +28,14 @@ def _offline() -> bool:
     return value.strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
+def expanded(model: str) -> Path:
+    """``model`` as a path, ``~`` expanded; ``~user`` of no such user (or no home) as it is."""
+    try:
+        return Path(model).expanduser()
+    except RuntimeError:  # "Could not determine home directory."
+        return Path(model)
+
+
 def resolve(model: str) -> Path:
     """The folder holding ``model``'s files: ``model`` itself if it is a folder, else a hub id's snapshot.
 
@@ -35,7 +43,7 @@ def resolve(model: str) -> Path:
     cache (HF_HUB_CACHE or HF_HOME), config, tokenizer and one set of weights only; when the files
     are cached, no network is needed (and with HF_HUB_OFFLINE=1 none is tried).
     """
-    path = Path(model).expanduser()
+    path = expanded(model)
     if path.is_dir():
         return path
     if path.exists():

@@ -236,13 +236,17 @@ def _child(
 ) -> None:
     """Serve ``ops`` on the object ``load`` builds, one request at a time, until the pipe closes."""
     import faulthandler
-    import resource  # Unix only, as os.fork
+    import fcntl  # Unix only, as os.fork
+    import resource
 
     # A fault handler the parent enabled (pytest's, PYTHONFAULTHANDLER) would write the child's
     # Python stack to the parent's stderr on an abort: the cause is Rust's message, read by the parent.
     faulthandler.disable()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a parent gone while answering: just end
+    # Started with stdin, stdout or stderr closed (`<&-`), the parent's pipes or the stderr file
+    # may be fds 0 to 2, which the dup2s below would replace: moved above them first.
+    requests, replies, stderr = (fcntl.fcntl(fd, fcntl.F_DUPFD, 3) for fd in (requests, replies, stderr))
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
-from ..files.regular import file_size, open_regular
+from ..files.regular import file_size, open_regular, zip_directory_bytes
 from .budget import Budget
 from .errors import CheckpointError, first_line
 from .jsonfile import MAX_CONFIG_BYTES, parse_json, read_json, shown
@@ -103,6 +103,9 @@ class SafetensorsFile(Mapping):
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
 
+    def __contains__(self, name: object) -> bool:  # Mapping's would read the tensor to answer
+        return name in self._entries
+
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -164,6 +167,9 @@ class ShardedSafetensors(Mapping):
     def __iter__(self) -> Iterator[str]:
         return iter(self._file_of)
 
+    def __contains__(self, name: object) -> bool:  # Mapping's would read the tensor to answer
+        return name in self._file_of
+
     def __len__(self) -> int:
         return len(self._file_of)
 
@@ -172,6 +178,10 @@ class ShardedSafetensors(Mapping):
 
     def dtype(self, name: str) -> str:
         return self._file_of[name].dtype(name)
+
+    def read_bytes(self, name: str) -> int:
+        """From the shard's header (``Taker.charge`` would otherwise read every tensor to size it)."""
+        return self._file_of[name].read_bytes(name)
 
 
 def _shard_map(index: Path) -> dict[str, str]:
@@ -426,6 +436,10 @@ _STATE_DICT_OPCODES = frozenset(
 # ~36 opcodes a tensor (opus-mt's pickle has ~10,000): a million is a state dict of ~25,000 tensors,
 # and at most ~100 MB of objects however it is spent.
 MAX_PICKLE_OPCODES = 1_000_000
+# Names one tensor may have: opus-mt ties model.shared, both embed_tokens and lm_head. A pickle can
+# name one tensor a thousand times (one storage, or its memo), as every layer's weights, and each
+# name is converted into an array of its own: a 4 MB file would become gigabytes.
+MAX_TIED_NAMES = 4
 
 
 def _check_pickle(data: bytes, path: Path) -> None:
@@ -509,27 +523,12 @@ _LOCAL_HEADER = 30  # bytes of a zip member's local header before its name
 # of ~500: a state dict's has a few hundred members (GPT-2 XL's: 40 kB); a directory this large
 # is a flood of empty members, refused before zipfile builds an object for each.
 MAX_DIRECTORY_BYTES = 10_000_000
-_END_RECORD, _END_LOCATOR_64, _END_RECORD_64 = b"PK\x05\x06", b"PK\x06\x07", b"PK\x06\x06"
 
 
 def _check_directory(file: BinaryIO, path: Path) -> None:
-    """Refuse a zip whose central directory is over MAX_DIRECTORY_BYTES, read from its end record
-    (and, past 4 GB, the zip64 record it points at) before zipfile reads the directory."""
-    size = file_size(file)
-    tail = min(size, 22 + 65_535)  # the end record: 22 bytes, then a comment of up to 64 kB
-    file.seek(size - tail)
-    data = file.read(tail)
-    at = data.rfind(_END_RECORD)
-    if at < 0:
-        return  # not a zip: zipfile says so
-    directory = int.from_bytes(data[at + 12 : at + 16], "little")
-    locator = data[max(0, at - 20) : at]
-    if directory == 0xFFFFFFFF and locator[:4] == _END_LOCATOR_64:
-        file.seek(int.from_bytes(locator[8:16], "little"))
-        record = file.read(56)
-        if record[:4] == _END_RECORD_64:
-            directory = int.from_bytes(record[40:48], "little")
-    file.seek(0)
+    """Refuse a zip whose central directory is over MAX_DIRECTORY_BYTES (``zip_directory_bytes``:
+    read from its end record) before zipfile reads the directory."""
+    directory = zip_directory_bytes(file)
     if directory > MAX_DIRECTORY_BYTES:
         raise CheckpointError(
             f"{path}: its zip directory is {directory:,} bytes, over the {MAX_DIRECTORY_BYTES:,} that "
@@ -612,6 +611,15 @@ def _read_archive(archive: zipfile.ZipFile, path: Path, size: int, budget: Budge
         isinstance(k, str) and isinstance(v, np.ndarray) for k, v in state.items()
     ):
         raise CheckpointError(f"{path}: its pickle is not a state dict of named tensors")
+    names: dict[int, list[str]] = {}
+    for name, tensor in state.items():
+        names.setdefault(id(tensor), []).append(name)
+    shared = max(names.values(), key=len, default=[])
+    if len(shared) > MAX_TIED_NAMES:
+        raise CheckpointError(
+            f"{path}: refused: one tensor is stored under {len(shared):,} names ({shown(shared[0])}, "
+            f"{shown(shared[1])}, …); only tied weights share one, under at most {MAX_TIED_NAMES} names"
+        )
     return dict(state)
 
 

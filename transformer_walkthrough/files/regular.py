@@ -70,3 +70,29 @@ def read_regular(
 def file_size(f: BinaryIO) -> int:
     """The size of an open file, as the file system says now."""
     return os.fstat(f.fileno()).st_size
+
+
+_END_RECORD, _END_LOCATOR_64, _END_RECORD_64 = b"PK\x05\x06", b"PK\x06\x07", b"PK\x06\x06"
+
+
+def zip_directory_bytes(file: BinaryIO) -> int:
+    """The size of a zip's central directory, read from its end record (and, past 4 GB, the zip64
+    record it points at), before ``zipfile`` reads the directory and makes a ZipInfo of ~500 bytes
+    for every ~50 bytes of it; 0 when there is no end record (not a zip: zipfile says so). The
+    file is left at its start."""
+    size = file_size(file)
+    tail = min(size, 22 + 65_535)  # the end record: 22 bytes, then a comment of up to 64 kB
+    file.seek(size - tail)
+    data = file.read(tail)
+    at = data.rfind(_END_RECORD)
+    directory = 0
+    if at >= 0:
+        directory = int.from_bytes(data[at + 12 : at + 16], "little")
+        locator = data[max(0, at - 20) : at]
+        if directory == 0xFFFFFFFF and locator[:4] == _END_LOCATOR_64:
+            file.seek(int.from_bytes(locator[8:16], "little"))
+            record = file.read(56)
+            if record[:4] == _END_RECORD_64:
+                directory = int.from_bytes(record[40:48], "little")
+    file.seek(0)
+    return directory

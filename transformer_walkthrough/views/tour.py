@@ -46,6 +46,8 @@ def decode(sequence: str) -> str:
 
 def read_key() -> str:
     """One key press on a terminal (no Enter needed); a line's first character otherwise. "" at the end."""
+    if sys.stdin is None:  # started with stdin closed (`<&-`): as at the end of a file
+        return ""
     if not sys.stdin.isatty():
         line = sys.stdin.readline()
         if line.startswith("\x1b"):
@@ -74,7 +76,7 @@ def keys_one_by_one() -> Iterator[None]:
     pressed while a page prints must not be echoed onto it); Ctrl-C still interrupts. Nested, it
     does nothing. A no-op when stdin is not a terminal."""
     global _raw
-    if _raw or not sys.stdin.isatty():
+    if _raw or sys.stdin is None or not sys.stdin.isatty():
         yield
         return
     import termios
