@@ -13,6 +13,7 @@ import copy
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -345,6 +346,75 @@ def test_a_child_that_hangs_is_stopped_at_the_timeout(monkeypatch):
     with pytest.raises(CheckpointError, match=r"took more than 0.3 s while decoding"):
         proc.call("sleep", doing="decoding")
     assert time.monotonic() - start < 5
+
+
+def test_a_failed_fork_is_one_line_and_leaks_no_descriptor(monkeypatch):
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    before = len(os.listdir("/proc/self/fd"))
+    proc = NativeProcess("x/tokenizer.json", lambda: object(), {"echo": lambda _, v: v})
+    with pytest.raises(CheckpointError, match="cannot start a process for the tokenizers library"):
+        proc.call("echo", 1)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_an_interrupted_call_ends_the_child_and_the_next_call_starts_afresh(monkeypatch):
+    proc = NativeProcess("x/tokenizer.json", lambda: object(), {"echo": lambda _, v: v})
+    assert proc.call("echo", 1) == 1
+    first = proc._pid
+    real = native.NativeProcess._answer
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(native.NativeProcess, "_answer", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        proc.call("echo", 2)
+    monkeypatch.setattr(native.NativeProcess, "_answer", real)
+    assert proc.call("echo", 3) == 3  # not the stale answer 2 of the child that was ended
+    assert proc._pid != first
+    with pytest.raises(ChildProcessError):  # the interrupted child was reaped
+        os.waitpid(first, os.WNOHANG)
+    proc.close()
+
+
+_ORPHAN = """
+import os, sys, time
+from transformer_walkthrough.checkpoints import native
+native.CALL_TIMEOUT = 0.5  # the child's alarm: 5.5 s
+ops = {"pid": lambda _: os.getpid(), "spin": lambda _: time.sleep(60)}
+proc = native.NativeProcess("x", lambda: object(), ops)
+print(proc.call("pid"), flush=True)
+proc.call("spin")
+"""
+
+
+def test_a_busy_child_whose_parent_was_killed_ends_by_its_alarm():
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHAN], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    time.sleep(0.2)  # the child is in its 60 s call
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the orphaned child outlived its alarm")
+
+
+def test_the_child_holds_no_descriptor_of_the_parent_but_its_pipes(tmp_path):
+    held = (tmp_path / "held").open("w")  # a file the parent has open: not the child's business
+    proc = NativeProcess("x", lambda: object(), {"fds": lambda _: sorted(os.listdir("/proc/self/fd"))})
+    fds = proc.call("fds")
+    proc.close()
+    held.close()
+    assert len(fds) <= 6, fds  # stdin, stdout, stderr, its two pipes, and the one listdir opened
 
 
 def test_an_error_or_a_panic_in_the_child_leaves_it_serving(gpt2, tmp_path):

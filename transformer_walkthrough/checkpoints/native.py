@@ -27,6 +27,10 @@ Why this shape:
   /dev/null: the terminal sees only the parent's one line.
 - The child ignores SIGINT (Ctrl-C stops the parent, whose exit closes the pipe, which ends the
   child) and exits on end of file; the parent reaps it when the tokenizer is dropped or at exit.
+  A child busy when its parent dies (SIGKILL, the OOM killer) reads no end of file: an alarm set
+  a little past the parent's own timeout ends each load and call that no one waits for any more.
+  It closes every descriptor it inherited but its two pipes and stderr, so it holds no file,
+  socket or other child's pipe of the parent's open.
 
 Where ``os.fork`` does not exist (Windows), the library runs in-process; its panics (a
 ``BaseException``) are still caught, an abort is not.
@@ -56,7 +60,6 @@ CALL_TIMEOUT = 20.0  # seconds for one encode or decode of a text this tool is g
 MAX_REPLY = 256 << 20  # bytes of one answer: a decoded text, a list of ids
 MAX_STDERR = 1 << 20  # bytes the child may write to stderr (a panic with a backtrace is ~10 kB)
 _HEADER = struct.Struct(">Q")
-_open_fds: set[int] = set()  # the parent's ends of every child's pipes, closed in each new child
 
 
 def is_panic(err: BaseException) -> bool:
@@ -92,14 +95,21 @@ class NativeProcess:
             raise CheckpointError(self._failure)
         if not hasattr(os, "fork"):
             return self._call_in_process(op, args, doing)
-        if self._pid is None:
-            self._start()
-            self._answer(LOAD_TIMEOUT, "loading it")
         try:
-            self._write(json.dumps([op, list(args)]).encode("ascii"))
-        except OSError:  # the child is gone (EPIPE): say why
-            self._died(doing)
-        return self._answer(CALL_TIMEOUT, doing)
+            if self._pid is None:
+                self._start()
+                self._answer(LOAD_TIMEOUT, "loading it", loading=True)
+            try:
+                _write_message(self._send, json.dumps([op, list(args)]).encode("ascii"))
+            except OSError:  # the child is gone (EPIPE): say why
+                self._died(doing)
+            return self._answer(CALL_TIMEOUT, doing)
+        except CheckpointError:
+            raise
+        except BaseException:  # interrupted (Ctrl-C) mid-call: the pipe is out of step, so end it
+            self._kill()
+            self.close()
+            raise
 
     def close(self) -> None:
         """End the child (it exits when its pipe closes) and reap it; a later call starts another."""
@@ -110,17 +120,28 @@ class NativeProcess:
     # -- the parent's side -------------------------------------------------------------------
 
     def _start(self) -> None:
-        from_parent, to_child = os.pipe()
-        from_child, to_parent = os.pipe()
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (open as long as the child lives)
-        with warnings.catch_warnings():  # Python 3.12 warns on a fork with threads; see the module
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+        fds: list[int] = []
+        try:
+            from_parent, to_child = os.pipe()
+            fds += (from_parent, to_child)
+            from_child, to_parent = os.pipe()
+            fds += (from_child, to_parent)
+            self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (open as long as the child lives)
+            with warnings.catch_warnings():  # Python 3.12 warns on a fork with threads; see the module
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError as err:  # no descriptors, no processes left (EMFILE, EAGAIN): nothing leaks
+            for fd in fds:
+                _close(fd)
+            if self._stderr is not None:
+                self._stderr.close()
+                self._stderr = None
+            raise CheckpointError(
+                f"{self.name}: cannot start a process for the tokenizers library ({err.strerror or err})"
+            ) from None
         if pid == 0:  # the child: never returns
             code = 70
             try:
-                for fd in (to_child, from_child, *_open_fds):
-                    _close(fd)
                 _child(from_parent, to_parent, self._stderr.fileno(), self._load, self._ops)
                 code = 0
             except BaseException as err:  # our own code failed: say so where the parent looks
@@ -130,34 +151,33 @@ class NativeProcess:
         _close(from_parent)
         _close(to_parent)
         self._pid, self._send, self._receive = pid, to_child, from_child
-        _open_fds.update((to_child, from_child))
         self._finalizer = weakref.finalize(self, _reap, pid, to_child, from_child, self._stderr)
 
-    def _write(self, data: bytes) -> None:
-        message = _HEADER.pack(len(data)) + data
-        while message:
-            message = message[os.write(self._send, message) :]
-
-    def _answer(self, timeout: float, doing: str) -> Any:
+    def _answer(self, timeout: float, doing: str, loading: bool = False) -> Any:
         deadline = time.monotonic() + timeout
         size = _HEADER.unpack(self._read(_HEADER.size, deadline, timeout, doing))[0]
         if size > MAX_REPLY:
             self._kill()
             self._fail(f"sent {size:,} bytes while {doing}, more than any answer")
         try:
-            status, value = json.loads(self._read(size, deadline, timeout, doing))
+            reply = json.loads(self._read(size, deadline, timeout, doing))
         except (ValueError, TypeError):
             self._kill()
             self._fail(f"sent an unreadable answer while {doing}")
+        return self._result(reply, doing, loading)
+
+    def _result(self, reply: list[Any], doing: str, loading: bool) -> Any:
+        """The value of a reply ``_run`` made, or its failure as one line. A tokenizer that could
+        not be loaded has no child left: every later call says the same."""
+        status, value = reply
         if status == "ok":
             return value
-        if doing == "loading it":  # the child has ended: every later call says the same
+        if loading:
             if status == "panic":
                 self._fail(f"panicked while loading it ({value})")
             self._fail(f"not a readable tokenizer ({value})", prefix=False)
-        if status == "panic":
-            raise CheckpointError(f"{self.name}: the tokenizers library panicked while {doing} ({value})")
-        raise CheckpointError(f"{self.name}: the tokenizers library failed while {doing} ({value})")
+        verb = "panicked" if status == "panic" else "failed"
+        raise CheckpointError(f"{self.name}: the tokenizers library {verb} while {doing} ({value})")
 
     def _read(self, n: int, deadline: float, timeout: float, doing: str) -> bytes:
         chunks: list[bytes] = []
@@ -207,25 +227,9 @@ class NativeProcess:
     # -- no fork: in-process ----------------------------------------------------------------
 
     def _call_in_process(self, op: str, args: tuple[Any, ...], doing: str) -> Any:
-        loading = self._in_process is None
-        try:
-            if loading:
-                self._in_process = self._load()
-                loading = False
-            return self._ops[op](self._in_process, *args)
-        except Exception as err:
-            if loading:
-                raise CheckpointError(f"{self.name}: not a readable tokenizer ({first_line(err)})") from None
-            raise CheckpointError(
-                f"{self.name}: the tokenizers library failed while {doing} ({first_line(err)})"
-            ) from None
-        except BaseException as err:
-            if not is_panic(err):
-                raise
-            during = "loading it" if loading else doing
-            raise CheckpointError(
-                f"{self.name}: the tokenizers library panicked while {during} ({first_line(err)})"
-            ) from None
+        if self._in_process is None:
+            self._in_process = self._result(_run(self._load), "loading it", loading=True)
+        return self._result(_run(functools.partial(self._ops[op], self._in_process, *args)), doing, False)
 
 
 # -- the child's side --------------------------------------------------------------------------
@@ -244,6 +248,7 @@ def _child(
     faulthandler.disable()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a parent gone while answering: just end
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the alarms below end the child
     # Started with stdin, stdout or stderr closed (`<&-`), the parent's pipes or the stderr file
     # may be fds 0 to 2, which the dup2s below would replace: moved above them first.
     requests, replies, stderr = (fcntl.fcntl(fd, fcntl.F_DUPFD, 3) for fd in (requests, replies, stderr))
@@ -251,14 +256,17 @@ def _child(
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.dup2(stderr, 2)
+    _close_all_but({0, 1, 2, requests, replies})
     _limit(resource.RLIMIT_CORE, 0)
     _limit(resource.RLIMIT_FSIZE, MAX_STDERR)
     _limit(resource.RLIMIT_AS, _address_space() + MEMORY)
     obj = None
+    signal.alarm(int(LOAD_TIMEOUT) + 5)  # past the parent's timeout: no one waits any more
     reply = _run(load)
     if reply[0] == "ok":
         obj, reply = reply[1], ["ok", None]
     _send(replies, reply)
+    signal.alarm(0)
     if obj is None:
         return
     while True:
@@ -266,12 +274,17 @@ def _child(
         if request is None:
             return
         op, args = request
+        signal.alarm(int(CALL_TIMEOUT) + 5)
         _send(replies, _run(functools.partial(ops[op], obj, *args)))
+        signal.alarm(0)  # idle, the child waits for its parent as long as it lives
 
 
 def _run(work: Callable[[], Any]) -> list[Any]:
+    """``["ok", value]``, or ``["panic" | "error", why]``: what the library did, as a reply."""
     try:
         return ["ok", work()]
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
     except BaseException as err:  # a panic (BaseException), a MemoryError, a plain error
         return ["panic" if is_panic(err) else "error", _one_line(first_line(err))]
 
@@ -281,6 +294,11 @@ def _send(fd: int, reply: list[Any]) -> None:
         data = json.dumps(reply).encode("ascii")
     except (TypeError, ValueError) as err:
         data = json.dumps(["error", _one_line(str(err))]).encode("ascii")
+    _write_message(fd, data)
+
+
+def _write_message(fd: int, data: bytes) -> None:
+    """``data`` behind its length, as both sides read a message (``_HEADER``)."""
     message = _HEADER.pack(len(data)) + data
     while message:
         message = message[os.write(fd, message) :]
@@ -340,6 +358,17 @@ def _close(fd: int) -> None:
         os.close(fd)
 
 
+def _close_all_but(keep: set[int]) -> None:
+    """Close every descriptor of this process but ``keep`` (in the child: what it inherited)."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: every number up to the limit
+        fds = list(range(min(os.sysconf("SC_OPEN_MAX"), 1 << 16)))
+    for fd in fds:
+        if fd not in keep:
+            _close(fd)
+
+
 def _wait(pid: int, grace: float = 2.0) -> int | None:
     """The exit status of the child ``pid``, killing it if it has not ended after ``grace`` s."""
     deadline = time.monotonic() + grace
@@ -363,7 +392,6 @@ def _wait(pid: int, grace: float = 2.0) -> int | None:
 def _reap(pid: int, to_child: int, from_child: int, stderr: Any) -> None:
     """Close the child's pipes (it exits on end of file) and collect its exit status."""
     for fd in (to_child, from_child):
-        _open_fds.discard(fd)
         _close(fd)
     _wait(pid)
     stderr.close()
