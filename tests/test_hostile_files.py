@@ -384,6 +384,36 @@ def test_the_memory_limit_is_named_and_can_be_moved(gpt2, tmp_path):
     assert code == 0 and not stderr, stderr
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_bin_is_charged_what_it_allocates_as_safetensors_is(gpt2, monkeypatch, dtype):
+    """The same weights as pytorch_model.bin and as model.safetensors cost the same memory, so they
+    are charged alike: a .bin's storages when read, not again where a float32 array stays float32
+    (GPT-2 XL's 6.4 GB .bin was charged 13.5 GB and refused under a 12.6 GB limit)."""
+    from transformer_walkthrough.checkpoints import budget, load_gpt2
+
+    charged: list[int] = []
+    real = budget.Budget.charge
+
+    def record(self, nbytes, where, what):
+        real(self, nbytes, where, what)
+        charged[-1] = self.spent
+
+    monkeypatch.setattr(budget.Budget, "charge", record)
+    spent = {}
+    for layout in ("hub", "hub-bin"):
+        charged.append(0)
+        load_gpt2(gpt2[0][layout], dtype)
+        spent[layout] = charged[-1]
+    weights = sum(a.nbytes for a in load_gpt2(gpt2[0]["hub"], dtype).weights.values())
+    assert spent["hub"] >= weights and spent["hub-bin"] >= weights
+    # A .bin does hold more at once: its storages, read whole (its buffers too), beside the copies
+    # a cast makes; safetensors reads one tensor at a time. At most the file's bytes more, then.
+    held = (gpt2[0]["hub-bin"] / "pytorch_model.bin").stat().st_size
+    assert spent["hub-bin"] <= spent["hub"] + held, spent
+    if dtype == "float32":  # nothing is cast: the storages are the weights, charged once
+        assert spent["hub-bin"] <= 1.1 * spent["hub"], spent
+
+
 def test_a_memory_error_while_reading_is_one_line(marian, monkeypatch):
     def exhausted(*args: object, **kwargs: object) -> None:
         raise MemoryError

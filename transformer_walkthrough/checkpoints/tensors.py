@@ -691,16 +691,23 @@ class Taker:
         return self.tensors[name]
 
     def charge(self, budget: Budget, dtype: np.dtype) -> None:
-        """Charge what converting takes at its peak, before it starts: every tensor as an array of
-        ``dtype`` (each tensor is used at most once, so this bounds the weights made), and twice
-        the largest tensor as read (the tensor, and a copy widened or joined before its cast)."""
-        read_bytes = getattr(self.tensors, "read_bytes", None)  # a lazy file: from its header
+        """Charge what converting takes at its peak, before it starts, on top of what reading took.
+
+        From a lazy file (safetensors, read from its header): every tensor as an array of ``dtype``
+        (each tensor is used once, so this bounds the weights made). From arrays already in memory
+        (a torch ``.bin``, whose storages were charged as they were read): a copy for each name
+        whose array must be cast or made contiguous — a float32 array kept as float32 costs
+        nothing more, and a table tied under four names, cast, costs four copies. Both add twice
+        the largest tensor as read: a copy widened or joined (Marian's W_QKV) before its cast."""
+        read_bytes = getattr(self.tensors, "read_bytes", None)
         if read_bytes:
-            sizes = [(math.prod(self.shape(name)), read_bytes(name)) for name in self.names]
-        else:  # arrays in memory, a tied table once (the same array under each of its names)
-            sizes = [(a.size, a.nbytes) for a in {id(a): a for a in self.tensors.values()}.values()]
-        total = sum(numel for numel, _ in sizes) * dtype.itemsize
-        largest = max((nbytes for _, nbytes in sizes), default=0)
+            total = sum(math.prod(self.shape(name)) for name in self.names) * dtype.itemsize
+            largest = max((read_bytes(name) for name in self.names), default=0)
+        else:
+            arrays = [self.tensors[name] for name in self.names]
+            copied = [a for a in arrays if a.dtype != dtype or not a.flags.c_contiguous]
+            total = sum(a.size for a in copied) * dtype.itemsize
+            largest = max((a.nbytes for a in arrays), default=0)
         budget.charge(total + 2 * largest, self.where, f"converting its tensors to {dtype}")
 
     def refuse_unused(self, family: str) -> None:
