@@ -301,10 +301,6 @@ def _fail(message: str) -> None:
     raise typer.Exit(2) from None
 
 
-# Native libraries whose exceptions are about their input, not our code (a checkpoint's bytes).
-NATIVE_MODULES = ("pyo3_runtime", "safetensors_rust", "safetensors", "tokenizers", "sentencepiece")
-
-
 def _not_a_bug(err: BaseException) -> str | None:
     """What went wrong, in words, when it is the input's doing or the machine's; None for a bug."""
     name = type(err).__name__
@@ -322,8 +318,8 @@ def _not_a_bug(err: BaseException) -> str | None:
         return f"cannot write {bad!a} as {err.encoding} ({err.reason}){hint}"
     if isinstance(err, UnicodeDecodeError):
         return f"cannot read text that is not {err.encoding} ({err.reason} at byte {err.start})"
-    module = type(err).__module__.split(".")[0]
-    if not isinstance(err, Exception) or module in NATIVE_MODULES:  # a panic: a BaseException
+    if not isinstance(err, Exception):  # a native library's panic (pyo3's PanicException)
+        module = type(err).__module__.split(".")[0]
         return f"a native library failed ({module}.{name}: {first_line})"
     return None
 
