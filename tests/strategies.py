@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from transformer_walkthrough.config import Config, ModelConfig
+from transformer_walkthrough.config import (
+    ACTIVATIONS,
+    FINAL_NORMS,
+    OUTPUT_HEADS,
+    POSITIONAL_ENCODINGS,
+    Config,
+    ModelConfig,
+)
 
 WORDS = ["the", "cat", "dog", "is", "sat", "on", "mat", "sleeping", "very", "comfortably"]
 
@@ -13,7 +20,7 @@ WORDS = ["the", "cat", "dog", "is", "sat", "on", "mat", "sleeping", "very", "com
 def configs(
     draw: st.DrawFn,
     max_layers: int = 2,
-    heads: tuple[str, ...] = ("per-position", "flatten"),
+    heads: tuple[str, ...] = tuple(OUTPUT_HEADS),
     conventions: bool = False,
 ) -> Config:
     """Any valid config: 1-4 heads of 1-4 dims, any d_ff, 1-``max_layers`` layers, a random sentence.
@@ -31,9 +38,9 @@ def configs(
         decoder_only = draw(st.booleans())
         more = dict(
             norm_first=draw(st.booleans()),
-            final_norm=draw(st.sampled_from(["auto", True, False])),
-            activation=draw(st.sampled_from(["relu", "gelu", "gelu-tanh", "silu"])),
-            positional_encoding=draw(st.sampled_from(["sinusoidal", "sinusoidal-halves", "learned"])),
+            final_norm=draw(st.sampled_from(FINAL_NORMS)),
+            activation=draw(st.sampled_from(list(ACTIVATIONS))),
+            positional_encoding=draw(st.sampled_from(list(POSITIONAL_ENCODINGS))),
             max_positions=draw(st.integers(len(words) + 2, 16)),
             tie_embeddings=head == "per-position" and draw(st.booleans()),
             attention_bias=draw(st.booleans()),

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from transformer_walkthrough.config import ACTIVATIONS
 from transformer_walkthrough.model import functional as F
 
 RNG = np.random.default_rng(2017)
@@ -98,7 +99,7 @@ def test_multi_head_attention_backward(cross: bool) -> None:
         check(g.x_kv, loss, memory)
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu-tanh", "silu"])
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
 def test_feed_forward_backward(activation: str) -> None:
     x, W_1, b_1 = RNG.normal(size=(3, 4)), RNG.normal(size=(4, 6)), RNG.normal(size=6)
     W_2, b_2 = RNG.normal(size=(6, 4)), RNG.normal(size=4)
@@ -112,7 +113,7 @@ def test_feed_forward_backward(activation: str) -> None:
         )
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu-tanh", "silu"])
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
 def test_activation_backward_by_finite_differences(activation: str) -> None:
     x = np.array([[-3.0, -0.7, -1e-3, 0.4, 1.3, 5.0]])
     R = RNG.normal(size=x.shape)

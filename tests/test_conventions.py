@@ -8,19 +8,36 @@ itself, and bad input.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from transformer_walkthrough.cli import app
+from transformer_walkthrough.checkpoints import gpt2, marian
+from transformer_walkthrough.cli import Dtype, app
+from transformer_walkthrough.compare.checks import TOLERANCE
+from transformer_walkthrough.compare.reference import TorchTransformer
+from transformer_walkthrough.compare.verify import ACTIVATIONS as VERIFY_ACTIVATIONS
 from transformer_walkthrough.compare.verify import recompute
-from transformer_walkthrough.config import Config, ModelConfig, config_from_dict, load_config
+from transformer_walkthrough.config import (
+    ACTIVATIONS,
+    DTYPES,
+    HF_ACTIVATIONS,
+    OUTPUT_HEADS,
+    POSITIONAL_ENCODINGS,
+    Config,
+    ModelConfig,
+    config_from_dict,
+    load_config,
+)
 from transformer_walkthrough.errors import ConfigError, WalkthroughError
 from transformer_walkthrough.model import functional as F
 from transformer_walkthrough.model.architecture import stage_ids
+from transformer_walkthrough.model.kinds import ACTIVATION_FORMULAS, ACTIVATION_LATEX, KINDS
 from transformer_walkthrough.model.training import generate, train
 from transformer_walkthrough.model.transformer import init_weights, load_weights, run_forward
 from transformer_walkthrough.views.explain import explain, explainable
@@ -127,15 +144,15 @@ def test_learned_positions_are_rows_of_P() -> None:
     assert np.array_equal(stage["output"], stage["X"] + stage["P"][:7])
 
 
-@pytest.mark.parametrize(
-    "activation, at_one, at_minus_two",
-    [
-        ("relu", 1.0, 0.0),
-        ("gelu", 0.8413447460685429, -0.04550026389635842),  # x·Φ(x): Φ(1) = 0.841344746…
-        ("gelu-tanh", 0.8411919906082768, -0.04540230591222494),
-        ("silu", 0.7310585786300049, -0.2384058440442351),  # 1/(1 + e⁻¹), −2/(1 + e²)
-    ],
-)
+BY_HAND = [
+    ("relu", 1.0, 0.0),
+    ("gelu", 0.8413447460685429, -0.04550026389635842),  # x·Φ(x): Φ(1) = 0.841344746…
+    ("gelu-tanh", 0.8411919906082768, -0.04540230591222494),
+    ("silu", 0.7310585786300049, -0.2384058440442351),  # 1/(1 + e⁻¹), −2/(1 + e²)
+]
+
+
+@pytest.mark.parametrize("activation, at_one, at_minus_two", BY_HAND)
 def test_activations_by_hand(activation: str, at_one: float, at_minus_two: float) -> None:
     out = F.ACTIVATIONS[activation](np.array([1.0, -2.0]))
     assert out == pytest.approx([at_one, at_minus_two], abs=1e-15)
@@ -143,6 +160,98 @@ def test_activations_by_hand(activation: str, at_one: float, at_minus_two: float
     trace = run_forward(Config(model=m))
     ffn = trace["encoder.0.feed-forward"]
     assert np.array_equal(ffn["hidden"], F.ACTIVATIONS[activation](ffn["pre"]))
+
+
+# ---- Each convention's values are defined once (config.py); everything else is held to them ----
+
+
+def test_every_activation_has_a_hand_computed_value() -> None:
+    assert [row[0] for row in BY_HAND] == list(ACTIVATIONS)
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+def test_every_activation_is_computed_checked_and_explained(activation: str) -> None:
+    """functional has its forward and its backward, kinds its formula and LaTeX, verify its second
+    computation and explain its arithmetic (the torch reference: test_torch_reference.py)."""
+    x = np.array([[-2.0, -0.5, 0.0, 0.5, 2.0]])
+    assert F.ACTIVATIONS[activation](x).shape == x.shape
+    assert F.activation_backward(np.ones_like(x), x, activation).shape == x.shape
+    assert activation in ACTIVATION_FORMULAS and activation in ACTIVATION_LATEX
+    assert activation in VERIFY_ACTIVATIONS
+    trace = run_forward(Config(model=ModelConfig(activation=activation)))
+    assert all(c.ok for c in recompute(trace))
+    assert len(explain(trace, "encoder.0.feed-forward", "hidden", "0,0")) >= 1
+
+
+@pytest.mark.parametrize("positional_encoding", list(POSITIONAL_ENCODINGS))
+def test_every_positional_encoding_is_computed_checked_and_explained(positional_encoding: str) -> None:
+    trace = run_forward(Config(model=ModelConfig(positional_encoding=positional_encoding)))
+    stage = trace["decoder.positional-encoding"]
+    assert stage.formula and KINDS["positional-encoding"].latex(trace.config.model)
+    assert all(c.ok for c in recompute(trace))
+    assert len(explain(trace, stage.id, "PE", "1,1")) >= 2
+
+
+def test_the_dispatches_on_a_value_are_the_configs_values() -> None:
+    """Every table keyed by a convention's value holds exactly the config's values."""
+    for table in (F.ACTIVATIONS, ACTIVATION_FORMULAS, ACTIVATION_LATEX, VERIFY_ACTIVATIONS):
+        assert list(table) == list(ACTIVATIONS)
+    assert set(HF_ACTIVATIONS.values()) == set(ACTIVATIONS)  # each of ours has a checkpoint name
+    assert gpt2.HF_ACTIVATIONS is HF_ACTIVATIONS and marian.HF_ACTIVATIONS is HF_ACTIVATIONS
+    assert set(TOLERANCE) == set(DTYPES) == {d.value for d in Dtype}  # verify's tolerances, --dtype
+
+
+def test_walkthrough_config_comments_name_every_value() -> None:
+    docs = {f.name: f.metadata["doc"] for f in dataclasses.fields(ModelConfig)}
+    for key, values in (("activation", ACTIVATIONS), ("positional_encoding", POSITIONAL_ENCODINGS),
+                        ("output_head", OUTPUT_HEADS), ("dtype", DTYPES)):  # fmt: skip
+        words = re.findall(r"[\w-]+", docs[key])
+        assert all(v in words for v in values), key
+
+
+def _unknown(config: Config, key: str, value: str) -> Config:
+    """``config`` holding a value ModelConfig refuses, as if one were added in one place only."""
+    object.__setattr__(config.model, key, value)
+    return config
+
+
+def test_an_unknown_activation_raises_everywhere() -> None:
+    trace = run_forward(Config())
+    _unknown(trace.config, "activation", "swish")
+    x = np.ones((1, 2))
+    with pytest.raises(KeyError):
+        F.feed_forward(x, np.ones((2, 2)), np.ones(2), np.ones((2, 2)), np.ones(2), "swish")
+    with pytest.raises(ValueError, match="unknown activation 'swish'"):
+        F.activation_backward(x, x, "swish")
+    with pytest.raises(KeyError):
+        KINDS["feed-forward"].formula(trace.config.model)
+    with pytest.raises(ValueError, match="unknown activation 'swish'"):
+        recompute(trace)
+    with pytest.raises(ValueError, match="unknown activation 'swish'"):
+        explain(trace, "encoder.0.feed-forward", "hidden", "0,0")
+    import torch  # a test dependency (test_torch_reference.py): never skipped
+
+    with pytest.raises(ValueError, match="unknown activation 'swish'"):
+        TorchTransformer(torch, trace.config, init_weights(Config()))
+
+
+def test_an_unknown_positional_encoding_raises_everywhere() -> None:
+    with pytest.raises(ValueError, match="unknown positional_encoding 'rotary'"):
+        run_forward(_unknown(Config(), "positional_encoding", "rotary"))
+    trace = run_forward(Config())
+    _unknown(trace.config, "positional_encoding", "rotary")
+    m = trace.config.model
+    for kind in (KINDS["positional-encoding"].formula, KINDS["positional-encoding"].latex):
+        with pytest.raises(ValueError, match="unknown positional_encoding 'rotary'"):
+            kind(m)
+    with pytest.raises(ValueError, match="unknown positional_encoding 'rotary'"):
+        recompute(trace)
+    with pytest.raises(ValueError, match="unknown positional_encoding 'rotary'"):
+        explain(trace, "encoder.positional-encoding", "PE", "0,0")
+    import torch  # a test dependency (test_torch_reference.py): never skipped
+
+    with pytest.raises(ValueError, match="unknown positional_encoding 'rotary'"):
+        TorchTransformer(torch, trace.config, init_weights(Config()))._positions("encoder", 2)
 
 
 def test_a_convention_changes_nothing_but_itself() -> None:
@@ -233,7 +342,7 @@ def test_train_then_generate_says_the_sentence(name: str) -> None:
     assert train(config, w)[-1] < 0.01
     steps, _ = generate(config, w)
     words = config.target_tokens[1:]
-    assert tuple(s.chosen for s in steps) == words
+    assert tuple(config.vocabulary[s.chosen] for s in steps) == words
 
 
 @pytest.mark.parametrize(

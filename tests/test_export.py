@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import typing
 from pathlib import Path
 
 import jsonschema
 import numpy as np
 import pytest
 
-from transformer_walkthrough.config import Config, ModelConfig
+from transformer_walkthrough.config import ACTIVATIONS, FINAL_NORMS, Config, ModelConfig
 from transformer_walkthrough.errors import ExportError
 from transformer_walkthrough.files.export import check_target, export, schema, to_json, trace_to_dict
 from transformer_walkthrough.model.trace import Trace
@@ -27,6 +28,17 @@ def strict_load(text: str) -> dict:
 def as_array(values: list[list[object]]) -> np.ndarray:
     spelled = {"-inf": -math.inf, "inf": math.inf, "nan": math.nan}
     return np.array([[spelled[v] if isinstance(v, str) else v for v in row] for row in values], dtype=float)
+
+
+def test_the_schema_enums_are_the_configs_values() -> None:
+    """The shipped schema lists each convention's values as config.py defines them (once)."""
+    model = schema()["properties"]["config"]["properties"]["model"]["properties"]
+    hints = typing.get_type_hints(ModelConfig)
+    literals = {n: typing.get_args(h) for n, h in hints.items() if typing.get_origin(h) is typing.Literal}
+    assert set(literals) == {"output_head", "final_norm", "activation", "positional_encoding", "dtype"}
+    for name, values in literals.items():
+        assert model[name]["enum"] == list(values), name
+    assert literals["activation"] == tuple(ACTIVATIONS) and literals["final_norm"] == FINAL_NORMS
 
 
 def test_export_is_schema_valid_strict_json_that_reloads_exactly(trace: Trace) -> None:

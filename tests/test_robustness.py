@@ -26,7 +26,15 @@ from transformer_walkthrough.cli import app
 from transformer_walkthrough.compare.checks import gap
 from transformer_walkthrough.compare.nonfinite import first_non_finite
 from transformer_walkthrough.compare.verify import recompute
-from transformer_walkthrough.config import Config, ModelConfig, estimate_size, load_config
+from transformer_walkthrough.config import (
+    ACTIVATIONS,
+    OUTPUT_HEADS,
+    POSITIONAL_ENCODINGS,
+    Config,
+    ModelConfig,
+    estimate_size,
+    load_config,
+)
 from transformer_walkthrough.errors import ConfigError, ExportError, WalkthroughError
 from transformer_walkthrough.files.export import check_target, schema, trace_to_dict, write_atomic
 from transformer_walkthrough.files.export import number as export_number
@@ -470,8 +478,8 @@ def test_explain_digits_are_bounded(runner: CliRunner, digits: str) -> None:
 _NUMBERS = st.one_of(
     st.integers(-3, 40), st.sampled_from([0, 2**70, 10**9, -1]),
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.none(), st.booleans(),
-    st.sampled_from(["relu", "gelu", "gelu-tanh", "silu", "swish", "sinusoidal", "sinusoidal-halves",
-                     "learned", "auto", "flatten", "per-position"]),
+    # every convention's values, and a name a checkpoint uses but the config does not ("swish")
+    st.sampled_from([*ACTIVATIONS, "swish", *POSITIONAL_ENCODINGS, "auto", *OUTPUT_HEADS]),
 )  # fmt: skip
 _KEYS = {
     "model": ["d_model", "num_heads", "d_ff", "num_encoder_layers", "num_decoder_layers", "layer_norm_eps",

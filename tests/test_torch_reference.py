@@ -18,7 +18,7 @@ import torch  # a test dependency, pinned in pyproject.toml: these tests must ru
 from hypothesis import HealthCheck, given, settings
 
 from transformer_walkthrough.compare.reference import TorchTransformer, torch_checks
-from transformer_walkthrough.config import Config, ModelConfig, load_config
+from transformer_walkthrough.config import ACTIVATIONS, POSITIONAL_ENCODINGS, Config, ModelConfig, load_config
 from transformer_walkthrough.model.architecture import stack_output
 from transformer_walkthrough.model.transformer import Weights, init_weights, run_forward
 
@@ -80,9 +80,9 @@ def test_trained_looking_norms_equal_torch() -> None:
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu-tanh", "silu"])
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
 @pytest.mark.parametrize("tie_embeddings", [False, True])
-@pytest.mark.parametrize("positional_encoding", ["sinusoidal", "sinusoidal-halves", "learned"])
+@pytest.mark.parametrize("positional_encoding", list(POSITIONAL_ENCODINGS))
 def test_every_combination_of_conventions_equals_torch(
     norm_first: bool, activation: str, tie_embeddings: bool, positional_encoding: str
 ) -> None:

@@ -24,9 +24,6 @@ from .errors import ConfigError, close_matches
 
 START, END = "<start>", "<end>"
 SPECIAL_TOKENS = (START, END)
-OUTPUT_HEADS = ("per-position", "flatten")
-ACTIVATIONS = ("relu", "gelu", "gelu-tanh", "silu")
-POSITIONAL_ENCODINGS = ("sinusoidal", "sinusoidal-halves", "learned")
 MAX_FILE_BYTES = 4_000_000  # a config is a page of YAML; a 50,257-word vocabulary is about 0.5 MB
 QUOTE = 40  # characters of a value quoted in a message
 MAX_DATASET = 1_000  # training.dataset's pairs: the toy learns its sentence and a few more
@@ -34,6 +31,39 @@ MAX_DATASET = 1_000  # training.dataset's pairs: the toy learns its sentence and
 
 def _doc(text: str, default: Any) -> Any:
     return field(default=default, metadata={"doc": text})
+
+
+# Each convention's values, defined here once, each with its note in `walkthrough config`. The
+# field's type in ModelConfig (so its check and its message) is made from them. The export schema,
+# the converters, the test strategies and every dispatch on a value (functional, kinds, verify,
+# explain, the torch reference) are tested against them (test_conventions.py, test_export.py): a
+# value added here and forgotten there fails a test, and a dispatch given a value it lacks raises.
+OUTPUT_HEADS = {"per-position": "(the paper)", "flatten": "(the article's literal step)"}
+FINAL_NORMS = ("auto", True, False)
+ACTIVATIONS = {"relu": "(the paper)", "gelu": "(erf)", "gelu-tanh": "(GPT-2)", "silu": "= x·σ(x) (Marian)"}
+POSITIONAL_ENCODINGS = {
+    "sinusoidal": "(the paper)",
+    "sinusoidal-halves": "(Marian)",
+    "learned": "table P (GPT-2)",
+}
+DTYPES = {"float64": "(exact to print)", "float32": "(fast when large)"}
+
+# Hugging Face's names for our activations (config.json's activation_function), read by every
+# checkpoint converter; any other name is refused, never approximated.
+HF_ACTIVATIONS = {
+    "gelu_new": "gelu-tanh",
+    "gelu_pytorch_tanh": "gelu-tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
+
+
+def _choice(notes: dict[str, str], default: str, sep: str = ", ") -> Any:
+    """A field whose comment names each of its values with its note; its type, ``Literal[tuple(notes)]``,
+    takes only them (``_coerce``)."""
+    return _doc(sep.join(f"{value} {note}" for value, note in notes.items()), default)
 
 
 def tokenize(sentence: str) -> list[str]:
@@ -150,21 +180,15 @@ class ModelConfig(_Checked):
     d_ff: int = _doc("width of the feed-forward hidden layer", 8)
     num_encoder_layers: int = _doc("encoder layers stacked", 1)
     num_decoder_layers: int = _doc("decoder layers stacked", 1)
-    output_head: Literal["per-position", "flatten"] = _doc(
-        "per-position (the paper) or flatten (the article's literal step)", "per-position"
-    )
+    output_head: Literal[tuple(OUTPUT_HEADS)] = _choice(OUTPUT_HEADS, "per-position", " or ")
     norm_first: bool = _doc(
         "true: pre-norm x + Sublayer(LN(x)); false: post-norm LN(x + Sublayer(x)), the paper", False
     )
-    final_norm: Literal["auto", True, False] = _doc(
+    final_norm: Literal[FINAL_NORMS] = _doc(
         "a LayerNorm atop each stack; auto: when norm_first (as nn.Transformer, GPT-2)", "auto"
     )
-    activation: Literal["relu", "gelu", "gelu-tanh", "silu"] = _doc(
-        "relu (the paper), gelu (erf), gelu-tanh (GPT-2), silu = x·σ(x) (Marian)", "relu"
-    )
-    positional_encoding: Literal["sinusoidal", "sinusoidal-halves", "learned"] = _doc(
-        "sinusoidal (the paper), sinusoidal-halves (Marian), learned table P (GPT-2)", "sinusoidal"
-    )
+    activation: Literal[tuple(ACTIVATIONS)] = _choice(ACTIVATIONS, "relu")
+    positional_encoding: Literal[tuple(POSITIONAL_ENCODINGS)] = _choice(POSITIONAL_ENCODINGS, "sinusoidal")
     max_positions: int = _doc("rows of the learned position table P", 64)
     tie_embeddings: bool = _doc(
         "true: one table E for both stacks and the output, W = Eᵀ (the paper §3.4)", False
@@ -173,9 +197,7 @@ class ModelConfig(_Checked):
     scale_embeddings: bool = _doc("true: multiply embeddings by sqrt(d_model), as the paper", False)
     attention_bias: bool = _doc("true: attention projections get biases b_Q, b_K, b_V, b_O", False)
     layer_norm_eps: float = _doc("added to the variance inside the square root", 1.0e-5)
-    dtype: Literal["float64", "float32"] = _doc(
-        "float64 (exact to print) or float32 (fast when large)", "float64"
-    )
+    dtype: Literal[tuple(DTYPES)] = _choice(DTYPES, "float64", " or ")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -194,11 +216,11 @@ class ModelConfig(_Checked):
             "(each head takes d_model / num_heads dimensions)",
         )
         self._require(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
-        # YAML's true is Python's True, and 1 == True: only the three spellings are accepted.
+        # YAML's true is Python's True, and 1 == True: only the spellings of FINAL_NORMS pass.
         self._require(
-            self.final_norm == "auto" or isinstance(self.final_norm, bool),
+            isinstance(self.final_norm, (str, bool)),
             "final_norm",
-            f"must be one of auto, true, false; got {quote(self.final_norm)}",
+            f"must be one of {', '.join(str(v).lower() for v in FINAL_NORMS)}; got {quote(self.final_norm)}",
         )
         self._require(
             not (self.tie_embeddings and self.output_head == "flatten"),

@@ -25,21 +25,12 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from ..config import HF_ACTIVATIONS  # activation_function's names for ours
 from .bpe import ByteLevelBPETokenizer
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
 from .jsonfile import shown
 from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
-
-# GPT-2's activation_function values and ours; anything else is refused, never approximated.
-ACTIVATIONS = {
-    "gelu_new": "gelu-tanh",
-    "gelu_pytorch_tanh": "gelu-tanh",
-    "gelu": "gelu",
-    "relu": "relu",
-    "silu": "silu",
-    "swish": "silu",
-}
 
 # GPT2Config's defaults (transformers), for the keys an older config.json leaves out.
 CONFIG_DEFAULTS: dict[str, Any] = {
@@ -155,7 +146,7 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> GPT2Checkpoint:
         "num_decoder_layers": config["n_layer"],
         "norm_first": True,
         "final_norm": True,
-        "activation": ACTIVATIONS[config["activation_function"]],
+        "activation": HF_ACTIVATIONS[config["activation_function"]],
         "positional_encoding": "learned",
         "max_positions": config["n_positions"],
         "tie_embeddings": tied,
@@ -206,10 +197,10 @@ def _read_config(folder: Path) -> dict[str, Any]:
             f"{path}: tie_word_embeddings is {shown(config['tie_word_embeddings'])}, not true or false"
         )
     activation = config["activation_function"]
-    if not isinstance(activation, str) or activation not in ACTIVATIONS:  # a list is not hashable
+    if not isinstance(activation, str) or activation not in HF_ACTIVATIONS:  # a list is not hashable
         raise CheckpointError(
             f"{path}: activation_function {shown(activation)} is not supported "
-            f"(supported: {', '.join(ACTIVATIONS)})"
+            f"(supported: {', '.join(HF_ACTIVATIONS)})"
         )
     for key, (value, what) in UNSUPPORTED.items():
         if config[key] != value:

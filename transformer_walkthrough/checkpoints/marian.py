@@ -24,21 +24,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..config import HF_ACTIVATIONS  # activation_function's names for ours
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
 from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
 from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
 from .tokenizer import MarianTokenizer
-
-# Marian's activation_function values and ours; anything else is refused, never approximated.
-ACTIVATIONS = {
-    "swish": "silu",
-    "silu": "silu",
-    "gelu": "gelu",
-    "relu": "relu",
-    "gelu_new": "gelu-tanh",
-    "gelu_pytorch_tanh": "gelu-tanh",
-}
 
 # MarianConfig's defaults (transformers), for the keys an older config.json leaves out.
 CONFIG_DEFAULTS: dict[str, Any] = {
@@ -179,7 +170,7 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> MarianCheckpoint:
         "num_decoder_layers": config["decoder_layers"],
         "norm_first": False,
         "final_norm": False,
-        "activation": ACTIVATIONS[config["activation_function"]],
+        "activation": HF_ACTIVATIONS[config["activation_function"]],
         "positional_encoding": "sinusoidal-halves",
         "scale_embeddings": bool(config["scale_embedding"]),
         "attention_bias": True,
@@ -230,10 +221,10 @@ def _read_config(folder: Path) -> dict[str, Any]:
         if type(config[key]) is not bool:
             raise CheckpointError(f"{path}: {key} is {shown(config[key])}, not true or false")
     activation = config["activation_function"]
-    if not isinstance(activation, str) or activation not in ACTIVATIONS:  # a list is not hashable
+    if not isinstance(activation, str) or activation not in HF_ACTIVATIONS:  # a list is not hashable
         raise CheckpointError(
             f"{path}: activation_function {shown(activation)} is not supported "
-            f"(supported: {', '.join(ACTIVATIONS)})"
+            f"(supported: {', '.join(HF_ACTIVATIONS)})"
         )
     for enc, dec in (
         ("encoder_attention_heads", "decoder_attention_heads"),

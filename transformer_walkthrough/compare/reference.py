@@ -46,10 +46,13 @@ class TorchTransformer:
         self.torch, self.config, self.w = torch, config, w
         m = self.m = config.model
         nn, F = torch.nn, torch.nn.functional
-        activation = {
+        activations = {
             "relu": "relu", "gelu": "gelu", "gelu-tanh": functools.partial(F.gelu, approximate="tanh"),
             "silu": F.silu,
-        }[m.activation]  # fmt: skip
+        }  # fmt: skip
+        if m.activation not in activations:
+            raise ValueError(f"unknown activation {m.activation!r}")
+        activation = activations[m.activation]
         common = dict(
             d_model=m.d_model, nhead=m.num_heads, dim_feedforward=m.d_ff, dropout=0.0, activation=activation,
             layer_norm_eps=m.layer_norm_eps, batch_first=True, norm_first=m.norm_first,
@@ -128,9 +131,11 @@ class TorchTransformer:
             s = (m.d_model + 1) // 2
             angle = pos / 10000.0 ** (2 * torch.arange(s, dtype=torch.float64) / m.d_model)
             return torch.cat([torch.sin(angle), torch.cos(angle[:, : m.d_model - s])], dim=1).to(dtype)
-        j = torch.arange(m.d_model)
-        angle = pos / 10000.0 ** ((j // 2 * 2).to(torch.float64) / m.d_model)
-        return torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle)).to(dtype)
+        if m.positional_encoding == "sinusoidal":
+            j = torch.arange(m.d_model)
+            angle = pos / 10000.0 ** ((j // 2 * 2).to(torch.float64) / m.d_model)
+            return torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle)).to(dtype)
+        raise ValueError(f"unknown positional_encoding {m.positional_encoding!r}")
 
     def forward(
         self, source_ids: list[int], target_ids: list[int], outputs: dict[str, Any] | None = None

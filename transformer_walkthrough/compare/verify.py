@@ -58,14 +58,20 @@ def _positional_encoding(n: int, d_model: int, halves: bool) -> np.ndarray:
     return np.array([[cell(pos, j) for j in range(d_model)] for pos in range(n)])
 
 
+# The feed-forward's nonlinearities, one number at a time with ``math``.
+ACTIVATIONS: dict[str, Callable[[float], float]] = {
+    "relu": lambda v: max(v, 0.0),
+    "gelu": lambda v: v * (1 + math.erf(v / math.sqrt(2))) / 2,
+    "gelu-tanh": lambda v: v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v * v * v))) / 2,
+    "silu": lambda v: v / (1 + math.exp(-v)) if v > -700 else 0.0,
+}
+
+
 def _activation(x: np.ndarray, activation: str) -> np.ndarray:
-    """The feed-forward's nonlinearity, one cell at a time with ``math``."""
-    f = {
-        "relu": lambda v: max(v, 0.0),
-        "gelu": lambda v: v * (1 + math.erf(v / math.sqrt(2))) / 2,
-        "gelu-tanh": lambda v: v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v * v * v))) / 2,
-        "silu": lambda v: v / (1 + math.exp(-v)) if v > -700 else 0.0,
-    }[activation]
+    """The feed-forward's nonlinearity, one cell at a time."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}")
+    f = ACTIVATIONS[activation]
     return np.array([[f(v) for v in row] for row in x.tolist()]).reshape(x.shape)
 
 
@@ -116,9 +122,11 @@ def _positions(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     n = len(stage["X"])
     if m.positional_encoding == "learned":
         pe, what = stage["P"][:n], "PE equals the first rows of P; output equals X + PE"
-    else:
+    elif m.positional_encoding in ("sinusoidal", "sinusoidal-halves"):
         pe = _positional_encoding(n, m.d_model, m.positional_encoding == "sinusoidal-halves")
         what = "PE recomputed by sin and cos; output equals X + PE"
+    else:
+        raise ValueError(f"unknown positional_encoding {m.positional_encoding!r}")
     return [Check(stage.id, what, max(gap(stage["PE"], pe), gap(stage["output"], stage["X"] + pe)))]
 
 

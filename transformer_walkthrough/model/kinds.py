@@ -105,10 +105,12 @@ def add_positions(
     if m.positional_encoding == "learned":
         P = stage.weight("P", w.take(stage, "P"), tuple(f"pos {k}" for k in range(m.max_positions)), D)
         pe = stage.rec("PE", P[: len(tokens)], positions(tokens), D)
-    else:
+    elif m.positional_encoding in ("sinusoidal", "sinusoidal-halves"):
         halves = m.positional_encoding == "sinusoidal-halves"
         table = F.positional_encoding(len(tokens), m.d_model, x.dtype, halves)
         pe = stage.rec("PE", table, positions(tokens), D, CONSTANT)
+    else:
+        raise ValueError(f"unknown positional_encoding {m.positional_encoding!r}")
     return stage.out("output", x + pe, tokens, D)
 
 
@@ -131,11 +133,13 @@ def _positions_formula(m: ModelConfig) -> str:
             "PE[pos, d_model/2+i] = cos(pos / 10000^(2i/d_model))   (then the cosines)\n"
             "output = X + PE"
         )
-    return (
-        "PE[pos, 2i]   = sin(pos / 10000^(2i/d_model))\n"
-        "PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model))\n"
-        "output = X + PE"
-    )
+    if m.positional_encoding == "sinusoidal":
+        return (
+            "PE[pos, 2i]   = sin(pos / 10000^(2i/d_model))\n"
+            "PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model))\n"
+            "output = X + PE"
+        )
+    raise ValueError(f"unknown positional_encoding {m.positional_encoding!r}")
 
 
 def _positions_latex(m: ModelConfig) -> list[str]:
@@ -144,8 +148,10 @@ def _positions_latex(m: ModelConfig) -> list[str]:
         first = r"PE_{pos} &= P_{pos} \quad \text{(a row of the learned table } P\text{)}"
     elif m.positional_encoding == "sinusoidal-halves":
         first = rf"PE_{{pos, i}} &= \sin({angle}), \quad PE_{{pos, d_\mathrm{{model}}/2 + i}} = \cos({angle})"
-    else:
+    elif m.positional_encoding == "sinusoidal":
         first = rf"PE_{{pos, 2i}} &= \sin({angle}), \quad PE_{{pos, 2i+1}} = \cos({angle})"
+    else:
+        raise ValueError(f"unknown positional_encoding {m.positional_encoding!r}")
     return [first, r"\mathrm{output} &= X + PE"]
 
 

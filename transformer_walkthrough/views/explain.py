@@ -407,12 +407,14 @@ def _hidden(c: Cell, trace: Trace) -> list[str]:
             f"  √(2/π)·({c.f(x)} + 0.044715·{c._factor(x)}³) = {c.f(u)}; tanh({c.f(u)}) = {c.f(math.tanh(u))}",
             f"  {c._factor(x)}·(1 + {c.f(math.tanh(u))})/2 = {c.f(c.value)}",
         ]
-    sig = 1 / (1 + math.exp(-x)) if x > -700 else 0.0
-    return [
-        "hidden = SiLU(pre) = pre·σ(pre), σ(x) = 1/(1 + e^(−x))   (Marian's swish)",
-        f"  σ({c.f(x)}) = 1/(1 + e^({c.f(-x)})) = {c.f(sig)}",
-        f"  {c._factor(x)}·{c.f(sig)} = {c.f(c.value)}",
-    ]
+    if activation == "silu":
+        sig = 1 / (1 + math.exp(-x)) if x > -700 else 0.0
+        return [
+            "hidden = SiLU(pre) = pre·σ(pre), σ(x) = 1/(1 + e^(−x))   (Marian's swish)",
+            f"  σ({c.f(x)}) = 1/(1 + e^({c.f(-x)})) = {c.f(sig)}",
+            f"  {c._factor(x)}·{c.f(sig)} = {c.f(c.value)}",
+        ]
+    raise ValueError(f"unknown activation {activation!r}")
 
 
 def _ffn_output(c: Cell, trace: Trace) -> list[str]:
@@ -451,16 +453,18 @@ def _positional(c: Cell, trace: Trace) -> list[str]:
             f"  {fn}({c.f(angle)}) = {c.f(c.value)}",
             "  (the first half of the columns are sines, the second half the cosines of the same angles: Marian's layout)",
         ]
-    two_i = c.j - c.j % 2
-    angle = c.i / 10000 ** (two_i / d_model)
-    fn = "sin" if c.j % 2 == 0 else "cos"
-    return [
-        f"PE[pos, {'2i' if c.j % 2 == 0 else '2i+1'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({_token_at(c)}), "
-        f"2i = {two_i}, d_model = {d_model}",
-        f"  angle = {c.i} / 10000^({two_i}/{d_model}) = {c.i} / {c.f(10000 ** (two_i / d_model))} = {c.f(angle)}",
-        f"  {fn}({c.f(angle)}) = {c.f(c.value)}",
-        "  (even columns are sines, odd ones cosines; low columns turn fast with the position, high ones slowly)",
-    ]
+    if m.positional_encoding == "sinusoidal":
+        two_i = c.j - c.j % 2
+        angle = c.i / 10000 ** (two_i / d_model)
+        fn = "sin" if c.j % 2 == 0 else "cos"
+        return [
+            f"PE[pos, {'2i' if c.j % 2 == 0 else '2i+1'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({_token_at(c)}), "
+            f"2i = {two_i}, d_model = {d_model}",
+            f"  angle = {c.i} / 10000^({two_i}/{d_model}) = {c.i} / {c.f(10000 ** (two_i / d_model))} = {c.f(angle)}",
+            f"  {fn}({c.f(angle)}) = {c.f(c.value)}",
+            "  (even columns are sines, odd ones cosines; low columns turn fast with the position, high ones slowly)",
+        ]
+    raise ValueError(f"unknown positional_encoding {m.positional_encoding!r}")
 
 
 def _token_at(c: Cell) -> str:
