@@ -44,7 +44,7 @@ from typing import Any
 from .errors import CheckpointError
 
 MAX_VOCAB_ENTRIES = 1 << 20  # Gemma's 262,144 is the largest vocabulary on the hub
-MAX_MERGES = 1 << 21  # Llama 3 has 280,147
+MAX_MERGES = 1 << 19  # Llama 3 has 280,147; 2 million peaked at 1.3 GB in the library
 MAX_ADDED_TOKENS = 1 << 17  # Llama 3 has 256; a few models reserve some thousands
 MAX_TOKEN_CHARS = 1024  # GPT-2's longest token is 128 characters, Llama 3's and Qwen2's 256 bytes
 MAX_PATTERN = 1024  # Llama 3's and Qwen2's Split regexes are ~170 characters
@@ -285,7 +285,8 @@ def _component(
         return None
     types = ALLOWED[kind]
     name = value.get("type") if isinstance(value, dict) else None
-    if name not in types or (nested and name == "Sequence"):
+    # A "type" that is a list or an object is unhashable: ``in types`` would raise TypeError.
+    if not isinstance(name, str) or name not in types or (nested and name == "Sequence"):
         allowed = ", ".join(t for t in types if not (nested and t == "Sequence"))
         what = f"type {_shown(name)}" if isinstance(value, dict) else _shown(value)
         raise ctx.fail(where, f"is {what}, not a {kind} of a supported tokenizer ({allowed})")
