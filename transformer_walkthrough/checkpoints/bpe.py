@@ -188,8 +188,11 @@ def _read_vocabulary(path: Path) -> tuple[dict[str, Any], _Vocabulary]:
     """tokenizer.json checked (``check_tokenizer``: what the library may be given), and from it the
     model vocabulary (token -> id), the added tokens (id -> (token, special)), and whether the
     decoder is byte-level."""
-    _check_size(path)
-    data = check_tokenizer(read_json(path, MAX_TOKENIZER_BYTES, what="a readable tokenizer"), path)
+    try:
+        raw = read_json(path, MAX_TOKENIZER_BYTES, what="a readable tokenizer")
+    except FileNotFoundError:
+        raise CheckpointError(f"{path.parent}: missing tokenizer file tokenizer.json") from None
+    data = check_tokenizer(raw, path)
     if data["model"]["type"] != "BPE":
         raise CheckpointError(f"{path}: not a BPE tokenizer (its model is {data['model']['type']})")
     added = _library_ids(data["added_tokens"], data["model"]["vocab"])
@@ -231,17 +234,6 @@ def _library_ids(entries: list[dict[str, Any]], vocab: dict[str, int]) -> dict[i
         tokens[i] = token
         seen.add(token)
     return {i: (token[0], token[0] in special) for i, token in tokens.items()}
-
-
-def _check_size(path: Path) -> None:
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise CheckpointError(f"{path.parent}: missing tokenizer file tokenizer.json") from None
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
-    if size > MAX_TOKENIZER_BYTES:
-        raise CheckpointError(f"{path}: {size:,} bytes is too large for a tokenizer")
 
 
 def _load(path: Path, spec: dict[str, Any]) -> NativeProcess:
