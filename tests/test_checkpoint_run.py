@@ -385,7 +385,8 @@ def test_separate_vocabularies_generate_as_transformers(separate):
                 max_new_tokens=10,
             )[0].tolist()
         assert ours.ids == theirs, source
-        assert [step.chosen for step in ours.steps] == tokenizer.convert_ids_to_tokens(theirs[1:])
+        pieces = ours.teacher_forced.vocabulary
+        assert [pieces[step.chosen] for step in ours.steps] == tokenizer.convert_ids_to_tokens(theirs[1:])
         # the text of the chosen tokens: the start token, the target's <pad>, is no word of it (transformers'
         # decode would keep it: its special tokens are the source vocabulary's ids)
         assert ours.text == tokenizer.decode(theirs[1:], skip_special_tokens=True)

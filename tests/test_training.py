@@ -48,7 +48,7 @@ def test_the_default_config_learns_its_sentence(trained: tuple) -> None:
     assert len(losses) == config.training.steps + 1
     assert losses[0] > 1.0 and losses[-1] < 0.01
     steps, _ = generate(config, w)
-    assert [s.chosen for s in steps] == ["sleeping", "comfortably", "<end>"]
+    assert [config.vocabulary[s.chosen] for s in steps] == ["sleeping", "comfortably", "<end>"]
     assert [p.word for p in run_forward(config, w).prediction[:3]] == ["sleeping", "comfortably", "<end>"]
 
 
@@ -59,7 +59,7 @@ def test_generation_step_i_is_row_i_of_the_teacher_forced_pass(trained: tuple) -
         rows = forced["output.probabilities"]["probabilities"]
         for i, s in enumerate(steps):
             assert np.max(np.abs(s.probabilities - rows[i])) <= 1e-12
-            assert s.decoder_input == tuple(config.vocabulary[j] for j in forced.target_ids[: i + 1])
+            assert s.ids == forced.target_ids[: i + 1]
 
 
 def test_a_dataset_of_more_pairs_is_learned_too() -> None:

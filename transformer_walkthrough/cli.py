@@ -913,8 +913,10 @@ def generate(
         settings = load_config(config, seed=seed)
         w = load_weights(settings, weights) if weights is not None else init_weights(settings)
         steps, teacher_forced = decode(settings, w, max_len)
-        prompt = " ".join(settings.source_tokens) or steps[0].decoder_input[0]  # decoder-only: <start>
-        said = f"{prompt} → {' '.join(s.chosen for s in steps)}"
+        words = teacher_forced.vocabulary
+        prompt = " ".join(settings.source_tokens) or words[steps[0].ids[0]]  # decoder-only: <start>
+        said = f"{prompt} → {' '.join(words[s.chosen] for s in steps)}"
+    vocabulary = teacher_forced.vocabulary
     console = _console()
     view = View(precision=settings.display.precision)
     if checkpoint is not None:
@@ -922,10 +924,10 @@ def generate(
     else:
         origin = weights_origin(settings.seed, None if weights is None else printable(str(weights)))
     console.print(Text(f"weights: {origin}", style="dim"))
-    console.print(generation_table(steps, view))
+    console.print(generation_table(steps, vocabulary, view))
     console.print(paragraph(said, console.width))
     limit = generation_limit(settings, max_len)
-    if checkpoint is None and steps[-1].chosen != END and len(steps) == limit < max_len:
+    if checkpoint is None and vocabulary[steps[-1].chosen] != END and len(steps) == limit < max_len:
         console.print(
             f"(stopped after {len(steps)} tokens: the learned position table has "
             f"{settings.model.max_positions} rows, model.max_positions)"

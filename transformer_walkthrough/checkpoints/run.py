@@ -30,12 +30,11 @@ import numpy as np
 
 from ..config import MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelConfig, estimate_size
 from ..errors import ConfigError
+from ..model import generation
 from ..model.architecture import DECODER, ENCODER, parameters
-from ..model.generation import Step as CachedStep
-from ..model.generation import generate_cached, generated_ids
+from ..model.generation import Step, full_passes, generate_cached, generated_ids
 from ..model.trace import TOP_K, Trace
-from ..model.training import GenerationStep
-from ..model.transformer import forward, run_forward
+from ..model.transformer import run_forward
 from ..model.weights import Weights
 from .checkpoint import Checkpoint, load_checkpoint
 from .errors import CheckpointError
@@ -87,7 +86,7 @@ class Walk(NamedTuple):
     weights: Weights
     trace: Trace
     checkpoint: Checkpoint
-    translation: list[GenerationStep] | None  # the greedy steps, when the target was not given
+    translation: list[Step] | None  # the greedy steps, when the target was not given
 
 
 def checkpoint_config(
@@ -163,33 +162,19 @@ def banned(ckpt: Checkpoint, sequence: list[int]) -> set[int]:
 
 def generate(
     config: Config, w: Weights, ckpt: Checkpoint, source_ids: list[int], max_len: int
-) -> tuple[list[GenerationStep], list[int]]:
+) -> tuple[list[Step], list[int]]:
     """Greedy decoding from ``decoder_start_token_id``: the most likely token, fed back, until ``</s>``.
 
     As ``transformers``' ``generate(num_beams=1, do_sample=False)``: the bad words of config.json
     are never chosen, and the ``max_len``-th token is ``forced_eos_token_id`` when it is set.
     Returns the steps and the decoder's full input, ``[start, t1, …, </s>]``.
     """
-    vocabulary = config.vocabulary or ()
-    sequence = [ckpt.decoder_start_token_id]
-    steps: list[GenerationStep] = []
-    for _ in range(max_len):
-        row = forward(config, w, source_ids, sequence)[-1]
-        allowed = row.astype(np.float64)
-        allowed[list(banned(ckpt, sequence))] = -np.inf
-        if ckpt.forced_eos_token_id is not None and len(sequence) == max_len:
-            allowed[np.arange(len(allowed)) != ckpt.forced_eos_token_id] = -np.inf
-        k = min(TOP_K, len(allowed))
-        top = np.argpartition(-allowed, k - 1)[:k]
-        top = top[np.lexsort((top, -allowed[top]))]
-        choice = int(top[0])
-        pieces = tuple(vocabulary[i] for i in sequence)
-        best = [(vocabulary[i], float(row[i])) for i in top.tolist() if allowed[i] > -np.inf]
-        steps.append(GenerationStep(pieces, row, best, vocabulary[choice]))
-        sequence.append(choice)
-        if choice == ckpt.eos_token_id:
-            break
-    return steps, sequence
+    read = full_passes(config, w, source_ids)
+    steps = generation.generate(
+        read, [ckpt.decoder_start_token_id], max_len, eos_id=ckpt.eos_token_id,
+        banned=lambda sequence: banned(ckpt, sequence), forced_end=ckpt.forced_eos_token_id,
+    )  # fmt: skip
+    return steps, generated_ids(steps)
 
 
 class Loaded(NamedTuple):
@@ -258,7 +243,7 @@ def walk_prompt(model: str, prompt: str, dtype: str = "float32", precision: int 
 class Translation(NamedTuple):
     """Greedy decoding of a checkpoint, and the teacher-forced pass to compare it with."""
 
-    steps: list[GenerationStep]
+    steps: list[Step]
     teacher_forced: Trace  # over [start, t1, …] without the last token: row i is step i
     source: str
     text: str  # the chosen tokens decoded, special tokens skipped (not decoder_start, which is no word)
@@ -281,7 +266,7 @@ def translate(model: str, source: str, dtype: str = "float32", max_len: int = MA
 class Continuation(NamedTuple):
     """A decoder-only checkpoint's prompt continued with the key/value cache (``generate_cached``)."""
 
-    steps: list[CachedStep]  # step 0 reads the prompt; step t the token chosen at step t - 1
+    steps: list[Step]  # step 0 reads the prompt; step t the token chosen at step t - 1
     config: CheckpointConfig  # its target: the prompt and the continuation, decoded
     weights: Weights
     checkpoint: Checkpoint

@@ -1,5 +1,9 @@
-"""Generation with a key/value cache: a decoder-only model writes one token at a time, and each
-step computes only the new token's query, key and value.
+"""Generation, one token at a time: one loop (``generate``) takes the next token's distribution from
+a reader (a whole pass over everything so far, ``full_passes``, or a key/value cache) and applies
+transformers' rules: banned ids, a forced end at the limit, greedy or seeded top-k, a stop at eos.
+
+With the cache (``generate_cached``), a decoder-only model computes at each step only the new
+token's query, key and value.
 
 Because of the causal mask, position i's output depends on positions 0…i alone: the keys and values
 of earlier tokens never change once computed. So the loop keeps them, per layer, in a cache:
@@ -17,7 +21,7 @@ and the parameters are the model's ``Weights``, read under the stage ids of ``ar
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -26,6 +30,8 @@ from ..config import Config, ModelConfig
 from ..errors import WalkthroughError
 from . import functional as F
 from .architecture import DECODER, OUTPUT, connection, stage_id, sublayers
+from .trace import TOP_K, top_k
+from .transformer import forward, run_forward
 from .weights import Weights
 
 
@@ -39,22 +45,84 @@ class LayerStep(NamedTuple):
     weights: np.ndarray  # (h, new, cached): softmax of the scores, each row sums to 1
 
 
-class Step(NamedTuple):
-    """One step of generation: the tokens fed, each layer's attention over the cache, the choice."""
+class Reading(NamedTuple):
+    """What the model read at one step, and what it makes of the next token."""
 
-    index: int  # 0 for the prompt, then 1, 2, …
-    ids: tuple[int, ...]  # the tokens fed at this step: the prompt, then the previous choice
+    ids: tuple[int, ...]  # the tokens fed: everything so far, or with a cache the prompt, then one
     positions: tuple[int, ...]  # their positions in the sequence
+    probabilities: np.ndarray  # (vocab,): the distribution of the next token, from the last position
+    logits: np.ndarray | None = None  # (vocab,): its scores, where the reader keeps them (the cache)
+    layers: tuple[LayerStep, ...] = ()  # each layer's attention over the cache; () without one
+
+
+Reader = Callable[[list[int]], Reading]  # the sequence so far -> what the model reads of it
+
+
+class Step(NamedTuple):
+    """One step of generation: a ``Reading`` (its fields, in order), then the top k and the choice."""
+
+    index: int  # 0 for the prompt (or <start>), then 1, 2, …
+    ids: tuple[int, ...]
+    positions: tuple[int, ...]
+    probabilities: np.ndarray
+    logits: np.ndarray | None
     layers: tuple[LayerStep, ...]
-    logits: np.ndarray  # (vocab,): the scores of the next token, from the last position
-    probabilities: np.ndarray  # (vocab,): softmax of the logits
-    top: tuple[tuple[int, float], ...]  # (id, probability), most likely first: the top k
-    chosen: int  # the next token: the most likely, or a draw from the top k
+    top: tuple[tuple[int, float], ...]  # (id, probability), most likely first: the top k allowed
+    chosen: int  # the next token: the most likely allowed, or a draw from the top k
 
     @property
     def cache_rows(self) -> int:
         """How many keys (and values) each layer's cache holds after this step."""
         return self.layers[0].K.shape[1]
+
+
+def generate(
+    read: Reader,
+    sequence: Sequence[int],
+    max_new: int,
+    *,
+    k: int = TOP_K,
+    rng: np.random.Generator | None = None,
+    eos_id: int | None = None,
+    banned: Callable[[list[int]], Iterable[int]] = lambda sequence: (),
+    forced_end: int | None = None,
+) -> list[Step]:
+    """Up to ``max_new`` tokens after ``sequence``, each chosen from ``read``'s distribution.
+
+    The rules of transformers' ``generate``, in its order: the ``banned`` ids of the sequence so far
+    are never chosen; the last token allowed is ``forced_end`` when one is given; then the most
+    likely (greedy: the first in id order on a tie, as ``argmax``), or with ``rng`` a draw from the
+    ``k`` most likely, renormalised. Stops after ``eos_id`` is chosen.
+    """
+    sequence = [int(i) for i in sequence]
+    steps: list[Step] = []
+    for index in range(max_new):
+        reading = read(sequence)
+        p = reading.probabilities
+        allowed = p.copy()
+        allowed[list(banned(sequence))] = -np.inf
+        if forced_end is not None and index == max_new - 1:
+            allowed[np.arange(p.size) != forced_end] = -np.inf
+        ranked = top_k(allowed, k)
+        best = ranked[allowed[ranked] > -np.inf]
+        q = allowed[best]
+        chosen = int(ranked[0]) if rng is None else int(rng.choice(best, p=q / q.sum()))
+        steps.append(Step(index, *reading, tuple((int(j), float(p[j])) for j in best), chosen))
+        sequence.append(chosen)
+        if chosen == eos_id:
+            break
+    return steps
+
+
+def full_passes(config: Config, w: Weights, source_ids: Sequence[int] = ()) -> Reader:
+    """A reader without a cache: each step one whole forward pass (``forward``, nothing recorded)
+    over the encoder's ``source_ids`` and the sequence so far; its last row is the distribution."""
+
+    def read(sequence: list[int]) -> Reading:
+        last = forward(config, w, source_ids, sequence)[-1]
+        return Reading(tuple(sequence), tuple(range(len(sequence))), last)
+
+    return read
 
 
 class Cache:
@@ -151,11 +219,9 @@ def generate_cached(
     seed: int = 0,
     eos_id: int | None = None,
 ) -> list[Step]:
-    """Generate up to ``max_new`` tokens after ``prompt`` (ids) with a key/value cache.
-
-    Greedy by default (the most likely token; the first in id order on a tie, as ``argmax``); with
-    ``sample``, a draw from the ``top_k`` most likely, renormalised, from a generator seeded by
-    ``seed``. Stops after ``eos_id`` is chosen. Returns step 0 (the prompt) and one step per token.
+    """Generate up to ``max_new`` tokens after ``prompt`` (ids) with a key/value cache: greedy, or
+    with ``sample`` a draw from the ``top_k`` seeded by ``seed`` (``generate``'s rules); stops after
+    ``eos_id``. Returns step 0 (the prompt) and one step per token.
     """
     m = config.model
     if not m.decoder_only:
@@ -178,13 +244,12 @@ def generate_cached(
             f"{len(prompt)} prompt tokens and {max_new} new ones need {total} positions; "
             f"the model has {m.max_positions} (max_positions)"
         )
-    rng = np.random.default_rng(seed) if sample else None
     dtype = w.get_local(stage_id(DECODER, "embedding"), "E").dtype
     cache = Cache(m.num_decoder_layers, m.num_heads, total, m.d_k, dtype)
-    steps: list[Step] = []
-    ids = prompt
-    for index in range(max_new):
+
+    def read(sequence: list[int]) -> Reading:  # only what the cache has not seen: the prompt, then one
         start = cache.rows
+        ids = sequence[start:]
         x = _embed(ids, start, w, m)
         layers = []
         for i in range(m.num_decoder_layers):
@@ -192,27 +257,15 @@ def generate_cached(
             layers.append(seen)
         cache.rows += len(ids)
         logits = _logits(x[-1:], w, m)[0]
-        p = F.softmax(logits)
-        best = _top(p, top_k)
-        chosen = int(best[0]) if rng is None else int(rng.choice(best, p=p[best] / p[best].sum()))
-        steps.append(
-            Step(index, tuple(ids), tuple(range(start, start + len(ids))), tuple(layers), logits, p,
-                 tuple((int(j), float(p[j])) for j in best), chosen)
-        )  # fmt: skip
-        if chosen == eos_id:
-            break
-        ids = [chosen]
-    return steps
+        positions = tuple(range(start, start + len(ids)))
+        return Reading(tuple(ids), positions, F.softmax(logits), logits, tuple(layers))
 
-
-def _top(p: np.ndarray, k: int) -> np.ndarray:
-    """The ids of the k largest entries of p, largest first, ties in id order (argmax's choice first)."""
-    part = np.argpartition(-p, k - 1)[:k] if k < p.size else np.arange(p.size)
-    return part[np.lexsort((part, -p[part]))]
+    rng = np.random.default_rng(seed) if sample else None
+    return generate(read, prompt, max_new, k=top_k, rng=rng, eos_id=eos_id)
 
 
 def generated_ids(steps: Sequence[Step]) -> list[int]:
-    """The whole sequence: the prompt, then every chosen token."""
+    """The whole sequence: what step 0 read (the prompt, or <start>), then every chosen token."""
     return [*steps[0].ids, *(s.chosen for s in steps)]
 
 
@@ -233,8 +286,6 @@ def compare(config: Config, w: Weights, steps: Sequence[Step]) -> Comparison:
     attends over the cache with no mask. Returns the largest absolute differences; the full
     pass's masked columns (the future) must hold weight 0 exactly, and count as differences if not.
     """
-    from .transformer import run_forward
-
     fed = [i for s in steps for i in s.ids]
     trace = run_forward(config, w, target_ids=fed)
     worst = dict.fromkeys(Comparison._fields, 0.0)

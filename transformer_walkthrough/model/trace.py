@@ -173,6 +173,23 @@ def weights_origin(seed: int, source: str | None) -> str:
 TOP_K = 3  # next-word candidates kept per position
 
 
+def top_k(p: np.ndarray, k: int) -> np.ndarray:  # (n,) -> (min(k, n),)
+    """The ids of the k largest entries of p, largest first, ties in id order (argmax's choice first).
+
+    ``np.argpartition`` alone may keep any of the ids tied at the k-th place (a uniform row's top 3
+    could be 5, 7, 9): so everything above the k-th value is kept, and then the lowest tied ids.
+    NaN counts as the smallest, as in ``np.sort``.
+    """
+    k = min(k, p.size)
+    q = -p
+    kth = np.partition(q, k - 1)[k - 1]
+    if np.isnan(kth):  # fewer than k numbers: the NaNs follow them in id order
+        return np.argsort(q, kind="stable")[:k]
+    above = np.flatnonzero(q < kth)
+    best = np.concatenate([above, np.flatnonzero(q == kth)[: k - above.size]])
+    return best[np.lexsort((best, q[best]))]
+
+
 class Prediction(NamedTuple):
     """What the model predicts after one decoder position (or after all, for the flatten head)."""
 
@@ -244,14 +261,9 @@ class Trace:
             return []
         probabilities = self["output.probabilities"]["probabilities"]
         tokens, vocabulary = self.target_tokens, self.vocabulary
-        k = min(TOP_K, probabilities.shape[1])
-        # The k largest of each row, then in order: most likely first, ties by vocabulary order.
-        top = np.argpartition(-probabilities, k - 1, axis=1)[:, :k]
-        order = np.lexsort((top, -np.take_along_axis(probabilities, top, axis=1)), axis=1)
-        top = np.take_along_axis(top, order, axis=1)
         out = []
-        for i, (row, ids) in enumerate(zip(probabilities, top.tolist(), strict=True)):
-            best = [(vocabulary[j], float(row[j])) for j in ids]
+        for i, row in enumerate(probabilities):
+            best = [(vocabulary[j], float(row[j])) for j in top_k(row, TOP_K).tolist()]
             if self.config.model.output_head == "flatten":
                 out.append(Prediction(None, " ".join(tokens), None, best))
             else:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import NamedTuple
 
 import numpy as np
 
 from ..config import END, START, Config
 from ..errors import WalkthroughError
+from . import generation
 from .backprop import backward
+from .generation import Step, full_passes, generated_ids
 from .trace import Trace
 from .transformer import Weights, run_forward
 
@@ -161,13 +162,6 @@ def _check_finite(loss: float, step: int, lr: float) -> None:
     )
 
 
-class GenerationStep(NamedTuple):
-    decoder_input: tuple[str, ...]  # what the decoder saw at this step
-    probabilities: np.ndarray  # the last row: the distribution of the next token (vocab,)
-    top: list[tuple[str, float]]  # the most likely next tokens, most likely first
-    chosen: str
-
-
 def generation_limit(config: Config, max_len: int) -> int:
     """How many tokens generation may add after <start>: ``max_len``, or fewer when a table of
     learned positions has no row for a longer input."""
@@ -175,12 +169,13 @@ def generation_limit(config: Config, max_len: int) -> int:
     return min(max_len, m.max_positions - 1) if m.positional_encoding == "learned" else max_len
 
 
-def generate(config: Config, w: Weights, max_len: int = 20) -> tuple[list[GenerationStep], Trace]:
+def generate(config: Config, w: Weights, max_len: int = 20) -> tuple[list[Step], Trace]:
     """Greedy decoding from <start>: feed the decoder its own output until it says <end>.
 
-    Returns the steps and the teacher-forced trace of the final decoder input, whose row i is,
-    thanks to the causal mask, exactly step i's distribution. Learned positions end the decoder
-    input at ``max_positions`` tokens, so generation stops there too: ``generation_limit``.
+    Returns the steps (``generation.generate``, one whole pass a step) and the teacher-forced trace
+    of the final decoder input, whose row i is, thanks to the causal mask, exactly step i's
+    distribution. Learned positions end the decoder input at ``max_positions`` tokens, so
+    generation stops there too: ``generation_limit``.
     """
     if config.model.output_head == "flatten":
         raise WalkthroughError(
@@ -190,15 +185,8 @@ def generate(config: Config, w: Weights, max_len: int = 20) -> tuple[list[Genera
     if max_len <= 0:
         raise WalkthroughError(f"--max-len: must be a positive integer, got {max_len}")
     source = config.token_ids(config.source_tokens)
-    tokens = [START]
-    steps: list[GenerationStep] = []
-    for _ in range(generation_limit(config, max_len)):
-        trace = run_forward(config, w, source_ids=source, target_ids=config.token_ids(tuple(tokens)))
-        last = trace.prediction[-1]  # the ranking after the last position: greedy takes the first
-        row = trace["output.probabilities"]["probabilities"][-1]
-        steps.append(GenerationStep(tuple(tokens), row, last.top, last.word))
-        chosen = last.word
-        if chosen == END:
-            break
-        tokens.append(chosen)
-    return steps, run_forward(config, w, source_ids=source, target_ids=config.token_ids(tuple(tokens)))
+    start, end = config.token_ids((START, END))
+    read = full_passes(config, w, source)
+    steps = generation.generate(read, [start], generation_limit(config, max_len), eos_id=end)
+    fed = generated_ids(steps)[:-1] if steps[-1].chosen == end else generated_ids(steps)  # <end> is not
+    return steps, run_forward(config, w, source_ids=source, target_ids=fed)

@@ -30,7 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import printable, shorten
-from ..model.trace import ATTENTION, PROBABILITIES, Matrix, Stage, Trace
+from ..model.trace import ATTENTION, PROBABILITIES, Matrix, Stage, Trace, top_k
 from .numbers import format_value, text_widths
 from .palette import diverging, diverging_256, sequential, sequential_256
 
@@ -38,9 +38,7 @@ if TYPE_CHECKING:
     from ..compare.checks import Check
     from ..compare.diff import StageDiff
     from ..model.backprop import Backward
-    from ..model.generation import Comparison
-    from ..model.generation import Step as CachedStep
-    from ..model.training import GenerationStep
+    from ..model.generation import Comparison, Step
 
 LABEL = "bold cyan"
 TITLE = "bold"
@@ -698,8 +696,9 @@ def training_table(before: Trace, after: Trace, view: View) -> Table:
     return table
 
 
-def generation_table(steps: list[GenerationStep], view: View) -> Table:
-    """Each step of greedy decoding: what the decoder saw, its last row's best words, the choice."""
+def generation_table(steps: list[Step], vocabulary: tuple[str, ...], view: View) -> Table:
+    """Each step of greedy decoding: what the decoder saw, its last row's best words, the choice
+    (``vocabulary`` labels the ids)."""
     p = max(view.precision, 2)
     table = styled_table("Greedy decoding: the decoder's own output fed back, one token at a time")
     table.add_column(Text("step"), justify="right", no_wrap=True)
@@ -709,14 +708,14 @@ def generation_table(steps: list[GenerationStep], view: View) -> Table:
     for i, s in enumerate(steps):
         table.add_row(
             Text(str(i)),
-            Entries([label(t) for t in s.decoder_input], " ", LABEL),
-            Entries([f"{label(w)} {q:.{p}f}" for w, q in s.top]),
-            Text(label(s.chosen), style="bold"),
+            Entries([label(vocabulary[i]) for i in s.ids], " ", LABEL),
+            Entries([f"{label(vocabulary[i])} {q:.{p}f}" for i, q in s.top]),
+            Text(label(vocabulary[s.chosen]), style="bold"),
         )
     return table
 
 
-def comparison_table(steps: list[GenerationStep], teacher_forced: Trace) -> tuple[Table, float]:
+def comparison_table(steps: list[Step], teacher_forced: Trace) -> tuple[Table, float]:
     """Each generation step's distribution against row i of one teacher-forced pass; the worst gap."""
     rows = teacher_forced["output.probabilities"]["probabilities"]
     table = styled_table("Step i of generation = row i of the teacher-forced pass")
@@ -729,7 +728,7 @@ def comparison_table(steps: list[GenerationStep], teacher_forced: Trace) -> tupl
     for i, s in enumerate(steps):
         gap = float(np.max(np.abs(s.probabilities - rows[i])))
         gaps.append(gap)
-        shown = " ".join(label(t) for t in s.decoder_input[-40:])
+        shown = " ".join(label(teacher_forced.vocabulary[i]) for i in s.ids[-40:])
         table.add_row(
             Text(str(i)),
             Text(shown if len(shown) <= 40 else "…" + shown[-39:]),
@@ -833,7 +832,7 @@ def diff_stage(a: Stage, b: Stage, view: View) -> Iterator[RenderableType]:
 
 
 def cached_generation_table(
-    steps: list[CachedStep],
+    steps: list[Step],
     vocabulary: tuple[str, ...],
     rows: tuple[str, ...],
     layer: int,
@@ -862,7 +861,7 @@ def cached_generation_table(
         fed = [label(vocabulary[i]) for i in s.ids]
         shown = " ".join(fed) if len(fed) <= 6 else f"{' '.join(fed[:2])} … {' '.join(fed[-2:])}"
         where = str(s.positions[0]) if len(fed) == 1 else f"{s.positions[0]}–{s.positions[-1]}"
-        largest = np.argsort(-row, kind="stable")[:3]
+        largest = top_k(row, 3)
         table.add_row(
             Text(str(s.index)),
             Text(f"{shown} @{where}", style=LABEL),
