@@ -23,11 +23,12 @@ from typer.testing import CliRunner
 import transformer_walkthrough.files.export as export_module
 import transformer_walkthrough.model.transformer as transformer
 from tests.test_robustness import fails
-from transformer_walkthrough.cli import MAX_WIDTH, app
+from transformer_walkthrough.cli import app
 from transformer_walkthrough.errors import WalkthroughError, short_message, shorten, utf8_argument
 from transformer_walkthrough.model.trace import Matrix
 from transformer_walkthrough.views.ascii import ERRORS, register
 from transformer_walkthrough.views.render import MAX_LABEL, View, label, matrix_block
+from transformer_walkthrough.views.terminal import MAX_WIDTH
 
 ROOT = Path(__file__).resolve().parents[1]
 # A native library's panic as pyo3 raises it: a BaseException, past every `except Exception`.

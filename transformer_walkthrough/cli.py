@@ -1,5 +1,10 @@
 """The ``walkthrough`` command: thin commands over config -> model -> trace -> render / export.
 
+A command parses its options, calls the library and hands what it computed to the views: every
+style, table and line printed through Rich is in ``views.render`` and ``views.terminal``. The
+checkpoint options (--model, --source, --target, --prompt, --dtype) are one group, defined once
+(``model_options``) and received as one ``ModelOptions``.
+
 No ``from __future__ import annotations`` here: typer reads every command's annotations at
 start-up, and evaluating them from strings would cost more than the rest of ``--help``.
 
@@ -8,12 +13,12 @@ them, so ``walkthrough --help`` stays as fast as typer itself. A ``WalkthroughEr
 anywhere below becomes one line on stderr and exit code 2.
 """
 
-import contextlib
 import functools
+import inspect
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, Optional, TypeVar
@@ -22,7 +27,8 @@ import typer
 from typer.core import TyperGroup
 
 from . import __version__
-from .errors import WalkthroughError, printable, short_message, short_words, utf8_argument
+from .errors import WalkthroughError, printable, short_message, utf8_argument
+from .views.terminal import Terminal, status
 
 # Click's usage error (typer ≥ 0.23 vendors Click, so it is reached through the class typer exports).
 UsageError: type[Exception] = typer.BadParameter.__base__  # type: ignore[assignment]
@@ -34,17 +40,9 @@ UsageError: type[Exception] = typer.BadParameter.__base__  # type: ignore[assign
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from .model.backprop import Backward
     from .model.trace import Stage, Trace
     from .model.transformer import Weights
-    from .views.render import View
-
-
-def say(console: "Console", text: str) -> None:
-    """One line holding a user's text (a path): never read as markup, never broken to the width."""
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 class OneLineUsageError(UsageError):  # type: ignore[misc,valid-type]
@@ -182,61 +180,118 @@ class ModelArgs(NamedTuple):
     prompt: str | None = None  # a decoder-only model's input (GPT-2); then source is None
 
 
-def _model_args(
-    model: str | None,
-    source: str | None,
-    target: str | None = None,
-    dtype: "Dtype | None" = None,
-    prompt: str | None = None,
-) -> "ModelArgs | Sentence | None":
-    """The checkpoint options, checked together; for the toy, its own sentence if given, else None.
-    Whether a model reads a source or a prompt is checked when its config.json is read
-    (``load_checkpoint``)."""
-    given = [
-        name
-        for name, v in (("--source", source), ("--target", target), ("--prompt", prompt), ("--dtype", dtype))
-        if v is not None
-    ]
-    if model is None:
-        toy_only = [name for name in given if name in ("--prompt", "--dtype")]
-        if toy_only:
-            why = (
-                "the toy's dtype is in its config"
-                if toy_only[0] == "--dtype"
-                else "a decoder-only checkpoint's input"
-            )
-            raise WalkthroughError(f"{toy_only[0]} needs --model ({why})")
-        if not given:
-            return None
-        if source is None or target is None or not source.strip() or not target.strip():
-            raise WalkthroughError(
-                "the toy needs both --source (the encoder's words) and --target (the decoder's), "
-                'e.g. --source "the dog is" --target "barking loudly"'
-            )
-        from .config import tokenize
-
-        for name, text in (("--source", source), ("--target", target)):
-            if not tokenize(text):
-                raise WalkthroughError(
-                    f"{name}: no words in {printable(text)[:40]!r} (a word is letters, digits and ')"
-                )
-        return Sentence(source, target)
-    if prompt is not None and (source is not None or target is not None):
-        raise WalkthroughError(
-            "--prompt is a decoder-only model's input, --source/--target an encoder-decoder model's: give one"
-        )
-    if prompt is not None:
-        if not prompt:
-            raise WalkthroughError("--prompt: give some text")
-        return ModelArgs(model, None, None, (dtype or Dtype.float32).value, prompt)
-    if source is None or not source.strip():
-        raise WalkthroughError(
-            "--model needs --source TEXT (a translation model) or --prompt TEXT (a decoder-only model)"
-        )
-    return ModelArgs(model, source, target, (dtype or Dtype.float32).value)
-
-
 F = TypeVar("F", bound=Callable[..., None])
+
+
+class ModelOptions(NamedTuple):
+    """--model, --source, --target, --prompt and --dtype as given: one value, checked together by
+    ``checked``. ``model_options`` puts the five on a command's command line."""
+
+    model: str | None = None
+    source: str | None = None
+    target: str | None = None
+    prompt: str | None = None
+    dtype: Dtype | None = None
+
+    def checked(self) -> "ModelArgs | Sentence | None":
+        """The checkpoint to run; for the toy, its own sentence if given, else None.
+        Whether a model reads a source or a prompt is checked when its config.json is read
+        (``load_checkpoint``)."""
+        model, source, target, prompt, dtype = self
+        given = [
+            name
+            for name, v in (
+                ("--source", source),
+                ("--target", target),
+                ("--prompt", prompt),
+                ("--dtype", dtype),
+            )
+            if v is not None
+        ]
+        if model is None:
+            toy_only = [name for name in given if name in ("--prompt", "--dtype")]
+            if toy_only:
+                why = (
+                    "the toy's dtype is in its config"
+                    if toy_only[0] == "--dtype"
+                    else "a decoder-only checkpoint's input"
+                )
+                raise WalkthroughError(f"{toy_only[0]} needs --model ({why})")
+            if not given:
+                return None
+            if source is None or target is None or not source.strip() or not target.strip():
+                raise WalkthroughError(
+                    "the toy needs both --source (the encoder's words) and --target (the decoder's), "
+                    'e.g. --source "the dog is" --target "barking loudly"'
+                )
+            from .config import tokenize
+
+            for name, text in (("--source", source), ("--target", target)):
+                if not tokenize(text):
+                    raise WalkthroughError(
+                        f"{name}: no words in {printable(text)[:40]!r} (a word is letters, digits and ')"
+                    )
+            return Sentence(source, target)
+        if prompt is not None and (source is not None or target is not None):
+            raise WalkthroughError(
+                "--prompt is a decoder-only model's input, --source/--target an encoder-decoder model's: "
+                "give one"
+            )
+        if prompt is not None:
+            if not prompt:
+                raise WalkthroughError("--prompt: give some text")
+            return ModelArgs(model, None, None, (dtype or Dtype.float32).value, prompt)
+        if source is None or not source.strip():
+            raise WalkthroughError(
+                "--model needs --source TEXT (a translation model) or --prompt TEXT (a decoder-only model)"
+            )
+        return ModelArgs(model, source, target, (dtype or Dtype.float32).value)
+
+
+TOY = ModelOptions()  # none given: the toy (and the default of a command's group, never used)
+
+# Each option of the group as typer reads it, in the order `--help` lists them.
+MODEL_OPTIONS = {
+    "model": ModelOption,
+    "source": SourceOption,
+    "target": TargetOption,
+    "prompt": PromptOption,
+    "dtype": DtypeOption,
+}
+
+
+def model_options(*names: str) -> Callable[[F], F]:
+    """Give a command the checkpoint options as one value: its parameter annotated ``ModelOptions``
+    is shown to typer as the options ``names`` (default: all five, in ``MODEL_OPTIONS``' order),
+    in its place, and the command is called with them gathered into a ``ModelOptions``.
+
+    Typer has no option groups; it reads a command's parameters from ``inspect.signature``, which
+    honours ``__signature__``. So the five are defined once, and each command's ``--help`` lists
+    them where its signature has the group.
+    """
+    chosen = names or tuple(MODEL_OPTIONS)
+
+    def decorate(command: F) -> F:
+        signature = inspect.signature(command)
+        group = next(p for p in signature.parameters.values() if p.annotation is ModelOptions)
+        parameters: list[inspect.Parameter] = []
+        for parameter in signature.parameters.values():
+            if parameter is not group:
+                parameters.append(parameter)
+                continue
+            for name in chosen:
+                parameters.append(group.replace(name=name, annotation=MODEL_OPTIONS[name], default=None))
+
+        @functools.wraps(command)
+        def with_options(**kwargs: Any) -> None:
+            given = ModelOptions(**{name: kwargs.pop(name) for name in chosen})
+            command(**kwargs, **{group.name: given})
+
+        with_options.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        with_options.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
+        return with_options  # type: ignore[return-value]
+
+    return decorate
 
 
 def user_errors(command: F) -> F:
@@ -437,26 +492,6 @@ def _gradients(trace: "Trace", w: "Weights", backward: bool) -> "Backward | None
     return backpropagate(trace, w)
 
 
-# The widest and tallest terminal believed (COLUMNS, LINES): a matrix is laid out to the width,
-# and COLUMNS=10000000 made `run` write hundreds of megabytes (99999999999: a MemoryError). A
-# 1,000-column terminal is a 4K screen's width at its smallest font; past it, no one reads a line.
-MAX_WIDTH = 1000
-MAX_HEIGHT = 1000
-
-
-def _console() -> "Console":
-    from .views.render import TrimmedConsole
-
-    console = TrimmedConsole(highlight=False)
-    if console.width < 20:  # COLUMNS=0 or a tiny pane: too narrow to lay anything out
-        console.width = 80
-    if console.width > MAX_WIDTH:  # set only then: a real terminal's size stays live (the tour resizes)
-        console.width = MAX_WIDTH
-    if console.height > MAX_HEIGHT:  # the tour pages by it
-        console.height = MAX_HEIGHT
-    return console
-
-
 def _show(
     trace: "Trace",
     stages: "list[Stage]",
@@ -467,35 +502,14 @@ def _show(
     shared_scale: bool = False,
 ) -> None:
     """Print the stages (with their gradients), and the prediction when the probabilities are among them."""
-    from .views.render import print_all, render_trace
+    from .views.render import render_trace
 
-    console = _console()
-    view = _view(trace, console, full=full, heatmap=heatmap, shared_scale=shared_scale)
+    out = Terminal()
+    view = out.view(trace.config.display.precision, full, heatmap, shared_scale)
     ending = any(s.kind == "probabilities" for s in stages)
-    rendered = render_trace(console, trace, stages, view, prediction=ending, grads=grads, show_map=show_map)
-    print_all(console, rendered)
-
-
-def _view(trace: "Trace", console: "Console", full: bool, heatmap: bool, shared_scale: bool) -> "View":
-    """How numbers are shown: the config's precision, the console's width and colours."""
-    from .views.render import View
-
-    return View(
-        precision=trace.config.display.precision,
-        width=console.width,
-        full=full,
-        heatmap=heatmap or shared_scale,
-        shared_scale=shared_scale,
-        colors="truecolor" if console.color_system == "truecolor" else "256",
-        ascii=_ascii_only(console),
+    out.show_all(
+        render_trace(out.console, trace, stages, view, prediction=ending, grads=grads, show_map=show_map)
     )
-
-
-def _ascii_only(console: "Console") -> bool:
-    """Whether the console's stream cannot show our symbols (then the matrices write -inf, ...)."""
-    from .views.ascii import lacks_symbols
-
-    return lacks_symbols(console.encoding)
 
 
 def _version(value: bool) -> None:
@@ -518,6 +532,7 @@ def main_options(
 
 @app.command()
 @user_errors
+@model_options()
 def run(
     config: ConfigOption = None,
     seed: SeedOption = None,
@@ -528,19 +543,16 @@ def run(
     heatmap: HeatmapOption = False,
     shared_scale: SharedScaleOption = False,
     show_map: MapOption = False,
-    model: ModelOption = None,
-    source: SourceOption = None,
-    target: TargetOption = None,
-    prompt: PromptOption = None,
-    dtype: DtypeOption = None,
+    checkpoint: ModelOptions = TOY,
 ) -> None:
     """The whole forward pass: every stage, then the prediction."""
-    trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype, prompt))
+    trace, w = _trace(config, seed, precision, weights, checkpoint.checked())
     _show(trace, list(trace), full, _gradients(trace, w, backward), heatmap, show_map, shared_scale)
 
 
 @app.command()
 @user_errors
+@model_options()
 def step(
     stage: Annotated[
         list[str],
@@ -560,38 +572,32 @@ def step(
     heatmap: HeatmapOption = False,
     shared_scale: SharedScaleOption = False,
     show_map: MapOption = True,
-    model: ModelOption = None,
-    source: SourceOption = None,
-    target: TargetOption = None,
-    prompt: PromptOption = None,
-    dtype: DtypeOption = None,
+    checkpoint: ModelOptions = TOY,
 ) -> None:
     """One stage, or all stages of one kind, with every intermediate."""
-    trace, w = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype, prompt))
+    trace, w = _trace(config, seed, precision, weights, checkpoint.checked())
     chosen = trace.select(stage, layer)
     _show(trace, chosen, full, _gradients(trace, w, backward), heatmap, show_map, shared_scale)
 
 
 @app.command()
 @user_errors
+@model_options()
 def stages(
     config: ConfigOption = None,
     seed: SeedOption = None,
-    model: ModelOption = None,
-    source: SourceOption = None,
-    target: TargetOption = None,
-    prompt: PromptOption = None,
-    dtype: DtypeOption = None,
+    checkpoint: ModelOptions = TOY,
 ) -> None:
     """The stage ids in order, their kinds and matrix shapes."""
     from .views.render import stage_list
 
-    trace, _ = _trace(config, seed, None, None, _model_args(model, source, target, dtype, prompt))
-    _console().print(stage_list(trace))
+    trace, _ = _trace(config, seed, None, None, checkpoint.checked())
+    Terminal().show(stage_list(trace))
 
 
 @app.command()
 @user_errors
+@model_options()
 def export(
     path: Annotated[
         str,
@@ -629,24 +635,20 @@ def export(
             show_default=False,
         ),
     ] = None,
-    model: ModelOption = None,
-    source: SourceOption = None,
-    target: TargetOption = None,
-    prompt: PromptOption = None,
-    dtype: DtypeOption = None,
+    checkpoint: ModelOptions = TOY,
 ) -> None:
     """Write every matrix to a file: data (.json, .npz) or a document (.html, .md, .tex)."""
     from .files.export import DOCUMENTS, check_target, size_warning
     from .files.export import export as write
 
-    checkpoint = _model_args(model, source, target, dtype, prompt)
+    model = checkpoint.checked()
     target = check_target(path, force)  # before any work: a bad path costs nothing
     suffix = ".json" if target is None else target.suffix.lower()
     if (exercise is not None or cells) and suffix not in DOCUMENTS:
         raise WalkthroughError(
             f"--exercise and --cells make a worksheet, a document: export .html, .md or .tex, not {suffix}"
         )
-    trace, w = _trace(config, seed, None, weights, checkpoint, notes_to_stderr=True)
+    trace, w = _trace(config, seed, None, weights, model, notes_to_stderr=True)
     stages = trace.select(stage or (), layer)
     sheet = None
     if exercise is not None or cells:
@@ -658,7 +660,7 @@ def export(
     # The size warning is said once the export is written, beside "wrote": an export that fails
     # (a full disk, a .tex of Cyrillic) says only its error, in one line. On a terminal it shows
     # meanwhile as a status line, erased when the export ends: a long wait has its reason on screen.
-    with _status(f"writing: {warning}" if warning else None):
+    with status(f"writing: {warning}" if warning else None):
         text = write(trace, target, stages, include_weights, grads, force=force, worksheet=sheet)
     if text is not None:
         typer.echo(text, nl=False)
@@ -668,33 +670,13 @@ def export(
         typer.echo(f"wrote {printable(str(target))}", err=True)
 
 
-@contextlib.contextmanager
-def _status(line: str | None) -> Iterator[None]:
-    """``line`` on stderr while the block runs, erased after it however it ends; only on a terminal
-    (a log or a pipe keeps no half-finished lines)."""
-    stream = sys.stderr
-    if line is None or stream is None or not stream.isatty():
-        yield
-        return
-    import shutil
-
-    width = max(20, min(shutil.get_terminal_size().columns, MAX_WIDTH)) - 1
-    shown = line if len(line) <= width else line[: width - 1] + "…"
-    stream.write(f"\r{shown}")  # no newline: the next write replaces it
-    stream.flush()
-    try:
-        yield
-    finally:
-        stream.write("\r\x1b[K")  # back to the line's start, and clear it
-        stream.flush()
-
-
 class Reference(str, Enum):
     torch = "torch"
 
 
 @app.command()
 @user_errors
+@model_options()
 def verify(
     config: ConfigOption = None,
     seed: SeedOption = None,
@@ -702,28 +684,24 @@ def verify(
         Optional[Reference], typer.Option(help="Also compare with torch.nn.Transformer (needs PyTorch).")
     ] = None,
     weights: WeightsOption = None,
-    model: ModelOption = None,
-    source: SourceOption = None,
-    target: TargetOption = None,
-    prompt: PromptOption = None,
-    dtype: DtypeOption = None,
+    checkpoint: ModelOptions = TOY,
 ) -> None:
     """Recompute every stage a second way; exit 1 if any number differs."""
     from .compare.verify import TOLERANCE, against_torch, recompute
     from .views.render import verify_table
 
-    trace, w = _trace(config, seed, None, weights, _model_args(model, source, target, dtype, prompt))
+    trace, w = _trace(config, seed, None, weights, checkpoint.checked())
     settings = trace.config
     checks = recompute(trace)
     if against is Reference.torch:
         checks += against_torch(trace, w)
     order = {stage_id: k for k, stage_id in enumerate(trace.stages)}
     checks.sort(key=lambda c: order[c.stage])  # stable: per stage, in the order they were made
-    console = _console()
-    console.print(verify_table(checks))
+    out = Terminal()
+    out.show(verify_table(checks))
     failed = [c for c in checks if not c.ok]
     dtype = settings.model.dtype
-    console.print(
+    out.line(
         f"{len(checks) - len(failed)} of {len(checks)} checks agree to {TOLERANCE[dtype]:g} of their stage's "
         f"largest value ({dtype})."
     )
@@ -733,6 +711,7 @@ def verify(
 
 @app.command()
 @user_errors
+@model_options()
 def explain(
     stage: Annotated[
         str,
@@ -748,35 +727,22 @@ def explain(
     seed: SeedOption = None,
     weights: WeightsOption = None,
     digits: Annotated[int, typer.Option(help="Digits after the decimal point.")] = 4,
-    model: ModelOption = None,
-    source: SourceOption = None,
-    target: TargetOption = None,
-    prompt: PromptOption = None,
-    dtype: DtypeOption = None,
+    checkpoint: ModelOptions = TOY,
     all_terms: Annotated[
         bool, typer.Option("--all-terms", help="Every term of a long sum, not the first and last few.")
     ] = False,
 ) -> None:
     """The arithmetic of one cell, with the actual numbers."""
-    from rich.text import Text
-
     from .errors import StageError
     from .views.explain import explain as explain_cell
 
-    trace, _ = _trace(config, seed, None, weights, _model_args(model, source, target, dtype, prompt))
+    trace, _ = _trace(config, seed, None, weights, checkpoint.checked())
     chosen = trace.select([stage])
     if len(chosen) > 1:
         raise StageError(
             f"--stage {stage} names {len(chosen)} stages; give one id: {', '.join(s.id for s in chosen)}"
         )
-    from .views.render import wrap_explanation
-
-    head, *lines = explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms)
-    console = _console()
-    for k, line in enumerate([head, *lines]):
-        # A label of a checkpoint's 1.6 MB piece is cut as the matrices cut it; the numbers stay whole.
-        for part in wrap_explanation(short_words(printable(line)), console.width):
-            console.print(Text(part, style="bold" if k == 0 else "", overflow="fold"))
+    Terminal().explanation(explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms))
 
 
 @app.command()
@@ -798,7 +764,6 @@ def train(
 ) -> None:
     """Teach the model its sentence: backpropagation and Adam."""
     import numpy as np
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .files.export import check_target, write_atomic
     from .model.training import train as fit
@@ -811,32 +776,22 @@ def train(
         target = check_target(output, force, formats=(".npz",))  # before the work
     before, w = _trace(config, seed, None, weights)
     settings = before.config
-    console = _console()
-    loss = TextColumn("loss {task.fields[loss]}")
-    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), loss, TimeElapsedColumn())
-    total = steps if steps is not None else settings.training.steps
-    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
-        task = progress.add_task("train", total=total, loss="…")
-        losses = fit(
-            settings,
-            w,
-            steps,
-            lr,
-            on_step=lambda i, loss: progress.update(task, advance=1, loss=f"{loss:.4f}"),
-        )
+    out = Terminal()
+    with out.training_progress(steps if steps is not None else settings.training.steps) as on_step:
+        losses = fit(settings, w, steps, lr, on_step=on_step)
     after = run_forward(settings, w)
-    console.print(loss_curve(losses, width=min(60, console.width - 12)))
-    console.print(training_table(before, after, View(precision=settings.display.precision)))
+    out.show(loss_curve(losses, width=min(60, out.width - 12)))
+    out.show(training_table(before, after, View(precision=settings.display.precision)))
     for line in training_notes(
         losses, lr if lr is not None else settings.training.learning_rate, settings, after
     ):
-        console.print(line)
+        out.line(line)
     if target is not None:
         write_atomic(target, lambda f: np.savez(f, **w.arrays), force)
         shown = printable(str(target))
-        say(console, f"wrote {shown}: walkthrough generate --weights {shown}")
+        out.say(f"wrote {shown}: walkthrough generate --weights {shown}")
     else:
-        console.print("(the weights were not kept: add --output weights.npz)")
+        out.line("(the weights were not kept: add --output weights.npz)")
 
 
 MAX_GENERATED = 512  # tokens: a model that never says <end> stops here
@@ -844,6 +799,7 @@ MAX_GENERATED = 512  # tokens: a model that never says <end> stops here
 
 @app.command()
 @user_errors
+@model_options("model", "source", "dtype", "prompt")  # no --target: generation makes its own
 def generate(
     config: ConfigOption = None,
     seed: SeedOption = None,
@@ -852,10 +808,7 @@ def generate(
     compare: Annotated[
         bool, typer.Option("--compare", help="Show each step beside the same row of one teacher-forced pass.")
     ] = False,
-    model: ModelOption = None,
-    source: SourceOption = None,
-    dtype: DtypeOption = None,
-    prompt: PromptOption = None,
+    checkpoint: ModelOptions = TOY,
     top_k: Annotated[
         Optional[int],
         typer.Option(
@@ -874,38 +827,36 @@ def generate(
 ) -> None:
     """Greedy decoding from <start>, one token at a time, until <end>; with --prompt, a decoder-only
     checkpoint's continuation, its key/value cache growing by one row a step."""
-    from rich.text import Text
-
     from .compare.checks import TOLERANCE
     from .config import END, load_config
     from .model.trace import weights_origin
     from .model.training import generate as decode
     from .model.training import generation_limit
     from .model.transformer import init_weights, load_weights
-    from .views.render import View, comparison_table, generation_table, paragraph
+    from .views.render import View, comparison_table, generation_table
 
     if max_len > MAX_GENERATED:
         raise WalkthroughError(f"--max-len: at most {MAX_GENERATED}, got {max_len}")
     if max_len <= 0:
         raise WalkthroughError(f"--max-len: must be a positive integer, got {max_len}")
-    checkpoint = _model_args(model, source, None, dtype, prompt) if model or prompt or dtype else None
-    if model is None and source is not None:
+    model = checkpoint.checked() if checkpoint.model or checkpoint.prompt or checkpoint.dtype else None
+    if checkpoint.model is None and checkpoint.source is not None:
         raise WalkthroughError(
             "--source on generate needs --model; the toy generates from its config's source "
             "(walkthrough config > mine.yaml, edit the sentence, generate -c mine.yaml)"
         )
-    if checkpoint is not None and checkpoint.prompt is not None:
+    if model is not None and model.prompt is not None:
         _no_toy_options(config, None, weights)
-        _continue(checkpoint, max_len, top_k, seed, layer, head, compare)
+        _continue(model, max_len, top_k, seed, layer, head, compare)
         return
     cached = [name for name, v in (("--top-k", top_k), ("--layer", layer)) if v is not None]
     if cached or head != 1:
         raise WalkthroughError(f"{[*cached, '--head'][0]} is for --model with --prompt (the key/value cache)")
-    if checkpoint is not None:
+    if model is not None:
         from .checkpoints.run import translate
 
         _no_toy_options(config, seed, weights)
-        translation = translate(checkpoint.model, checkpoint.source, checkpoint.dtype, max_len)
+        translation = translate(model.model, model.source, model.dtype, max_len)
         steps, teacher_forced = translation.steps, translation.teacher_forced
         settings = teacher_forced.config
         said = f"{printable(translation.source)} → {printable(translation.text)}"
@@ -917,24 +868,24 @@ def generate(
         prompt = " ".join(settings.source_tokens) or words[steps[0].ids[0]]  # decoder-only: <start>
         said = f"{prompt} → {' '.join(words[s.chosen] for s in steps)}"
     vocabulary = teacher_forced.vocabulary
-    console = _console()
+    out = Terminal()
     view = View(precision=settings.display.precision)
-    if checkpoint is not None:
+    if model is not None:
         origin = f"trained: {printable(settings.checkpoint)}"  # type: ignore[attr-defined]
     else:
         origin = weights_origin(settings.seed, None if weights is None else printable(str(weights)))
-    console.print(Text(f"weights: {origin}", style="dim"))
-    console.print(generation_table(steps, vocabulary, view))
-    console.print(paragraph(said, console.width))
+    out.note(f"weights: {origin}")
+    out.show(generation_table(steps, vocabulary, view))
+    out.paragraph(said)
     limit = generation_limit(settings, max_len)
-    if checkpoint is None and vocabulary[steps[-1].chosen] != END and len(steps) == limit < max_len:
-        console.print(
+    if model is None and vocabulary[steps[-1].chosen] != END and len(steps) == limit < max_len:
+        out.line(
             f"(stopped after {len(steps)} tokens: the learned position table has "
             f"{settings.model.max_positions} rows, model.max_positions)"
         )
     table, worst = comparison_table(steps, teacher_forced)
     if compare:
-        console.print(table)
+        out.show(table)
     # float32 sums in a different order for a longer input: rows agree to float32's rounding
     tolerance = 1e-9 if settings.model.dtype == "float64" else TOLERANCE["float32"]
     if not worst <= tolerance:  # NaN included: a comparison with NaN is a failure, not agreement
@@ -942,10 +893,10 @@ def generate(
             f"generation differs from the teacher-forced pass (max |diff| {worst:.1e}): "
             "the numbers overflowed; try smaller weights"
         )
-    console.print(paragraph(
+    out.paragraph(
         f"Step i equals row i of one teacher-forced pass over the final input (max |diff| {worst:.1e}): "
-        "the causal mask keeps row i from seeing anything after position i.", console.width
-    ))  # fmt: skip
+        "the causal mask keeps row i from seeing anything after position i."
+    )
 
 
 def _continue(
@@ -959,8 +910,6 @@ def _continue(
 ) -> None:
     """``generate --prompt``: the continuation step by step, and with ``compare`` each step against
     the same row of one full pass (``generation.compare``)."""
-    from rich.text import Text
-
     from .checkpoints.run import continue_prompt, load
     from .compare.checks import TOLERANCE
     from .model.generation import compare as against_full_pass
@@ -982,30 +931,30 @@ def _continue(
     vocabulary = done.config.vocabulary or ()
     ids = generated_ids(done.steps)
     rows = token_labels([vocabulary[i] for i in ids])
-    console = _console()
-    console.print(Text(f"weights: {printable(done.checkpoint.source)}", style="dim"))
+    out = Terminal()
+    out.note(f"weights: {printable(done.checkpoint.source)}")
     view = View(precision=done.config.display.precision)
-    console.print(cached_generation_table(done.steps, vocabulary, rows, layer, head, view, top_k is not None))
+    out.show(cached_generation_table(done.steps, vocabulary, rows, layer, head, view, top_k is not None))
     n, fed = len(done.prompt_ids), len(ids) - 1
     continuation = done.checkpoint.tokenizer.decode(ids[n:])
-    console.print(Text(printable(checkpoint.prompt or "")) + Text(printable(continuation), style="bold"))
+    out.continuation(checkpoint.prompt or "", continuation)
     how = f"drawn from the top {top_k} (seed {seed or 0})" if top_k is not None else "greedy"
-    console.print(
+    out.line(
         f"{len(done.steps)} tokens after a prompt of {n}, {how}; the cache holds {fed} keys and values "
         f"per head and layer, d_k = {m.d_k}."
     )
     if done.cut:
-        console.print(f"(stopped: the learned position table has {m.max_positions} rows: max_positions)")
+        out.line(f"(stopped: the learned position table has {m.max_positions} rows: max_positions)")
     if not compare:
         return
     gaps = against_full_pass(done.config, done.weights, done.steps)
-    console.print(cache_comparison_table(gaps))
+    out.show(cache_comparison_table(gaps))
     scale = max(1.0, max(float(abs(s.logits).max()) for s in done.steps))
     tolerance = 1e-9 if m.dtype == "float64" else TOLERANCE["float32"] * scale
     worst = max(gaps)
     if not worst <= tolerance:  # NaN included
         raise WalkthroughError(f"the cached steps differ from the full pass (max |diff| {worst:.1e})")
-    console.print(
+    out.line(
         f"Step t equals row n + t − 1 of one full pass over the {fed} tokens fed (max |diff| {worst:.1e}): "
         "the causal mask keeps row i from seeing anything after position i, so the cached keys and "
         "values are all a new row needs."
@@ -1014,6 +963,7 @@ def _continue(
 
 @app.command()
 @user_errors
+@model_options()
 def tour(
     config: ConfigOption = None,
     seed: SeedOption = None,
@@ -1021,18 +971,14 @@ def tour(
     weights: WeightsOption = None,
     heatmap: HeatmapOption = False,
     shared_scale: SharedScaleOption = False,
-    model: ModelOption = None,
-    source: SourceOption = None,
-    target: TargetOption = None,
-    prompt: PromptOption = None,
-    dtype: DtypeOption = None,
+    checkpoint: ModelOptions = TOY,
 ) -> None:
     """One stage at a time: Enter next, b back, arrows and j/k scroll, q quit."""
     from .views.tour import run_tour
 
-    trace, _ = _trace(config, seed, precision, weights, _model_args(model, source, target, dtype, prompt))
-    console = _console()
-    run_tour(console, trace, _view(trace, console, full=False, heatmap=heatmap, shared_scale=shared_scale))
+    trace, _ = _trace(config, seed, precision, weights, checkpoint.checked())
+    out = Terminal()
+    run_tour(out.console, trace, out.view(trace.config.display.precision, False, heatmap, shared_scale))
 
 
 @app.command()
@@ -1059,7 +1005,7 @@ def diff(
     from .compare.diff import compare, first_divergence
     from .config import load_config
     from .model.transformer import init_weights, load_weights, run_forward
-    from .views.render import View, diff_stage, diff_table, print_all
+    from .views.render import View, diff_stage, diff_table
 
     paths, files = list(configs or []), list(weights or [])
     if len(paths) > 2 or len(files) not in (0, 2) or not (len(paths) == 2 or len(files) == 2):
@@ -1076,7 +1022,7 @@ def diff(
         traces.append(run_forward(settings, w))
     a, b = traces
     diffs = compare(a, b)
-    console = _console()
+    out = Terminal()
     if stage is not None:
         chosen = a.select([stage]) if stage in a.stages or stage in {s.kind for s in a} else b.select([stage])
         if len(chosen) > 1:
@@ -1085,18 +1031,14 @@ def diff(
         sid = chosen[0].id
         if sid not in a.stages or sid not in b.stages:
             raise WalkthroughError(f"--stage {sid}: only {'A' if sid in a.stages else 'B'} has this stage")
-        view = View(
-            precision=a.config.display.precision, width=console.width, full=full, ascii=_ascii_only(console)
-        )
-        print_all(console, diff_stage(a[sid], b[sid], view))
+        view = View(precision=a.config.display.precision, width=out.width, full=full, ascii=out.ascii)
+        out.show_all(diff_stage(a[sid], b[sid], view))
         return
     first = first_divergence(a, diffs)
     names = [str(f) for f in files] if len(files) == 2 else [str(p or "the default config") for p in paths]
-    say(console, f"A = {printable(names[0])}, B = {printable(names[1])}")
-    console.print(diff_table(diffs, first))
-    console.print(
-        f"The outputs first differ at {first} (◀)." if first else "Every output is the same in A and B."
-    )
+    out.say(f"A = {printable(names[0])}, B = {printable(names[1])}")
+    out.show(diff_table(diffs, first))
+    out.line(f"The outputs first differ at {first} (◀)." if first else "Every output is the same in A and B.")
 
 
 @app.command("config")

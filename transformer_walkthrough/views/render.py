@@ -1,6 +1,7 @@
 """Everything the terminal shows: stages as blocks of matrices with labelled rows and columns.
 
-All styling lives here. Text is never markup (a token like ``<start>`` or ``[1]`` must show as
+All styling of what the commands compute lives here (``terminal`` prints it, beside the
+commands' own sentences). Text is never markup (a token like ``<start>`` or ``[1]`` must show as
 itself, and parsing markup is the slow path). A matrix is laid out here, as lines of Rich
 segments, in the look of a borderless Rich table; the prediction and the other small tables are
 Rich tables. Matrices wider than the console are summarised numpy-style, with an ellipsis
