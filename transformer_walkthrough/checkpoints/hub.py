@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 
+from ..files.regular import read_regular
 from .errors import CheckpointError
 
 # What a Marian or a GPT-2 folder needs, and nothing else (the hub's opus-mt and gpt2 repos also
@@ -19,7 +20,10 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 TORCH_SHARD_INDEX = "pytorch_model.bin.index.json"  # not read: refused with a way out
 
 # The hub's rule for repository ids: [namespace/]name, letters, digits, '-', '_', '.'.
-_HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
+# Matched whole (``fullmatch``: a "$" would let "org/m\n" through, and \w is ASCII only).
+_HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}", re.ASCII)
+_COMMIT = re.compile(rb"[0-9a-f]{40}\s*")
+MAX_REF_BYTES = 4096  # a ref holds one commit hash: 40 characters
 
 
 def _offline() -> bool:
@@ -48,7 +52,7 @@ def resolve(model: str) -> Path:
         return path
     if path.exists():
         raise CheckpointError(f"{model}: not a folder; pass the checkpoint's folder or a hub id")
-    if ".." in model or "--" in model or not _HUB_ID.match(model):
+    if ".." in model or "--" in model or not _HUB_ID.fullmatch(model):
         raise CheckpointError(f"{model}: no such folder, and not a hub id (like Helsinki-NLP/opus-mt-en-de)")
     return _download(model)
 
@@ -59,6 +63,7 @@ def _download(repo_id: str) -> Path:
     from .tensors import shard_files
 
     offline = _offline()
+    _check_ref(repo_id)
 
     def fetch(*patterns: str, revision: str | None = None) -> Path:
         return Path(
@@ -82,6 +87,24 @@ def _download(repo_id: str) -> Path:
         raise
     except Exception as err:  # the hub client's errors span HTTP, OS and its own classes
         raise CheckpointError(_download_failure(repo_id, err, offline)) from None
+
+
+def _check_ref(repo_id: str) -> None:
+    """The cache's ``refs/main`` of ``repo_id``, which the hub client reads whole with ``open()``
+    offline (or when the hub cannot be reached) and then joins to a path: refused unless it is a
+    regular file holding a commit hash, so that a FIFO there does not block for ever, ``/dev/zero``
+    does not read until memory runs out, and ``../..`` does not name a folder outside the cache."""
+    from huggingface_hub import constants
+
+    ref = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}" / "refs" / "main"
+    if not os.path.lexists(ref):
+        return  # not cached yet (or no cache): the hub client says so, or downloads it
+    try:
+        data = read_regular(ref, "a hub cache's ref (a commit hash)", MAX_REF_BYTES, CheckpointError)
+    except FileNotFoundError:
+        return  # a link to nothing: as if not cached
+    if not _COMMIT.fullmatch(data):
+        raise CheckpointError(f"{ref}: not a commit hash; delete the file (or the cached model) and retry")
 
 
 def _download_failure(repo_id: str, err: Exception, offline: bool) -> str:

@@ -248,7 +248,7 @@ def _generation_settings(folder: Path, config: dict[str, Any]) -> dict[str, Any]
     (as transformers reads them), else from config.json; each checked."""
     settings = {key: config.get(key) for key in ("bad_words_ids", "forced_eos_token_id")}
     path = folder / "generation_config.json"
-    if path.is_file():
+    if path.exists():  # a FIFO or a device there is refused by read_json, not skipped as absent
         generation = read_json(path, MAX_CONFIG_BYTES)
         if isinstance(generation, dict):
             settings.update({k: generation[k] for k in settings if k in generation})

@@ -174,8 +174,8 @@ class MarianTokenizer:
 
 def _tokenizer_config(folder: Path) -> dict:
     path = folder / "tokenizer_config.json"
-    if not path.is_file():
-        return {}
+    if not path.exists():
+        return {}  # absent; a FIFO or a device there is refused by read_json, not taken as absent
     config = read_json(path)
     return config if isinstance(config, dict) else {}
 

@@ -290,14 +290,29 @@ def _hole_label(trace: Trace, h: Hole) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _md_label(label: str) -> str:
-    """A token or dimension in backticks, so that <start> shows as itself, not as an HTML tag."""
-    return "`" + label.replace("`", "'").replace("|", "\\|") + "`"
+def _md_label(label: str, table: bool = True) -> str:
+    """A token or dimension in backticks, so that <start> shows as itself, not as an HTML tag (a
+    "|" escaped in a table's cell, where GFM reads it before the code span; elsewhere it is not)."""
+    label = label.replace("`", "'")
+    return "`" + (label.replace("|", "\\|") if table else label) + "`"
+
+
+# What Markdown reads as markup in prose: emphasis, code, links and images ([ and ]), strikethrough,
+# and the backslash itself; each is backslash-escaped (CommonMark), as < > & are made entities.
+_MD_ACTIVE = re.compile(r"([\\`*_\[\]~])")
 
 
 def _md_text(text: str) -> str:
-    """Prose for Markdown: < > & as entities, so that <start> is not read as an HTML tag."""
-    return html.escape(text, quote=False)
+    """Prose for Markdown — a title, the input's tokens, which a checkpoint's vocabulary spells:
+    < > & as entities, so that <start> is not read as an HTML tag, and every other character
+    Markdown acts on escaped, so that a token ``![x](https://…)`` is not an image fetched."""
+    return _MD_ACTIVE.sub(r"\\\1", html.escape(text, quote=False)).replace("\n", " ")
+
+
+def _md_fence(lines: Sequence[str]) -> str:
+    """A code fence longer than any run of backticks in ``lines``, which would otherwise close it."""
+    longest = max((len(run) for line in lines for run in re.findall("`+", line)), default=0)
+    return "`" * max(3, longest + 1)
 
 
 def _md_anchor(stage: Stage) -> str:
@@ -341,10 +356,11 @@ def iter_markdown(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str
     if o.worksheet is not None:
         yield "\n## Answer key\n"
         for h, lines in zip(o.worksheet.holes, o.worksheet.answers, strict=True):
+            fence = _md_fence(lines)
             yield (
-                f"\n**?{h.number}** {_md_label(_hole_label(trace, h))}\n\n```text\n"
+                f"\n**?{h.number}** {_md_label(_hole_label(trace, h), table=False)}\n\n{fence}text\n"
                 + "\n".join(lines)
-                + "\n```\n"
+                + f"\n{fence}\n"
             )
 
 
@@ -360,7 +376,7 @@ def to_markdown(trace: Trace, stages: list[Stage], precision: int = 2, **options
 
 _TEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-    "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}", ">": r"\textgreater{}",
+    "}": r"\}", "[": "{[}", "]": "{]}", "*": "{*}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}", ">": r"\textgreater{}",
     "−": "-", "∞": r"$\infty$", "√": r"$\surd$", "ᵀ": r"$^{T}$", "⊙": r"$\odot$", "·": r"$\cdot$", "…": r"\ldots{}",
     "→": r"$\to$", "Σ": r"$\Sigma$", "×": r"$\times$", "≤": r"$\le$", "—": "---", "–": "--", "±": r"$\pm$",
     "²": r"$^{2}$", "✓": r"$\checkmark$", "✗": r"$\times$", "π": r"$\pi$", "σ": r"$\sigma$",
