@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -181,7 +182,6 @@ def hub_cache(marian, tmp_path: Path) -> tuple[dict[str, str], Path]:
 
 @pytest.mark.parametrize("kind", ["fifo", "zero", "dotdot", "huge"])
 def test_a_hostile_ref_is_one_line(marian, tmp_path, kind):
-    import sys
 
     env, ref = hub_cache(marian, tmp_path)
     ref.unlink()
@@ -193,28 +193,26 @@ def test_a_hostile_ref_is_one_line(marian, tmp_path, kind):
         ref.write_text("../../../../etc")
     else:
         ref.write_text("a" * 100_000)
-    code = "from transformer_walkthrough.cli import main; main()"
-    done = subprocess.run(
-        [sys.executable, "-c", code, "run", "--model", "org/m", "--source", "the cat"],
-        env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=False,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    done = _run_from_the_hub(env)
     assert done.returncode == 2, done.stderr[-2000:]
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "refs/main" in lines[0], lines
 
 
 def test_a_good_ref_still_reads(marian, tmp_path):
-    import sys
-
     env, _ = hub_cache(marian, tmp_path)
+    done = _run_from_the_hub(env)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _run_from_the_hub(env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``walkthrough run --model org/m`` in a child (a FIFO as refs/main would hang a test in-process)."""
     code = "from transformer_walkthrough.cli import main; main()"
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code, "run", "--model", "org/m", "--source", "the cat"],
         env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=False,
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("model", ["org/m\n", "org/m\u0663", "a/b/c", "../../etc"])

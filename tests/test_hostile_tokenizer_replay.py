@@ -18,14 +18,12 @@ import copy
 import json
 import os
 import random
-import shutil
 import warnings
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.test_hostile_tokenizers import _folder
 from tests.test_robustness import fails
 from transformer_walkthrough.checkpoints import native
 from transformer_walkthrough.checkpoints.bpe import ByteLevelBPETokenizer, _library_ids, labels
@@ -51,15 +49,6 @@ TEXTS = [
     "I'm you'RE they'll",
     "( % <a><b>",
 ]
-
-
-def _folder(gpt2, to: Path, edit: Callable[[dict], Any] | None = None) -> Path:
-    shutil.copytree(gpt2[0]["hub"], to)
-    if edit is not None:
-        data = json.loads((to / "tokenizer.json").read_text(encoding="utf-8"))
-        edit(data)
-        (to / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
-    return to
 
 
 def _added(i: int, content: str, special: bool = True, **flags: bool) -> dict[str, Any]:
