@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
+from .jsonfile import shown
 
 MAX_VOCAB_ENTRIES = 1 << 20  # Gemma's 262,144 is the largest vocabulary on the hub
 MAX_MERGES = 1 << 19  # Llama 3 has 280,147; 2 million peaked at 1.3 GB in the library
@@ -70,8 +71,9 @@ class _Context:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    """A value quoted in a message: ``jsonfile.shown``, which never builds the repr of all of a
+    1.6 MB token to cut it."""
+    return shown(value, 40)
 
 
 def boolean(value: Any, where: str, ctx: _Context) -> bool:
