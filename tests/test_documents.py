@@ -473,3 +473,17 @@ def test_a_large_document_warns(runner: CliRunner, tmp_path: Path, monkeypatch: 
             f"warning: {numbers:,} numbers make about {numbers * size / 1e6:,.0f} MB of {name}; "
             f"--no-weights leaves the weights out; as .npz, {numbers * 8 / 1e6:,.0f} MB"
         )
+
+
+def test_a_formula_bug_is_not_hidden_by_the_html_fallback(runner: CliRunner, tmp_path: Path, monkeypatch):
+    """Only the MathML reader's own refusal (a command it lacks) falls back to the plain formula: a
+    kind whose LaTeX fails is a bug, and the report must not quietly degrade around it."""
+    from transformer_walkthrough.views import documents
+
+    def broken(stage: object, trace: object) -> list[str]:
+        raise KeyError("a kind without its LaTeX")
+
+    monkeypatch.setattr(documents, "tex_formula", broken)
+    result = runner.invoke(app, ["export", str(tmp_path / "r.html")])
+    assert isinstance(result.exception, KeyError), (result.exit_code, result.stderr[-500:])
+    assert not (tmp_path / "r.html").exists()

@@ -760,9 +760,10 @@ def _html_formula(stage: Stage, trace: Trace) -> str:
     """The kind's formula typeset in MathML, with the plain formula's notes below it; the plain
     formula itself if its LaTeX is beyond the small reader above."""
     e = html.escape
+    tex = tex_formula(stage, trace)  # outside the try: a kind without LaTeX is a bug to see, not hide
     try:
-        math_block = mathml(tex_formula(stage, trace))
-    except (ValueError, KeyError):
+        math_block = mathml(tex)
+    except ValueError:  # a command the small reader does not know
         return f'<pre class="formula">{e(stage.formula)}</pre>'
     notes = _notes(stage)
     note = f"<p>{e(notes)}</p>" if notes else ""
