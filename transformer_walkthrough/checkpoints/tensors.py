@@ -32,11 +32,11 @@ import zipfile
 from collections import OrderedDict
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..files.regular import file_size, open_regular, zip_directory_bytes
+from ..files.regular import file_size, open_regular, open_zip
 from .budget import Budget
 from .errors import CheckpointError, first_line
 from .jsonfile import MAX_CONFIG_BYTES, parse_json, read_json, shown
@@ -516,31 +516,24 @@ class _StateDictUnpickler(pickle.Unpickler):
         return storage
 
 
-_LOCAL_HEADER = 30  # bytes of a zip member's local header before its name
+_LOCAL_HEADER = 30  # bytes of a zip member's local header before its name and extra field
 
 
-# A zip's central directory lists every member in ~50 bytes, which zipfile turns into a ZipInfo
-# of ~500: a state dict's has a few hundred members (GPT-2 XL's: 40 kB); a directory this large
-# is a flood of empty members, refused before zipfile builds an object for each.
+# A state dict's zip directory has a few hundred members (GPT-2 XL's: 40 kB); one this large is
+# a flood of empty members (``open_zip``).
 MAX_DIRECTORY_BYTES = 10_000_000
 
 
-def _check_directory(file: BinaryIO, path: Path) -> None:
-    """Refuse a zip whose central directory is over MAX_DIRECTORY_BYTES (``zip_directory_bytes``:
-    read from its end record) before zipfile reads the directory."""
-    directory = zip_directory_bytes(file)
-    if directory > MAX_DIRECTORY_BYTES:
-        raise CheckpointError(
-            f"{path}: its zip directory is {directory:,} bytes, over the {MAX_DIRECTORY_BYTES:,} that "
-            "a state dict's few hundred tensors need"
-        )
-
-
 def _check_members(archive: zipfile.ZipFile, path: Path, size: int) -> None:
-    """Every member's bytes lie inside the file and no two members share any: zip entries that
-    overlap would let a small file hand out the same bytes as many storages."""
+    """Every member's local header, name and data lie inside the file and before the next member's:
+    zip entries that overlap would let a small file hand out the same bytes as many storages. (The
+    local extra field, whose length only the local header says, is not counted: an overlap of it
+    alone shares no data.)"""
     members = sorted(archive.infolist(), key=lambda info: info.header_offset)
-    ends = [info.header_offset + _LOCAL_HEADER + info.compress_size for info in members]
+    ends = [
+        info.header_offset + _LOCAL_HEADER + len(info.orig_filename.encode("utf-8")) + info.compress_size
+        for info in members
+    ]
     starts = [info.header_offset for info in members[1:]] + [size]
     for info, end, next_start in zip(members, ends, starts, strict=True):
         if end > next_start:
@@ -562,9 +555,10 @@ def read_torch_bin(path: str | Path, budget: Budget | None = None) -> dict[str, 
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file") from None
     with file:
-        _check_directory(file, path)
         try:
-            archive = zipfile.ZipFile(file)
+            archive = open_zip(
+                file, path, MAX_DIRECTORY_BYTES, "a state dict's few hundred tensors", CheckpointError
+            )
         except zipfile.BadZipFile:
             raise CheckpointError(
                 f"{path}: not a torch zip checkpoint (truncated, corrupt, or torch < 1.6's legacy format)"
@@ -611,10 +605,10 @@ def _read_archive(archive: zipfile.ZipFile, path: Path, size: int, budget: Budge
         isinstance(k, str) and isinstance(v, np.ndarray) for k, v in state.items()
     ):
         raise CheckpointError(f"{path}: its pickle is not a state dict of named tensors")
-    names: dict[int, list[str]] = {}
+    names_of: dict[int, list[str]] = {}  # each array's names: a tied table has several
     for name, tensor in state.items():
-        names.setdefault(id(tensor), []).append(name)
-    shared = max(names.values(), key=len, default=[])
+        names_of.setdefault(id(tensor), []).append(name)
+    shared = max(names_of.values(), key=len, default=[])
     if len(shared) > MAX_TIED_NAMES:
         raise CheckpointError(
             f"{path}: refused: one tensor is stored under {len(shared):,} names ({shown(shared[0])}, "

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.lib import format as npy
 
 from ..errors import WalkthroughError
-from .regular import open_regular, zip_directory_bytes
+from .regular import open_regular, open_zip
 
 MAX_BYTES = 1 << 30  # 1 GiB of arrays: far more than any model this walkthrough can show
 _FLOATS = ("f",)  # numpy dtype kinds accepted: real floating point only
@@ -29,6 +29,7 @@ _HEADER = 10_000  # bytes: a .npy header is a short dict literal
 # each member's header is then read): a model this walkthrough can show has a few thousand
 # parameters at most; 600,000 empty members took 30 s and 870 MB before this cap.
 MAX_DIRECTORY_BYTES = 2_000_000
+PARAMETERS = "a model's parameters"  # what an .npz's directory lists
 
 
 def _refuse(path: str | Path, why: str) -> WalkthroughError:
@@ -39,11 +40,11 @@ def member_names(path: str | Path) -> set[str] | None:
     """The array names an .npz holds (its members without ``.npy``), or None when it is not a
     regular file or not a zip: the directory alone is read, never an array."""
     try:
-        with open_regular(path, "an .npz") as f:
-            if zip_directory_bytes(f) > MAX_DIRECTORY_BYTES:
-                return None
-            with zipfile.ZipFile(f) as archive:
-                return {n.removesuffix(".npy") for n in archive.namelist()}
+        with (
+            open_regular(path, "an .npz") as f,
+            open_zip(f, path, MAX_DIRECTORY_BYTES, PARAMETERS) as archive,
+        ):
+            return {n.removesuffix(".npy") for n in archive.namelist()}
     except (WalkthroughError, OSError, EOFError, ValueError, zipfile.BadZipFile):
         return None
 
@@ -82,13 +83,7 @@ def read_npz(
         raise _refuse(name, "no such file") from None
     with file:
         try:
-            directory = zip_directory_bytes(file)
-            if directory > MAX_DIRECTORY_BYTES:
-                raise _refuse(
-                    name, f"its zip directory is {directory:,} bytes, over the {MAX_DIRECTORY_BYTES:,} "
-                    f"that a model's parameters need; expected {what}"
-                )  # fmt: skip
-            archive = zipfile.ZipFile(file)
+            archive = open_zip(file, name, MAX_DIRECTORY_BYTES, PARAMETERS)
         except (zipfile.BadZipFile, EOFError, ValueError):
             raise _refuse(name, f"not {what}") from None
         except OSError as err:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
+import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
@@ -75,11 +76,29 @@ def file_size(f: BinaryIO) -> int:
 _END_RECORD, _END_LOCATOR_64, _END_RECORD_64 = b"PK\x05\x06", b"PK\x06\x07", b"PK\x06\x06"
 
 
-def zip_directory_bytes(file: BinaryIO) -> int:
+def open_zip(
+    file: BinaryIO,
+    path: str | Path,
+    max_directory: int,
+    needs: str,
+    error: type[WalkthroughError] = WalkthroughError,
+) -> zipfile.ZipFile:
+    """``zipfile.ZipFile(file)``, once the zip's central directory is at most ``max_directory``
+    bytes: zipfile makes a ZipInfo of ~500 bytes for every ~50 of it, so a flood of empty members
+    is refused from the end record, before it is read (``needs``: what the directory should hold,
+    "a state dict's few hundred tensors"). zipfile's own errors pass through."""
+    directory = _directory_bytes(file)
+    if directory > max_directory:
+        raise error(
+            f"{path}: its zip directory is {directory:,} bytes, over the {max_directory:,} that {needs} need"
+        )
+    return zipfile.ZipFile(file)
+
+
+def _directory_bytes(file: BinaryIO) -> int:
     """The size of a zip's central directory, read from its end record (and, past 4 GB, the zip64
-    record it points at), before ``zipfile`` reads the directory and makes a ZipInfo of ~500 bytes
-    for every ~50 bytes of it; 0 when there is no end record (not a zip: zipfile says so). The
-    file is left at its start."""
+    record it points at); 0 when there is no end record (not a zip: zipfile says so). The file is
+    left at its start."""
     size = file_size(file)
     tail = min(size, 22 + 65_535)  # the end record: 22 bytes, then a comment of up to 64 kB
     file.seek(size - tail)
