@@ -27,7 +27,8 @@ from .errors import CheckpointError, first_line
 
 MAX_JSON_BYTES = 100_000_000  # opus-mt's vocab.json is 1 MB, GPT-2's tokenizer.json 1.4 MB
 MAX_CONFIG_BYTES = 10_000_000  # config.json and generation_config.json: a few kB
-# Keys and values of one file: a vocabulary of 10 million pieces (MAX_VOCABULARY) is 20 million.
+MAX_TOKEN_ID = 10_000_000  # a vocabulary's ids (vocab.json, tokenizer.json): beyond this, a corrupt file
+# Keys and values of one file: a vocabulary of 10 million pieces (MAX_TOKEN_ID) is 20 million.
 MAX_JSON_VALUES = 20_000_000
 BYTES_PER_VALUE = 100  # a short str (~50 B), an int (28 B) or {} (64 B), and its slot in a dict or list
 

@@ -30,16 +30,15 @@ from typing import Any
 from ..files.regular import read_regular
 from .bpe import escape
 from .errors import CheckpointError, first_line
-from .jsonfile import read_json
+from .jsonfile import MAX_TOKEN_ID, read_json, shown
 
 UNK, EOS, PAD = "<unk>", "</s>", "<pad>"
 SPIECE_UNDERLINE = "▁"
-MAX_VOCABULARY = 10_000_000  # ids beyond this are not a vocabulary but a corrupt file
 MAX_SPM_BYTES = 50_000_000  # opus-mt's .spm files are ~800 kB, the largest SentencePiece models ~20 MB
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
-    """``vocab.json``: piece -> id, every id a non-negative int below MAX_VOCABULARY."""
+    """``vocab.json``: piece -> id, every id a non-negative int below MAX_TOKEN_ID."""
     try:
         vocab = read_json(path, what="a readable vocabulary")
     except FileNotFoundError:
@@ -47,8 +46,8 @@ def _read_vocab(path: Path) -> dict[str, int]:
     if not isinstance(vocab, dict):
         raise CheckpointError(f"{path}: not a vocabulary (expected a JSON object of piece -> id)")
     for piece, i in vocab.items():
-        if type(i) is not int or not 0 <= i < MAX_VOCABULARY:
-            raise CheckpointError(f"{path}: piece {piece!r} has id {i!r}, not an id")
+        if type(i) is not int or not 0 <= i < MAX_TOKEN_ID:
+            raise CheckpointError(f"{path}: piece {shown(piece)} has id {shown(i)}, not an id")
     if UNK not in vocab:
         raise CheckpointError(f"{path}: the vocabulary has no {UNK}")
     return vocab

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
-from .jsonfile import shown
+from .jsonfile import MAX_TOKEN_ID, shown
 
 MAX_VOCAB_ENTRIES = 1 << 20  # Gemma's 262,144 is the largest vocabulary on the hub
 MAX_MERGES = 1 << 19  # Llama 3 has 280,147; 2 million peaked at 1.3 GB in the library
@@ -53,7 +53,6 @@ MAX_SHORT = 16  # a Replace's pattern and content, a Prepend, a subword prefix: 
 MAX_SEQUENCE = 8  # Llama 2's decoder is a Sequence of 4
 MAX_GROWTH = 16  # how many times longer every Replace together may make a text (Llama 2's: 1)
 MAX_TEMPLATE = 32  # pieces of a TemplateProcessing (BERT's pair template has 5)
-MAX_ID = 10_000_000  # ids beyond this are not a vocabulary but a corrupt file
 
 Check = Callable[[Any, str, "_Context"], Any]
 
@@ -305,7 +304,7 @@ def _vocab(value: Any, where: str, ctx: _Context) -> dict[str, int]:
     if len(value) > MAX_VOCAB_ENTRIES:
         raise ctx.fail(where, f"has {len(value):,} tokens; the largest vocabularies have some 260,000")
     for token, i in value.items():
-        if type(i) is not int or not 0 <= i < MAX_ID:
+        if type(i) is not int or not 0 <= i < MAX_TOKEN_ID:
             raise ctx.fail(where, f"gives the token {_shown(token)} the id {_shown(i)}, not an id")
         if not 1 <= len(token) <= MAX_TOKEN_CHARS:
             raise ctx.fail(where, f"has a token of {len(token):,} characters (at most {MAX_TOKEN_CHARS})")
@@ -375,7 +374,7 @@ def _anything(value: Any, where: str, ctx: _Context) -> Any:
 
 
 ADDED_TOKEN = {
-    "id": integer(0, MAX_ID - 1),
+    "id": integer(0, MAX_TOKEN_ID - 1),
     "content": text(1, MAX_TOKEN_CHARS, printable=False),
     "single_word": boolean, "lstrip": boolean, "rstrip": boolean, "normalized": boolean, "special": boolean,
 }  # fmt: skip
