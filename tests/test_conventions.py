@@ -21,7 +21,6 @@ from transformer_walkthrough.checkpoints import gpt2, marian
 from transformer_walkthrough.cli import Dtype, app
 from transformer_walkthrough.compare.checks import TOLERANCE
 from transformer_walkthrough.compare.reference import TorchTransformer
-from transformer_walkthrough.compare.verify import ACTIVATIONS as VERIFY_ACTIVATIONS
 from transformer_walkthrough.compare.verify import recompute
 from transformer_walkthrough.config import (
     ACTIVATIONS,
@@ -38,6 +37,7 @@ from transformer_walkthrough.errors import ConfigError, WalkthroughError
 from transformer_walkthrough.model import functional as F
 from transformer_walkthrough.model.architecture import stage_ids
 from transformer_walkthrough.model.kinds import ACTIVATION_FORMULAS, ACTIVATION_LATEX, KINDS
+from transformer_walkthrough.model.kinds import ACTIVATIONS_BY_HAND as VERIFY_ACTIVATIONS
 from transformer_walkthrough.model.training import generate, train
 from transformer_walkthrough.model.transformer import init_weights, load_weights, run_forward
 from transformer_walkthrough.views.explain import explain, explainable

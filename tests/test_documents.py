@@ -306,9 +306,18 @@ def test_documents_show_each_gradient_beside_its_matrix(runner: CliRunner, tmp_p
             if name != "M":  # a constant: nothing learns it, it has no gradient
                 expected.append(f"dL/d{name}")
         if suffix == ".tex":
-            from transformer_walkthrough.views.documents import _tex_name
+            from transformer_walkthrough.views.documents import tex_symbol
 
-            expected = [_tex_name(n) for n in expected]
+            st = trace[stage]
+
+            def symbol(n: str, st=st) -> str:
+                return (
+                    rf"\partial L/\partial {tex_symbol(st, n[4:])}"
+                    if n.startswith("dL/d")
+                    else tex_symbol(st, n)
+                )
+
+            expected = [symbol(n) for n in expected]
         assert names == expected, suffix
 
 
@@ -487,3 +496,17 @@ def test_a_formula_bug_is_not_hidden_by_the_html_fallback(runner: CliRunner, tmp
     result = runner.invoke(app, ["export", str(tmp_path / "r.html")])
     assert isinstance(result.exception, KeyError), (result.exit_code, result.stderr[-500:])
     assert not (tmp_path / "r.html").exists()
+
+
+def test_tex_symbols_come_from_each_matrix_s_kind_base_and_head() -> None:
+    # Written by hand: what a reader of the .tex expects each name to look like.
+    trace = run_forward(Config())
+    attention, norm = trace["decoder.0.masked-attention"], trace["decoder.0.add-norm-1"]
+    from transformer_walkthrough.views.documents import tex_symbol
+
+    expected = {
+        "W_Q1": "W^{Q}_{1}", "W_V2": "W^{V}_{2}", "Q2": "Q_{2}", "S1+M": "S_{1}+M", "A2": "A_{2}",
+        "concat": r"\mathrm{concat}", "W_O": "W^{O}", "M": "M", "X": "X",
+    }  # fmt: skip
+    assert {name: tex_symbol(attention, name) for name in expected} == expected
+    assert [tex_symbol(norm, n) for n in ("sum", "gamma", "beta")] == [r"\mathrm{sum}", r"\gamma", r"\beta"]

@@ -50,16 +50,17 @@ def hand_trace() -> Trace:
     st.input("X", np.array([[1.0, 2.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]), tok, ("d0", "d1", "d2", "d3"))
     st.rec("M", np.array([[0.0, -INF], [0.0, 0.0]]), tok, tok, MASK)
     st.weight(
-        "W_Q1", np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.0], [0.0, -1.0]]), ("d0", "d1", "d2", "d3"), D
-    )
-    st.rec("Q1", np.array([[1.0, 2.0], [0.0, 1.0]]), tok, D)
-    st.rec("K1", np.array([[3.0, 4.0], [0.5, 0.5]]), tok, D)
-    st.rec("V1", np.array([[2.0, 0.0], [4.0, 8.0]]), tok, D)
-    st.rec("S1", np.array([[11 / math.sqrt(2), 1.5 / math.sqrt(2)], [0.0, math.log(3)]]), tok, tok)
-    st.rec("S1+M", np.array([[11 / math.sqrt(2), -INF], [0.0, math.log(3)]]), tok, tok)
-    st.rec("A1", np.array([[1.0, 0.0], [0.25, 0.75]]), tok, tok)
-    st.rec("O1", np.array([[2.0, 0.0], [3.5, 6.0]]), tok, D)
-    st.rec("O2", np.array([[7.0, 8.0], [9.0, 10.0]]), tok, D)
+        "W_Q", np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.0], [0.0, -1.0]]), ("d0", "d1", "d2", "d3"), D,
+        head=1, param="W_QKV",
+    )  # fmt: skip
+    st.rec("Q", np.array([[1.0, 2.0], [0.0, 1.0]]), tok, D, head=1)
+    st.rec("K", np.array([[3.0, 4.0], [0.5, 0.5]]), tok, D, head=1)
+    st.rec("V", np.array([[2.0, 0.0], [4.0, 8.0]]), tok, D, head=1)
+    st.rec("S", np.array([[11 / math.sqrt(2), 1.5 / math.sqrt(2)], [0.0, math.log(3)]]), tok, tok, head=1)
+    st.rec("S+M", np.array([[11 / math.sqrt(2), -INF], [0.0, math.log(3)]]), tok, tok, head=1)
+    st.rec("A", np.array([[1.0, 0.0], [0.25, 0.75]]), tok, tok, head=1)
+    st.rec("O", np.array([[2.0, 0.0], [3.5, 6.0]]), tok, D, head=1)
+    st.rec("O", np.array([[7.0, 8.0], [9.0, 10.0]]), tok, D, head=2)
     st.rec("concat", np.array([[2.0, 0.0, 7.0, 8.0], [3.5, 6.0, 9.0, 10.0]]), tok, ("d0", "d1", "d2", "d3"))
     st.weight("W_O", np.eye(4) * 0.5, ("d0", "d1", "d2", "d3"), ("d0", "d1", "d2", "d3"))
     st.rec("output", np.array([[1.0, 0.0, 3.5, 4.0], [1.75, 3.0, 4.5, 5.0]]), tok, ("d0", "d1", "d2", "d3"))

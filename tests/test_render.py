@@ -308,12 +308,12 @@ def hand_stage() -> Stage:
     rows, D, K = ("a", "b"), ("d0", "d1"), ("k0",)
     stage.rec("X", np.array([[1.0, -0.001], [0.5, 2.0]]), rows, D, INPUT)
     stage.rec("M", np.array([[0.0, -np.inf], [0.0, 0.0]]), rows, rows, MASK)
-    stage.weight("W_Q1", np.array([[1.0], [0.0]]), D, K)
-    stage.weight("W_K1", np.array([[0.0], [1.0]]), D, K)
-    stage.rec("Q1", np.array([[1.0], [0.5]]), rows, K)
-    stage.rec("K1", np.array([[-0.001], [2.0]]), rows, K)
-    stage.rec("S1", np.array([[-0.001, 1.0], [0.25, -0.5]]), rows, rows)
-    stage.rec("A1", np.array([[1.0, 0.0], [0.25, 0.75]]), rows, rows, ATTENTION)
+    stage.weight("W_Q", np.array([[1.0], [0.0]]), D, K, head=1, param="W_QKV")
+    stage.weight("W_K", np.array([[0.0], [1.0]]), D, K, head=1, param="W_QKV")
+    stage.rec("Q", np.array([[1.0], [0.5]]), rows, K, head=1)
+    stage.rec("K", np.array([[-0.001], [2.0]]), rows, K, head=1)
+    stage.rec("S", np.array([[-0.001, 1.0], [0.25, -0.5]]), rows, rows, head=1)
+    stage.rec("A", np.array([[1.0, 0.0], [0.25, 0.75]]), rows, rows, ATTENTION, head=1)
     stage.rec("output", np.array([[1.0, 2.0], [3.0, 4.0]]), rows, D)
     return stage
 

@@ -59,7 +59,7 @@ def test_torch_agrees_on_every_per_position_config() -> None:
 
 def test_flatten_head_cannot_be_compared_with_torch() -> None:
     config = Config(model=ModelConfig(output_head="flatten"))
-    with pytest.raises(WalkthroughError, match=r"PyTorch's transformer has no flatten head"):
+    with pytest.raises(WalkthroughError, match=r"transformer layers have no model.output_head: flatten"):
         against_torch(run_forward(config), init_weights(config))
 
 

@@ -47,6 +47,24 @@ POSITIONAL_ENCODINGS = {
     "learned": "table P (GPT-2)",
 }
 DTYPES = {"float64": "(exact to print)", "float32": "(fast when large)"}
+# Positions applied inside attention, to the queries and keys, rather than added to the embedding:
+# such a model has no positional-encoding stage.
+ROTATED_POSITIONS: tuple[str, ...] = ()
+
+# The switches whose parameters have other names or shapes, with their values: a --weights file
+# made under another setting of one of them is recognised, and the message says which.
+SWITCHES: dict[str, tuple[Any, ...]] = {
+    "norm_first": (False, True),
+    "final_norm": FINAL_NORMS,
+    "positional_encoding": tuple(POSITIONAL_ENCODINGS),
+    "tie_embeddings": (False, True),
+    "attention_bias": (False, True),
+    "output_bias": (True, False),
+}
+
+# What PyTorch's own transformer layers can be (``verify --against torch``), by field: any other
+# value has no counterpart there, and is compared with transformers' models in the tests instead.
+TORCH_LAYERS: dict[str, tuple[Any, ...]] = {"output_head": ("per-position",)}
 
 # Hugging Face's names for our activations (config.json's activation_function), read by every
 # checkpoint converter; any other name is refused, never approximated.
@@ -238,6 +256,12 @@ class ModelConfig(_Checked):
     def has_final_norm(self) -> bool:
         """Whether each stack ends on a LayerNorm of its own (``final_norm`` with ``auto`` resolved)."""
         return self.norm_first if self.final_norm == "auto" else bool(self.final_norm)
+
+    @property
+    def adds_positions(self) -> bool:
+        """Whether positions are added to the embedding (a positional-encoding stage), or applied
+        inside attention (``ROTATED_POSITIONS``)."""
+        return self.positional_encoding not in ROTATED_POSITIONS
 
     @property
     def d_k(self) -> int:

@@ -2,38 +2,12 @@
 
 from __future__ import annotations
 
-import math
-from typing import NamedTuple
-
 import numpy as np
 
+from ..model.kinds.hand import TOLERANCE, Check, gap
 from ..model.trace import Stage
 
-# Largest difference that still counts as equal, as a fraction of the largest number the stage
-# computed with (at least 1): float64 agrees to ~1e-15 of it, float32 to ~1e-6.
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
-
-
-class Check(NamedTuple):
-    stage: str
-    what: str
-    max_diff: float  # the largest |a − b|; inf when either side has NaN
-    tolerance: float = TOLERANCE["float64"]  # absolute: TOLERANCE × the stage's scale
-
-    @property
-    def ok(self) -> bool:
-        return self.max_diff <= self.tolerance  # False for NaN too
-
-
-def gap(a: np.ndarray, b: np.ndarray) -> float:
-    """The largest difference of two matrices; inf if either has a NaN (a NaN agrees with nothing)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.shape != b.shape:
-        return math.inf
-    with np.errstate(invalid="ignore", over="ignore"):  # -inf - -inf is nan; those cells are equal
-        diff = np.where(a == b, 0.0, np.abs(a - b))
-    diff[np.isnan(a) | np.isnan(b)] = math.inf
-    return float(np.max(np.nan_to_num(diff, nan=math.inf, posinf=math.inf), initial=0.0))
+__all__ = ["TOLERANCE", "Check", "gap", "scale"]
 
 
 def scale(stage: Stage) -> float:

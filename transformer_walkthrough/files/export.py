@@ -23,7 +23,7 @@ import numpy as np
 from ..config import config_to_dict
 from ..errors import ExportError
 from ..model.architecture import ENCODER
-from ..model.trace import Stage, Trace
+from ..model.trace import Matrix, Stage, Trace
 
 if TYPE_CHECKING:
     from ..model.backprop import Backward
@@ -107,15 +107,9 @@ def _iter_rows(a: np.ndarray) -> Iterator[str]:
     yield "]"
 
 
-def _matrix(
-    values: np.ndarray,
-    rows: tuple[str, ...],
-    cols: tuple[str, ...],
-    role: str,
-    numbers: Callable[[np.ndarray], Any],
-) -> dict[str, Any]:
-    shape = list(values.shape)
-    return {"shape": shape, "role": role, "rows": list(rows), "cols": list(cols), "values": numbers(values)}
+def _matrix(m: Matrix, numbers: Callable[[np.ndarray], Any]) -> dict[str, Any]:
+    rows, cols = list(m.rows), list(m.cols)
+    return {"shape": list(m.shape), "role": m.role, "rows": rows, "cols": cols, "values": numbers(m.values)}
 
 
 def stage_to_dict(
@@ -136,11 +130,11 @@ def stage_to_dict(
         "explanation": stage.explanation,
         "formula": stage.formula,
         "sources": dict(stage.sources),
-        "matrices": {name: _matrix(*stage.matrices[name], numbers) for name in names},
+        "matrices": {name: _matrix(stage.matrices[name], numbers) for name in names},
     }
     if grads is not None:
         out["gradients"] = {
-            name: _matrix(grads[name], *stage.matrices[name][1:], numbers)
+            name: _matrix(stage.matrices[name]._replace(values=grads[name]), numbers)
             for name in names
             if not stage.matrices[name].is_constant  # the mask and the sinusoids learn nothing
         }

@@ -72,11 +72,19 @@ def stack_output(side: str, m: ModelConfig) -> str:
     return connection(side, num_layers(side, m) - 1, len(sublayers(side, m)), m).after
 
 
+def bottom(side: str, m: ModelConfig) -> list[tuple[str, str]]:
+    """The stages under a stack's layers, as (id, kind): the embedding, then the positions added to
+    it (none when they are applied inside attention, ``ModelConfig.adds_positions``)."""
+    stages = [(stage_id(side, "embedding"), "embedding")]
+    if m.adds_positions:
+        stages.append((stage_id(side, "positional-encoding"), "positional-encoding"))
+    return stages
+
+
 def walk(m: ModelConfig) -> Iterator[tuple[str, str]]:
     """Every stage of a forward pass as (id, kind), in computing order: Figure 1, bottom to top."""
     for side in stacks(m):
-        yield stage_id(side, "embedding"), "embedding"
-        yield stage_id(side, "positional-encoding"), "positional-encoding"
+        yield from bottom(side, m)
         for i in range(num_layers(side, m)):
             for k, kind in enumerate(sublayers(side, m), 1):
                 c = connection(side, i, k, m)
@@ -114,33 +122,7 @@ class Spec(NamedTuple):
     shape: tuple[int, ...]
     init: str  # "embedding", "xavier", "xavier-qkv", "bias", "zeros", "ones", "positions"
     fan_in: int = 0  # for "bias": the layer's input width
-
-
-def _stage_parameters(kind: str, m: ModelConfig, vocab: int, head_in: int) -> dict[str, Spec]:
-    """The parameters of one stage of ``kind``, by local name (before any tie)."""
-    d = m.d_model
-    if kind == "embedding":
-        return {"E": Spec((vocab, d), "embedding")}
-    if kind == "positional-encoding":
-        return {"P": Spec((m.max_positions, d), "positions")} if m.positional_encoding == "learned" else {}
-    if kind.endswith("attention"):
-        specs = {"W_QKV": Spec((d, 3 * d), "xavier-qkv"), "W_O": Spec((d, d), "xavier")}
-        if m.attention_bias:
-            specs |= {"b_QKV": Spec((3 * d,), "zeros"), "b_O": Spec((d,), "zeros")}
-        return specs
-    if kind == "feed-forward":
-        return {
-            "W_1": Spec((d, m.d_ff), "xavier"),
-            "b_1": Spec((m.d_ff,), "bias", d),
-            "W_2": Spec((m.d_ff, d), "xavier"),
-            "b_2": Spec((d,), "bias", m.d_ff),
-        }
-    if kind in ("add-norm", "layer-norm"):
-        return {"gamma": Spec((d,), "ones"), "beta": Spec((d,), "zeros")}
-    if kind == "logits":
-        specs = {"W": Spec((head_in, vocab), "xavier")}
-        return specs | {"b": Spec((vocab,), "bias", head_in)} if m.output_bias else specs
-    return {}
+    blocks: tuple[int, ...] = ()  # for "xavier-qkv": the widths of the column blocks, each drawn alone
 
 
 def parameters(config: Config) -> tuple[dict[str, Spec], dict[str, Ref]]:
@@ -151,14 +133,16 @@ def parameters(config: Config) -> tuple[dict[str, Spec], dict[str, Ref]]:
     output layer's W use it (W as Eᵀ). A table has a row for each piece of its side's vocabulary
     (``config.vocabulary_of``): a checkpoint's encoder may read a vocabulary of its own.
     """
+    from .kinds import KINDS, Sizes  # the kinds record into traces, and traces read this module
+
     m = config.model
     head_in = m.d_model * (len(config.target_tokens) if m.output_head == "flatten" else 1)
     specs: dict[str, Spec] = {}
     uses: dict[str, Ref] = {}
     shared: Ref | None = None  # the tied table: the first embedding's E
     for sid, kind in walk(m):
-        vocab = len(config.vocabulary_of(side_of(sid)))
-        for local, spec in _stage_parameters(kind, m, vocab, head_in).items():
+        sizes = Sizes(len(config.vocabulary_of(side_of(sid))), head_in)
+        for local, spec in KINDS[kind].params(m, sizes).items():
             name = f"{sid}/{local}"
             if m.tie_embeddings and local in ("E", "W") and shared is not None:
                 uses[name] = shared if local == "E" else shared._replace(transposed=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -79,11 +80,12 @@ def positional_encoding(
 
 
 @functools.lru_cache(maxsize=16)
-def causal_mask(n: int, dtype: np.dtype | type = np.float64) -> np.ndarray:
-    """M: (n, n), 0 on and below the diagonal and -inf above: position i may look at j ≤ i only.
+def causal_mask(n: int, dtype: np.dtype | type = np.float64, past: int = 0) -> np.ndarray:
+    """M: (n, past + n), 0 where position past + i may look (at j ≤ past + i) and -inf above:
+    n new positions after ``past`` cached ones see every cached one and the new ones up to themselves.
 
     Read-only, and computed once per size."""
-    mask = np.triu(np.full((n, n), -np.inf, dtype=dtype), k=1)
+    mask = np.triu(np.full((n, past + n), -np.inf, dtype=dtype), k=past + 1)
     mask.flags.writeable = False
     return mask
 
@@ -152,6 +154,7 @@ def multi_head_attention(
     mask: np.ndarray | None = None,
     b_QKV: np.ndarray | None = None,
     b_O: np.ndarray | None = None,
+    past: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> MultiHeadAttention:
     """MultiHead = Concat(head_1, …, head_h)·W_O, head_i = Attention(X_q·W_Qi, X_kv·W_Ki, X_kv·W_Vi).
 
@@ -161,6 +164,8 @@ def multi_head_attention(
     onto all three in one product (nanoGPT's c_attn; PyTorch's in_proj_weight, transposed). Head i
     uses the i-th block of d_k columns of each: the paper's per-head W_i^Q (d_model, d_k).
     W_O: (d_model, d_model); b_QKV: (3·d_model,) and b_O: (d_model,) when the model has biases.
+    ``past`` (a key/value cache) takes the new rows' K and V, (h, n_k, d_k), and gives back every
+    row's so far: the queries then attend over the whole sequence.
     """
     d = W_O.shape[0]
     if x_q is x_kv:  # self-attention: queries, keys and values from one product
@@ -171,6 +176,8 @@ def multi_head_attention(
         KV = linear(x_kv, W_QKV[:, d:], None if b_QKV is None else b_QKV[d:])
         K, V = KV[:, :d], KV[:, d:]
     Q, K, V = (split_heads(a, num_heads) for a in (Q, K, V))
+    if past is not None:
+        K, V = past(K, V)
     heads = scaled_dot_product_attention(Q, K, V, mask)
     concat = merge_heads(heads.output)
     return MultiHeadAttention(Q, K, V, heads, concat, linear(concat, W_O, b_O))

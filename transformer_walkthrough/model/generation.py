@@ -20,18 +20,17 @@ and the parameters are the model's ``Weights``, read under the stage ids of ``ar
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
-from ..config import Config, ModelConfig
+from ..config import Config
 from ..errors import WalkthroughError
 from . import functional as F
-from .architecture import DECODER, OUTPUT, connection, stage_id, sublayers
-from .trace import TOP_K, top_k
-from .transformer import forward, run_forward
+from .architecture import DECODER, OUTPUT, stage_id
+from .trace import TOP_K, NullTrace, token_labels, top_k
+from .transformer import decode, forward, run_forward
 from .weights import Weights
 
 
@@ -126,86 +125,36 @@ def full_passes(config: Config, w: Weights, source_ids: Sequence[int] = ()) -> R
 
 
 class Cache:
-    """Each layer's keys and values so far, (h, rows, d_k), in arrays allocated once for the whole run."""
+    """Each layer's keys and values so far, (heads, rows, d_k), in arrays allocated once for the
+    whole run, and what each layer's attention did at the last step (``LayerStep``)."""
 
     def __init__(self, layers: int, heads: int, capacity: int, d_k: int, dtype: np.dtype):
         self.K = np.zeros((layers, heads, capacity, d_k), dtype=dtype)
         self.V = np.zeros_like(self.K)
-        self.rows = 0
+        self.rows = 0  # rows every layer holds before this step
+        self.seen: list[LayerStep | None] = [None] * layers
 
-    def append(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Add the new rows (h, new, d_k) of layer ``layer``; return its whole K and V so far (views)."""
-        end = self.rows + k.shape[1]
-        self.K[layer, :, self.rows : end] = k
-        self.V[layer, :, self.rows : end] = v
-        return self.K[layer, :, :end], self.V[layer, :, :end]
+    def layer(self, i: int) -> LayerCache:
+        """Layer i's part of the cache, handed to its masked attention (``kinds.attend``)."""
+        return LayerCache(self, i)
 
 
-def _attention(
-    x: np.ndarray, w: Weights, m: ModelConfig, layer: int, cache: Cache
-) -> tuple[np.ndarray, LayerStep]:
-    """Masked self-attention of the new rows x (new, d_model) over the cache: x's q, k, v, then
-    softmax(q·Kᵀ/√d_k + M)·V with the causal mask among the new rows only."""
-    stage = stage_id(DECODER, "masked-attention", layer)
-    W_QKV, W_O = w.get_local(stage, "W_QKV"), w.get_local(stage, "W_O")
-    b_QKV, b_O = w.get_local(stage, "b_QKV"), w.get_local(stage, "b_O")
-    d, new = m.d_model, x.shape[0]
-    qkv = F.linear(x, W_QKV, b_QKV)
-    q, k, v = (F.split_heads(qkv[:, j * d : (j + 1) * d], m.num_heads) for j in range(3))
-    K, V = cache.append(layer, k, v)
-    # The new rows may look at every cached row and, among themselves, at the earlier ones only.
-    mask = None
-    if new > 1:
-        mask = np.zeros((new, K.shape[1]), dtype=x.dtype)
-        mask[:, K.shape[1] - new :] = F.causal_mask(new, x.dtype)
-    heads = F.scaled_dot_product_attention(q, K, V, mask)
-    out = F.linear(F.merge_heads(heads.output), W_O, b_O)
-    scores = heads.scores if heads.masked_scores is None else heads.masked_scores
-    return out, LayerStep(q, K, V, scores, heads.weights)
+class LayerCache(NamedTuple):
+    cache: Cache
+    i: int
 
+    def extend(self, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Add the new rows (heads, new, d_k) after the cached ones; return all of K and V so far (views)."""
+        c, start = self.cache, self.cache.rows
+        end = start + k.shape[1]
+        c.K[self.i, :, start:end] = k
+        c.V[self.i, :, start:end] = v
+        return c.K[self.i, :, :end], c.V[self.i, :, :end]
 
-def _layer(x: np.ndarray, w: Weights, m: ModelConfig, i: int, cache: Cache) -> tuple[np.ndarray, LayerStep]:
-    """One decoder layer on the new rows, pre-norm or post-norm as ``model.layer`` wires it."""
-    seen: list[LayerStep] = []
-
-    def sublayer(kind: str, x: np.ndarray) -> np.ndarray:
-        if kind == "masked-attention":
-            out, step = _attention(x, w, m, i, cache)
-            seen.append(step)
-            return out
-        ff = stage_id(DECODER, "feed-forward", i)
-        W_1, b_1, W_2, b_2 = (w.get_local(ff, p) for p in ("W_1", "b_1", "W_2", "b_2"))
-        return F.feed_forward(x, W_1, b_1, W_2, b_2, m.activation).output
-
-    for k, kind in enumerate(sublayers(DECODER, m), 1):
-        c = connection(DECODER, i, k, m)
-        if c.norm is None:  # post-norm: x = LayerNorm(x + Sublayer(x))
-            x = _norm(x + sublayer(kind, x), w, c.after, m)
-        else:  # pre-norm: x = x + Sublayer(LayerNorm(x))
-            x = x + sublayer(kind, _norm(x, w, c.norm, m))
-    return x, seen[0]
-
-
-def _norm(x: np.ndarray, w: Weights, stage: str, m: ModelConfig) -> np.ndarray:
-    return F.layer_norm(x, w.get_local(stage, "gamma"), w.get_local(stage, "beta"), m.layer_norm_eps)
-
-
-def _embed(ids: Sequence[int], start: int, w: Weights, m: ModelConfig) -> np.ndarray:
-    """Token embeddings (scaled when the config says) plus the positions start, start + 1, …"""
-    E = w.get_local(stage_id(DECODER, "embedding"), "E")
-    x = E[list(ids)] * math.sqrt(m.d_model) if m.scale_embeddings else E[list(ids)]
-    rows = slice(start, start + len(ids))
-    if m.positional_encoding == "learned":
-        return x + w.get_local(stage_id(DECODER, "positional-encoding"), "P")[rows]
-    halves = m.positional_encoding == "sinusoidal-halves"
-    return x + F.positional_encoding(start + len(ids), m.d_model, x.dtype, halves)[rows]
-
-
-def _logits(y: np.ndarray, w: Weights, m: ModelConfig) -> np.ndarray:
-    if m.has_final_norm:
-        y = _norm(y, w, stage_id(DECODER, "final-norm"), m)
-    logits = stage_id(OUTPUT, "logits")
-    return F.linear(y, w.get_local(logits, "W"), w.get_local(logits, "b"))
+    def note(self, r: F.MultiHeadAttention) -> None:
+        """Keep what the step's attention computed, for ``compare`` and for the learner to see."""
+        scores = r.heads.scores if r.heads.masked_scores is None else r.heads.masked_scores
+        self.cache.seen[self.i] = LayerStep(r.Q, r.K, r.V, scores, r.heads.weights)
 
 
 def generate_cached(
@@ -250,15 +199,13 @@ def generate_cached(
     def read(sequence: list[int]) -> Reading:  # only what the cache has not seen: the prompt, then one
         start = cache.rows
         ids = sequence[start:]
-        x = _embed(ids, start, w, m)
-        layers = []
-        for i in range(m.num_decoder_layers):
-            x, seen = _layer(x, w, m, i, cache)
-            layers.append(seen)
+        # The same Figure 1 as every pass (``transformer.decode``), recording nothing, on the new
+        # tokens alone from position ``start``: each masked attention reads and extends the cache.
+        null = NullTrace(config, (), token_labels([str(i) for i in ids]))
+        logits = decode(null, w, m, [], ids, start, cache)[-1]
         cache.rows += len(ids)
-        logits = _logits(x[-1:], w, m)[0]
         positions = tuple(range(start, start + len(ids)))
-        return Reading(tuple(ids), positions, F.softmax(logits), logits, tuple(layers))
+        return Reading(tuple(ids), positions, F.softmax(logits), logits, tuple(cache.seen))  # type: ignore[arg-type]
 
     rng = np.random.default_rng(seed) if sample else None
     return generate(read, prompt, max_new, k=top_k, rng=rng, eos_id=eos_id)

@@ -36,9 +36,9 @@ def head_dims(num_heads: int, d_k: int) -> tuple[str, ...]:
     return tuple(f"h{h + 1}.k{j}" for h in range(num_heads) for j in range(d_k))
 
 
-def positions(tokens: Sequence[str]) -> tuple[str, ...]:
-    """Rows that belong to positions, not to the words there: "pos 2 · is"."""
-    return tuple(f"pos {k} · {token}" for k, token in enumerate(tokens))
+def positions(tokens: Sequence[str], start: int = 0) -> tuple[str, ...]:
+    """Rows that belong to positions, not to the words there: "pos 2 · is" (from ``start``)."""
+    return tuple(f"pos {k} · {token}" for k, token in enumerate(tokens, start))
 
 
 # What a matrix is, recorded with it, so that no reader has to guess from its name.
@@ -51,13 +51,28 @@ MASK = "mask"  # the causal mask M: a constant of 0 and −∞
 CONSTANT = "constant"  # fixed numbers that are not learned: the sinusoidal PE
 
 
+def matrix_name(base: str, head: int | None = None) -> str:
+    """The name a matrix is shown and exported under: its base, numbered by its head when it has
+    one (Q and head 2 -> Q2; S+M and head 1 -> S1+M, the masked scores of head 1)."""
+    if head is None:
+        return base
+    stem, plus, rest = base.partition("+")
+    return f"{stem}{head}{plus}{rest}"
+
+
 class Matrix(NamedTuple):
-    """A 2-D array with a label for every row and column, and its role in the stage."""
+    """A 2-D array with a label for every row and column, its role in the stage, and what it is:
+    its base name (``Q``), the head it belongs to (``2``; None for the whole stage's matrices) and,
+    for a view of a parameter, the parameter it slices (``W_Q2`` is a block of ``W_QKV``). Readers
+    go by these, never by parsing the name back."""
 
     values: np.ndarray
     rows: tuple[str, ...]
     cols: tuple[str, ...]
     role: str = ACTIVATION
+    base: str = ""  # "" when made outside a stage (a difference, a gradient): the name is the base
+    head: int | None = None
+    param: str | None = None  # the parameter (local name) this weight is a view of; None: itself
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -99,14 +114,17 @@ class Stage:
     records: ClassVar[bool] = True  # a _NullStage does not: stages may skip work only shown
 
     def rec(
-        self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str], role: str = ACTIVATION
-    ) -> np.ndarray:
-        """Record ``values`` as matrix ``name`` and return it unchanged; a 1-D array is one row."""
+        self, base: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str], role: str = ACTIVATION,
+        *, head: int | None = None, param: str | None = None,
+    ) -> np.ndarray:  # fmt: skip
+        """Record ``values`` as matrix ``base`` (of ``head``, named ``matrix_name(base, head)``) and
+        return it unchanged; a 1-D array is one row."""
+        name = matrix_name(base, head)
         if values.ndim == 1:
             values = values.reshape(1, -1)
         if values.shape != (len(rows), len(cols)):
             raise ValueError(f"{self.id}/{name}: shape {values.shape} but {len(rows)}×{len(cols)} labels")
-        self.matrices[name] = Matrix(values, tuple(rows), tuple(cols), role)
+        self.matrices[name] = Matrix(values, tuple(rows), tuple(cols), role, base, head, param)
         return values
 
     def input(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
@@ -127,8 +145,19 @@ class Stage:
             self.producers[id(stored)] = self.id  # the trace keeps the array alive: its id() stays unique
         return stored
 
-    def weight(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
-        return self.rec(name, values, rows, cols, WEIGHT)
+    def weight(
+        self, base: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str],
+        *, head: int | None = None, param: str | None = None,
+    ) -> np.ndarray:  # fmt: skip
+        """Record a parameter the stage used, or (``param``) the block of one that ``head`` reads."""
+        return self.rec(base, values, rows, cols, WEIGHT, head=head, param=param)
+
+    def of(self, base: str, head: int | None = None) -> np.ndarray:
+        """The values of matrix ``base`` of ``head``: ``stage.of("K", 2)`` is head 2's keys."""
+        return self[matrix_name(base, head)]
+
+    def has(self, base: str, head: int | None = None) -> bool:
+        return matrix_name(base, head) in self.matrices
 
     @property
     def layer(self) -> int | None:
@@ -326,7 +355,7 @@ class _NullStage:
     def __init__(self, stage_id: str, kind: str) -> None:
         self.id, self.kind, self.params = stage_id, kind, {}
 
-    def rec(self, name: str, values: np.ndarray, *args: Any) -> np.ndarray:
+    def rec(self, name: str, values: np.ndarray, *args: Any, **kwargs: Any) -> np.ndarray:
         return values
 
     input = out = weight = rec

@@ -9,7 +9,9 @@ records its matrices into the trace and returns its output.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,83 +29,104 @@ __all__ = ["Weights", "forward", "init_weights", "load_weights", "run_forward", 
 Sublayer = Callable[[Stage, np.ndarray], np.ndarray]  # (its stage, its input) -> its output
 
 
-def sublayer_connection(
-    trace: Trace, side: str, i: int, k: int, kind: str, x: np.ndarray, sublayer: Sublayer,
-    w: Weights, tokens: tuple[str, ...], m: ModelConfig,
-) -> np.ndarray:  # fmt: skip
+class Stack(NamedTuple):
+    """What every stage of one stack reads besides its input: where it records, which tokens its
+    rows are, the weights and the config; for a cached generation step, the position of its first
+    row and the key/value cache."""
+
+    trace: Trace
+    side: str
+    tokens: tuple[str, ...]
+    w: Weights
+    m: ModelConfig
+    start: int = 0  # the position of the first row (a cached step's new token is at start)
+    cache: Any = None  # generation.Cache: each layer's keys and values so far
+
+    def open(self, kind: K.Kind, name: str, layer: int | None = None) -> Stage:
+        return kind.open(self.trace, stage_id(self.side, name, layer), self.m)
+
+
+def sublayer_connection(s: Stack, i: int, k: int, kind: str, x: np.ndarray, sublayer: Sublayer) -> np.ndarray:
     """Sublayer k of layer i with its residual connection and its norm, on the config's side of it.
 
     Post-norm (the paper):  x = LayerNorm(x + Sublayer(x))      stages: sublayer, add-norm-k
     Pre-norm:               x = x + Sublayer(LayerNorm(x))      stages: norm-k, sublayer, residual-k
     """
-    c = connection(side, i, k, m)
-
-    def run(x: np.ndarray) -> np.ndarray:
-        return sublayer(K.open_stage(trace, stage_id(side, kind, i), K.KINDS[kind], m), x)
-
+    c = connection(s.side, i, k, s.m)
+    open_sublayer = functools.partial(s.open, K.KINDS[kind], kind, i)
     if c.norm is None:
-        out = run(x)
-        return K.add_norm(K.open_stage(trace, c.after, K.ADD_NORM, m), w, x, out, tokens, m)
-    out = run(K.layer_norm(K.open_stage(trace, c.norm, K.LAYER_NORM, m), w, x, tokens, m))
-    return K.residual(K.open_stage(trace, c.after, K.RESIDUAL, m), x, out, tokens)
+        out = sublayer(open_sublayer(), x)
+        return K.add_norm(K.ADD_NORM.open(s.trace, c.after, s.m), s.w, x, out, s.tokens, s.m)
+    normed = K.layer_norm(K.LAYER_NORM.open(s.trace, c.norm, s.m), s.w, x, s.tokens, s.m)
+    out = sublayer(open_sublayer(), normed)
+    return K.residual(K.RESIDUAL.open(s.trace, c.after, s.m), x, out, s.tokens)
 
 
-def layer(
-    trace: Trace, side: str, i: int, x: np.ndarray, w: Weights, m: ModelConfig, memory: np.ndarray | None
-) -> np.ndarray:
+def layer(s: Stack, i: int, x: np.ndarray, memory: np.ndarray | None) -> np.ndarray:
     """One encoder or decoder layer: its sublayers (``architecture.sublayers``) in turn.
 
     Encoder: self-attention, feed-forward. Decoder: masked self-attention, cross-attention
     (queries from the decoder, keys and values from the encoder's output, ``memory``),
     feed-forward; a decoder-only model has no cross-attention.
     """
-    tokens = trace.source_tokens if side == ENCODER else trace.target_tokens
-    mask = F.causal_mask(len(tokens), x.dtype) if side == DECODER else None
+    w, m, tokens = s.w, s.m, s.tokens
+    cache = None if s.cache is None else s.cache.layer(i)
+    mask = F.causal_mask(len(tokens), x.dtype, s.start) if s.side == DECODER else None
     run: dict[str, Sublayer] = {
         "self-attention": lambda stage, x: K.attend(stage, w, x, tokens, m),
-        "masked-attention": lambda stage, x: K.attend(stage, w, x, tokens, m, mask=mask),
+        "masked-attention": lambda stage, x: K.attend(stage, w, x, tokens, m, mask=mask, cache=cache),
         "cross-attention": lambda stage, x: K.attend(
-            stage, w, x, tokens, m, memory=memory, kv_tokens=trace.source_tokens
+            stage, w, x, tokens, m, memory=memory, kv_tokens=s.trace.source_tokens
         ),
         "feed-forward": lambda stage, x: K.feed_forward(stage, w, x, tokens, m),
     }
-    for k, kind in enumerate(sublayers(side, m), 1):
-        x = sublayer_connection(trace, side, i, k, kind, x, run[kind], w, tokens, m)
+    for k, kind in enumerate(sublayers(s.side, m), 1):
+        x = sublayer_connection(s, i, k, kind, x, run[kind])
     return x
 
 
-def stack(
-    trace: Trace, side: str, ids: list[int], w: Weights, m: ModelConfig, memory: np.ndarray | None = None
-) -> np.ndarray:
+def stack(s: Stack, ids: list[int], memory: np.ndarray | None = None) -> np.ndarray:
     """One stack of Figure 1, bottom to top: embed, add positions, the layers, the final norm if any."""
-    tokens = trace.source_tokens if side == ENCODER else trace.target_tokens
-    embedding = K.open_stage(trace, stage_id(side, "embedding"), K.EMBEDDING, m)
-    x = K.embed(embedding, w, ids, tokens, trace.vocabulary_of(side), m)
-    positions = K.open_stage(trace, stage_id(side, "positional-encoding"), K.POSITIONAL_ENCODING, m)
-    x = K.add_positions(positions, w, x, tokens, m)
-    for i in range(num_layers(side, m)):
-        x = layer(trace, side, i, x, w, m, memory)
-    if m.has_final_norm:
-        x = K.layer_norm(K.open_stage(trace, stage_id(side, "final-norm"), K.LAYER_NORM, m), w, x, tokens, m)
+    x = K.embed(s.open(K.EMBEDDING, "embedding"), s.w, ids, s.tokens, s.trace.vocabulary_of(s.side), s.m)
+    if s.m.adds_positions:  # else the positions are applied inside each attention
+        x = K.add_positions(
+            s.open(K.POSITIONAL_ENCODING, "positional-encoding"), s.w, x, s.tokens, s.m, s.start
+        )
+    for i in range(num_layers(s.side, s.m)):
+        x = layer(s, i, x, memory)
+    if s.m.has_final_norm:
+        x = K.layer_norm(s.open(K.LAYER_NORM, "final-norm"), s.w, x, s.tokens, s.m)
     return x
+
+
+def decode(
+    trace: Trace, w: Weights, m: ModelConfig, source_ids: list[int], target_ids: list[int],
+    start: int = 0, cache: Any = None,
+) -> np.ndarray:  # fmt: skip
+    """Figure 1 up to the logits: the encoder stack (if any), the decoder stack, the output layer.
+
+    Returns the logits, (decoder tokens, vocab). A cached generation step (``generation``) feeds
+    the new tokens alone, from position ``start``, with the cache of what came before.
+    """
+    memory = None
+    if ENCODER in stacks(m):
+        memory = stack(Stack(trace, ENCODER, trace.source_tokens, w, m), source_ids)
+    y = stack(Stack(trace, DECODER, trace.target_tokens, w, m, start, cache), target_ids, memory)
+    out = Stack(trace, OUTPUT, trace.target_tokens, w, m)
+    return K.logits(out.open(K.LOGITS, "logits"), w, y, out.tokens, trace.vocabulary_of(OUTPUT), m)
 
 
 def transformer(
     trace: Trace, w: Weights, m: ModelConfig, source_ids: list[int], target_ids: list[int]
 ) -> np.ndarray:
-    """Figure 1, bottom to top: the encoder stack (if any), the decoder stack, the output layer.
+    """Figure 1, bottom to top, and the softmax on top.
 
     Returns the next-token probabilities, (decoder tokens, vocab); everything is recorded into ``trace``.
     """
-    memory = stack(trace, ENCODER, source_ids, w, m) if ENCODER in stacks(m) else None
-    y = stack(trace, DECODER, target_ids, w, m, memory)
-    tokens, vocabulary = trace.target_tokens, trace.vocabulary_of(OUTPUT)
-    scores = K.logits(
-        K.open_stage(trace, stage_id(OUTPUT, "logits"), K.LOGITS, m), w, y, tokens, vocabulary, m
-    )
-    rows = ("flattened",) if m.output_head == "flatten" else tokens
-    return K.probabilities(K.open_stage(trace, stage_id(OUTPUT, "probabilities"), K.PROBABILITIES_KIND, m),
-                           scores, rows, vocabulary)  # fmt: skip
+    scores = decode(trace, w, m, source_ids, target_ids)
+    rows = ("flattened",) if m.output_head == "flatten" else trace.target_tokens
+    stage = K.PROBABILITIES_KIND.open(trace, stage_id(OUTPUT, "probabilities"), m)
+    return K.probabilities(stage, scores, rows, trace.vocabulary_of(OUTPUT))
 
 
 def _ids(config: Config, ids: Sequence[int] | None, side: str) -> tuple[list[int], tuple[str, ...]]:

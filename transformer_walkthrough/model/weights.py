@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import Config
+from ..config import SWITCHES, Config
 from ..errors import WalkthroughError
 from .architecture import Ref, Spec, parameters
 
@@ -73,9 +73,9 @@ def _draw(spec: Spec, rng: np.random.Generator) -> np.ndarray:
         return rng.random(spec.shape)
     if spec.init == "xavier":  # Glorot/Xavier uniform, as nn.Transformer
         return xavier(*spec.shape)
-    if spec.init == "xavier-qkv":  # [W_Q | W_K | W_V]: each its own d×d Glorot draw
+    if spec.init == "xavier-qkv":  # [W_Q | W_K | W_V]: each its own Glorot draw
         d = spec.shape[0]
-        return np.hstack([xavier(d, d), xavier(d, d), xavier(d, d)])
+        return np.hstack([xavier(d, width) for width in spec.blocks])
     if spec.init == "bias":  # nn.Linear: uniform in ±1/√fan_in
         a = 1.0 / math.sqrt(spec.fan_in)
         return rng.uniform(-a, a, size=spec.shape)
@@ -121,18 +121,6 @@ def load_weights(config: Config, path: str | Path) -> Weights:
     return Weights({name: stored[name].astype(dtype, copy=False) for name in specs}, uses)
 
 
-# The switches whose parameters have other names or shapes: a file made under another setting of
-# one of them is recognised, and the message says which.
-_SWITCHES = {
-    "norm_first": (False, True),
-    "final_norm": ("auto", True, False),
-    "positional_encoding": ("sinusoidal", "learned"),
-    "tie_embeddings": (False, True),
-    "attention_bias": (False, True),
-    "output_bias": (True, False),
-}
-
-
 def _convention_hint(config: Config, path: str | Path) -> str:
     """ "; it fits norm_first: true" when the file's parameter names are those of the config with
     one convention switched; "" when they are not, or cannot be read. Only the zip's directory is
@@ -148,7 +136,7 @@ def _convention_hint(config: Config, path: str | Path) -> str:
     if names == set(parameters(config)[0]):  # the names fit: the file is wrong in another way
         return ""
     m = config.model
-    for key, values in _SWITCHES.items():
+    for key, values in SWITCHES.items():
         for value in values:
             if value == getattr(m, key):
                 continue

@@ -25,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import StageError
+from ..model.kinds import KINDS
 from ..model.trace import (
     ACTIVATION,
     ATTENTION,
@@ -91,6 +92,7 @@ class Shown(NamedTuple):
     matrix: Matrix
     precision: int
     holes: dict[tuple[int, int], int]
+    tex: str = ""  # its symbol in LaTeX (``tex_symbol``)
 
     @property
     def gradient(self) -> bool:
@@ -105,12 +107,13 @@ def units(stage: Stage, o: Options) -> list[list[list[Shown]]]:
     for name, m in stage.matrices.items():
         if m.is_weight and not o.weights:
             continue
-        unit = [Shown(name, m, o.precision, o.holes(stage.id, name))]
+        symbol = tex_symbol(stage, name)
+        unit = [Shown(name, m, o.precision, o.holes(stage.id, name), symbol)]
         if o.grads is not None and not m.is_constant:
             # Gradients are small numbers: two more digits, so that they do not all read 0.00.
-            gradient = Matrix(o.grads[stage.id][name], m.rows, m.cols, m.role)
-            unit.append(Shown(f"dL/d{name}", gradient, o.precision + 2, {}))
-        grouped.append((group_of(name), unit))
+            gradient = m._replace(values=o.grads[stage.id][name])
+            unit.append(Shown(f"dL/d{name}", gradient, o.precision + 2, {}, rf"\partial L/\partial {symbol}"))
+        grouped.append((group_of(stage, name), unit))
     return [[unit for _, unit in run] for _, run in itertools.groupby(grouped, key=lambda g: g[0])]
 
 
@@ -427,34 +430,29 @@ def tex(text: str) -> str:
 
 def tex_formula(stage: Stage, trace: Trace) -> list[str]:
     """The stage's formula as align* lines, as its kind writes it under the trace's config."""
-    from ..model.kinds import KINDS
-
     return KINDS[stage.kind].latex(trace.config.model)
 
 
-def _tex_name(name: str) -> str:
-    """S1+M -> S_{1}+M, W_Q1 -> W^{Q}_{1}, concat -> \\mathrm{concat}, dL/dS1 -> ∂L/∂S_{1}."""
-    if name.startswith("dL/d"):
-        return rf"\partial L/\partial {_tex_name(name[4:])}"
-    if match := re.fullmatch(r"([WB]|b)_([QKV])(\d+)", name):
-        return f"{match[1]}^{{{match[2]}}}_{{{match[3]}}}"
-    if match := re.fullmatch(r"([QKVSAO])(\d+)(\+M)?", name):
-        return f"{match[1]}_{{{match[2]}}}{match[3] or ''}"
-    if name in ("W_O", "b_O"):
-        return f"{name[0]}^{{O}}"
-    if name in ("W_1", "W_2", "b_1", "b_2"):
-        return name
-    if name in ("gamma", "beta"):
-        return f"\\{name}"
-    if len(name) == 1 or name == "PE":
-        return name
-    return rf"\mathrm{{{name}}}"
+def tex_symbol(stage: Stage, name: str) -> str:
+    """A matrix's symbol in LaTeX, as its kind typesets it (head 1's W_Q: W^{Q}_{1}; S1+M:
+    S_{1}+M; gamma: \\gamma); otherwise a one-letter name as itself, a longer one upright
+    (\\mathrm{concat}), and a head's number as a subscript."""
+    m = stage.matrices[name]
+    base = m.base or name
+    given = KINDS[stage.kind].tex.get(base)
+    if given is not None:
+        return given.format(h=m.head)
+    stem, _, rest = base.partition("_")
+    symbol = stem if len(stem) == 1 else rf"\mathrm{{{stem}}}"
+    if rest:
+        symbol += rf"_{{\mathrm{{{rest}}}}}"
+    return symbol if m.head is None else f"{symbol}_{{{m.head}}}"
 
 
 def _tex_matrix(s: Shown) -> Iterator[str]:
     """The matrix under its name and shape, its labels on it; a row at a time."""
     m = s.matrix
-    shape = rf"\underset{{{m.shape[0]}\times{m.shape[1]}}}{{{_tex_name(s.name)}}}"
+    shape = rf"\underset{{{m.shape[0]}\times{m.shape[1]}}}{{{s.tex}}}"
     yield f"{shape} = \\labelled{{& " + " & ".join(rf"\lab{{{tex(c)}}}" for c in m.cols)
     for i, (label, row) in enumerate(zip(m.rows, m.values.tolist(), strict=True)):
         cells = [

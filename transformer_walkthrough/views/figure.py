@@ -22,7 +22,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..model.architecture import ENCODER, OUTPUT, connection, num_layers, stacks, stage_id, sublayers
+from ..model.architecture import ENCODER, OUTPUT, bottom, connection, num_layers, stacks, stage_id, sublayers
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
@@ -128,7 +128,7 @@ def _stack(side: str, m: ModelConfig, order: dict[str, int], current: str | None
             continue
         head = Span(f"  {layer:>{label_width}} ", LABEL)
         rows.append([head, *_boxes(_layer_stages(side, layer, m), order, current)])
-    embedding = [stage_id(side, "embedding"), stage_id(side, "positional-encoding")]
+    embedding = [sid for sid, _ in bottom(side, m)]
     rows.append([Span(" " * (3 + label_width), TEXT), *_boxes(embedding, order, current)])
     return rows
 

@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import itertools
 import math
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -31,7 +30,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import printable, shorten
-from ..model.trace import ATTENTION, PROBABILITIES, Matrix, Stage, Trace, top_k
+from ..model.kinds import KINDS
+from ..model.trace import ACTIVATION, ATTENTION, PROBABILITIES, Matrix, Stage, Trace, top_k
 from .numbers import format_value, text_widths
 from .palette import diverging, diverging_256, sequential, sequential_256
 
@@ -465,16 +465,13 @@ def layout(units: list[tuple[object, list[MatrixBlock]]], width: int) -> Iterato
         yield SideBySide(row)
 
 
-def group_of(name: str) -> tuple[str, str] | None:
-    """The matrices that belong on one row: per head, its weights (W_Qh, W_Kh, W_Vh and their
-    biases), its projections (Qh Kh Vh), its attention (Sh, Sh+M, Ah, Oh); None for the rest."""
-    if match := re.fullmatch(r"[Wb]_[QKV](\d+)", name):
-        return "weights", match[1]
-    if match := re.fullmatch(r"[QKV](\d+)", name):
-        return "projections", match[1]
-    if match := re.fullmatch(r"[SAO](\d+)(\+M)?", name):
-        return "attention", match[1]
-    return None
+def group_of(stage: Stage, name: str) -> tuple[str, int] | None:
+    """The matrices that belong on one row: per head, as the stage's kind groups them (attention:
+    its weights W_Qh, W_Kh, W_Vh and their biases, its projections Qh Kh Vh, its attention Sh,
+    Sh+M, Ah, Oh); None for the rest."""
+    m = stage.matrices[name]
+    group = KINDS[stage.kind].groups.get(m.base)
+    return None if group is None or m.head is None else (group, m.head)
 
 
 def stage_header(stage: Stage) -> RenderableType:
@@ -510,11 +507,11 @@ def render_stage(
         grad_view = dataclasses.replace(grad_view, scale=max(largest(g) for g in grads.values()))
     units: list[tuple[object, list[MatrixBlock]]] = []
     for name, m in stage.matrices.items():
-        group, block = group_of(name), matrix_block(name, m, view)
+        group, block = group_of(stage, name), matrix_block(name, m, view)
         if grads is None or m.is_constant:
             units.append((group, [block]))
             continue
-        gradient = matrix_block(f"dL/d{name}", Matrix(grads[name], m.rows, m.cols), grad_view)
+        gradient = matrix_block(f"dL/d{name}", m._replace(values=grads[name], role=ACTIVATION), grad_view)
         if block.width + GAP + gradient.width <= view.width:
             units.append((group, [block, gradient]))
         else:  # too wide to sit together: one under the other

@@ -1,0 +1,311 @@
+"""Multi-head attention, self, masked self and cross: everything about the three kinds."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import functional as F
+from ..trace import ATTENTION, MASK, Stage, dims, head_dims
+from .base import Arrays, Grads, Kind, Sizes, Spec, said
+from .hand import Check, dot, gap, linear, mm, softmax_cell, softmax_rows
+
+if TYPE_CHECKING:
+    from ...config import ModelConfig
+    from ...views.explain import Cell
+    from ..trace import Trace
+    from ..weights import Weights
+
+QKV = "QKV"
+
+
+def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m: ModelConfig,
+           memory: np.ndarray | None = None, kv_tokens: tuple[str, ...] = (),
+           mask: np.ndarray | None = None, cache: Any = None) -> np.ndarray:  # fmt: skip
+    """Multi-head attention with queries from x and keys/values from memory (x itself when None).
+
+    Rows of every per-head matrix are the query tokens; columns of S, A are the key tokens. With a
+    key/value ``cache`` (one layer's, ``generation.Cache.layer``) the keys and values of x join the
+    cached ones and the queries attend over all of them; the cache notes what the step computed.
+    """
+    W_QKV, W_O = w.take(stage, "W_QKV"), w.take(stage, "W_O")
+    b_QKV = w.take(stage, "b_QKV") if m.attention_bias else None
+    b_O = w.take(stage, "b_O") if m.attention_bias else None
+    kv, kv_tokens = (x, q_tokens) if memory is None else (memory, kv_tokens)
+    past = None if cache is None else cache.extend
+    r = F.multi_head_attention(x, kv, W_QKV, W_O, m.num_heads, mask, b_QKV, b_O, past)
+    if cache is not None:
+        cache.note(r)
+    if not stage.records:  # nothing is kept: skip the per-head views, made only to be shown
+        return r.output
+    # What the backward pass needs; not the heads' outputs, which concat already holds.
+    stage.cache = r._replace(heads=r.heads._replace(output=None))
+    # d0… are the model's d_model columns, k0… a head's d_k columns, h2.k1 a column of concat.
+    d, D, Dk, Hk = m.d_model, dims(m.d_model), dims(m.d_k, "k"), head_dims(m.num_heads, m.d_k)
+    stage.input("X", x, q_tokens, D)
+    if memory is not None:
+        stage.input("memory", memory, kv_tokens, D)
+    if mask is not None:
+        stage.rec("M", mask, q_tokens, kv_tokens, MASK)
+    for h in range(m.num_heads):
+        n, block = h + 1, slice(h * m.d_k, (h + 1) * m.d_k)
+        for k, name in enumerate(QKV):  # head h's block of d_k columns of W_Q, W_K, W_V
+            cols = slice(k * d + block.start, k * d + block.stop)
+            stage.weight(f"W_{name}", W_QKV[:, cols], D, Dk, head=n, param="W_QKV")
+            if b_QKV is not None:
+                stage.weight(f"b_{name}", b_QKV[cols], (f"b_{name}{n}",), Dk, head=n, param="b_QKV")
+        stage.rec("Q", r.Q[h], q_tokens, Dk, head=n)
+        stage.rec("K", r.K[h], kv_tokens, Dk, head=n)
+        stage.rec("V", r.V[h], kv_tokens, Dk, head=n)
+        stage.rec("S", r.heads.scores[h], q_tokens, kv_tokens, head=n)
+        if r.heads.masked_scores is not None:
+            stage.rec("S+M", r.heads.masked_scores[h], q_tokens, kv_tokens, head=n)
+        stage.rec("A", r.heads.weights[h], q_tokens, kv_tokens, ATTENTION, head=n)
+        stage.rec("O", r.concat[:, block], q_tokens, Dk, head=n)  # the same numbers, kept once: in concat
+    stage.rec("concat", r.concat, q_tokens, Hk)
+    stage.weight("W_O", W_O, Hk, D)
+    if b_O is not None:
+        stage.weight("b_O", b_O, ("b_O",), D)
+    return stage.out("output", r.output, q_tokens, D)
+
+
+def attention_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
+    """dL/dX (and dL/d(memory) in cross-attention) and the gradients of W_QKV, W_O (and biases)."""
+    x = stage["X"]
+    kv = stage.get("memory", x)  # x itself, the same object, takes the self-attention path
+    # stage.cache: the forward's intermediates, as it returned them
+    gr = F.multi_head_attention_backward(d_out, x, kv, p["W_QKV"], p["W_O"], stage.cache)
+    d, dk = m.d_model, m.d_k
+    grads = {"X": gr.x_q if kv is not x else gr.x_q + gr.x_kv}
+    if kv is not x:
+        grads["memory"] = gr.x_kv
+    if "M" in stage:
+        grads["M"] = gr.S.sum(axis=0)  # S_h + M for every head: M collects each head's gradient
+    per_head = {"Q": gr.Q, "K": gr.K, "V": gr.V, "S": gr.S, "S+M": gr.S, "A": gr.A, "O": gr.O}
+    for name, matrix in stage.matrices.items():
+        h = matrix.head
+        if h is None:
+            continue
+        if matrix.param is not None:  # head h's block of W_QKV or b_QKV
+            k = QKV.index(matrix.base[-1])
+            cols = slice(k * d + (h - 1) * dk, k * d + h * dk)
+            grads[name] = gr.W_QKV[:, cols] if matrix.param == "W_QKV" else gr.b_QKV[None, cols]
+        else:
+            grads[name] = per_head[matrix.base][h - 1]
+    grads |= {"concat": gr.concat, "W_O": gr.W_O, "b_O": gr.b_O[None], "output": d_out}
+    params = {"W_QKV": gr.W_QKV, "W_O": gr.W_O, "b_QKV": gr.b_QKV, "b_O": gr.b_O}
+    return Grads(
+        {name: grads[name] for name in stage.matrices},  # in the stage's own order
+        {name: g for name, g in params.items() if name in p},
+    )
+
+
+def attention_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
+    """Each head recomputed from the stage's inputs and its own blocks of the weights, with einsum."""
+    checks = []
+    x = stage["X"]
+    kv = stage.get("memory", x)
+    heads = []
+    mask = None
+    if "M" in stage:
+        n = len(x)
+        mask = np.array([[0.0 if j <= i else -math.inf for j in range(n)] for i in range(n)])
+        checks.append(Check(stage.id, "M is 0 on and below the diagonal, −∞ above", gap(stage["M"], mask)))
+    for h in range(1, m.num_heads + 1):
+        b = {name: stage.of(f"b_{name}", h) if stage.has(f"b_{name}", h) else 0 for name in QKV}
+        q = mm(x, stage.of("W_Q", h)) + b["Q"]
+        k = mm(kv, stage.of("W_K", h)) + b["K"]
+        v = mm(kv, stage.of("W_V", h)) + b["V"]
+        s = np.einsum("id,jd->ij", q, k) / math.sqrt(m.d_k)
+        if mask is not None:
+            s = s + mask
+        a = softmax_rows(s)
+        o = mm(a, v)
+        heads.append(o)
+        checks.append(Check(stage.id, f"head {h}: Q, K, V, S, A and O recomputed", max(
+            gap(stage.of("Q", h), q), gap(stage.of("K", h), k), gap(stage.of("V", h), v),
+            gap(stage.of("S+M" if mask is not None else "S", h), s), gap(stage.of("A", h), a),
+            gap(stage.of("O", h), o),
+        )))  # fmt: skip
+    concat = np.concatenate(heads, axis=1)
+    out = mm(concat, stage["W_O"]) + (stage.get("b_O", 0))
+    checks.append(Check(stage.id, "concat sets the heads side by side; output = concat·W_O", max(
+        gap(stage["concat"], concat), gap(stage["output"], out))))  # fmt: skip
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------
+# A cell's arithmetic: ``c.matrix.head`` is the head the cell's matrix belongs to.
+# ---------------------------------------------------------------------------------------------
+
+
+def explain_projection(c: Cell, trace: Trace) -> list[str]:
+    h, kind = c.matrix.head, c.matrix.base
+    source = "memory" if kind in "KV" and "memory" in c.stage else "X"
+    return linear(
+        c, f"{c.name} = {source}·W_{kind}{h}: row {c.i} of {source} ({c.row}) times column {c.j} of W_{kind}{h}",
+        c.stage[source][c.i], c.stage.of(f"W_{kind}", h)[:, c.j], f"b_{kind}{h}",
+    )  # fmt: skip
+
+
+def explain_scores(c: Cell, trace: Trace) -> list[str]:
+    h = c.matrix.head
+    d_k = trace.config.model.d_k
+    terms, total = dot(c, c.stage.of("Q", h)[c.i], c.stage.of("K", h)[c.j])
+    return [
+        f"S{h} = Q{h}·K{h}ᵀ / √d_k: how well query {c.i} ({c.row}) matches key {c.j} ({c.col})",
+        f"  Q{h}[{c.i}]·K{h}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
+        f"  divided by √d_k = √{d_k} = {c.f(math.sqrt(d_k))}: {c.f(total)} / {c.f(math.sqrt(d_k))} = {c.f(c.value)}",
+        "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
+    ]
+
+
+def explain_mask(c: Cell, trace: Trace) -> list[str]:
+    if c.j <= c.i:
+        return [f"M[{c.i}, {c.j}] = 0: column {c.j} ({c.col}) is not after row {c.i} ({c.row}), so it may be seen;",
+                "adding 0 leaves the score as it is."]  # fmt: skip
+    return [
+        f"M[{c.i}, {c.j}] = −∞: column {c.j} ({c.col}) comes after row {c.i} ({c.row}), a word the decoder",
+        "must not see yet. Added to the score it makes −∞, and softmax turns e^−∞ into a weight of exactly 0.",
+    ]
+
+
+def explain_masked_scores(c: Cell, trace: Trace) -> list[str]:
+    h = c.matrix.head
+    s, mask = float(c.stage.of("S", h)[c.i, c.j]), float(c.stage["M"][c.i, c.j])
+    return [
+        f"{c.name}[{c.i}, {c.j}] = S{h}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c._factor(mask)} = {c.f(c.value)}"
+    ]
+
+
+def explain_weights(c: Cell, trace: Trace) -> list[str]:
+    h = c.matrix.head
+    masked = c.stage.matrices.get(f"S{h}+M")
+    return softmax_cell(c, f"S{h}+M" if masked is not None else f"S{h}")
+
+
+def explain_weighted_sum(c: Cell, trace: Trace) -> list[str]:
+    h = c.matrix.head
+    A, V = c.stage.of("A", h), c.stage.of("V", h)
+    keys = c.stage.matrices[f"A{h}"].cols
+    terms, _ = dot(c, A[c.i], V[:, c.j])
+    return [
+        f"O{h} = A{h}·V{h}: position {c.i} ({c.row}) takes its weights A{h}[{c.i}] over the value rows",
+        "  weights: " + ", ".join(f"{k} {c.f(a)}" for k, a in zip(keys, A[c.i].tolist(), strict=True)),
+        f"  O{h}[{c.i}, {c.j}] = Σ_k A{h}[{c.i}, k]·V{h}[k, {c.j}] = {c.sum_of(terms)} = {c.f(c.value)}",
+    ]
+
+
+def explain_concat(c: Cell, trace: Trace) -> list[str]:
+    d_k = trace.config.model.d_k
+    h, k = c.j // d_k + 1, c.j % d_k
+    return [
+        f"concat puts the heads side by side, d_k = {d_k} columns each: column {c.j} is column {k} of head {h}",
+        f"  concat[{c.i}, {c.j}] = O{h}[{c.i}, {k}] = {c.f(float(c.stage.of('O', h)[c.i, k]))}",
+    ]
+
+
+def explain_output(c: Cell, trace: Trace) -> list[str]:
+    return linear(
+        c, f"output = concat·W_O: the heads mixed back into d_model dimensions; row {c.i} of concat times column {c.j} of W_O",
+        c.stage["concat"][c.i], c.stage["W_O"][:, c.j], "b_O",
+    )  # fmt: skip
+
+
+def explain_memory(c: Cell, trace: Trace) -> list[str]:
+    source = c.stage.sources.get(c.name)
+    return [
+        f"memory is the encoder's output (from {source}), the same for every decoder layer: it gives the keys and values."
+    ]
+
+
+EXPLAIN = {
+    "Q": explain_projection, "K": explain_projection, "V": explain_projection, "S": explain_scores,
+    "M": explain_mask, "S+M": explain_masked_scores, "A": explain_weights, "O": explain_weighted_sum,
+    "concat": explain_concat, "output": explain_output, "memory": explain_memory,
+}  # fmt: skip
+
+GROUPS = {
+    **dict.fromkeys(("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V"), "weights"),
+    **dict.fromkeys(("Q", "K", "V"), "projections"),
+    **dict.fromkeys(("S", "S+M", "A", "O"), "attention"),
+}
+
+TEX = {
+    "W_Q": "W^{{Q}}_{{{h}}}", "W_K": "W^{{K}}_{{{h}}}", "W_V": "W^{{V}}_{{{h}}}",
+    "b_Q": "b^{{Q}}_{{{h}}}", "b_K": "b^{{K}}_{{{h}}}", "b_V": "b^{{V}}_{{{h}}}",
+    "S+M": "S_{{{h}}}+M", "W_O": "W^{{O}}", "b_O": "b^{{O}}", "M": "M",
+}  # fmt: skip
+
+
+def _params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
+    d = m.d_model
+    specs = {"W_QKV": Spec((d, 3 * d), "xavier-qkv", blocks=(d, d, d)), "W_O": Spec((d, d), "xavier")}
+    if m.attention_bias:
+        specs |= {"b_QKV": Spec((3 * d,), "zeros"), "b_O": Spec((d,), "zeros")}
+    return specs
+
+
+def _latex(kv: str, s: str) -> Callable[[ModelConfig], list[str]]:
+    def latex(m: ModelConfig) -> list[str]:
+        b = (lambda x: f" + b^{x}") if m.attention_bias else (lambda x: "")
+        return [
+            rf"Q_h &= X\,W^Q_h{b('Q_h')}, \quad K_h = {kv}\,W^K_h{b('K_h')}, "
+            rf"\quad V_h = {kv}\,W^V_h{b('V_h')} \qquad (h = 1, \ldots, {m.num_heads})",
+            r"S_h &= Q_h K_h^{\top} / \sqrt{d_k}",
+            rf"A_h &= \operatorname{{softmax}}({s}) \quad \text{{(row-wise)}}",
+            r"O_h &= A_h V_h",
+            rf"\mathrm{{output}} &= [O_1 \cdots O_{{{m.num_heads}}}]\, W^O{b('O')}",
+        ]
+
+    return latex
+
+
+def _formula(kv: str, s: str) -> Callable[[ModelConfig], str]:
+    def formula(m: ModelConfig) -> str:
+        b = (lambda name: f" + b_{name}") if m.attention_bias else (lambda name: "")
+        return (
+            f"Q_h = X·W_Qh{b('Qh')},  K_h = {kv}·W_Kh{b('Kh')},  V_h = {kv}·W_Vh{b('Vh')}"
+            "    (h = 1 … num_heads)\n"
+            "S_h = Q_h·K_hᵀ / √d_k\n"
+            f"A_h = softmax({s})    (row-wise)\n"
+            "O_h = A_h·V_h\n"
+            f"output = concat(O_1, …, O_num_heads)·W_O{b('O')}"
+        )
+
+    return formula
+
+
+def _kind(id: str, title: str, explanation: str, kv: str, kv_tex: str, s: str) -> Kind:
+    return Kind(
+        id, title, said(explanation), _formula(kv, s), _latex(kv_tex, s), attention_backward,
+        attention_second, EXPLAIN, params=_params, groups=GROUPS, tex=TEX,
+    )  # fmt: skip
+
+
+SELF_ATTENTION = _kind(
+    "self-attention",
+    "multi-head self-attention",
+    "Every token scores every token (query against key), turns the scores into weights with "
+    "softmax and takes the weighted mix of their values; each head does this in its own "
+    "d_k-dimensional subspace.",
+    "X", "X", "S_h",
+)  # fmt: skip
+MASKED_ATTENTION = _kind(
+    "masked-attention",
+    "masked multi-head self-attention",
+    "Self-attention where the mask M puts −∞ above the diagonal, so no position can look at "
+    "a later one: softmax turns −∞ into a weight of exactly 0.",
+    "X", "X", "S_h + M",
+)  # fmt: skip
+CROSS_ATTENTION = _kind(
+    "cross-attention",
+    "multi-head cross-attention",
+    "The decoder's tokens ask the questions (queries from X) and the encoder output answers "
+    "(keys and values from memory): this is how the source sentence reaches the decoder. "
+    "(The article says it the other way round; that cannot work when the sentences differ in length.)",
+    "memory", r"\mathrm{memory}", "S_h",
+)  # fmt: skip

@@ -1,0 +1,125 @@
+"""By hand: what a kind's second computation (``verify``) and its cell explainers (``explain``) share.
+
+The second computation does each stage's arithmetic again, differently from ``functional``:
+products as explicit ``einsum`` sums, softmax and norms row by row with ``math.fsum``. The cell
+explainers write one number's arithmetic out with its operands; they receive ``explain``'s
+``Cell`` (where the cell is, how to print a number) and the trace.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ...views.explain import Cell
+
+# Largest difference that still counts as equal, as a fraction of the largest number the stage
+# computed with (at least 1): float64 agrees to ~1e-15 of it, float32 to ~1e-6.
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
+
+
+class Check(NamedTuple):
+    stage: str
+    what: str
+    max_diff: float  # the largest |a − b|; inf when either side has NaN
+    tolerance: float = TOLERANCE["float64"]  # absolute: TOLERANCE × the stage's scale
+
+    @property
+    def ok(self) -> bool:
+        return self.max_diff <= self.tolerance  # False for NaN too
+
+
+def gap(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest difference of two matrices; inf if either has a NaN (a NaN agrees with nothing)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape:
+        return math.inf
+    with np.errstate(invalid="ignore", over="ignore"):  # -inf - -inf is nan; those cells are equal
+        diff = np.where(a == b, 0.0, np.abs(a - b))
+    diff[np.isnan(a) | np.isnan(b)] = math.inf
+    return float(np.max(np.nan_to_num(diff, nan=math.inf, posinf=math.inf), initial=0.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# The second computation's arithmetic.
+# ---------------------------------------------------------------------------------------------
+
+
+def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a·b as an explicit sum over k (einsum), not BLAS."""
+    return np.einsum("ik,kj->ij", a, b)
+
+
+def softmax_rows(s: np.ndarray) -> np.ndarray:
+    """Softmax of each row, one exp at a time, summed exactly (``math.fsum``)."""
+    rows = []
+    for row in s.tolist():
+        top = max(row)
+        e = [math.exp(v - top) for v in row]  # exp(-inf) is exactly 0
+        total = math.fsum(e)
+        rows.append([v / total for v in e])
+    return np.array(rows)
+
+
+def mean_square_rows(x: np.ndarray) -> list[tuple[float, float]]:
+    """Each row's mean and variance (dividing by d, as torch.nn.LayerNorm), summed exactly."""
+    out = []
+    for row in x.tolist():
+        mean = math.fsum(row) / len(row)
+        out.append(
+            (mean, math.fsum((v - mean) * (v - mean) for v in row) / len(row))
+        )  # ** overflows past 1e154
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The explainers' arithmetic, written out.
+# ---------------------------------------------------------------------------------------------
+
+
+def dot(c: Cell, left: np.ndarray, right: np.ndarray) -> tuple[list[str], float]:
+    """Every term of left·right as text, and the sum."""
+    terms = [c.times(a, b) for a, b in zip(left.tolist(), right.tolist(), strict=True)]
+    return terms, float(np.dot(left, right))
+
+
+def linear(c: Cell, intro: str, row: np.ndarray, column: np.ndarray, bias: str | None) -> list[str]:
+    """A cell of x·W + b: the intro, every term of the dot product and their sum, then the bias."""
+    terms, total = dot(c, row, column)
+    lines = [intro, f"  = {c.sum_of(terms)} = {c.f(total)}"]
+    if bias is not None and bias in c.stage:
+        b = float(c.stage[bias][0, c.j])
+        lines.append(f"  + {bias}[{c.j}] {c._factor(b)} = {c.f(total + b)}")
+    return lines
+
+
+def softmax_cell(c: Cell, source: str) -> list[str]:
+    """A cell of softmax(source), row-wise: the row, each exp, their sum, the quotient."""
+    row = c.stage[source][c.i].tolist()
+    labels = c.stage.matrices[source].cols
+    # The stable form: e^(x − m) / Σ e^(x − m) equals e^x / Σ e^x, and with m the row's largest value
+    # no exp exceeds 1, so scores of any size (a trained model's reach millions) cannot overflow.
+    top = max(row)
+    exps = [math.exp(v - top) for v in row]  # e^−∞ is exactly 0
+    total = math.fsum(exps)
+    x = f"({source})" if "+" in source else source
+    return [
+        f"{c.name} = softmax({source}), row by row: {c.name}[i, j] = e^{x}[i, j] / Σ_k e^{x}[i, k]",
+        f"  row {c.i} of {source} ({c.row}): "
+        + ", ".join(f"{lab} {c.f(v)}" for lab, v in zip(labels, row, strict=True)),
+        f"  subtract the row's largest value m = {c.f(top)} first: e^(x − m) / Σ e^(x − m) is the same "
+        "quotient, and no exp can overflow",
+        "  each exp: "
+        + ", ".join(f"e^{c._factor(v - top)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
+        f"  sum = {c.sum_of([c.f(e) for e in exps])} = {c.f(total)}",
+        f"  {c.name}[{c.i}, {c.j}] = {c.f(exps[c.j])} / {c.f(total)} = {c.f(c.value)}",
+    ]
+
+
+def where_from(c: Cell) -> str:
+    """Where the cell's input matrix came from: "the output of decoder.0.add-norm-1", or "given"."""
+    source = c.stage.sources.get(c.name)
+    return f"the output of {source}" if source else "given"
