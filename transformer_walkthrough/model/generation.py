@@ -29,6 +29,7 @@ from ..config import Config
 from ..errors import WalkthroughError
 from . import functional as F
 from .architecture import DECODER, OUTPUT, stage_id
+from .kinds.attention import attended
 from .trace import TOP_K, NullTrace, token_labels, top_k
 from .transformer import decode, forward, run_forward
 from .weights import Weights
@@ -246,12 +247,13 @@ def compare(config: Config, w: Weights, steps: Sequence[Step]) -> Comparison:
         cached = s.cache_rows
         for i, layer in enumerate(s.layers):
             stage = trace[stage_id(DECODER, "masked-attention", i)]
-            for h in range(config.model.num_heads):
-                note("queries", layer.q[h], stage[f"Q{h + 1}"][rows])
-                note("keys", layer.K[h], stage[f"K{h + 1}"][:cached])
-                note("values", layer.V[h], stage[f"V{h + 1}"][:cached])
-                A = stage[f"A{h + 1}"][rows]
+            for h in range(len(layer.q)):  # every query head
+                note("queries", layer.q[h], attended(stage, "Q", h + 1)[rows])
+                A = stage.of("A", h + 1)[rows]
                 note("attention", layer.weights[h], A[:, :cached])
                 note("attention", np.zeros_like(A[:, cached:]), A[:, cached:])
+            for g in range(len(layer.K)):  # every key/value head (fewer, when query heads share them)
+                note("keys", layer.K[g], attended(stage, "K", g + 1)[:cached])
+                note("values", layer.V[g], stage.of("V", g + 1)[:cached])
         note("logits", s.logits, logits[rows[-1]])
     return Comparison(**worst)

@@ -72,6 +72,13 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
     return stage.out("output", r.output, q_tokens, D)
 
 
+def attended(stage: Stage, base: str, head: int) -> np.ndarray:
+    """The queries or keys (``base`` "Q" or "K") that head ``head``'s scores multiplied: the
+    projections, or what a piece made of them inside the attention (the rotated ones, under rotary)."""
+    rotated = f"rot_{base}"
+    return stage.of(rotated, head) if stage.has(rotated, head) else stage.of(base, head)
+
+
 def attention_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
     """dL/dX (and dL/d(memory) in cross-attention) and the gradients of W_QKV, W_O (and biases)."""
     x = stage["X"]
