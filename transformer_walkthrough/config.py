@@ -546,11 +546,6 @@ def config_from_dict(data: dict | None) -> Config:
     return Config(**kwargs)
 
 
-def default_config_path() -> Path:
-    """The embedded default config (package data): the article's example."""
-    return Path(__file__).with_name("data") / "article.yaml"
-
-
 def load_config(
     path: str | Path | None = None,
     *,
@@ -558,18 +553,21 @@ def load_config(
     precision: int | None = None,
     sentence: tuple[str, str] | None = None,
 ) -> Config:
-    """Read a YAML config (the embedded default when ``path`` is None) and apply overrides.
+    """Read a YAML config (the dataclasses' defaults, the article's example, when ``path`` is None)
+    and apply overrides.
 
     ``sentence`` is (source, target): your own words instead of the config's sentence, the source
     feeding the encoder (the whole feeding the decoder of a decoder-only model). The vocabulary is
-    built from them unless the file lists one (the embedded default's is the article's sentence's).
+    built from them unless the file lists one (the default's is the article's sentence's).
 
     Only plain YAML is read (``yaml.safe_load``); any problem raises ConfigError with one line
     that names the file and, where it can, the line or the key.
     """
     import yaml  # deferred: `walkthrough --help` should not pay for it
 
-    source = Path(path) if path is not None else default_config_path()
+    if path is None:
+        return _override(Config(), None, sentence, seed, precision)
+    source = Path(path)
     text = _read_text(source)
     try:
         data = _safe_load(text)  # yaml.safe_load that also refuses aliases
@@ -585,11 +583,18 @@ def load_config(
         config = config_from_dict(data)
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
+    return _override(config, data, sentence, seed, precision)
+
+
+def _override(
+    config: Config, data: Any, sentence: tuple[str, str] | None, seed: int | None, precision: int | None
+) -> Config:
+    """The config with the command line's options applied (``data``: what the file said, if any)."""
     try:  # options given on the command line: the file is not to blame for them
         if sentence is not None:
             source_text, target_text = sentence
             encoder_words = 0 if config.model.decoder_only else len(tokenize(source_text))
-            listed = path is not None and isinstance(data, dict) and "vocabulary" in data
+            listed = isinstance(data, dict) and "vocabulary" in data
             config = dataclasses.replace(
                 config,
                 sentence=f"{source_text} {target_text}",
