@@ -30,15 +30,19 @@ def as_array(values: list[list[object]]) -> np.ndarray:
     return np.array([[spelled[v] if isinstance(v, str) else v for v in row] for row in values], dtype=float)
 
 
-def test_the_schema_enums_are_the_configs_values() -> None:
-    """The shipped schema lists each convention's values as config.py defines them (once)."""
+def test_the_schema_enums_are_the_configs_values(trace: Trace) -> None:
+    """The schema lists each convention's values as config.py defines them (once), and refuses others."""
     model = schema()["properties"]["config"]["properties"]["model"]["properties"]
     hints = typing.get_type_hints(ModelConfig)
     literals = {n: typing.get_args(h) for n, h in hints.items() if typing.get_origin(h) is typing.Literal}
-    assert set(literals) == {"output_head", "final_norm", "activation", "positional_encoding", "dtype"}
+    assert {"output_head", "final_norm", "activation", "positional_encoding", "dtype"} <= set(literals)
     for name, values in literals.items():
         assert model[name]["enum"] == list(values), name
     assert literals["activation"] == tuple(ACTIVATIONS) and literals["final_norm"] == FINAL_NORMS
+    doc = strict_load(to_json(trace_to_dict(trace)))
+    doc["config"]["model"]["positional_encoding"] = "alibi"
+    with pytest.raises(jsonschema.ValidationError, match="'alibi' is not one of"):
+        jsonschema.validate(doc, schema())
 
 
 def test_export_is_schema_valid_strict_json_that_reloads_exactly(trace: Trace) -> None:

@@ -425,5 +425,15 @@ def _check_latin(text: str, target: Path) -> None:
 
 
 def schema() -> dict[str, Any]:
-    """The JSON Schema every export validates against (shipped as package data)."""
-    return json.loads((Path(__file__).parents[1] / "data" / "export.schema.json").read_text("utf-8"))
+    """The JSON Schema every export validates against: the file shipped as package data, with each
+    convention's values filled in from config.py's fields, where they are defined once."""
+    import typing
+
+    from ..config import ModelConfig
+
+    doc = json.loads((Path(__file__).parents[1] / "data" / "export.schema.json").read_text("utf-8"))
+    model = doc["properties"]["config"]["properties"]["model"]["properties"]
+    for name, hint in typing.get_type_hints(ModelConfig).items():
+        if typing.get_origin(hint) is typing.Literal:
+            model[name] = {"enum": list(typing.get_args(hint))}
+    return doc
