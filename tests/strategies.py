@@ -9,6 +9,8 @@ from transformer_walkthrough.config import (
     FINAL_NORMS,
     OUTPUT_HEADS,
     POSITIONAL_ENCODINGS,
+    ROTATED_POSITIONS,
+    TORCH_LAYERS,
     Config,
     ModelConfig,
 )
@@ -22,14 +24,25 @@ def configs(
     max_layers: int = 2,
     heads: tuple[str, ...] = tuple(OUTPUT_HEADS),
     conventions: bool = False,
+    torch: bool = False,
 ) -> Config:
     """Any valid config: 1-4 heads of 1-4 dims, any d_ff, 1-``max_layers`` layers, a random sentence.
 
     With ``conventions``, any combination of the conventions too: pre- or post-norm, final norms,
     every activation, every positional encoding, tied embeddings, attention and output biases,
-    decoder-only.
+    decoder-only; with ``torch``, only the values PyTorch's layers have (``TORCH_LAYERS``).
     """
-    num_heads, d_k = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+
+    def values(key: str, every: tuple) -> list:
+        return [v for v in every if not torch or v in TORCH_LAYERS.get(key, every)]
+
+    positions = (
+        draw(st.sampled_from(values("positional_encoding", tuple(POSITIONAL_ENCODINGS))))
+        if conventions
+        else None
+    )
+    num_heads = draw(st.integers(1, 4))
+    d_k = draw(st.sampled_from([2, 4]) if positions in ROTATED_POSITIONS else st.integers(1, 4))
     words = draw(st.lists(st.sampled_from(WORDS), min_size=2, max_size=9))
     head = draw(st.sampled_from(heads))
     more = {}
@@ -40,7 +53,7 @@ def configs(
             norm_first=draw(st.booleans()),
             final_norm=draw(st.sampled_from(FINAL_NORMS)),
             activation=draw(st.sampled_from(list(ACTIVATIONS))),
-            positional_encoding=draw(st.sampled_from(list(POSITIONAL_ENCODINGS))),
+            positional_encoding=positions,
             max_positions=draw(st.integers(len(words) + 2, 16)),
             tie_embeddings=head == "per-position" and draw(st.booleans()),
             attention_bias=draw(st.booleans()),

@@ -116,7 +116,7 @@ def test_any_shape_gradients_equal_torch(config: Config) -> None:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(config=configs(heads=("per-position",), conventions=True))
+@given(config=configs(heads=("per-position",), conventions=True, torch=True))
 def test_any_conventions_gradients_equal_torch(config: Config) -> None:
     assert_gradients_equal_torch(config)
 

@@ -28,6 +28,7 @@ from transformer_walkthrough.config import (
     HF_ACTIVATIONS,
     OUTPUT_HEADS,
     POSITIONAL_ENCODINGS,
+    ROTATED_POSITIONS,
     Config,
     ModelConfig,
     config_from_dict,
@@ -186,10 +187,14 @@ def test_every_activation_is_computed_checked_and_explained(activation: str) -> 
 @pytest.mark.parametrize("positional_encoding", list(POSITIONAL_ENCODINGS))
 def test_every_positional_encoding_is_computed_checked_and_explained(positional_encoding: str) -> None:
     trace = run_forward(Config(model=ModelConfig(positional_encoding=positional_encoding)))
-    stage = trace["decoder.positional-encoding"]
-    assert stage.formula and KINDS["positional-encoding"].latex(trace.config.model)
     assert all(c.ok for c in recompute(trace))
-    assert len(explain(trace, stage.id, "PE", "1,1")) >= 2
+    if positional_encoding in ROTATED_POSITIONS:  # applied inside self-attention, not added
+        stage, table = trace["decoder.0.masked-attention"], "cos"
+        assert "decoder.positional-encoding" not in trace.stages
+    else:
+        stage, table = trace["decoder.positional-encoding"], "PE"
+        assert KINDS["positional-encoding"].latex(trace.config.model)
+    assert stage.formula and len(explain(trace, stage.id, table, "1,1")) >= 2
 
 
 def test_the_dispatches_on_a_value_are_the_configs_values() -> None:
@@ -236,21 +241,21 @@ def test_an_unknown_activation_raises_everywhere() -> None:
 
 
 def test_an_unknown_positional_encoding_raises_everywhere() -> None:
-    with pytest.raises(ValueError, match="unknown positional_encoding 'rotary'"):
-        run_forward(_unknown(Config(), "positional_encoding", "rotary"))
+    with pytest.raises(ValueError, match="unknown positional_encoding 'alibi'"):
+        run_forward(_unknown(Config(), "positional_encoding", "alibi"))
     trace = run_forward(Config())
-    _unknown(trace.config, "positional_encoding", "rotary")
+    _unknown(trace.config, "positional_encoding", "alibi")
     m = trace.config.model
     for kind in (KINDS["positional-encoding"].formula, KINDS["positional-encoding"].latex):
-        with pytest.raises(ValueError, match="unknown positional_encoding 'rotary'"):
+        with pytest.raises(ValueError, match="unknown positional_encoding 'alibi'"):
             kind(m)
-    with pytest.raises(ValueError, match="unknown positional_encoding 'rotary'"):
+    with pytest.raises(ValueError, match="unknown positional_encoding 'alibi'"):
         recompute(trace)
-    with pytest.raises(ValueError, match="unknown positional_encoding 'rotary'"):
+    with pytest.raises(ValueError, match="unknown positional_encoding 'alibi'"):
         explain(trace, "encoder.positional-encoding", "PE", "0,0")
     import torch  # a test dependency (test_torch_reference.py): never skipped
 
-    with pytest.raises(ValueError, match="unknown positional_encoding 'rotary'"):
+    with pytest.raises(ValueError, match="unknown positional_encoding 'alibi'"):
         TorchTransformer(torch, trace.config, init_weights(Config()))._positions("encoder", 2)
 
 
@@ -357,7 +362,7 @@ def test_train_then_generate_says_the_sentence(name: str) -> None:
         ({"model": {"num_encoder_layers": -1}}, "model.num_encoder_layers: must be 0 (decoder-only) or more"),
         ({"model": {"positional_encoding": "learned", "max_positions": 3}},
          "model.max_positions: learned positions have 3 rows, but a sentence needs 4"),
-        ({"model": {"positional_encoding": "rotary"}}, "must be one of sinusoidal, sinusoidal-halves, learned"),
+        ({"model": {"positional_encoding": "alibi"}}, "must be one of sinusoidal, sinusoidal-halves, learned, rotary"),
         ({"model": {"tie_embeddings": True, "output_head": "flatten"}}, "model.tie_embeddings: the flatten head's W"),
     ],
 )  # fmt: skip

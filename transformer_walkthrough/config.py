@@ -45,11 +45,12 @@ POSITIONAL_ENCODINGS = {
     "sinusoidal": "(the paper)",
     "sinusoidal-halves": "(Marian)",
     "learned": "table P (GPT-2)",
+    "rotary": "each head's Q, K turned by pos (Llama)",
 }
 DTYPES = {"float64": "(exact to print)", "float32": "(fast when large)"}
 # Positions applied inside attention, to the queries and keys, rather than added to the embedding:
 # such a model has no positional-encoding stage.
-ROTATED_POSITIONS: tuple[str, ...] = ()
+ROTATED_POSITIONS: tuple[str, ...] = ("rotary",)
 
 # The switches whose parameters have other names or shapes, with their values: a --weights file
 # made under another setting of one of them is recognised, and the message says which.
@@ -64,7 +65,10 @@ SWITCHES: dict[str, tuple[Any, ...]] = {
 
 # What PyTorch's own transformer layers can be (``verify --against torch``), by field: any other
 # value has no counterpart there, and is compared with transformers' models in the tests instead.
-TORCH_LAYERS: dict[str, tuple[Any, ...]] = {"output_head": ("per-position",)}
+TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
+    "output_head": ("per-position",),
+    "positional_encoding": tuple(p for p in POSITIONAL_ENCODINGS if p not in ROTATED_POSITIONS),
+}
 
 # Hugging Face's names for our activations (config.json's activation_function), read by every
 # checkpoint converter; any other name is refused, never approximated.
@@ -208,6 +212,7 @@ class ModelConfig(_Checked):
     activation: Literal[tuple(ACTIVATIONS)] = _choice(ACTIVATIONS, "relu")
     positional_encoding: Literal[tuple(POSITIONAL_ENCODINGS)] = _choice(POSITIONAL_ENCODINGS, "sinusoidal")
     max_positions: int = _doc("rows of the learned position table P", 64)
+    rope_theta: float = _doc("rotary's base: pair i of a head turns by pos / rope_theta^(2i/d_k)", 10000.0)
     tie_embeddings: bool = _doc(
         "true: one table E for both stacks and the output, W = Eᵀ (the paper §3.4)", False
     )
@@ -234,6 +239,13 @@ class ModelConfig(_Checked):
             "(each head takes d_model / num_heads dimensions)",
         )
         self._require(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
+        self._require(self.rope_theta > 1, "rope_theta", f"must be more than 1, got {self.rope_theta:g}")
+        self._require(
+            self.adds_positions or self.d_k % 2 == 0,
+            "positional_encoding",
+            f"rotary turns pairs of a head's dimensions, so d_k = d_model / num_heads must be even; "
+            f"it is {self.d_k}",
+        )
         # YAML's true is Python's True, and 1 == True: only the spellings of FINAL_NORMS pass.
         self._require(
             isinstance(self.final_norm, (str, bool)),

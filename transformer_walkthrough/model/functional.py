@@ -134,15 +134,58 @@ def scaled_dot_product_attention(
     return Attention(scores, masked, weights, weights @ V)
 
 
+class Rotation(NamedTuple):
+    """The rotary tables: row p holds the cos and sin of position p's angle for every column."""
+
+    cos: np.ndarray  # (n, d_k)
+    sin: np.ndarray  # (n, d_k)
+
+
+def rotary(n: int, d_k: int, theta: float, dtype: np.dtype | type = np.float64, start: int = 0) -> Rotation:
+    """The rotary tables of positions start … start + n − 1: cos and sin, (n, d_k) each (Su et al., 2021).
+
+    Pair i of a head's d_k dimensions (i < d_k/2) turns by the angle pos·θ_i, θ_i = theta^(−2i/d_k):
+    column i and column i + d_k/2 hold the same angle, as Hugging Face's Llama lays them out
+    (``rotate_half``). Computed in float64, then rounded to ``dtype``.
+    """
+    inv_freq = 1.0 / theta ** (np.arange(0, d_k, 2, dtype=np.float64) / d_k)
+    angles = np.arange(start, start + n, dtype=np.float64)[:, None] * inv_freq[None, :]
+    angles = np.concatenate([angles, angles], axis=1)
+    return Rotation(np.cos(angles).astype(dtype), np.sin(angles).astype(dtype))
+
+
+def rotate_half(x: np.ndarray) -> np.ndarray:
+    """(x_1, x_2) -> (−x_2, x_1), the halves of the last axis: column i pairs with i + d_k/2."""
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def apply_rotary(x: np.ndarray, r: Rotation) -> np.ndarray:
+    """Each pair (x_i, x_{i+d_k/2}) of each row turned by its angle: x·cos + rotate_half(x)·sin.
+
+    x: (..., n, d_k); the tables (n, d_k) broadcast over the heads."""
+    return x * r.cos + rotate_half(x) * r.sin
+
+
+def apply_rotary_backward(dy: np.ndarray, r: Rotation) -> np.ndarray:
+    """dL/dx of y = x·cos + rotate_half(x)·sin: a rotation's transpose turns back by the same angle,
+    so dx = dy·cos + rotate_halfᵀ(dy·sin), rotate_halfᵀ(g) = (g_2, −g_1)."""
+    g = dy * r.sin
+    half = g.shape[-1] // 2
+    return dy * r.cos + np.concatenate([g[..., half:], -g[..., :half]], axis=-1)
+
+
 class MultiHeadAttention(NamedTuple):
     """Every intermediate of multi-head attention; per-head arrays have the head first."""
 
-    Q: np.ndarray  # (h, n_q, d_k)
-    K: np.ndarray  # (h, n_k, d_k)
+    Q: np.ndarray  # (h, n_q, d_k): the queries the scores multiply (rotated, under rotary)
+    K: np.ndarray  # (h, n_k, d_k): the keys, likewise
     V: np.ndarray  # (h, n_k, d_k)
     heads: Attention  # scores, masked scores, weights (h, n_q, n_k); output (h, n_q, d_k)
     concat: np.ndarray  # (n_q, d_model)
     output: np.ndarray  # (n_q, d_model)
+    rotation: Rotation | None = None  # the rotary tables, when the positions are applied here
+    projected: tuple[np.ndarray, np.ndarray] | None = None  # Q and K before the rotation
 
 
 def multi_head_attention(
@@ -155,6 +198,7 @@ def multi_head_attention(
     b_QKV: np.ndarray | None = None,
     b_O: np.ndarray | None = None,
     past: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
+    rotation: Rotation | None = None,
 ) -> MultiHeadAttention:
     """MultiHead = Concat(head_1, …, head_h)·W_O, head_i = Attention(X_q·W_Qi, X_kv·W_Ki, X_kv·W_Vi).
 
@@ -165,7 +209,8 @@ def multi_head_attention(
     uses the i-th block of d_k columns of each: the paper's per-head W_i^Q (d_model, d_k).
     W_O: (d_model, d_model); b_QKV: (3·d_model,) and b_O: (d_model,) when the model has biases.
     ``past`` (a key/value cache) takes the new rows' K and V, (h, n_k, d_k), and gives back every
-    row's so far: the queries then attend over the whole sequence.
+    row's so far: the queries then attend over the whole sequence. ``rotation`` (rotary positions,
+    self-attention only: the tables of x's positions) turns each head's Q and K before the scores.
     """
     d = W_O.shape[0]
     if x_q is x_kv:  # self-attention: queries, keys and values from one product
@@ -176,11 +221,15 @@ def multi_head_attention(
         KV = linear(x_kv, W_QKV[:, d:], None if b_QKV is None else b_QKV[d:])
         K, V = KV[:, :d], KV[:, d:]
     Q, K, V = (split_heads(a, num_heads) for a in (Q, K, V))
-    if past is not None:
+    projected = None
+    if rotation is not None:
+        projected = (Q, K)
+        Q, K = apply_rotary(Q, rotation), apply_rotary(K, rotation)
+    if past is not None:  # the new keys join the cache rotated at their positions
         K, V = past(K, V)
     heads = scaled_dot_product_attention(Q, K, V, mask)
     concat = merge_heads(heads.output)
-    return MultiHeadAttention(Q, K, V, heads, concat, linear(concat, W_O, b_O))
+    return MultiHeadAttention(Q, K, V, heads, concat, linear(concat, W_O, b_O), rotation, projected)
 
 
 # The feed-forward's nonlinearity. Each takes the pre-activation and returns a new array.
@@ -320,6 +369,8 @@ class MultiHeadAttentionGrads(NamedTuple):
     A: np.ndarray
     O: np.ndarray
     concat: np.ndarray
+    rot_Q: np.ndarray | None = None  # under rotary, Q and K above are the projections' gradients,
+    rot_K: np.ndarray | None = None  # and these the rotated ones'
 
 
 def multi_head_attention_backward(
@@ -332,12 +383,16 @@ def multi_head_attention_backward(
     d_concat, dW_O, db_O = linear_backward(d_output, r.concat, W_O)
     dO = split_heads(d_concat, h)
     dQ, dK, dV, dA, dS = scaled_dot_product_attention_backward(dO, r.Q, r.K, r.V, r.heads.weights)
+    d_rot_Q = d_rot_K = None
+    if r.rotation is not None:
+        d_rot_Q, d_rot_K = dQ, dK
+        dQ, dK = apply_rotary_backward(dQ, r.rotation), apply_rotary_backward(dK, r.rotation)
     dq, dk, dv = merge_heads(dQ), merge_heads(dK), merge_heads(dV)
     dx_q, dW_Q, db_Q = linear_backward(dq, x_q, W_QKV[:, :d])
     dx_kv, dW_KV, db_KV = linear_backward(np.hstack([dk, dv]), x_kv, W_QKV[:, d:])
     return MultiHeadAttentionGrads(
         dx_q, dx_kv, np.hstack([dW_Q, dW_KV]), dW_O, np.concatenate([db_Q, db_KV]), db_O,
-        dQ, dK, dV, dS, dA, dO, d_concat,
+        dQ, dK, dV, dS, dA, dO, d_concat, d_rot_Q, d_rot_K,
     )  # fmt: skip
 
 

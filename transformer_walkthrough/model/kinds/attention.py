@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import functional as F
-from ..trace import ATTENTION, MASK, Stage, dims, head_dims
-from .base import Arrays, Grads, Kind, Sizes, Spec, said
+from ..trace import ATTENTION, CONSTANT, MASK, Stage, dims, head_dims, positions
+from .base import Arrays, Grads, Kind, Sizes, Spec
 from .hand import Check, dot, gap, linear, mm, softmax_cell, softmax_rows
 
 if TYPE_CHECKING:
@@ -36,7 +36,15 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
     b_O = w.take(stage, "b_O") if m.attention_bias else None
     kv, kv_tokens = (x, q_tokens) if memory is None else (memory, kv_tokens)
     past = None if cache is None else cache.extend
-    r = F.multi_head_attention(x, kv, W_QKV, W_O, m.num_heads, mask, b_QKV, b_O, past)
+    start = 0 if cache is None else cache.cache.rows
+    # Rotary positions turn a self-attention's queries and keys by their positions; cross-attention's
+    # keys are the encoder's, whose positions its own self-attention has already applied.
+    rotation = (
+        None
+        if m.adds_positions or memory is not None
+        else F.rotary(len(x), m.d_k, m.rope_theta, x.dtype, start)
+    )
+    r = F.multi_head_attention(x, kv, W_QKV, W_O, m.num_heads, mask, b_QKV, b_O, past, rotation)
     if cache is not None:
         cache.note(r)
     if not stage.records:  # nothing is kept: skip the per-head views, made only to be shown
@@ -50,6 +58,10 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
         stage.input("memory", memory, kv_tokens, D)
     if mask is not None:
         stage.rec("M", mask, q_tokens, kv_tokens, MASK)
+    if r.rotation is not None:
+        stage.rec("cos", r.rotation.cos, positions(q_tokens), Dk, CONSTANT)
+        stage.rec("sin", r.rotation.sin, positions(q_tokens), Dk, CONSTANT)
+    Q, K = r.projected if r.projected is not None else (r.Q, r.K)
     for h in range(m.num_heads):
         n, block = h + 1, slice(h * m.d_k, (h + 1) * m.d_k)
         for k, name in enumerate(QKV):  # head h's block of d_k columns of W_Q, W_K, W_V
@@ -57,8 +69,11 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
             stage.weight(f"W_{name}", W_QKV[:, cols], D, Dk, head=n, param="W_QKV")
             if b_QKV is not None:
                 stage.weight(f"b_{name}", b_QKV[cols], (f"b_{name}{n}",), Dk, head=n, param="b_QKV")
-        stage.rec("Q", r.Q[h], q_tokens, Dk, head=n)
-        stage.rec("K", r.K[h], kv_tokens, Dk, head=n)
+        stage.rec("Q", Q[h], q_tokens, Dk, head=n)
+        stage.rec("K", K[h], kv_tokens, Dk, head=n)
+        if r.rotation is not None:  # what the scores multiply: Q and K turned by their positions
+            stage.rec("rot_Q", r.Q[h], q_tokens, Dk, head=n)
+            stage.rec("rot_K", r.K[h], kv_tokens, Dk, head=n)
         stage.rec("V", r.V[h], kv_tokens, Dk, head=n)
         stage.rec("S", r.heads.scores[h], q_tokens, kv_tokens, head=n)
         if r.heads.masked_scores is not None:
@@ -91,7 +106,11 @@ def attention_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfi
         grads["memory"] = gr.x_kv
     if "M" in stage:
         grads["M"] = gr.S.sum(axis=0)  # S_h + M for every head: M collects each head's gradient
-    per_head = {"Q": gr.Q, "K": gr.K, "V": gr.V, "S": gr.S, "S+M": gr.S, "A": gr.A, "O": gr.O}
+    per_head = {"Q": gr.Q, "K": gr.K, "V": gr.V, "S": gr.S, "S+M": gr.S, "A": gr.A, "O": gr.O,
+                "rot_Q": gr.rot_Q, "rot_K": gr.rot_K}  # fmt: skip
+    for constant in ("cos", "sin"):  # fixed numbers: nothing learns them, nothing is shown
+        if constant in stage:
+            grads[constant] = np.zeros_like(stage[constant])
     for name, matrix in stage.matrices.items():
         h = matrix.head
         if h is None:
@@ -121,19 +140,29 @@ def attention_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
         n = len(x)
         mask = np.array([[0.0 if j <= i else -math.inf for j in range(n)] for i in range(n)])
         checks.append(Check(stage.id, "M is 0 on and below the diagonal, −∞ above", gap(stage["M"], mask)))
+    rotated = "cos" in stage
+    if rotated:
+        cos, sin = rotary_by_hand(len(x), m.d_k, m.rope_theta)
+        worst = max(gap(stage["cos"], cos), gap(stage["sin"], sin))
+        checks.append(Check(stage.id, "cos and sin recomputed from pos / rope_theta^(2i/d_k)", worst))
     for h in range(1, m.num_heads + 1):
         b = {name: stage.of(f"b_{name}", h) if stage.has(f"b_{name}", h) else 0 for name in QKV}
         q = mm(x, stage.of("W_Q", h)) + b["Q"]
         k = mm(kv, stage.of("W_K", h)) + b["K"]
         v = mm(kv, stage.of("W_V", h)) + b["V"]
+        if rotated:
+            checks.append(Check(stage.id, f"head {h}: Q, K before the rotation recomputed",
+                                max(gap(stage.of("Q", h), q), gap(stage.of("K", h), k))))  # fmt: skip
+            q, k = rotate_by_hand(stage.of("Q", h), cos, sin), rotate_by_hand(stage.of("K", h), cos, sin)
         s = np.einsum("id,jd->ij", q, k) / math.sqrt(m.d_k)
         if mask is not None:
             s = s + mask
         a = softmax_rows(s)
         o = mm(a, v)
         heads.append(o)
-        checks.append(Check(stage.id, f"head {h}: Q, K, V, S, A and O recomputed", max(
-            gap(stage.of("Q", h), q), gap(stage.of("K", h), k), gap(stage.of("V", h), v),
+        what = "rot_Q, rot_K (pair by pair), V, S, A and O" if rotated else "Q, K, V, S, A and O"
+        checks.append(Check(stage.id, f"head {h}: {what} recomputed", max(
+            gap(attended(stage, "Q", h), q), gap(attended(stage, "K", h), k), gap(stage.of("V", h), v),
             gap(stage.of("S+M" if mask is not None else "S", h), s), gap(stage.of("A", h), a),
             gap(stage.of("O", h), o),
         )))  # fmt: skip
@@ -142,6 +171,27 @@ def attention_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     checks.append(Check(stage.id, "concat sets the heads side by side; output = concat·W_O", max(
         gap(stage["concat"], concat), gap(stage["output"], out))))  # fmt: skip
     return checks
+
+
+def rotary_by_hand(n: int, d_k: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of pos·θ_i, θ_i = theta^(−2i/d_k), column i and i + d_k/2 alike, with ``math``."""
+    half = d_k // 2
+    angles = [[pos / theta ** (2 * (j % half) / d_k) for j in range(d_k)] for pos in range(n)]
+    return (np.array([[math.cos(a) for a in row] for row in angles]),
+            np.array([[math.sin(a) for a in row] for row in angles]))  # fmt: skip
+
+
+def rotate_by_hand(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Each pair (i, i + d_k/2) of each row turned, one cell at a time:
+    x'_i = x_i·cos − x_{i+d/2}·sin, x'_{i+d/2} = x_{i+d/2}·cos + x_i·sin."""
+    n, d = x.shape
+    half = d // 2
+    out = np.empty((n, d))
+    for p in range(n):
+        for j in range(d):
+            partner, sign = (j + half, -1.0) if j < half else (j - half, 1.0)
+            out[p, j] = x[p, j] * cos[p, j] + sign * x[p, partner] * sin[p, j]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,12 +211,47 @@ def explain_projection(c: Cell, trace: Trace) -> list[str]:
 def explain_scores(c: Cell, trace: Trace) -> list[str]:
     h = c.matrix.head
     d_k = trace.config.model.d_k
-    terms, total = dot(c, c.stage.of("Q", h)[c.i], c.stage.of("K", h)[c.j])
+    rot = "rot_" if c.stage.has("rot_Q", h) else ""
+    terms, total = dot(c, attended(c.stage, "Q", h)[c.i], attended(c.stage, "K", h)[c.j])
     return [
-        f"S{h} = Q{h}·K{h}ᵀ / √d_k: how well query {c.i} ({c.row}) matches key {c.j} ({c.col})",
-        f"  Q{h}[{c.i}]·K{h}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
+        f"S{h} = {rot}Q{h}·{rot}K{h}ᵀ / √d_k: how well query {c.i} ({c.row}) matches key {c.j} ({c.col})",
+        f"  {rot}Q{h}[{c.i}]·{rot}K{h}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
         f"  divided by √d_k = √{d_k} = {c.f(math.sqrt(d_k))}: {c.f(total)} / {c.f(math.sqrt(d_k))} = {c.f(c.value)}",
         "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
+    ]
+
+
+def explain_table(c: Cell, trace: Trace) -> list[str]:
+    m = trace.config.model
+    half = m.d_k // 2
+    i = c.j % half
+    pos = c.i  # a traced pass starts at position 0
+    angle = pos / m.rope_theta ** (2 * i / m.d_k)
+    return [
+        f"{c.name}[pos, j] = {c.name}(pos · θ_i), θ_i = rope_theta^(−2i/d_k), with pos = {pos}, j = {c.j}: "
+        f"pair i = {i} (column j and column j {'+' if c.j < half else '−'} d_k/2 = {c.j + half if c.j < half else c.j - half} share the angle)",
+        f"  angle = {pos} / {m.rope_theta:g}^({2 * i}/{m.d_k}) = {pos} / {c.f(m.rope_theta ** (2 * i / m.d_k))} = {c.f(angle)}",
+        f"  {c.name}({c.f(angle)}) = {c.f(c.value)}",
+        "  (low pairs turn fast with the position, high ones slowly; a score of two rotated vectors depends on",
+        "  their positions only through the difference: rotation by a and by b leaves the angle a − b)",
+    ]
+
+
+def explain_rotation(c: Cell, trace: Trace) -> list[str]:
+    h, base = c.matrix.head, c.matrix.base[-1]  # rot_Q -> Q
+    x = c.stage.of(base, h)
+    half = x.shape[1] // 2
+    first = c.j < half
+    partner = c.j + half if first else c.j - half
+    cos, sin = float(c.stage["cos"][c.i, c.j]), float(c.stage["sin"][c.i, c.j])
+    a, b = float(x[c.i, c.j]), float(x[c.i, partner])
+    sign, op = ("−", "−") if first else ("+", "+")
+    return [
+        f"{c.name} is {base}{h} with each pair of columns (j, j + d_k/2) turned by its position's angle "
+        "(Hugging Face's Llama pairs column i with i + d_k/2, rotate_half; GPT-J pairs 2i with 2i+1):",
+        f"  {c.name}[{c.i}, {c.j}] = {base}{h}[{c.i}, {c.j}]·cos {sign} {base}{h}[{c.i}, {partner}]·sin"
+        f"  (row {c.i}, {c.row}; cos = cos[{c.i}, {c.j}], sin = sin[{c.i}, {c.j}])",
+        f"  = {c.times(a, cos)} {op} {c.times(b, sin)} = {c.f(a * cos)} {op} {c._factor(b * sin)} = {c.f(c.value)}",
     ]
 
 
@@ -233,11 +318,13 @@ EXPLAIN = {
     "Q": explain_projection, "K": explain_projection, "V": explain_projection, "S": explain_scores,
     "M": explain_mask, "S+M": explain_masked_scores, "A": explain_weights, "O": explain_weighted_sum,
     "concat": explain_concat, "output": explain_output, "memory": explain_memory,
+    "cos": explain_table, "sin": explain_table, "rot_Q": explain_rotation, "rot_K": explain_rotation,
 }  # fmt: skip
 
 GROUPS = {
     **dict.fromkeys(("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V"), "weights"),
     **dict.fromkeys(("Q", "K", "V"), "projections"),
+    **dict.fromkeys(("rot_Q", "rot_K"), "rotated"),
     **dict.fromkeys(("S", "S+M", "A", "O"), "attention"),
 }
 
@@ -245,6 +332,7 @@ TEX = {
     "W_Q": "W^{{Q}}_{{{h}}}", "W_K": "W^{{K}}_{{{h}}}", "W_V": "W^{{V}}_{{{h}}}",
     "b_Q": "b^{{Q}}_{{{h}}}", "b_K": "b^{{K}}_{{{h}}}", "b_V": "b^{{V}}_{{{h}}}",
     "S+M": "S_{{{h}}}+M", "W_O": "W^{{O}}", "b_O": "b^{{O}}", "M": "M",
+    "rot_Q": r"\tilde{{Q}}_{{{h}}}", "rot_K": r"\tilde{{K}}_{{{h}}}", "cos": r"\cos", "sin": r"\sin",
 }  # fmt: skip
 
 
@@ -256,13 +344,25 @@ def _params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
     return specs
 
 
+def _rotated(m: ModelConfig, kv: str) -> bool:
+    """Whether this kind turns its queries and keys (rotary positions, in self-attention)."""
+    return not m.adds_positions and kv == "X"
+
+
 def _latex(kv: str, s: str) -> Callable[[ModelConfig], list[str]]:
     def latex(m: ModelConfig) -> list[str]:
         b = (lambda x: f" + b^{x}") if m.attention_bias else (lambda x: "")
+        rotation = [
+            r"\tilde{Q}_h &= Q_h \odot \cos + \operatorname{rotate\_half}(Q_h) \odot \sin, \quad "
+            r"\tilde{K}_h = K_h \odot \cos + \operatorname{rotate\_half}(K_h) \odot \sin",
+            r"\cos_{pos, i} &= \cos(pos\,\theta_i), \quad \theta_i = \theta^{-2i/d_k}, "
+            r"\quad \operatorname{rotate\_half}(x_1, x_2) = (-x_2, x_1)",
+            r"S_h &= \tilde{Q}_h \tilde{K}_h^{\top} / \sqrt{d_k}",
+        ]
         return [
             rf"Q_h &= X\,W^Q_h{b('Q_h')}, \quad K_h = {kv}\,W^K_h{b('K_h')}, "
             rf"\quad V_h = {kv}\,W^V_h{b('V_h')} \qquad (h = 1, \ldots, {m.num_heads})",
-            r"S_h &= Q_h K_h^{\top} / \sqrt{d_k}",
+            *(rotation if _rotated(m, kv) else [r"S_h &= Q_h K_h^{\top} / \sqrt{d_k}"]),
             rf"A_h &= \operatorname{{softmax}}({s}) \quad \text{{(row-wise)}}",
             r"O_h &= A_h V_h",
             rf"\mathrm{{output}} &= [O_1 \cdots O_{{{m.num_heads}}}]\, W^O{b('O')}",
@@ -277,8 +377,15 @@ def _formula(kv: str, s: str) -> Callable[[ModelConfig], str]:
         return (
             f"Q_h = X·W_Qh{b('Qh')},  K_h = {kv}·W_Kh{b('Kh')},  V_h = {kv}·W_Vh{b('Vh')}"
             "    (h = 1 … num_heads)\n"
-            "S_h = Q_h·K_hᵀ / √d_k\n"
-            f"A_h = softmax({s})    (row-wise)\n"
+            + (
+                "rot_Q_h = Q_h ⊙ cos + rotate_half(Q_h) ⊙ sin,  rot_K_h likewise\n"
+                "    (rotary: each pair of columns (i, i + d_k/2) turned by the angle pos·θ_i,\n"
+                "    θ_i = rope_theta^(−2i/d_k); rotate_half(x₁, x₂) = (−x₂, x₁))\n"
+                "S_h = rot_Q_h·rot_K_hᵀ / √d_k\n"
+                if _rotated(m, kv)
+                else "S_h = Q_h·K_hᵀ / √d_k\n"
+            )
+            + f"A_h = softmax({s})    (row-wise)\n"
             "O_h = A_h·V_h\n"
             f"output = concat(O_1, …, O_num_heads)·W_O{b('O')}"
         )
@@ -286,9 +393,21 @@ def _formula(kv: str, s: str) -> Callable[[ModelConfig], str]:
     return formula
 
 
+def _explanation(text: str, kv: str) -> Callable[[ModelConfig], str]:
+    def explanation(m: ModelConfig) -> str:
+        if not _rotated(m, kv):
+            return text
+        return (
+            text + " Positions enter here (rotary): each head's queries and keys are turned by an angle "
+            "that grows with their position, so a score depends on how far apart two tokens are."
+        )
+
+    return explanation
+
+
 def _kind(id: str, title: str, explanation: str, kv: str, kv_tex: str, s: str) -> Kind:
     return Kind(
-        id, title, said(explanation), _formula(kv, s), _latex(kv_tex, s), attention_backward,
+        id, title, _explanation(explanation, kv), _formula(kv, s), _latex(kv_tex, s), attention_backward,
         attention_second, EXPLAIN, params=_params, groups=GROUPS, tex=TEX,
     )  # fmt: skip
 
