@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from transformer_walkthrough.config import (
     ACTIVATIONS,
+    FEED_FORWARDS,
     FINAL_NORMS,
     OUTPUT_HEADS,
     POSITIONAL_ENCODINGS,
@@ -29,8 +30,9 @@ def configs(
     """Any valid config: 1-4 heads of 1-4 dims, any d_ff, 1-``max_layers`` layers, a random sentence.
 
     With ``conventions``, any combination of the conventions too: pre- or post-norm, final norms,
-    every activation, every positional encoding, tied embeddings, attention and output biases,
-    decoder-only; with ``torch``, only the values PyTorch's layers have (``TORCH_LAYERS``).
+    every activation, both feed-forwards with or without biases, every positional encoding, tied
+    embeddings, attention and output biases, decoder-only; with ``torch``, only the values
+    PyTorch's layers have (``TORCH_LAYERS``).
     """
 
     def values(key: str, every: tuple) -> list:
@@ -53,6 +55,8 @@ def configs(
             norm_first=draw(st.booleans()),
             final_norm=draw(st.sampled_from(FINAL_NORMS)),
             activation=draw(st.sampled_from(list(ACTIVATIONS))),
+            feed_forward=draw(st.sampled_from(values("feed_forward", tuple(FEED_FORWARDS)))),
+            ffn_bias=draw(st.sampled_from(values("ffn_bias", (True, False)))),
             positional_encoding=positions,
             max_positions=draw(st.integers(len(words) + 2, 16)),
             tie_embeddings=head == "per-position" and draw(st.booleans()),

@@ -25,6 +25,7 @@ from transformer_walkthrough.compare.verify import recompute
 from transformer_walkthrough.config import (
     ACTIVATIONS,
     DTYPES,
+    FEED_FORWARDS,
     HF_ACTIVATIONS,
     OUTPUT_HEADS,
     POSITIONAL_ENCODINGS,
@@ -39,6 +40,7 @@ from transformer_walkthrough.model import functional as F
 from transformer_walkthrough.model.architecture import stage_ids
 from transformer_walkthrough.model.kinds import ACTIVATION_FORMULAS, ACTIVATION_LATEX, KINDS
 from transformer_walkthrough.model.kinds import ACTIVATIONS_BY_HAND as VERIFY_ACTIVATIONS
+from transformer_walkthrough.model.kinds.feed_forward import GATED_UNITS
 from transformer_walkthrough.model.training import generate, train
 from transformer_walkthrough.model.transformer import init_weights, load_weights, run_forward
 from transformer_walkthrough.views.explain import explain, explainable
@@ -199,7 +201,7 @@ def test_every_positional_encoding_is_computed_checked_and_explained(positional_
 
 def test_the_dispatches_on_a_value_are_the_configs_values() -> None:
     """Every table keyed by a convention's value holds exactly the config's values."""
-    for table in (F.ACTIVATIONS, ACTIVATION_FORMULAS, ACTIVATION_LATEX, VERIFY_ACTIVATIONS):
+    for table in (F.ACTIVATIONS, ACTIVATION_FORMULAS, ACTIVATION_LATEX, VERIFY_ACTIVATIONS, GATED_UNITS):
         assert list(table) == list(ACTIVATIONS)
     assert set(HF_ACTIVATIONS.values()) == set(ACTIVATIONS)  # each of ours has a checkpoint name
     assert gpt2.HF_ACTIVATIONS is HF_ACTIVATIONS and marian.HF_ACTIVATIONS is HF_ACTIVATIONS
@@ -209,7 +211,7 @@ def test_the_dispatches_on_a_value_are_the_configs_values() -> None:
 def test_walkthrough_config_comments_name_every_value() -> None:
     docs = {f.name: f.metadata["doc"] for f in dataclasses.fields(ModelConfig)}
     for key, values in (("activation", ACTIVATIONS), ("positional_encoding", POSITIONAL_ENCODINGS),
-                        ("output_head", OUTPUT_HEADS), ("dtype", DTYPES)):  # fmt: skip
+                        ("output_head", OUTPUT_HEADS), ("dtype", DTYPES), ("feed_forward", FEED_FORWARDS)):  # fmt: skip
         words = re.findall(r"[\w-]+", docs[key])
         assert all(v in words for v in values), key
 
@@ -354,6 +356,8 @@ def test_train_then_generate_says_the_sentence(name: str) -> None:
     "data, message",
     [
         ({"model": {"activation": "swish"}}, "model.activation: must be one of relu, gelu, gelu-tanh, silu; got 'swish'"),
+        ({"model": {"feed_forward": "glu"}}, "model.feed_forward: must be one of standard, gated; got 'glu'"),
+        ({"model": {"ffn_bias": "no"}}, "model.ffn_bias: expected true or false, got 'no' (str)"),
         ({"model": {"norm_first": "yes"}}, "model.norm_first: expected true or false, got 'yes' (str)"),
         ({"model": {"final_norm": 1}}, "model.final_norm: must be one of auto, true, false; got 1"),
         ({"encoder_words": 0}, "encoder_words: must be 1 to 4"),

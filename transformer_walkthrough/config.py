@@ -41,6 +41,10 @@ def _doc(text: str, default: Any) -> Any:
 OUTPUT_HEADS = {"per-position": "(the paper)", "flatten": "(the article's literal step)"}
 FINAL_NORMS = ("auto", True, False)
 ACTIVATIONS = {"relu": "(the paper)", "gelu": "(erf)", "gelu-tanh": "(GPT-2)", "silu": "= x·σ(x) (Marian)"}
+FEED_FORWARDS = {
+    "standard": "act(X·W_1)·W_2 (the paper)",
+    "gated": "(act(X·W_gate) ⊙ X·W_up)·W_down (silu: SwiGLU, Llama)",
+}
 POSITIONAL_ENCODINGS = {
     "sinusoidal": "(the paper)",
     "sinusoidal-halves": "(Marian)",
@@ -61,6 +65,8 @@ SWITCHES: dict[str, tuple[Any, ...]] = {
     "tie_embeddings": (False, True),
     "attention_bias": (False, True),
     "output_bias": (True, False),
+    "feed_forward": tuple(FEED_FORWARDS),
+    "ffn_bias": (True, False),
 }
 
 # What PyTorch's own transformer layers can be (``verify --against torch``), by field: any other
@@ -68,6 +74,8 @@ SWITCHES: dict[str, tuple[Any, ...]] = {
 TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
     "output_head": ("per-position",),
     "positional_encoding": tuple(p for p in POSITIONAL_ENCODINGS if p not in ROTATED_POSITIONS),
+    "feed_forward": ("standard",),
+    "ffn_bias": (True,),  # nn.TransformerEncoderLayer's bias=False drops the LayerNorms' too
 }
 
 # Hugging Face's names for our activations (config.json's activation_function), read by every
@@ -210,6 +218,8 @@ class ModelConfig(_Checked):
         "a LayerNorm atop each stack; auto: when norm_first (as nn.Transformer, GPT-2)", "auto"
     )
     activation: Literal[tuple(ACTIVATIONS)] = _choice(ACTIVATIONS, "relu")
+    feed_forward: Literal[tuple(FEED_FORWARDS)] = _choice(FEED_FORWARDS, "standard", " or ")
+    ffn_bias: bool = _doc("false: no feed-forward biases b_1, b_2 (gated: b_gate, b_up, b_down)", True)
     positional_encoding: Literal[tuple(POSITIONAL_ENCODINGS)] = _choice(POSITIONAL_ENCODINGS, "sinusoidal")
     max_positions: int = _doc("rows of the learned position table P", 64)
     rope_theta: float = _doc("rotary's base: pair i of a head turns by pos / rope_theta^(2i/d_k)", 10000.0)
@@ -440,12 +450,14 @@ MAX_TABLES = 5_000  # matrices printed by `run`: the base model prints about 1,6
 def estimate_size(
     d_model: int, num_heads: int, d_ff: int, encoder_layers: int, decoder_layers: int,
     source: int, target: int, vocabulary: int, positions: int = 0, flatten: bool = False,
+    gated: bool = False,
 ) -> Size:  # fmt: skip
     """Numbers and tables of one forward trace, counted from the sizes alone (an upper bound, roughly).
 
     ``source`` and ``target`` are the encoder's and the decoder's token counts; ``positions`` the
-    rows of a learned position table, one per stack (0 for sinusoids). Every stage records its
-    input, its weights and its intermediates, so this is the sum of their areas.
+    rows of a learned position table, one per stack (0 for sinusoids); ``gated`` a gated
+    feed-forward (a third weight and two more d_ff-wide matrices). Every stage records its input,
+    its weights and its intermediates, so this is the sum of their areas.
     """
     d, h, n, m, v = d_model, num_heads, source, target, vocabulary
     d_k = max(d // max(h, 1), 1)
@@ -457,6 +469,8 @@ def estimate_size(
         return Size(numbers, h * (9 + 2 * masked) + 4)
 
     def feed_forward(rows: int) -> Size:
+        if gated:  # X, W_gate, b_gate, gate, W_up, b_up, up, hidden, W_down, b_down, output
+            return Size(2 * rows * d + 3 * d * d_ff + 3 * rows * d_ff + 2 * d_ff + d, 11)
         return Size(2 * rows * d + 2 * d * d_ff + rows * d_ff + d_ff + d, 7)
 
     def add_norm(rows: int) -> Size:
@@ -497,9 +511,11 @@ def check_size(config: Config) -> None:
         "model.max_positions": (model.max_positions if model.positional_encoding == "learned" else 0, 64),
     }  # fmt: skip
 
+    gated = model.feed_forward == "gated"  # a third weight and two more d_ff-wide matrices per layer
+
     def cost(key: str | None = None) -> tuple[int, int]:
         values = [default if k == key else value for k, (value, default) in sizes.items()]
-        size = estimate_size(*values, flatten=model.output_head == "flatten")
+        size = estimate_size(*values, flatten=model.output_head == "flatten", gated=gated)
         return size.numbers * (8 if model.dtype == "float64" else 4), size.tables
 
     need, tables = cost()

@@ -297,17 +297,48 @@ class FeedForward(NamedTuple):
 def feed_forward(
     x: np.ndarray,
     W_1: np.ndarray,
-    b_1: np.ndarray,
+    b_1: np.ndarray | None,
     W_2: np.ndarray,
-    b_2: np.ndarray,
+    b_2: np.ndarray | None,
     activation: str = "relu",
 ) -> FeedForward:
     """FFN(x) = act(x·W_1 + b_1)·W_2 + b_2, act = ReLU in the paper (eq. 2).
 
-    x: (n, d_model), W_1: (d_model, d_ff), W_2: (d_ff, d_model)."""
+    x: (n, d_model), W_1: (d_model, d_ff), b_1: (d_ff,), W_2: (d_ff, d_model), b_2: (d_model,);
+    a bias of None is none (``ffn_bias: false``)."""
     pre = linear(x, W_1, b_1)
     hidden = ACTIVATIONS[activation](pre)
     return FeedForward(pre, hidden, linear(hidden, W_2, b_2))
+
+
+class GatedFeedForward(NamedTuple):
+    gate: np.ndarray  # X·W_gate + b_gate         (n, d_ff)
+    up: np.ndarray  # X·W_up + b_up               (n, d_ff)
+    hidden: np.ndarray  # activation(gate) ⊙ up   (n, d_ff)
+    output: np.ndarray  # hidden·W_down + b_down  (n, d_model)
+
+
+def gated_feed_forward(
+    x: np.ndarray,
+    W_gate: np.ndarray,
+    W_up: np.ndarray,
+    W_down: np.ndarray,
+    activation: str = "silu",
+    b_gate: np.ndarray | None = None,
+    b_up: np.ndarray | None = None,
+    b_down: np.ndarray | None = None,
+) -> GatedFeedForward:
+    """FFN(x) = (act(x·W_gate + b_gate) ⊙ (x·W_up + b_up))·W_down + b_down: a gated linear unit
+    (Shazeer, 2020, "GLU Variants Improve Transformer"): SwiGLU with SiLU (Llama), GeGLU with GELU,
+    ReGLU with ReLU. The bent gate scales the up projection cell by cell.
+
+    x: (n, d_model), W_gate, W_up: (d_model, d_ff), W_down: (d_ff, d_model); b_gate, b_up: (d_ff,)
+    and b_down: (d_model,), or None (Llama has none)."""
+    gate = linear(x, W_gate, b_gate)
+    up = linear(x, W_up, b_up)
+    hidden = ACTIVATIONS[activation](gate)
+    hidden *= up  # in place: the activation made a new array
+    return GatedFeedForward(gate, up, hidden, linear(hidden, W_down, b_down))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,6 +435,36 @@ def feed_forward_backward(
     d_pre = activation_backward(d_hidden, r.pre, activation)
     dx, dW_1, db_1 = linear_backward(d_pre, x, W_1)
     return dx, dW_1, db_1, dW_2, db_2, d_pre, d_hidden
+
+
+class GatedFeedForwardGrads(NamedTuple):
+    x: np.ndarray  # (n, d_model): through both projections
+    W_gate: np.ndarray
+    b_gate: np.ndarray
+    W_up: np.ndarray
+    b_up: np.ndarray
+    W_down: np.ndarray
+    b_down: np.ndarray
+    gate: np.ndarray  # (n, d_ff), and so on: every intermediate, to show
+    up: np.ndarray
+    hidden: np.ndarray
+
+
+def gated_feed_forward_backward(
+    dy: np.ndarray, x: np.ndarray, W_gate: np.ndarray, W_up: np.ndarray, W_down: np.ndarray,
+    r: GatedFeedForward, activation: str = "silu",
+) -> GatedFeedForwardGrads:  # fmt: skip
+    """The gradients of ``gated_feed_forward`` given its inputs and its forward result ``r``:
+    hidden = act(gate) ⊙ up  =>  d(up) = d(hidden) ⊙ act(gate), d(gate) = act'(gate) ⊙ d(hidden) ⊙ up;
+    x feeds both projections, so dx is the sum of theirs."""
+    d_hidden, dW_down, db_down = linear_backward(dy, r.hidden, W_down)
+    d_up = d_hidden * ACTIVATIONS[activation](r.gate)
+    d_gate = activation_backward(d_hidden * r.up, r.gate, activation)
+    dx_gate, dW_gate, db_gate = linear_backward(d_gate, x, W_gate)
+    dx_up, dW_up, db_up = linear_backward(d_up, x, W_up)
+    return GatedFeedForwardGrads(
+        dx_gate + dx_up, dW_gate, db_gate, dW_up, db_up, dW_down, db_down, d_gate, d_up, d_hidden
+    )
 
 
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
