@@ -127,11 +127,15 @@ def full_passes(config: Config, w: Weights, source_ids: Sequence[int] = ()) -> R
 
 class Cache:
     """Each layer's keys and values so far, (heads, rows, d_k), in arrays allocated once for the
-    whole run, and what each layer's attention did at the last step (``LayerStep``)."""
+    whole run, and what each layer's attention did at the last step (``LayerStep``).
 
-    def __init__(self, layers: int, heads: int, capacity: int, d_k: int, dtype: np.dtype):
-        self.K = np.zeros((layers, heads, capacity, d_k), dtype=dtype)
-        self.V = np.zeros_like(self.K)
+    The arrays take their heads, width and dtype from the first keys a layer hands over: the cache
+    holds what the attention made (as many key/value heads as it has), not what the config says."""
+
+    def __init__(self, layers: int, capacity: int):
+        self.capacity = capacity
+        self.K: np.ndarray | None = None  # (layers, heads, capacity, d_k) once the first keys come
+        self.V: np.ndarray | None = None
         self.rows = 0  # rows every layer holds before this step
         self.seen: list[LayerStep | None] = [None] * layers
 
@@ -147,6 +151,9 @@ class LayerCache(NamedTuple):
     def extend(self, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Add the new rows (heads, new, d_k) after the cached ones; return all of K and V so far (views)."""
         c, start = self.cache, self.cache.rows
+        if c.K is None:
+            c.K = np.zeros((len(c.seen), k.shape[0], c.capacity, k.shape[2]), dtype=k.dtype)
+            c.V = np.zeros_like(c.K)
         end = start + k.shape[1]
         c.K[self.i, :, start:end] = k
         c.V[self.i, :, start:end] = v
@@ -194,8 +201,7 @@ def generate_cached(
             f"{len(prompt)} prompt tokens and {max_new} new ones need {total} positions; "
             f"the model has {m.max_positions} (max_positions)"
         )
-    dtype = w.get_local(stage_id(DECODER, "embedding"), "E").dtype
-    cache = Cache(m.num_decoder_layers, m.num_heads, total, m.d_k, dtype)
+    cache = Cache(m.num_decoder_layers, total)
 
     def read(sequence: list[int]) -> Reading:  # only what the cache has not seen: the prompt, then one
         start = cache.rows
