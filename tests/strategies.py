@@ -8,6 +8,7 @@ from transformer_walkthrough.config import (
     ACTIVATIONS,
     FEED_FORWARDS,
     FINAL_NORMS,
+    NORMS,
     OUTPUT_HEADS,
     POSITIONAL_ENCODINGS,
     ROTATED_POSITIONS,
@@ -30,9 +31,9 @@ def configs(
     """Any valid config: 1-4 heads of 1-4 dims, any d_ff, 1-``max_layers`` layers, a random sentence.
 
     With ``conventions``, any combination of the conventions too: pre- or post-norm, final norms,
-    every activation, both feed-forwards with or without biases, every positional encoding, tied
-    embeddings, attention and output biases, decoder-only; with ``torch``, only the values
-    PyTorch's layers have (``TORCH_LAYERS``).
+    every norm, every activation, both feed-forwards with or without biases, every positional
+    encoding, tied embeddings, attention and output biases, decoder-only; with ``torch``, only the
+    values PyTorch's layers have (``TORCH_LAYERS``).
     """
 
     def values(key: str, every: tuple) -> list:
@@ -54,6 +55,7 @@ def configs(
         more = dict(
             norm_first=draw(st.booleans()),
             final_norm=draw(st.sampled_from(FINAL_NORMS)),
+            norm=draw(st.sampled_from(values("norm", tuple(NORMS)))),
             activation=draw(st.sampled_from(list(ACTIVATIONS))),
             feed_forward=draw(st.sampled_from(values("feed_forward", tuple(FEED_FORWARDS)))),
             ffn_bias=draw(st.sampled_from(values("ffn_bias", (True, False)))),

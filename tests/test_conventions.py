@@ -27,6 +27,7 @@ from transformer_walkthrough.config import (
     DTYPES,
     FEED_FORWARDS,
     HF_ACTIVATIONS,
+    NORMS,
     OUTPUT_HEADS,
     POSITIONAL_ENCODINGS,
     ROTATED_POSITIONS,
@@ -41,6 +42,7 @@ from transformer_walkthrough.model.architecture import stage_ids
 from transformer_walkthrough.model.kinds import ACTIVATION_FORMULAS, ACTIVATION_LATEX, KINDS
 from transformer_walkthrough.model.kinds import ACTIVATIONS_BY_HAND as VERIFY_ACTIVATIONS
 from transformer_walkthrough.model.kinds.feed_forward import GATED_UNITS
+from transformer_walkthrough.model.kinds.norms import NORM_PIECES
 from transformer_walkthrough.model.training import generate, train
 from transformer_walkthrough.model.transformer import init_weights, load_weights, run_forward
 from transformer_walkthrough.views.explain import explain, explainable
@@ -203,6 +205,7 @@ def test_the_dispatches_on_a_value_are_the_configs_values() -> None:
     """Every table keyed by a convention's value holds exactly the config's values."""
     for table in (F.ACTIVATIONS, ACTIVATION_FORMULAS, ACTIVATION_LATEX, VERIFY_ACTIVATIONS, GATED_UNITS):
         assert list(table) == list(ACTIVATIONS)
+    assert list(NORM_PIECES) == list(NORMS)  # each norm's arithmetic, gradient, texts (kinds/norms.py)
     assert set(HF_ACTIVATIONS.values()) == set(ACTIVATIONS)  # each of ours has a checkpoint name
     assert gpt2.HF_ACTIVATIONS is HF_ACTIVATIONS and marian.HF_ACTIVATIONS is HF_ACTIVATIONS
     assert set(TOLERANCE) == set(DTYPES) == {d.value for d in Dtype}  # verify's tolerances, --dtype
@@ -211,7 +214,8 @@ def test_the_dispatches_on_a_value_are_the_configs_values() -> None:
 def test_walkthrough_config_comments_name_every_value() -> None:
     docs = {f.name: f.metadata["doc"] for f in dataclasses.fields(ModelConfig)}
     for key, values in (("activation", ACTIVATIONS), ("positional_encoding", POSITIONAL_ENCODINGS),
-                        ("output_head", OUTPUT_HEADS), ("dtype", DTYPES), ("feed_forward", FEED_FORWARDS)):  # fmt: skip
+                        ("output_head", OUTPUT_HEADS), ("dtype", DTYPES), ("feed_forward", FEED_FORWARDS),
+                        ("norm", NORMS)):  # fmt: skip
         words = re.findall(r"[\w-]+", docs[key])
         assert all(v in words for v in values), key
 
@@ -270,6 +274,9 @@ def test_a_convention_changes_nothing_but_itself() -> None:
         assert np.array_equal(base[name], pre[name]), name
     gelu = init_weights(Config(model=ModelConfig(activation="gelu")))
     assert all(np.array_equal(base[n], gelu[n]) for n in base)
+    rms = init_weights(Config(model=ModelConfig(norm="rmsnorm")))
+    assert sorted(rms) == sorted(n for n in base if not n.endswith("/beta"))  # RMSNorm has no beta
+    assert all(np.array_equal(base[n], rms[n]) for n in rms)
     other_seed = init_weights(Config(seed=7))
     assert not np.array_equal(base["encoder.embedding/E"], other_seed["encoder.embedding/E"])
 
@@ -360,6 +367,7 @@ def test_train_then_generate_says_the_sentence(name: str) -> None:
         ({"model": {"ffn_bias": "no"}}, "model.ffn_bias: expected true or false, got 'no' (str)"),
         ({"model": {"norm_first": "yes"}}, "model.norm_first: expected true or false, got 'yes' (str)"),
         ({"model": {"final_norm": 1}}, "model.final_norm: must be one of auto, true, false; got 1"),
+        ({"model": {"norm": "rms"}}, "model.norm: must be one of layernorm, rmsnorm; got 'rms'"),
         ({"encoder_words": 0}, "encoder_words: must be 1 to 4"),
         ({"encoder_words": 0}, "0 needs model.num_encoder_layers: 0 (decoder-only)"),
         ({"model": {"num_encoder_layers": 0}}, "encoder_words: must be 0 when model.num_encoder_layers is 0"),

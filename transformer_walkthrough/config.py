@@ -45,6 +45,7 @@ FEED_FORWARDS = {
     "standard": "act(X·W_1)·W_2 (the paper)",
     "gated": "(act(X·W_gate) ⊙ X·W_up)·W_down (silu: SwiGLU, Llama)",
 }
+NORMS = {"layernorm": "(the paper)", "rmsnorm": "= gamma ⊙ x / √(mean(x²) + eps), no beta (T5, Llama)"}
 POSITIONAL_ENCODINGS = {
     "sinusoidal": "(the paper)",
     "sinusoidal-halves": "(Marian)",
@@ -60,6 +61,7 @@ ROTATED_POSITIONS: tuple[str, ...] = ("rotary",)
 # made under another setting of one of them is recognised, and the message says which.
 SWITCHES: dict[str, tuple[Any, ...]] = {
     "norm_first": (False, True),
+    "norm": tuple(NORMS),
     "final_norm": FINAL_NORMS,
     "positional_encoding": tuple(POSITIONAL_ENCODINGS),
     "tie_embeddings": (False, True),
@@ -76,6 +78,7 @@ TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
     "positional_encoding": tuple(p for p in POSITIONAL_ENCODINGS if p not in ROTATED_POSITIONS),
     "feed_forward": ("standard",),
     "ffn_bias": (True,),  # nn.TransformerEncoderLayer's bias=False drops the LayerNorms' too
+    "norm": ("layernorm",),
 }
 
 # Hugging Face's names for our activations (config.json's activation_function), read by every
@@ -215,8 +218,9 @@ class ModelConfig(_Checked):
         "true: pre-norm x + Sublayer(LN(x)); false: post-norm LN(x + Sublayer(x)), the paper", False
     )
     final_norm: Literal[FINAL_NORMS] = _doc(
-        "a LayerNorm atop each stack; auto: when norm_first (as nn.Transformer, GPT-2)", "auto"
+        "a norm atop each stack; auto: when norm_first (as nn.Transformer, GPT-2)", "auto"
     )
+    norm: Literal[tuple(NORMS)] = _choice(NORMS, "layernorm", " or ")
     activation: Literal[tuple(ACTIVATIONS)] = _choice(ACTIVATIONS, "relu")
     feed_forward: Literal[tuple(FEED_FORWARDS)] = _choice(FEED_FORWARDS, "standard", " or ")
     ffn_bias: bool = _doc("false: no feed-forward biases b_1, b_2 (gated: b_gate, b_up, b_down)", True)
@@ -229,7 +233,7 @@ class ModelConfig(_Checked):
     output_bias: bool = _doc("false: the output layer has no bias b (GPT-2)", True)
     scale_embeddings: bool = _doc("true: multiply embeddings by sqrt(d_model), as the paper", False)
     attention_bias: bool = _doc("true: attention projections get biases b_Q, b_K, b_V, b_O", False)
-    layer_norm_eps: float = _doc("added to the variance inside the square root", 1.0e-5)
+    layer_norm_eps: float = _doc("the norm's eps: under its square root, added to var or mean(x²)", 1.0e-5)
     dtype: Literal[tuple(DTYPES)] = _choice(DTYPES, "float64", " or ")
 
     def __post_init__(self) -> None:
@@ -276,7 +280,7 @@ class ModelConfig(_Checked):
 
     @property
     def has_final_norm(self) -> bool:
-        """Whether each stack ends on a LayerNorm of its own (``final_norm`` with ``auto`` resolved)."""
+        """Whether each stack ends on a norm of its own (``final_norm`` with ``auto`` resolved)."""
         return self.norm_first if self.final_norm == "auto" else bool(self.final_norm)
 
     @property

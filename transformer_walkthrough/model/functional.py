@@ -54,6 +54,18 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
     return out
 
 
+def rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:
+    """RMSNorm(x) = gamma ⊙ x / sqrt(mean(x²) + eps), per row (Zhang & Sennrich, 2019); x: (n, d) -> (n, d).
+
+    No mean is subtracted and there is no beta: each row is divided by its root mean square, eps
+    inside the root, exactly as ``torch.nn.RMSNorm``; gamma: (d,) or (1, d).
+    """
+    mean_square = np.einsum("...i,...i->...", x, x)[..., None] / x.shape[-1]  # no squared copy of x
+    out = x * (1 / np.sqrt(mean_square + eps))  # one division per row, then a product per number
+    out *= gamma
+    return out
+
+
 @functools.lru_cache(maxsize=16)
 def positional_encoding(
     n: int, d_model: int, dtype: np.dtype | type = np.float64, halves: bool = False
@@ -373,6 +385,18 @@ def layer_norm_backward(
         dx_hat - dx_hat.mean(axis=-1, keepdims=True) - x_hat * (dx_hat * x_hat).mean(axis=-1, keepdims=True)
     )
     return dx, (dy * x_hat).sum(axis=0), dy.sum(axis=0)
+
+
+def rms_norm_backward(
+    dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """dL/dx (n, d) and dL/dgamma (d,) of y = gamma ⊙ x̂, x̂ = x / √(mean(x²) + eps), per row."""
+    inv_rms = 1.0 / np.sqrt(np.einsum("...i,...i->...", x, x)[..., None] / x.shape[-1] + eps)
+    x_hat = x * inv_rms
+    dx_hat = dy * gamma
+    # x̂ depends on x through the mean square too: remove the part along x̂.
+    dx = inv_rms * (dx_hat - x_hat * (dx_hat * x_hat).mean(axis=-1, keepdims=True))
+    return dx, (dy * x_hat).sum(axis=0)
 
 
 def scaled_dot_product_attention_backward(

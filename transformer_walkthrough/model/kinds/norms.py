@@ -1,14 +1,16 @@
 """Residual connections and their norm: add & norm (post-norm), or norm, then add (pre-norm).
 
-The norm is one piece that three kinds call: ``add-norm`` (LayerNorm(X + sublayer), the paper),
+The norm is one piece that three kinds call: ``add-norm`` (Norm(X + sublayer), the paper),
 ``layer-norm`` (before a pre-norm sublayer, or on top of a stack) and, with no norm at all,
-``residual`` (X + sublayer, the pre-norm sum).
+``residual`` (X + sublayer, the pre-norm sum). ``model.norm`` says which norm: LayerNorm (the
+paper) or RMSNorm (no mean subtracted, no beta); the stage ids and kinds are the same for both.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -25,53 +27,31 @@ if TYPE_CHECKING:
 
 
 # ---------------------------------------------------------------------------------------------
-# The norm: its parameters, its arithmetic, its gradient, its second computation, its formula.
+# The norm (``model.norm``): its parameters, arithmetic, gradient, second computation, formula.
 # ---------------------------------------------------------------------------------------------
 
 
-def _norm_params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
-    return {"gamma": Spec((m.d_model,), "ones"), "beta": Spec((m.d_model,), "zeros")}
+class Norm(NamedTuple):
+    """One value of ``model.norm``: everything the three kinds ask of it."""
+
+    name: str  # "LayerNorm", as the texts call it
+    a: str  # "a LayerNorm": the name with its article
+    params: tuple[str, ...]  # its parameters, each (d_model,): gamma, and beta for LayerNorm
+    row: str  # what it does to each row, as the kinds' explanations say it
+    forward: Callable[[np.ndarray, Arrays, float], np.ndarray]  # x, parameters (d,), eps -> output
+    backward: Callable[[np.ndarray, np.ndarray, Arrays, float], Arrays]  # d_out, x, p, eps -> dx, dp
+    by_hand: Callable[[np.ndarray, float], list[list[float]]]  # x, eps -> rows before gamma, with math
+    formula: Callable[[str], str]  # the arithmetic, of the input named x
+    latex: Callable[[str], str]
+    explain: Callable[[Cell, str, float], list[str]]  # a cell of output, of the input named x
 
 
-def normalize(stage: Stage, w: Weights, x: np.ndarray, tokens: tuple[str, ...], m: ModelConfig) -> np.ndarray:
-    """The norm of each row of x, with the stage's gamma and beta (recorded), as the stage's output."""
-    D = dims(x.shape[1])
-    gamma = stage.weight("gamma", w.take(stage, "gamma"), ("gamma",), D)
-    beta = stage.weight("beta", w.take(stage, "beta"), ("beta",), D)
-    return stage.out("output", F.layer_norm(x, gamma.ravel(), beta.ravel(), m.layer_norm_eps), tokens, D)
-
-
-def normalize_backward(
-    d_out: np.ndarray, x: np.ndarray, p: Arrays, m: ModelConfig
-) -> tuple[np.ndarray, Arrays]:
-    """dL/dx and dL/d(each of the norm's parameters)."""
-    dx, d_gamma, d_beta = F.layer_norm_backward(d_out, x, p["gamma"], m.layer_norm_eps)
-    return dx, {"gamma": d_gamma, "beta": d_beta}
-
-
-def normalize_by_hand(x: np.ndarray, stage: Stage, m: ModelConfig) -> np.ndarray:
-    rows = [[(v - mean) / math.sqrt(var + m.layer_norm_eps) for v in row]
+def _layer_norm_by_hand(x: np.ndarray, eps: float) -> list[list[float]]:
+    return [[(v - mean) / math.sqrt(var + eps) for v in row]
             for row, (mean, var) in zip(x.tolist(), mean_square_rows(x), strict=True)]  # fmt: skip
-    return np.array(rows) * stage["gamma"] + stage["beta"]
 
 
-def _norm_formula(x: str) -> str:
-    return (
-        f"output = gamma ⊙ ({x} − mean) / √(var + eps) + beta\n"
-        f"    (mean and var of each row of {x}; var divides by d_model)"
-    )
-
-
-def _norm_latex(x: str) -> str:
-    return (
-        rf"\mathrm{{output}} &= \gamma \odot \frac{{{x} - \mu}}{{\sqrt{{\sigma^2 + \epsilon}}}} + \beta"
-        r" \quad \text{(per row; } \sigma^2 \text{ divides by } d_\mathrm{model}\text{)}"
-    )
-
-
-def explain_norm(c: Cell, trace: Trace) -> list[str]:
-    eps = trace.config.model.layer_norm_eps
-    x = "sum" if "sum" in c.stage else "X"
+def _explain_layer_norm(c: Cell, x: str, eps: float) -> list[str]:
     row = c.stage[x][c.i].tolist()
     d = len(row)
     mean = math.fsum(row) / d
@@ -85,6 +65,120 @@ def explain_norm(c: Cell, trace: Trace) -> list[str]:
         f"  ({x}[{c.i}, {c.j}] − mean) / √(var + eps) = ({c.f(row[c.j])} − {c._factor(mean)}) / √({c.f(var)} + {eps:g}) = {c.f(normed)}",
         f"  × gamma[{c.j}] {c.f(gamma)} + beta[{c.j}] {c._factor(beta)} = {c.f(c.value)}",
     ]
+
+
+def _rms_norm_by_hand(x: np.ndarray, eps: float) -> list[list[float]]:
+    rows = x.tolist()
+    # v * v, not v ** 2: ** raises OverflowError past 1e154, where numpy's product is inf
+    roots = [math.sqrt(math.fsum(v * v for v in row) / len(row) + eps) for row in rows]
+    return [[v / root for v in row] for row, root in zip(rows, roots, strict=True)]
+
+
+def _explain_rms_norm(c: Cell, x: str, eps: float) -> list[str]:
+    row = c.stage[x][c.i].tolist()
+    d = len(row)
+    mean_square = math.fsum(v * v for v in row) / d
+    root = math.sqrt(mean_square + eps)
+    gamma = float(c.stage["gamma"][0, c.j])
+    return [
+        f"output = gamma ⊙ {x} / √(mean({x}²) + eps), over row {c.i} ({c.row}) of {x} "
+        "(RMSNorm: no mean subtracted, no beta)",
+        f"  mean({x}²) = ({c.sum_of([f'{c._factor(v)}²' for v in row])}) / {d} = {c.f(mean_square)}",
+        f"  √(mean({x}²) + eps) = √({c.f(mean_square)} + {eps:g}) = {c.f(root)}",
+        f"  {x}[{c.i}, {c.j}] / √(mean({x}²) + eps) = {c.f(row[c.j])} / {c.f(root)} = {c.f(row[c.j] / root)}",
+        f"  × gamma[{c.j}] {c.f(gamma)} = {c.f(c.value)}",
+    ]
+
+
+def _layer_norm_backward(d_out: np.ndarray, x: np.ndarray, p: Arrays, eps: float) -> Arrays:
+    dx, d_gamma, d_beta = F.layer_norm_backward(d_out, x, p["gamma"], eps)
+    return {"x": dx, "gamma": d_gamma, "beta": d_beta}
+
+
+def _rms_norm_backward(d_out: np.ndarray, x: np.ndarray, p: Arrays, eps: float) -> Arrays:
+    dx, d_gamma = F.rms_norm_backward(d_out, x, p["gamma"], eps)
+    return {"x": dx, "gamma": d_gamma}
+
+
+# Every value of model.norm (config.NORMS), by value.
+NORM_PIECES: dict[str, Norm] = {
+    "layernorm": Norm(
+        "LayerNorm",
+        "a LayerNorm",
+        ("gamma", "beta"),
+        "normalised to mean 0 and variance 1, scaled by gamma and shifted by beta",
+        lambda x, p, eps: F.layer_norm(x, p["gamma"], p["beta"], eps),
+        _layer_norm_backward,
+        _layer_norm_by_hand,
+        lambda x: (
+            f"output = gamma ⊙ ({x} − mean) / √(var + eps) + beta\n"
+            f"    (mean and var of each row of {x}; var divides by d_model)"
+        ),
+        lambda x: (
+            rf"\mathrm{{output}} &= \gamma \odot \frac{{{x} - \mu}}{{\sqrt{{\sigma^2 + \epsilon}}}} + \beta"
+            r" \quad \text{(per row; } \sigma^2 \text{ divides by } d_\mathrm{model}\text{)}"
+        ),
+        _explain_layer_norm,
+    ),
+    "rmsnorm": Norm(
+        "RMSNorm",
+        "an RMSNorm",
+        ("gamma",),
+        "divided by its root mean square and scaled by gamma (RMSNorm: no mean subtracted, no beta)",
+        lambda x, p, eps: F.rms_norm(x, p["gamma"], eps),
+        _rms_norm_backward,
+        _rms_norm_by_hand,
+        lambda x: (
+            f"output = gamma ⊙ {x} / √(mean({x}²) + eps)\n"
+            f"    (mean({x}²): the mean of the squares of each row of {x}; no beta)"
+        ),
+        lambda x: (
+            rf"\mathrm{{output}} &= \gamma \odot \frac{{{x}}}{{\sqrt{{\mathrm{{mean}}({x}^2) + \epsilon}}}}"
+            r" \quad \text{(per row; the mean of the squares over } d_\mathrm{model}\text{)}"
+        ),
+        _explain_rms_norm,
+    ),
+}
+
+
+def norm_of(m: ModelConfig) -> Norm:
+    """The norm the config names (``model.norm``)."""
+    if m.norm not in NORM_PIECES:
+        raise ValueError(f"unknown norm {m.norm!r}")
+    return NORM_PIECES[m.norm]
+
+
+def _norm_params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
+    init = {"gamma": "ones", "beta": "zeros"}
+    return {name: Spec((m.d_model,), init[name]) for name in norm_of(m).params}
+
+
+def normalize(stage: Stage, w: Weights, x: np.ndarray, tokens: tuple[str, ...], m: ModelConfig) -> np.ndarray:
+    """The norm of each row of x, with the stage's gamma (and beta) recorded, as the stage's output."""
+    D = dims(x.shape[1])
+    norm = norm_of(m)
+    p = {name: stage.weight(name, w.take(stage, name), (name,), D).ravel() for name in norm.params}
+    return stage.out("output", norm.forward(x, p, m.layer_norm_eps), tokens, D)
+
+
+def normalize_backward(
+    d_out: np.ndarray, x: np.ndarray, p: Arrays, m: ModelConfig
+) -> tuple[np.ndarray, Arrays]:
+    """dL/dx and dL/d(each of the norm's parameters)."""
+    grads = norm_of(m).backward(d_out, x, p, m.layer_norm_eps)
+    return grads.pop("x"), grads
+
+
+def normalize_by_hand(x: np.ndarray, stage: Stage, m: ModelConfig) -> np.ndarray:
+    """The norm again, row by row with ``math`` (verify's second computation)."""
+    norm = norm_of(m)
+    out = np.array(norm.by_hand(x, m.layer_norm_eps)) * stage["gamma"]
+    return out + stage["beta"] if "beta" in norm.params else out
+
+
+def explain_norm(c: Cell, trace: Trace) -> list[str]:
+    m = trace.config.model
+    return norm_of(m).explain(c, "sum" if "sum" in c.stage else "X", m.layer_norm_eps)
 
 
 NORM_TEX = {"gamma": r"\gamma", "beta": r"\beta"}
@@ -114,7 +208,7 @@ def add_norm_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig
 def add_norm_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     total = stage["X"] + stage["sublayer"]
     worst = max(gap(stage["sum"], total), gap(stage["output"], normalize_by_hand(total, stage, m)))
-    return [Check(stage.id, "sum equals X + sublayer; output is LayerNorm of each row", worst)]
+    return [Check(stage.id, f"sum equals X + sublayer; output is {norm_of(m).name} of each row", worst)]
 
 
 def explain_sum(c: Cell, trace: Trace) -> list[str]:
@@ -137,12 +231,12 @@ def explain_sublayer(c: Cell, trace: Trace) -> list[str]:
 ADD_NORM = Kind(
     "add-norm",
     "add & norm",
-    said(
+    lambda m: (
         "The sublayer's output is added back to its input (a residual connection), then each row "
-        "is normalised to mean 0 and variance 1, scaled by gamma and shifted by beta (post-norm, the paper)."
+        f"is {norm_of(m).row}, post-norm as in the paper."
     ),
-    lambda m: "sum = X + sublayer\n" + _norm_formula("sum"),
-    lambda m: [r"\mathrm{sum} &= X + \mathrm{sublayer}", _norm_latex(r"\mathrm{sum}")],
+    lambda m: "sum = X + sublayer\n" + norm_of(m).formula("sum"),
+    lambda m: [r"\mathrm{sum} &= X + \mathrm{sublayer}", norm_of(m).latex(r"\mathrm{sum}")],
     add_norm_backward,
     add_norm_second,
     {"X": explain_carried, "sublayer": explain_sublayer, "sum": explain_sum, "output": explain_norm},
@@ -171,18 +265,18 @@ def layer_norm_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConf
 
 def layer_norm_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     out = normalize_by_hand(stage["X"], stage, m)
-    return [Check(stage.id, "output is LayerNorm of each row of X", gap(stage["output"], out))]
+    return [Check(stage.id, f"output is {norm_of(m).name} of each row of X", gap(stage["output"], out))]
 
 
 LAYER_NORM = Kind(
     "layer-norm",
     "layer norm",
-    said(
-        "Each row is normalised to mean 0 and variance 1, then scaled by gamma and shifted by beta: "
-        "before a sublayer in a pre-norm model, or on top of a stack (model.final_norm)."
+    lambda m: (
+        f"Each row is {norm_of(m).row}, before a sublayer in a pre-norm model or on top of a stack "
+        "(model.final_norm)."
     ),
-    lambda m: _norm_formula("X"),
-    lambda m: [_norm_latex("X")],
+    lambda m: norm_of(m).formula("X"),
+    lambda m: [norm_of(m).latex("X")],
     layer_norm_backward,
     layer_norm_second,
     {"output": explain_norm},
@@ -218,8 +312,9 @@ def residual_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
 def explain_stream(c: Cell, trace: Trace) -> list[str]:
     source = c.stage.sources.get(c.name)
     where = f"the output of {source}" if source else "given"
+    norm = norm_of(trace.config.model).a
     return [
-        f"X is the residual stream, {where}: the sublayer read it through a LayerNorm (pre-norm),",
+        f"X is the residual stream, {where}: the sublayer read it through {norm} (pre-norm),",
         "and the stream itself goes around both, unnormalised, to be added back.",
     ]
 
