@@ -40,6 +40,7 @@ def _doc(text: str, default: Any) -> Any:
 # value added here and forgotten there fails a test, and a dispatch given a value it lacks raises.
 OUTPUT_HEADS = {"per-position": "(the paper)", "flatten": "(the article's literal step)"}
 FINAL_NORMS = ("auto", True, False)
+ATTENTION_BIASES = (False, True, "qkv")  # qkv: on the projections only, none on W_O (Qwen2)
 ACTIVATIONS = {"relu": "(the paper)", "gelu": "(erf)", "gelu-tanh": "(GPT-2)", "silu": "= x·σ(x) (Marian)"}
 FEED_FORWARDS = {
     "standard": "act(X·W_1)·W_2 (the paper)",
@@ -65,7 +66,7 @@ SWITCHES: dict[str, tuple[Any, ...]] = {
     "final_norm": FINAL_NORMS,
     "positional_encoding": tuple(POSITIONAL_ENCODINGS),
     "tie_embeddings": (False, True),
-    "attention_bias": (False, True),
+    "attention_bias": ATTENTION_BIASES,
     "output_bias": (True, False),
     "feed_forward": tuple(FEED_FORWARDS),
     "ffn_bias": (True, False),
@@ -75,6 +76,8 @@ SWITCHES: dict[str, tuple[Any, ...]] = {
 # value has no counterpart there, and is compared with transformers' models in the tests instead.
 TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
     "output_head": ("per-position",),
+    "num_kv_heads": (None,),  # nn.MultiheadAttention: as many key/value heads as query heads
+    "attention_bias": (False, True),
     "positional_encoding": tuple(p for p in POSITIONAL_ENCODINGS if p not in ROTATED_POSITIONS),
     "feed_forward": ("standard",),
     "ffn_bias": (True,),  # nn.TransformerEncoderLayer's bias=False drops the LayerNorms' too
@@ -210,6 +213,11 @@ class ModelConfig(_Checked):
 
     d_model: int = _doc("width of every token vector", 4)
     num_heads: int = _doc("attention heads; each works in d_k = d_model / num_heads dims", 2)
+    num_kv_heads: int | None = _doc(
+        "key/value heads, each read by num_heads / num_kv_heads query heads (grouped-query; "
+        "1: multi-query); omit for one per query head",
+        None,
+    )
     d_ff: int = _doc("width of the feed-forward hidden layer", 8)
     num_encoder_layers: int = _doc("encoder layers stacked", 1)
     num_decoder_layers: int = _doc("decoder layers stacked", 1)
@@ -232,7 +240,9 @@ class ModelConfig(_Checked):
     )
     output_bias: bool = _doc("false: the output layer has no bias b (GPT-2)", True)
     scale_embeddings: bool = _doc("true: multiply embeddings by sqrt(d_model), as the paper", False)
-    attention_bias: bool = _doc("true: attention projections get biases b_Q, b_K, b_V, b_O", False)
+    attention_bias: Literal[ATTENTION_BIASES] = _doc(
+        "true: attention gets biases b_Q, b_K, b_V, b_O; qkv: b_Q, b_K, b_V only (Qwen2)", False
+    )
     layer_norm_eps: float = _doc("the norm's eps: under its square root, added to var or mean(x²)", 1.0e-5)
     dtype: Literal[tuple(DTYPES)] = _choice(DTYPES, "float64", " or ")
 
@@ -261,11 +271,20 @@ class ModelConfig(_Checked):
             f"it is {self.d_k}",
         )
         # YAML's true is Python's True, and 1 == True: only the spellings of FINAL_NORMS pass.
-        self._require(
-            isinstance(self.final_norm, (str, bool)),
-            "final_norm",
-            f"must be one of {', '.join(str(v).lower() for v in FINAL_NORMS)}; got {quote(self.final_norm)}",
-        )
+        for name, values in (("final_norm", FINAL_NORMS), ("attention_bias", ATTENTION_BIASES)):
+            value = getattr(self, name)
+            self._require(
+                isinstance(value, (str, bool)),
+                name,
+                f"must be one of {', '.join(str(v).lower() for v in values)}; got {quote(value)}",
+            )
+        if self.num_kv_heads is not None:
+            self._require(
+                0 < self.num_kv_heads <= self.num_heads and self.num_heads % self.num_kv_heads == 0,
+                "num_kv_heads",
+                f"{self.num_kv_heads} does not divide model.num_heads = {self.num_heads} (each key/value "
+                "head serves the same number of query heads)",
+            )
         self._require(
             not (self.tie_embeddings and self.output_head == "flatten"),
             "tie_embeddings",
@@ -282,6 +301,11 @@ class ModelConfig(_Checked):
     def has_final_norm(self) -> bool:
         """Whether each stack ends on a norm of its own (``final_norm`` with ``auto`` resolved)."""
         return self.norm_first if self.final_norm == "auto" else bool(self.final_norm)
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: ``num_kv_heads``, or one per query head."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
     @property
     def adds_positions(self) -> bool:

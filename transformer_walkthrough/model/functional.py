@@ -187,12 +187,25 @@ def apply_rotary_backward(dy: np.ndarray, r: Rotation) -> np.ndarray:
     return dy * r.cos + np.concatenate([g[..., half:], -g[..., :half]], axis=-1)
 
 
+def group(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(h, n, d_k) queries over (G, m, d_k) keys and values -> (G, h/G, n, d_k) over (G, 1, m, d_k):
+    the h/G query heads of a group broadcast against their one key/value head, nothing copied."""
+    G = K.shape[0]
+    h, n, d_k = Q.shape
+    return Q.reshape(G, h // G, n, d_k), K[:, None], V[:, None]
+
+
+def ungroup(a: Attention) -> Attention:
+    """``group``'s result back to one row of heads, (h, n, …)."""
+    return Attention(*(None if x is None else x.reshape(-1, *x.shape[2:]) for x in a))  # type: ignore[arg-type]
+
+
 class MultiHeadAttention(NamedTuple):
     """Every intermediate of multi-head attention; per-head arrays have the head first."""
 
     Q: np.ndarray  # (h, n_q, d_k): the queries the scores multiply (rotated, under rotary)
-    K: np.ndarray  # (h, n_k, d_k): the keys, likewise
-    V: np.ndarray  # (h, n_k, d_k)
+    K: np.ndarray  # (G, n_k, d_k): the keys, likewise; G = h but with grouped-query attention
+    V: np.ndarray  # (G, n_k, d_k)
     heads: Attention  # scores, masked scores, weights (h, n_q, n_k); output (h, n_q, d_k)
     concat: np.ndarray  # (n_q, d_model)
     output: np.ndarray  # (n_q, d_model)
@@ -211,6 +224,7 @@ def multi_head_attention(
     b_O: np.ndarray | None = None,
     past: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
     rotation: Rotation | None = None,
+    num_kv_heads: int | None = None,
 ) -> MultiHeadAttention:
     """MultiHead = Concat(head_1, …, head_h)·W_O, head_i = Attention(X_q·W_Qi, X_kv·W_Ki, X_kv·W_Vi).
 
@@ -223,23 +237,29 @@ def multi_head_attention(
     ``past`` (a key/value cache) takes the new rows' K and V, (h, n_k, d_k), and gives back every
     row's so far: the queries then attend over the whole sequence. ``rotation`` (rotary positions,
     self-attention only: the tables of x's positions) turns each head's Q and K before the scores.
+
+    Grouped-query attention (``num_kv_heads`` G < h): W_QKV is (d_model, (h + 2G)·d_k), the h query
+    heads' blocks, then the G key heads', then the G value heads'; query head i reads key/value
+    head i // (h/G), as transformers' ``repeat_kv`` (G = 1: multi-query attention).
     """
-    d = W_O.shape[0]
+    q_width = W_O.shape[0]  # h·d_k
+    kv_width = (W_QKV.shape[1] - q_width) // 2  # G·d_k
     if x_q is x_kv:  # self-attention: queries, keys and values from one product
         QKV = linear(x_q, W_QKV, b_QKV)
-        Q, K, V = QKV[:, :d], QKV[:, d : 2 * d], QKV[:, 2 * d :]
+        Q, K, V = QKV[:, :q_width], QKV[:, q_width : q_width + kv_width], QKV[:, q_width + kv_width :]
     else:  # cross-attention: queries from x_q, keys and values from x_kv
-        Q = linear(x_q, W_QKV[:, :d], None if b_QKV is None else b_QKV[:d])
-        KV = linear(x_kv, W_QKV[:, d:], None if b_QKV is None else b_QKV[d:])
-        K, V = KV[:, :d], KV[:, d:]
-    Q, K, V = (split_heads(a, num_heads) for a in (Q, K, V))
+        Q = linear(x_q, W_QKV[:, :q_width], None if b_QKV is None else b_QKV[:q_width])
+        KV = linear(x_kv, W_QKV[:, q_width:], None if b_QKV is None else b_QKV[q_width:])
+        K, V = KV[:, :kv_width], KV[:, kv_width:]
+    groups = num_heads if num_kv_heads is None else num_kv_heads
+    Q, K, V = split_heads(Q, num_heads), split_heads(K, groups), split_heads(V, groups)
     projected = None
     if rotation is not None:
         projected = (Q, K)
         Q, K = apply_rotary(Q, rotation), apply_rotary(K, rotation)
     if past is not None:  # the new keys join the cache rotated at their positions
         K, V = past(K, V)
-    heads = scaled_dot_product_attention(Q, K, V, mask)
+    heads = ungroup(scaled_dot_product_attention(*group(Q, K, V), mask))
     concat = merge_heads(heads.output)
     return MultiHeadAttention(Q, K, V, heads, concat, linear(concat, W_O, b_O), rotation, projected)
 
@@ -433,18 +453,23 @@ def multi_head_attention_backward(
     r: MultiHeadAttention,
 ) -> MultiHeadAttentionGrads:  # fmt: skip
     """The gradients of ``multi_head_attention`` given its inputs and its forward result ``r``."""
-    d = W_O.shape[0]
-    h = r.Q.shape[0]
+    q_width = W_O.shape[0]
+    h, G = r.Q.shape[0], r.K.shape[0]
     d_concat, dW_O, db_O = linear_backward(d_output, r.concat, W_O)
     dO = split_heads(d_concat, h)
-    dQ, dK, dV, dA, dS = scaled_dot_product_attention_backward(dO, r.Q, r.K, r.V, r.heads.weights)
+    Q, K, V = group(r.Q, r.K, r.V)
+    A = r.heads.weights.reshape(G, h // G, *r.heads.weights.shape[1:])
+    dQ, dK, dV, dA, dS = scaled_dot_product_attention_backward(dO.reshape(Q.shape), Q, K, V, A)
+    # A key/value head shared by h/G query heads gathers the gradients of all of them.
+    dQ, dA, dS = dQ.reshape(r.Q.shape), dA.reshape(r.heads.weights.shape), dS.reshape(r.heads.weights.shape)
+    dK, dV = dK.sum(axis=1), dV.sum(axis=1)
     d_rot_Q = d_rot_K = None
     if r.rotation is not None:
         d_rot_Q, d_rot_K = dQ, dK
         dQ, dK = apply_rotary_backward(dQ, r.rotation), apply_rotary_backward(dK, r.rotation)
     dq, dk, dv = merge_heads(dQ), merge_heads(dK), merge_heads(dV)
-    dx_q, dW_Q, db_Q = linear_backward(dq, x_q, W_QKV[:, :d])
-    dx_kv, dW_KV, db_KV = linear_backward(np.hstack([dk, dv]), x_kv, W_QKV[:, d:])
+    dx_q, dW_Q, db_Q = linear_backward(dq, x_q, W_QKV[:, :q_width])
+    dx_kv, dW_KV, db_KV = linear_backward(np.hstack([dk, dv]), x_kv, W_QKV[:, q_width:])
     return MultiHeadAttentionGrads(
         dx_q, dx_kv, np.hstack([dW_Q, dW_KV]), dW_O, np.concatenate([db_Q, db_KV]), db_O,
         dQ, dK, dV, dS, dA, dO, d_concat, d_rot_Q, d_rot_K,

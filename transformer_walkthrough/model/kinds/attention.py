@@ -22,6 +22,24 @@ if TYPE_CHECKING:
 QKV = "QKV"
 
 
+def columns(m: ModelConfig, which: str, head: int) -> slice:
+    """Head ``head``'s block of d_k columns of W_QKV: the num_heads query heads' blocks come first,
+    then the num_kv_heads key heads', then the value heads' (``which`` is "Q", "K" or "V")."""
+    first = {"Q": 0, "K": m.num_heads, "V": m.num_heads + m.kv_heads}[which] + head - 1
+    return slice(first * m.d_k, (first + 1) * m.d_k)
+
+
+def kv_head(m: ModelConfig, head: int) -> int:
+    """The key/value head that query head ``head`` reads (from 1): each serves num_heads / num_kv_heads."""
+    return (head - 1) // (m.num_heads // m.kv_heads) + 1
+
+
+def readers(m: ModelConfig, group: int) -> list[int]:
+    """The query heads that read key/value head ``group``."""
+    share = m.num_heads // m.kv_heads
+    return list(range((group - 1) * share + 1, group * share + 1))
+
+
 def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m: ModelConfig,
            memory: np.ndarray | None = None, kv_tokens: tuple[str, ...] = (),
            mask: np.ndarray | None = None, cache: Any = None) -> np.ndarray:  # fmt: skip
@@ -32,8 +50,8 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
     cached ones and the queries attend over all of them; the cache notes what the step computed.
     """
     W_QKV, W_O = w.take(stage, "W_QKV"), w.take(stage, "W_O")
-    b_QKV = w.take(stage, "b_QKV") if m.attention_bias else None
-    b_O = w.take(stage, "b_O") if m.attention_bias else None
+    b_QKV = w.take(stage, "b_QKV") if m.attention_bias else None  # True, or "qkv" (Qwen2)
+    b_O = w.take(stage, "b_O") if m.attention_bias is True else None
     kv, kv_tokens = (x, q_tokens) if memory is None else (memory, kv_tokens)
     past = None if cache is None else cache.extend
     start = 0 if cache is None else cache.cache.rows
@@ -44,7 +62,7 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
         if m.adds_positions or memory is not None
         else F.rotary(len(x), m.d_k, m.rope_theta, x.dtype, start)
     )
-    r = F.multi_head_attention(x, kv, W_QKV, W_O, m.num_heads, mask, b_QKV, b_O, past, rotation)
+    r = F.multi_head_attention(x, kv, W_QKV, W_O, m.num_heads, mask, b_QKV, b_O, past, rotation, m.kv_heads)
     if cache is not None:
         cache.note(r)
     if not stage.records:  # nothing is kept: skip the per-head views, made only to be shown
@@ -52,7 +70,7 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
     # What the backward pass needs; not the heads' outputs, which concat already holds.
     stage.cache = r._replace(heads=r.heads._replace(output=None))
     # d0… are the model's d_model columns, k0… a head's d_k columns, h2.k1 a column of concat.
-    d, D, Dk, Hk = m.d_model, dims(m.d_model), dims(m.d_k, "k"), head_dims(m.num_heads, m.d_k)
+    D, Dk, Hk = dims(m.d_model), dims(m.d_k, "k"), head_dims(m.num_heads, m.d_k)
     stage.input("X", x, q_tokens, D)
     if memory is not None:
         stage.input("memory", memory, kv_tokens, D)
@@ -62,24 +80,34 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
         stage.rec("cos", r.rotation.cos, positions(q_tokens), Dk, CONSTANT)
         stage.rec("sin", r.rotation.sin, positions(q_tokens), Dk, CONSTANT)
     Q, K = r.projected if r.projected is not None else (r.Q, r.K)
-    for h in range(m.num_heads):
-        n, block = h + 1, slice(h * m.d_k, (h + 1) * m.d_k)
-        for k, name in enumerate(QKV):  # head h's block of d_k columns of W_Q, W_K, W_V
-            cols = slice(k * d + block.start, k * d + block.stop)
-            stage.weight(f"W_{name}", W_QKV[:, cols], D, Dk, head=n, param="W_QKV")
-            if b_QKV is not None:
-                stage.weight(f"b_{name}", b_QKV[cols], (f"b_{name}{n}",), Dk, head=n, param="b_QKV")
-        stage.rec("Q", Q[h], q_tokens, Dk, head=n)
-        stage.rec("K", K[h], kv_tokens, Dk, head=n)
+
+    def block(which: str, head: int) -> None:  # head's block of d_k columns of W_Q, W_K or W_V
+        cols = columns(m, which, head)
+        stage.weight(f"W_{which}", W_QKV[:, cols], D, Dk, head=head, param="W_QKV")
+        if b_QKV is not None:
+            stage.weight(f"b_{which}", b_QKV[cols], (f"b_{which}{head}",), Dk, head=head, param="b_QKV")
+
+    # Query head by query head; a key/value head where its first reader is (every head, ungrouped).
+    for h in range(1, m.num_heads + 1):
+        g = kv_head(m, h)
+        first = h == readers(m, g)[0]
+        for which, head in [("Q", h), *([("K", g), ("V", g)] if first else [])]:
+            block(which, head)
+        stage.rec("Q", Q[h - 1], q_tokens, Dk, head=h)
+        if first:
+            stage.rec("K", K[g - 1], kv_tokens, Dk, head=g)
         if r.rotation is not None:  # what the scores multiply: Q and K turned by their positions
-            stage.rec("rot_Q", r.Q[h], q_tokens, Dk, head=n)
-            stage.rec("rot_K", r.K[h], kv_tokens, Dk, head=n)
-        stage.rec("V", r.V[h], kv_tokens, Dk, head=n)
-        stage.rec("S", r.heads.scores[h], q_tokens, kv_tokens, head=n)
+            stage.rec("rot_Q", r.Q[h - 1], q_tokens, Dk, head=h)
+            if first:
+                stage.rec("rot_K", r.K[g - 1], kv_tokens, Dk, head=g)
+        if first:
+            stage.rec("V", r.V[g - 1], kv_tokens, Dk, head=g)
+        stage.rec("S", r.heads.scores[h - 1], q_tokens, kv_tokens, head=h)
         if r.heads.masked_scores is not None:
-            stage.rec("S+M", r.heads.masked_scores[h], q_tokens, kv_tokens, head=n)
-        stage.rec("A", r.heads.weights[h], q_tokens, kv_tokens, ATTENTION, head=n)
-        stage.rec("O", r.concat[:, block], q_tokens, Dk, head=n)  # the same numbers, kept once: in concat
+            stage.rec("S+M", r.heads.masked_scores[h - 1], q_tokens, kv_tokens, head=h)
+        stage.rec("A", r.heads.weights[h - 1], q_tokens, kv_tokens, ATTENTION, head=h)
+        # the same numbers as concat's block, kept once: in concat
+        stage.rec("O", r.concat[:, (h - 1) * m.d_k : h * m.d_k], q_tokens, Dk, head=h)
     stage.rec("concat", r.concat, q_tokens, Hk)
     stage.weight("W_O", W_O, Hk, D)
     if b_O is not None:
@@ -100,7 +128,6 @@ def attention_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfi
     kv = stage.get("memory", x)  # x itself, the same object, takes the self-attention path
     # stage.cache: the forward's intermediates, as it returned them
     gr = F.multi_head_attention_backward(d_out, x, kv, p["W_QKV"], p["W_O"], stage.cache)
-    d, dk = m.d_model, m.d_k
     grads = {"X": gr.x_q if kv is not x else gr.x_q + gr.x_kv}
     if kv is not x:
         grads["memory"] = gr.x_kv
@@ -116,8 +143,7 @@ def attention_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfi
         if h is None:
             continue
         if matrix.param is not None:  # head h's block of W_QKV or b_QKV
-            k = QKV.index(matrix.base[-1])
-            cols = slice(k * d + (h - 1) * dk, k * d + h * dk)
+            cols = columns(m, matrix.base[-1], h)
             grads[name] = gr.W_QKV[:, cols] if matrix.param == "W_QKV" else gr.b_QKV[None, cols]
         else:
             grads[name] = per_head[matrix.base][h - 1]
@@ -146,14 +172,19 @@ def attention_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
         worst = max(gap(stage["cos"], cos), gap(stage["sin"], sin))
         checks.append(Check(stage.id, "cos and sin recomputed from pos / rope_theta^(2i/d_k)", worst))
     for h in range(1, m.num_heads + 1):
-        b = {name: stage.of(f"b_{name}", h) if stage.has(f"b_{name}", h) else 0 for name in QKV}
-        q = mm(x, stage.of("W_Q", h)) + b["Q"]
-        k = mm(kv, stage.of("W_K", h)) + b["K"]
-        v = mm(kv, stage.of("W_V", h)) + b["V"]
+        g = kv_head(m, h)  # h itself, unless query heads share their keys and values
+
+        def bias(name: str, head: int) -> Any:
+            return stage.of(f"b_{name}", head) if stage.has(f"b_{name}", head) else 0
+
+        q = mm(x, stage.of("W_Q", h)) + bias("Q", h)
+        k = mm(kv, stage.of("W_K", g)) + bias("K", g)
+        v = mm(kv, stage.of("W_V", g)) + bias("V", g)
+        shared = f" (key/value head {g}, shared)" if m.kv_heads < m.num_heads else ""
         if rotated:
-            checks.append(Check(stage.id, f"head {h}: Q, K before the rotation recomputed",
-                                max(gap(stage.of("Q", h), q), gap(stage.of("K", h), k))))  # fmt: skip
-            q, k = rotate_by_hand(stage.of("Q", h), cos, sin), rotate_by_hand(stage.of("K", h), cos, sin)
+            checks.append(Check(stage.id, f"head {h}: Q, K before the rotation recomputed{shared}",
+                                max(gap(stage.of("Q", h), q), gap(stage.of("K", g), k))))  # fmt: skip
+            q, k = rotate_by_hand(stage.of("Q", h), cos, sin), rotate_by_hand(stage.of("K", g), cos, sin)
         s = np.einsum("id,jd->ij", q, k) / math.sqrt(m.d_k)
         if mask is not None:
             s = s + mask
@@ -161,8 +192,8 @@ def attention_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
         o = mm(a, v)
         heads.append(o)
         what = "rot_Q, rot_K (pair by pair), V, S, A and O" if rotated else "Q, K, V, S, A and O"
-        checks.append(Check(stage.id, f"head {h}: {what} recomputed", max(
-            gap(attended(stage, "Q", h), q), gap(attended(stage, "K", h), k), gap(stage.of("V", h), v),
+        checks.append(Check(stage.id, f"head {h}: {what} recomputed{shared}", max(
+            gap(attended(stage, "Q", h), q), gap(attended(stage, "K", g), k), gap(stage.of("V", g), v),
             gap(stage.of("S+M" if mask is not None else "S", h), s), gap(stage.of("A", h), a),
             gap(stage.of("O", h), o),
         )))  # fmt: skip
@@ -201,21 +232,29 @@ def rotate_by_hand(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarra
 
 def explain_projection(c: Cell, trace: Trace) -> list[str]:
     h, kind = c.matrix.head, c.matrix.base
+    m = trace.config.model
     source = "memory" if kind in "KV" and "memory" in c.stage else "X"
-    return linear(
+    lines = linear(
         c, f"{c.name} = {source}·W_{kind}{h}: row {c.i} of {source} ({c.row}) times column {c.j} of W_{kind}{h}",
         c.stage[source][c.i], c.stage.of(f"W_{kind}", h)[:, c.j], f"b_{kind}{h}",
     )  # fmt: skip
+    if kind in "KV" and m.kv_heads < m.num_heads:
+        heads = ", ".join(map(str, readers(m, h)))
+        lines.append(f"  (grouped-query attention: {m.kv_heads} key/value heads for {m.num_heads} query heads; "
+                     f"query heads {heads} all read {kind}{h})")  # fmt: skip
+    return lines
 
 
 def explain_scores(c: Cell, trace: Trace) -> list[str]:
     h = c.matrix.head
-    d_k = trace.config.model.d_k
+    m = trace.config.model
+    d_k, g = m.d_k, kv_head(m, h)
     rot = "rot_" if c.stage.has("rot_Q", h) else ""
-    terms, total = dot(c, attended(c.stage, "Q", h)[c.i], attended(c.stage, "K", h)[c.j])
+    terms, total = dot(c, attended(c.stage, "Q", h)[c.i], attended(c.stage, "K", g)[c.j])
+    shared = f" (query head {h} reads key head {g})" if g != h else ""
     return [
-        f"S{h} = {rot}Q{h}·{rot}K{h}ᵀ / √d_k: how well query {c.i} ({c.row}) matches key {c.j} ({c.col})",
-        f"  {rot}Q{h}[{c.i}]·{rot}K{h}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
+        f"S{h} = {rot}Q{h}·{rot}K{g}ᵀ / √d_k: how well query {c.i} ({c.row}) matches key {c.j} ({c.col}){shared}",
+        f"  {rot}Q{h}[{c.i}]·{rot}K{g}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
         f"  divided by √d_k = √{d_k} = {c.f(math.sqrt(d_k))}: {c.f(total)} / {c.f(math.sqrt(d_k))} = {c.f(c.value)}",
         "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
     ]
@@ -281,13 +320,14 @@ def explain_weights(c: Cell, trace: Trace) -> list[str]:
 
 def explain_weighted_sum(c: Cell, trace: Trace) -> list[str]:
     h = c.matrix.head
-    A, V = c.stage.of("A", h), c.stage.of("V", h)
+    g = kv_head(trace.config.model, h)
+    A, V = c.stage.of("A", h), c.stage.of("V", g)
     keys = c.stage.matrices[f"A{h}"].cols
     terms, _ = dot(c, A[c.i], V[:, c.j])
     return [
-        f"O{h} = A{h}·V{h}: position {c.i} ({c.row}) takes its weights A{h}[{c.i}] over the value rows",
+        f"O{h} = A{h}·V{g}: position {c.i} ({c.row}) takes its weights A{h}[{c.i}] over the value rows",
         "  weights: " + ", ".join(f"{k} {c.f(a)}" for k, a in zip(keys, A[c.i].tolist(), strict=True)),
-        f"  O{h}[{c.i}, {c.j}] = Σ_k A{h}[{c.i}, k]·V{h}[k, {c.j}] = {c.sum_of(terms)} = {c.f(c.value)}",
+        f"  O{h}[{c.i}, {c.j}] = Σ_k A{h}[{c.i}, k]·V{g}[k, {c.j}] = {c.sum_of(terms)} = {c.f(c.value)}",
     ]
 
 
@@ -337,10 +377,12 @@ TEX = {
 
 
 def _params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
-    d = m.d_model
-    specs = {"W_QKV": Spec((d, 3 * d), "xavier-qkv", blocks=(d, d, d)), "W_O": Spec((d, d), "xavier")}
+    d, q, kv = m.d_model, m.num_heads * m.d_k, m.kv_heads * m.d_k
+    specs = {"W_QKV": Spec((d, q + 2 * kv), "xavier-qkv", blocks=(q, kv, kv)), "W_O": Spec((q, d), "xavier")}
     if m.attention_bias:
-        specs |= {"b_QKV": Spec((3 * d,), "zeros"), "b_O": Spec((d,), "zeros")}
+        specs["b_QKV"] = Spec((q + 2 * kv,), "zeros")
+    if m.attention_bias is True:  # "qkv": Qwen2's projections have biases, its W_O none
+        specs["b_O"] = Spec((d,), "zeros")
     return specs
 
 
@@ -352,20 +394,28 @@ def _rotated(m: ModelConfig, kv: str) -> bool:
 def _latex(kv: str, s: str) -> Callable[[ModelConfig], list[str]]:
     def latex(m: ModelConfig) -> list[str]:
         b = (lambda x: f" + b^{x}") if m.attention_bias else (lambda x: "")
+        b_O = " + b^O" if m.attention_bias is True else ""
+        g = "g" if m.kv_heads < m.num_heads else "h"
         rotation = [
-            r"\tilde{Q}_h &= Q_h \odot \cos + \operatorname{rotate\_half}(Q_h) \odot \sin, \quad "
-            r"\tilde{K}_h = K_h \odot \cos + \operatorname{rotate\_half}(K_h) \odot \sin",
+            rf"\tilde{{Q}}_h &= Q_h \odot \cos + \operatorname{{rotate\_half}}(Q_h) \odot \sin, \quad "
+            rf"\tilde{{K}}_{g} = K_{g} \odot \cos + \operatorname{{rotate\_half}}(K_{g}) \odot \sin",
             r"\cos_{pos, i} &= \cos(pos\,\theta_i), \quad \theta_i = \theta^{-2i/d_k}, "
             r"\quad \operatorname{rotate\_half}(x_1, x_2) = (-x_2, x_1)",
-            r"S_h &= \tilde{Q}_h \tilde{K}_h^{\top} / \sqrt{d_k}",
+            rf"S_h &= \tilde{{Q}}_h \tilde{{K}}_{g}^{{\top}} / \sqrt{{d_k}}",
         ]
+        grouped = (
+            [rf"g &= \lceil h / {m.num_heads // m.kv_heads} \rceil \quad \text{{(grouped-query attention: "
+             rf"{m.kv_heads} key/value heads for {m.num_heads} query heads)}}"]
+            if g == "g" else []
+        )  # fmt: skip
         return [
-            rf"Q_h &= X\,W^Q_h{b('Q_h')}, \quad K_h = {kv}\,W^K_h{b('K_h')}, "
-            rf"\quad V_h = {kv}\,W^V_h{b('V_h')} \qquad (h = 1, \ldots, {m.num_heads})",
-            *(rotation if _rotated(m, kv) else [r"S_h &= Q_h K_h^{\top} / \sqrt{d_k}"]),
+            rf"Q_h &= X\,W^Q_h{b('Q_h')}, \quad K_{g} = {kv}\,W^K_{g}{b('K_' + g)}, "
+            rf"\quad V_{g} = {kv}\,W^V_{g}{b('V_' + g)} \qquad (h = 1, \ldots, {m.num_heads})",
+            *grouped,
+            *(rotation if _rotated(m, kv) else [rf"S_h &= Q_h K_{g}^{{\top}} / \sqrt{{d_k}}"]),
             rf"A_h &= \operatorname{{softmax}}({s}) \quad \text{{(row-wise)}}",
-            r"O_h &= A_h V_h",
-            rf"\mathrm{{output}} &= [O_1 \cdots O_{{{m.num_heads}}}]\, W^O{b('O')}",
+            rf"O_h &= A_h V_{g}",
+            rf"\mathrm{{output}} &= [O_1 \cdots O_{{{m.num_heads}}}]\, W^O{b_O}",
         ]
 
     return latex
@@ -374,20 +424,29 @@ def _latex(kv: str, s: str) -> Callable[[ModelConfig], list[str]]:
 def _formula(kv: str, s: str) -> Callable[[ModelConfig], str]:
     def formula(m: ModelConfig) -> str:
         b = (lambda name: f" + b_{name}") if m.attention_bias else (lambda name: "")
+        b_O = " + b_O" if m.attention_bias is True else ""
+        if m.kv_heads < m.num_heads:
+            g = "g"
+            heads = (
+                "\n    (h = 1 … num_heads; g = 1 … num_kv_heads: grouped-query attention,\n"
+                f"    query head h reads key/value head g = ⌈h / {m.num_heads // m.kv_heads}⌉)\n"
+            )
+        else:
+            g, heads = "h", "    (h = 1 … num_heads)\n"
         return (
-            f"Q_h = X·W_Qh{b('Qh')},  K_h = {kv}·W_Kh{b('Kh')},  V_h = {kv}·W_Vh{b('Vh')}"
-            "    (h = 1 … num_heads)\n"
+            f"Q_h = X·W_Qh{b('Qh')},  K_{g} = {kv}·W_K{g}{b('K' + g)},  V_{g} = {kv}·W_V{g}{b('V' + g)}"
+            + heads
             + (
-                "rot_Q_h = Q_h ⊙ cos + rotate_half(Q_h) ⊙ sin,  rot_K_h likewise\n"
+                f"rot_Q_h = Q_h ⊙ cos + rotate_half(Q_h) ⊙ sin,  rot_K_{g} likewise\n"
                 "    (rotary: each pair of columns (i, i + d_k/2) turned by the angle pos·θ_i,\n"
                 "    θ_i = rope_theta^(−2i/d_k); rotate_half(x₁, x₂) = (−x₂, x₁))\n"
-                "S_h = rot_Q_h·rot_K_hᵀ / √d_k\n"
+                f"S_h = rot_Q_h·rot_K_{g}ᵀ / √d_k\n"
                 if _rotated(m, kv)
-                else "S_h = Q_h·K_hᵀ / √d_k\n"
+                else f"S_h = Q_h·K_{g}ᵀ / √d_k\n"
             )
             + f"A_h = softmax({s})    (row-wise)\n"
-            "O_h = A_h·V_h\n"
-            f"output = concat(O_1, …, O_num_heads)·W_O{b('O')}"
+            f"O_h = A_h·V_{g}\n"
+            f"output = concat(O_1, …, O_num_heads)·W_O{b_O}"
         )
 
     return formula
