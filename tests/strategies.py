@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from transformer_walkthrough.config import (
     ACTIVATIONS,
+    ATTENTION_BIASES,
     FEED_FORWARDS,
     FINAL_NORMS,
     NORMS,
@@ -32,8 +33,8 @@ def configs(
 
     With ``conventions``, any combination of the conventions too: pre- or post-norm, final norms,
     every norm, every activation, both feed-forwards with or without biases, every positional
-    encoding, tied embeddings, attention and output biases, decoder-only; with ``torch``, only the
-    values PyTorch's layers have (``TORCH_LAYERS``).
+    encoding, tied embeddings, attention biases of each kind and output biases, shared key/value
+    heads, decoder-only; with ``torch``, only the values PyTorch's layers have (``TORCH_LAYERS``).
     """
 
     def values(key: str, every: tuple) -> list:
@@ -62,9 +63,11 @@ def configs(
             positional_encoding=positions,
             max_positions=draw(st.integers(len(words) + 2, 16)),
             tie_embeddings=head == "per-position" and draw(st.booleans()),
-            attention_bias=draw(st.booleans()),
+            attention_bias=draw(st.sampled_from(values("attention_bias", ATTENTION_BIASES))),
+            num_kv_heads=draw(st.sampled_from(
+                values("num_kv_heads", (None, *(g for g in range(1, num_heads + 1) if num_heads % g == 0))))),
             output_bias=draw(st.booleans()),
-        )
+        )  # fmt: skip
     model = ModelConfig(
         d_model=num_heads * d_k,
         num_heads=num_heads,
@@ -81,3 +84,10 @@ def configs(
         seed=draw(st.integers(0, 2**32 - 1)),
         model=model,
     )
+
+
+def fits_torch(config: Config) -> bool:
+    """Whether PyTorch's own transformer layers have every convention of ``config`` (``TORCH_LAYERS``):
+    the configs the torch reference can be built for. The others are compared with transformers'
+    models (tests/test_llama_style.py) and by finite differences."""
+    return all(getattr(config.model, key) in values for key, values in TORCH_LAYERS.items())

@@ -15,12 +15,10 @@ from transformer_walkthrough.errors import WalkthroughError
 from transformer_walkthrough.model.backprop import backward, next_tokens
 from transformer_walkthrough.model.transformer import Weights, init_weights, run_forward
 
-from .strategies import configs
+from .strategies import configs, fits_torch
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-PER_POSITION = [
-    p.name for p in sorted(CONFIGS.glob("*.yaml")) if load_config(p).model.output_head != "flatten"
-]
+PER_POSITION = [p.name for p in sorted(CONFIGS.glob("*.yaml")) if fits_torch(load_config(p))]
 
 
 def torch_gradients(config: Config, w: Weights) -> tuple[float, dict[str, np.ndarray]]:

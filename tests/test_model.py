@@ -121,11 +121,20 @@ def check_invariants(trace: Trace) -> None:
             kv = stage["memory"] if stage.kind == "cross-attention" else x
             heads = []
             for h in range(1, m.num_heads + 1):
-                Q, K, V, A = stage[f"Q{h}"], stage[f"K{h}"], stage[f"V{h}"], stage[f"A{h}"]
-                b = {name: stage.get(f"b_{name}{h}", 0.0) for name in "QKV"}  # with attention_bias
+                g = (h - 1) // (m.num_heads // m.kv_heads) + 1  # the key/value head query head h reads
+                Q, K, V, A = stage[f"Q{h}"], stage[f"K{g}"], stage[f"V{g}"], stage[f"A{h}"]
+                b = {name: stage.get(f"b_{name}{h if name == 'Q' else g}", 0.0) for name in "QKV"}
                 np.testing.assert_allclose(Q, x @ stage[f"W_Q{h}"] + b["Q"], rtol=1e-12, atol=1e-12)
-                np.testing.assert_allclose(K, kv @ stage[f"W_K{h}"] + b["K"], rtol=1e-12, atol=1e-12)
-                np.testing.assert_allclose(V, kv @ stage[f"W_V{h}"] + b["V"], rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(K, kv @ stage[f"W_K{g}"] + b["K"], rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(V, kv @ stage[f"W_V{g}"] + b["V"], rtol=1e-12, atol=1e-12)
+                if f"rot_Q{h}" in stage:  # rotary: a rotation keeps each pair's length
+                    half = m.d_k // 2
+                    for a, r in ((Q, stage[f"rot_Q{h}"]), (K, stage[f"rot_K{g}"])):
+                        pairs = a[:, :half] ** 2 + a[:, half:] ** 2
+                        np.testing.assert_allclose(
+                            r[:, :half] ** 2 + r[:, half:] ** 2, pairs, rtol=1e-12, atol=1e-12
+                        )
+                    Q, K = stage[f"rot_Q{h}"], stage[f"rot_K{g}"]
                 np.testing.assert_allclose(stage[f"S{h}"], Q @ K.T / math.sqrt(m.d_k), rtol=1e-12, atol=1e-12)
                 np.testing.assert_allclose(A.sum(axis=1), 1.0, rtol=0, atol=1e-12)  # softmax rows sum to 1
                 assert (A >= 0).all()
@@ -149,12 +158,29 @@ def check_invariants(trace: Trace) -> None:
             total = stage["sum" if stage.kind == "add-norm" else "output"]
             assert (total == stage["X"] + stage["sublayer"]).all()
             assert (stage["sublayer"] == previous["output"]).all()  # the sublayer just computed
-        if stage.kind in ("add-norm", "layer-norm"):
+        if stage.kind in ("add-norm", "layer-norm") and m.norm == "rmsnorm":
+            normed = stage["output"] / stage["gamma"]
+            ms = (stage["sum" if "sum" in stage else "X"] ** 2).mean(axis=1)
+            np.testing.assert_allclose((normed**2).mean(axis=1), ms / (ms + eps), rtol=1e-10)  # 1, less eps
+        elif stage.kind in ("add-norm", "layer-norm"):
             normed = (stage["output"] - stage["beta"]) / stage["gamma"]
             np.testing.assert_allclose(normed.mean(axis=1), 0.0, atol=1e-12)
             var = stage["sum" if "sum" in stage else "X"].var(axis=1)
             np.testing.assert_allclose(normed.var(axis=1), var / (var + eps), rtol=1e-10)  # 1, less eps
-        if stage.kind == "feed-forward":
+        act = {
+            "relu": lambda x: np.maximum(x, 0),
+            "gelu": lambda x: x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))) / 2,
+            "gelu-tanh": lambda x: x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))) / 2,
+            "silu": lambda x: x / (1 + np.exp(-x)),
+        }[m.activation]
+        if stage.kind == "feed-forward" and m.feed_forward == "gated":
+            gate = stage["X"] @ stage["W_gate"] + stage.get("b_gate", 0.0)
+            up = stage["X"] @ stage["W_up"] + stage.get("b_up", 0.0)
+            np.testing.assert_allclose(stage["gate"], gate, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(stage["hidden"], act(gate) * up, rtol=1e-12, atol=1e-12)
+            out = stage["hidden"] @ stage["W_down"] + stage.get("b_down", 0.0)
+            np.testing.assert_allclose(stage["output"], out, rtol=1e-12, atol=1e-12)
+        elif stage.kind == "feed-forward":
             pre = stage["X"] @ stage["W_1"] + stage["b_1"]
             np.testing.assert_allclose(stage["pre"], pre, rtol=1e-12, atol=1e-12)
             hidden = {

@@ -1,0 +1,186 @@
+"""The four conventions of today's LLMs together (configs/llama-style.yaml: pre-norm RMSNorm, rotary,
+SwiGLU, 4 query heads over 2 key/value heads, no biases, untied) against the canonical
+implementation, transformers' own ``LlamaForCausalLM`` (eager), loaded with the same weights.
+
+transformers' Llama computes three things in float32 even when the model is float64: the RMSNorm
+(``hidden_states.to(torch.float32)``), the rotary tables (``inv_freq`` and the angles in float32)
+and the softmax (``dtype=torch.float32``). In float64 it therefore agrees with any float64
+computation to about 1e-7 only. For the float64 comparison the test replaces those three functions
+with their own lines minus the cast (``_float64_llama``); everything else — the projections,
+``rotate_half``, ``repeat_kv``, the gated MLP, the residual wiring, the output layer — is
+transformers' code as shipped. In float32 the model runs unpatched."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from transformers.models.llama import modeling_llama
+
+from transformer_walkthrough.compare.llama import llama_with
+from transformer_walkthrough.compare.verify import recompute
+from transformer_walkthrough.config import Config, load_config
+from transformer_walkthrough.model.backprop import backward, next_tokens
+from transformer_walkthrough.model.transformer import Weights, init_weights, run_forward
+from transformer_walkthrough.views.explain import explain, explainable
+
+from .strategies import configs
+
+LLAMA = load_config(Path(__file__).resolve().parents[1] / "configs" / "llama-style.yaml")
+
+
+def _float64_llama(monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers' three float32 casts removed, each function otherwise as transformers writes it."""
+
+    def rms_norm(self, hidden_states):
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+    def rotary(self, x, position_ids):
+        inv_freq = self.inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1).to(torch.float64)
+        freqs = (inv_freq @ position_ids[:, None, :].to(torch.float64)).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(
+            x.dtype
+        )
+
+    def eager(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        key_states = modeling_llama.repeat_kv(key, module.num_key_value_groups)
+        value_states = modeling_llama.repeat_kv(value, module.num_key_value_groups)
+        attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        attn_weights = torch.nn.functional.softmax(attn_weights, dim=-1)
+        return torch.matmul(attn_weights, value_states).transpose(1, 2).contiguous(), attn_weights
+
+    monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", rms_norm)
+    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", rotary)
+    monkeypatch.setattr(modeling_llama, "eager_attention_forward", eager)
+
+
+def _inv_freq_64(model: torch.nn.Module, theta: float, d_k: int) -> None:
+    """The rotary frequencies in float64 (transformers computes them in float32 at construction)."""
+    model.model.rotary_emb.inv_freq = 1.0 / theta ** (torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)
+
+
+def _trained_looking(config: Config) -> Weights:
+    """The seed's weights with norms that are not all 1: a gamma of ones would hide a swapped norm."""
+    w = init_weights(config)
+    rng = np.random.default_rng(7)
+    for name in w:
+        if name.endswith("/gamma"):
+            w[name][:] = rng.uniform(0.5, 1.5, size=w[name].shape)
+    return w
+
+
+def test_the_forward_equals_llama_for_causal_lm_in_float64(monkeypatch: pytest.MonkeyPatch) -> None:
+    _float64_llama(monkeypatch)
+    w = _trained_looking(LLAMA)
+    trace = run_forward(LLAMA, w)
+    model = llama_with(LLAMA, w, torch.float64)
+    _inv_freq_64(model, LLAMA.model.rope_theta, LLAMA.model.d_k)
+    with torch.no_grad():
+        out = model(torch.tensor([list(trace.target_ids)]), output_attentions=True, output_hidden_states=True)
+    m = LLAMA.model
+    for i in range(m.num_decoder_layers):
+        stage = trace[f"decoder.{i}.masked-attention"]
+        for h in range(m.num_heads):
+            assert np.max(np.abs(stage[f"A{h + 1}"] - out.attentions[i][0, h].numpy())) <= 1e-12, (i, h)
+        if i + 1 < m.num_decoder_layers:  # the residual stream after layer i
+            assert (
+                np.max(
+                    np.abs(trace[f"decoder.{i}.residual-2"]["output"] - out.hidden_states[i + 1][0].numpy())
+                )
+                <= 1e-12
+            )
+    assert np.max(np.abs(trace["decoder.final-norm"]["output"] - out.hidden_states[-1][0].numpy())) <= 1e-12
+    assert np.max(np.abs(trace["output.logits"]["logits"] - out.logits[0].numpy())) <= 1e-10
+
+
+def test_every_gradient_equals_llama_autograd(monkeypatch: pytest.MonkeyPatch) -> None:
+    _float64_llama(monkeypatch)
+    w = _trained_looking(LLAMA)
+    trace = run_forward(LLAMA, w)
+    ours = backward(trace, w)
+    model = llama_with(LLAMA, w, torch.float64)
+    _inv_freq_64(model, LLAMA.model.rope_theta, LLAMA.model.d_k)
+    logits = model(torch.tensor([list(trace.target_ids)])).logits[0]
+    targets = next_tokens(trace)
+    loss = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(targets[:-1]))
+    loss.backward()
+    assert ours.loss == pytest.approx(float(loss), abs=1e-12)
+    # Their gradients mapped back onto our parameters (transposed, and q, k, v side by side).
+    m, grads = LLAMA.model, dict(model.named_parameters())
+    g = {name: p.grad.numpy() for name, p in grads.items()}
+    theirs = {"decoder.embedding/E": g["model.embed_tokens.weight"], "output.logits/W": g["lm_head.weight"].T,
+              "decoder.final-norm/gamma": g["model.norm.weight"]}  # fmt: skip
+    for i in range(m.num_decoder_layers):
+        p = f"model.layers.{i}."
+        theirs |= {
+            f"decoder.{i}.masked-attention/W_QKV": np.hstack([g[p + f"self_attn.{x}_proj.weight"].T for x in "qkv"]),
+            f"decoder.{i}.masked-attention/W_O": g[p + "self_attn.o_proj.weight"].T,
+            f"decoder.{i}.feed-forward/W_gate": g[p + "mlp.gate_proj.weight"].T,
+            f"decoder.{i}.feed-forward/W_up": g[p + "mlp.up_proj.weight"].T,
+            f"decoder.{i}.feed-forward/W_down": g[p + "mlp.down_proj.weight"].T,
+            f"decoder.{i}.norm-1/gamma": g[p + "input_layernorm.weight"],
+            f"decoder.{i}.norm-2/gamma": g[p + "post_attention_layernorm.weight"],
+        }  # fmt: skip
+    assert set(theirs) == set(w)  # every parameter, each once: Llama's, no more, no fewer
+    for name, grad in ours.weights.items():
+        assert np.max(np.abs(grad - theirs[name])) <= 1e-8, name
+
+
+def test_float32_equals_llama_as_shipped() -> None:
+    config = dataclasses.replace(LLAMA, model=dataclasses.replace(LLAMA.model, dtype="float32"))
+    w = _trained_looking(config)
+    trace = run_forward(config, w)
+    model = llama_with(config, w, torch.float32)
+    with torch.no_grad():
+        out = model(torch.tensor([list(trace.target_ids)]), output_attentions=True)
+    for h in range(config.model.num_heads):
+        assert (
+            np.max(np.abs(trace["decoder.0.masked-attention"][f"A{h + 1}"] - out.attentions[0][0, h].numpy()))
+            <= 1e-5
+        )
+    logits = trace["output.logits"]["logits"]
+    assert np.max(np.abs(logits - out.logits[0].numpy())) <= 1e-4 * max(1.0, float(np.max(np.abs(logits))))
+
+
+def test_llama_style_verifies_explains_and_names_its_parameters() -> None:
+    w = init_weights(LLAMA)
+    assert sorted(n for n in w if n.startswith("decoder.0.")) == [
+        "decoder.0.feed-forward/W_down", "decoder.0.feed-forward/W_gate", "decoder.0.feed-forward/W_up",
+        "decoder.0.masked-attention/W_O", "decoder.0.masked-attention/W_QKV",
+        "decoder.0.norm-1/gamma", "decoder.0.norm-2/gamma",
+    ]  # fmt: skip
+    assert w["decoder.0.masked-attention/W_QKV"].shape == (8, (4 + 2 * 2) * 2)
+    assert "output.logits/W" in w and "decoder.positional-encoding/P" not in w
+    trace = run_forward(LLAMA, w)
+    assert all(c.ok for c in recompute(trace))
+    for stage_id, name in explainable(trace):
+        m = trace[stage_id].matrices[name]
+        assert len(explain(trace, stage_id, name, f"{m.shape[0] - 1},{m.shape[1] - 1}")) >= 2
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs(heads=("per-position",), conventions=True))
+def test_any_switches_recompute_and_every_gradient_is_a_finite_difference(config: Config) -> None:
+    """A sweep over every switch, these four included: verify's second computation agrees, and one
+    entry of every parameter's gradient is the loss's central difference."""
+    w = init_weights(config)
+    trace = run_forward(config, w)
+    assert all(c.ok for c in recompute(trace))
+    b = backward(trace, w)
+    for name, array in w.items():
+        index = tuple(k // 2 for k in array.shape)
+        old = array[index]
+        array[index] = old + 1e-6
+        up = backward(run_forward(config, w), w).loss
+        array[index] = old - 1e-6
+        down = backward(run_forward(config, w), w).loss
+        array[index] = old
+        assert (up - down) / 2e-6 == pytest.approx(b.weights[name][index], rel=1e-5, abs=1e-8), name

@@ -1,0 +1,60 @@
+"""Our weights in transformers' own ``LlamaForCausalLM``: the canonical implementation of the
+Llama-style conventions (RMSNorm, rotary, SwiGLU, grouped-query attention), for the tests
+(``tests/test_llama_style.py``) and the benchmarks (``bench_forward --convention llama``).
+
+A test and benchmark helper: transformers and PyTorch are test dependencies, imported only here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..config import Config
+from ..model.weights import Weights
+
+
+def llama_with(config: Config, w: Weights, dtype: Any) -> Any:
+    """A LlamaForCausalLM of the config's sizes holding our weights (transposed: nn.Linear is (out, in))."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    m = config.model
+    hf = LlamaConfig(
+        vocab_size=len(config.vocabulary), hidden_size=m.d_model, intermediate_size=m.d_ff,
+        num_hidden_layers=m.num_decoder_layers, num_attention_heads=m.num_heads,
+        num_key_value_heads=m.kv_heads, head_dim=m.d_k, rms_norm_eps=m.layer_norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": m.rope_theta}, max_position_embeddings=4096,
+        attention_bias=False, mlp_bias=False, tie_word_embeddings=False, hidden_act="silu",
+    )  # fmt: skip
+    hf._attn_implementation = "eager"
+    model = LlamaForCausalLM(hf).to(dtype).eval()
+    q, kv = m.num_heads * m.d_k, m.kv_heads * m.d_k
+
+    def t(a: np.ndarray) -> torch.Tensor:
+        return torch.tensor(np.ascontiguousarray(a), dtype=dtype)
+
+    sd = {
+        "model.embed_tokens.weight": t(w["decoder.embedding/E"]),
+        "lm_head.weight": t(w["output.logits/W"].T),
+        "model.norm.weight": t(w["decoder.final-norm/gamma"]),
+    }
+    for i in range(m.num_decoder_layers):
+        W = w[f"decoder.{i}.masked-attention/W_QKV"]
+        p = f"model.layers.{i}."
+        sd |= {
+            p + "self_attn.q_proj.weight": t(W[:, :q].T),
+            p + "self_attn.k_proj.weight": t(W[:, q : q + kv].T),
+            p + "self_attn.v_proj.weight": t(W[:, q + kv :].T),
+            p + "self_attn.o_proj.weight": t(w[f"decoder.{i}.masked-attention/W_O"].T),
+            p + "mlp.gate_proj.weight": t(w[f"decoder.{i}.feed-forward/W_gate"].T),
+            p + "mlp.up_proj.weight": t(w[f"decoder.{i}.feed-forward/W_up"].T),
+            p + "mlp.down_proj.weight": t(w[f"decoder.{i}.feed-forward/W_down"].T),
+            p + "input_layernorm.weight": t(w[f"decoder.{i}.norm-1/gamma"]),
+            p + "post_attention_layernorm.weight": t(w[f"decoder.{i}.norm-2/gamma"]),
+        }  # fmt: skip
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    if unexpected or not all("rotary" in k for k in missing):  # only the rotary tables are not ours
+        raise ValueError(f"llama_with: missing {missing}, unexpected {unexpected}")
+    return model
