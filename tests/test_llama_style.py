@@ -30,7 +30,8 @@ from transformer_walkthrough.views.explain import explain, explainable
 
 from .strategies import configs
 
-LLAMA = load_config(Path(__file__).resolve().parents[1] / "configs" / "llama-style.yaml")
+LLAMA_PATH = Path(__file__).resolve().parents[1] / "configs" / "llama-style.yaml"
+LLAMA = load_config(LLAMA_PATH)
 
 
 def _float64_llama(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,3 +185,18 @@ def test_any_switches_recompute_and_every_gradient_is_a_finite_difference(config
         down = backward(run_forward(config, w), w).loss
         array[index] = old
         assert (up - down) / 2e-6 == pytest.approx(b.weights[name][index], rel=1e-5, abs=1e-8), name
+
+
+def test_llama_style_trains_then_generates_its_sentence(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from transformer_walkthrough.cli import app
+
+    runner, config, weights = CliRunner(), str(LLAMA_PATH), tmp_path / "llama.npz"
+    trained = runner.invoke(app, ["train", "-c", config, "-o", str(weights)])
+    assert trained.exit_code == 0, trained.output
+    assert "has memorised it" in trained.output and "still wrong" not in trained.output
+    generated = runner.invoke(app, ["generate", "-c", config, "-w", str(weights), "--compare"])
+    assert generated.exit_code == 0, generated.output
+    assert "<start> → the cat is sleeping comfortably <end>" in generated.output
+    assert runner.invoke(app, ["verify", "-c", config, "-w", str(weights)]).exit_code == 0

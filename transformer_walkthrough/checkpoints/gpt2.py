@@ -26,6 +26,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from ..config import HF_ACTIVATIONS  # activation_function's names for ours
+from ..model.architecture import DECODER, pre_norm, stage_id
 from .bpe import ByteLevelBPETokenizer
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
@@ -98,27 +99,27 @@ def gpt2_rows(num_layers: int, d_model: int, d_ff: int) -> list[Row]:
     """Our name <- their name for every parameter but the embeddings. Their weights are Conv1D's,
     already (d_in, d_out): none is transposed."""
     d, rows = d_model, []
+    final = stage_id(DECODER, "final-norm")
     for n in range(num_layers):
-        h, ours = f"h.{n}", f"decoder.{n}"
+        h = f"h.{n}"
+        # GPT-2 is pre-norm: ln_1 before the attention (sublayer 1), ln_2 before the MLP (sublayer 2).
+        ln_1, ln_2 = pre_norm(DECODER, n, 1).norm, pre_norm(DECODER, n, 2).norm
+        attn, mlp = stage_id(DECODER, "masked-attention", n), stage_id(DECODER, "feed-forward", n)
         rows += [
-            Row(f"{ours}.norm-1/gamma", f"{h}.ln_1.weight", (d,)),
-            Row(f"{ours}.norm-1/beta", f"{h}.ln_1.bias", (d,)),
-            Row(f"{ours}.masked-attention/W_QKV", f"{h}.attn.c_attn.weight", (d, 3 * d)),
-            Row(f"{ours}.masked-attention/b_QKV", f"{h}.attn.c_attn.bias", (3 * d,)),
-            Row(f"{ours}.masked-attention/W_O", f"{h}.attn.c_proj.weight", (d, d)),
-            Row(f"{ours}.masked-attention/b_O", f"{h}.attn.c_proj.bias", (d,)),
-            Row(f"{ours}.norm-2/gamma", f"{h}.ln_2.weight", (d,)),
-            Row(f"{ours}.norm-2/beta", f"{h}.ln_2.bias", (d,)),
-            Row(f"{ours}.feed-forward/W_1", f"{h}.mlp.c_fc.weight", (d, d_ff)),
-            Row(f"{ours}.feed-forward/b_1", f"{h}.mlp.c_fc.bias", (d_ff,)),
-            Row(f"{ours}.feed-forward/W_2", f"{h}.mlp.c_proj.weight", (d_ff, d)),
-            Row(f"{ours}.feed-forward/b_2", f"{h}.mlp.c_proj.bias", (d,)),
+            Row(f"{ln_1}/gamma", f"{h}.ln_1.weight", (d,)),
+            Row(f"{ln_1}/beta", f"{h}.ln_1.bias", (d,)),
+            Row(f"{attn}/W_QKV", f"{h}.attn.c_attn.weight", (d, 3 * d)),
+            Row(f"{attn}/b_QKV", f"{h}.attn.c_attn.bias", (3 * d,)),
+            Row(f"{attn}/W_O", f"{h}.attn.c_proj.weight", (d, d)),
+            Row(f"{attn}/b_O", f"{h}.attn.c_proj.bias", (d,)),
+            Row(f"{ln_2}/gamma", f"{h}.ln_2.weight", (d,)),
+            Row(f"{ln_2}/beta", f"{h}.ln_2.bias", (d,)),
+            Row(f"{mlp}/W_1", f"{h}.mlp.c_fc.weight", (d, d_ff)),
+            Row(f"{mlp}/b_1", f"{h}.mlp.c_fc.bias", (d_ff,)),
+            Row(f"{mlp}/W_2", f"{h}.mlp.c_proj.weight", (d_ff, d)),
+            Row(f"{mlp}/b_2", f"{h}.mlp.c_proj.bias", (d,)),
         ]
-    return [
-        *rows,
-        Row("decoder.final-norm/gamma", "ln_f.weight", (d,)),
-        Row("decoder.final-norm/beta", "ln_f.bias", (d,)),
-    ]
+    return [*rows, Row(f"{final}/gamma", "ln_f.weight", (d,)), Row(f"{final}/beta", "ln_f.bias", (d,))]
 
 
 def load_gpt2(path: str | Path, dtype: str | np.dtype = "float32", name: str | None = None) -> GPT2Checkpoint:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..config import HF_ACTIVATIONS  # activation_function's names for ours
+from ..model.architecture import DECODER, ENCODER, post_norm, stage_id
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
 from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
@@ -96,20 +97,21 @@ def marian_rows(num_encoder_layers: int, num_decoder_layers: int) -> list[Row]:
             ]
         )
 
+    # Marian is post-norm: each sublayer's LayerNorm after its sum, add-norm-k.
     for n in range(num_encoder_layers):
         layer = f"model.encoder.layers.{n}"
-        attention(f"encoder.{n}.self-attention", f"{layer}.self_attn")
-        add_norm(f"encoder.{n}.add-norm-1", f"{layer}.self_attn_layer_norm")
-        feed_forward(f"encoder.{n}.feed-forward", layer)
-        add_norm(f"encoder.{n}.add-norm-2", f"{layer}.final_layer_norm")
+        attention(stage_id(ENCODER, "self-attention", n), f"{layer}.self_attn")
+        add_norm(post_norm(ENCODER, n, 1).after, f"{layer}.self_attn_layer_norm")
+        feed_forward(stage_id(ENCODER, "feed-forward", n), layer)
+        add_norm(post_norm(ENCODER, n, 2).after, f"{layer}.final_layer_norm")
     for n in range(num_decoder_layers):
         layer = f"model.decoder.layers.{n}"
-        attention(f"decoder.{n}.masked-attention", f"{layer}.self_attn")
-        add_norm(f"decoder.{n}.add-norm-1", f"{layer}.self_attn_layer_norm")
-        attention(f"decoder.{n}.cross-attention", f"{layer}.encoder_attn")
-        add_norm(f"decoder.{n}.add-norm-2", f"{layer}.encoder_attn_layer_norm")
-        feed_forward(f"decoder.{n}.feed-forward", layer)
-        add_norm(f"decoder.{n}.add-norm-3", f"{layer}.final_layer_norm")
+        attention(stage_id(DECODER, "masked-attention", n), f"{layer}.self_attn")
+        add_norm(post_norm(DECODER, n, 1).after, f"{layer}.self_attn_layer_norm")
+        attention(stage_id(DECODER, "cross-attention", n), f"{layer}.encoder_attn")
+        add_norm(post_norm(DECODER, n, 2).after, f"{layer}.encoder_attn_layer_norm")
+        feed_forward(stage_id(DECODER, "feed-forward", n), layer)
+        add_norm(post_norm(DECODER, n, 3).after, f"{layer}.final_layer_norm")
     return rows
 
 

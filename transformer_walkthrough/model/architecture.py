@@ -58,11 +58,19 @@ class Connection(NamedTuple):
     after: str  # post-norm: "{side}.N.add-norm-k"; pre-norm: "{side}.N.residual-k"
 
 
-def connection(side: str, layer: int, k: int, m: ModelConfig) -> Connection:
-    """Where the residual connection and the norm of sublayer k (from 1) sit."""
-    if m.norm_first:
-        return Connection(stage_id(side, f"norm-{k}", layer), stage_id(side, f"residual-{k}", layer))
+def pre_norm(side: str, layer: int, k: int) -> Connection:
+    """Pre-norm's stages around sublayer k (from 1): ``norm-k`` before it, ``residual-k`` after."""
+    return Connection(stage_id(side, f"norm-{k}", layer), stage_id(side, f"residual-{k}", layer))
+
+
+def post_norm(side: str, layer: int, k: int) -> Connection:
+    """Post-norm's stage after sublayer k (from 1): ``add-norm-k``."""
     return Connection(None, stage_id(side, f"add-norm-{k}", layer))
+
+
+def connection(side: str, layer: int, k: int, m: ModelConfig) -> Connection:
+    """Where the residual connection and the norm of sublayer k (from 1) sit under the config."""
+    return pre_norm(side, layer, k) if m.norm_first else post_norm(side, layer, k)
 
 
 def stack_output(side: str, m: ModelConfig) -> str:
