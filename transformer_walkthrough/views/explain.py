@@ -195,7 +195,7 @@ def _weight(c: Cell, trace: Trace) -> list[str]:
     elif spec.init == "positions":
         how = "from a normal distribution of standard deviation 0.02 (as GPT-2 draws its position table)"
     elif spec.init == "ones":
-        how = "as 1 (LayerNorm starts as a pure normalisation)"
+        how = "as 1 (the norm starts as a pure normalisation)"
     else:
         how = "as 0" + (" (as PyTorch's nn.MultiheadAttention)" if c.stage.kind.endswith("attention") else "")
     return [

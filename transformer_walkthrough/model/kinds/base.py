@@ -55,7 +55,7 @@ def _no_params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
 @dataclass(frozen=True)
 class Kind:
     id: str  # "masked-attention"
-    title: str  # shown in the header: "Decoder layer 0 · <title>"
+    title: str | Callable[[ModelConfig], str]  # shown in the header: "Decoder layer 0 · <title>"
     explanation: Callable[[ModelConfig], str]  # plain English, as true under the config
     formula: Callable[[ModelConfig], str]  # the arithmetic under this config; lines split by "\n"
     latex: Callable[[ModelConfig], list[str]]  # the same, as the lines of a LaTeX align*
@@ -68,7 +68,8 @@ class Kind:
 
     def open(self, trace: object, stage_id: str, m: ModelConfig) -> Stage:
         """A new stage of this kind in ``trace``, titled and explained as the kind says under ``m``."""
-        return trace.stage(stage_id, self.id, self.title, self.explanation(m), self.formula(m))  # type: ignore[attr-defined]
+        title = self.title(m) if callable(self.title) else self.title
+        return trace.stage(stage_id, self.id, title, self.explanation(m), self.formula(m))  # type: ignore[attr-defined]
 
 
 def said(text: str) -> Callable[[ModelConfig], str]:

@@ -230,7 +230,7 @@ def explain_sublayer(c: Cell, trace: Trace) -> list[str]:
 
 ADD_NORM = Kind(
     "add-norm",
-    "add & norm",
+    lambda m: "add & norm" if m.norm == "layernorm" else f"add & {norm_of(m).name}",
     lambda m: (
         "The sublayer's output is added back to its input (a residual connection), then each row "
         f"is {norm_of(m).row}, post-norm as in the paper."
@@ -270,7 +270,7 @@ def layer_norm_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]
 
 LAYER_NORM = Kind(
     "layer-norm",
-    "layer norm",
+    lambda m: "layer norm" if m.norm == "layernorm" else norm_of(m).name,
     lambda m: (
         f"Each row is {norm_of(m).row}, before a sublayer in a pre-norm model or on top of a stack "
         "(model.final_norm)."
