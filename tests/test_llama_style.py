@@ -200,3 +200,33 @@ def test_llama_style_trains_then_generates_its_sentence(tmp_path: Path) -> None:
     assert generated.exit_code == 0, generated.output
     assert "<start> → the cat is sleeping comfortably <end>" in generated.output
     assert runner.invoke(app, ["verify", "-c", config, "-w", str(weights)]).exit_code == 0
+
+
+def test_the_exports_carry_the_names_the_issue_pins(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from transformer_walkthrough.cli import app
+
+    runner, config = CliRunner(), str(LLAMA_PATH)
+    params = tmp_path / "p.npz"
+    assert runner.invoke(app, ["train", "-c", config, "--steps", "1", "-o", str(params)]).exit_code == 0
+    with np.load(params) as z:  # the parameters, as train writes them and --weights reads them
+        shapes = {k: z[k].shape for k in z.files}
+    assert shapes["decoder.0.masked-attention/W_QKV"] == (8, (4 + 2 * 2) * 2)
+    assert shapes["decoder.1.masked-attention/W_O"] == (8, 8)
+    assert shapes["decoder.0.feed-forward/W_gate"] == shapes["decoder.0.feed-forward/W_up"] == (8, 16)
+    assert shapes["decoder.0.feed-forward/W_down"] == (16, 8)
+    assert shapes["decoder.0.norm-1/gamma"] == shapes["decoder.final-norm/gamma"] == (8,)
+    assert "decoder.0.norm-1/beta" not in shapes and shapes["decoder.embedding/E"] == (7, 8)
+    assert shapes["output.logits/W"] == (8, 7)
+    out = tmp_path / "t.json"
+    assert runner.invoke(app, ["export", str(out), "-c", config]).exit_code == 0
+    stages = {s["id"]: s for s in json.loads(out.read_text())["stages"]}
+    attention = stages["decoder.0.masked-attention"]["matrices"]
+    assert [n for n in attention if n.startswith("A")] == ["A1", "A2", "A3", "A4"]
+    assert [n for n in attention if n[0] in "KV" and n[1:].isdigit()] == ["K1", "V1", "K2", "V2"]
+    assert {"W_gate", "W_up", "W_down", "gate", "up", "hidden"} <= set(
+        stages["decoder.0.feed-forward"]["matrices"]
+    )
