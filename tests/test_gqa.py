@@ -168,3 +168,18 @@ def test_bad_groupings_are_one_line(tmp_path) -> None:
     assert runner.invoke(app, ["train", "-c", str(other), "--steps", "1", "-o", str(weights)]).exit_code == 0
     result = runner.invoke(app, ["run", "-c", str(path), "-w", str(weights)])
     assert result.exit_code == 2 and "W_QKV" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_key_value_head_shares_the_rows_of_its_first_reader_on_screen() -> None:
+    import itertools
+
+    from transformer_walkthrough.views.render import group_of
+
+    stage = run_forward(DECODER_ONLY)["decoder.0.masked-attention"]
+    keyed = ((n, group_of(stage, n)) for n in stage.matrices)
+    runs = [[n for n, _ in run] for key, run in itertools.groupby(keyed, key=lambda t: t[1]) if key is not None]
+    assert runs[:6] == [
+        ["W_Q1", "W_K1", "W_V1"], ["Q1", "K1", "V1"], ["rot_Q1", "rot_K1"], ["S1", "S1+M", "A1", "O1"],
+        ["W_Q2"], ["Q2"],
+    ]  # fmt: skip
+    assert ["W_Q3", "W_K2", "W_V2"] in runs and ["Q3", "K2", "V2"] in runs

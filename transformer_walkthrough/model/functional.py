@@ -160,6 +160,8 @@ def rotary(n: int, d_k: int, theta: float, dtype: np.dtype | type = np.float64, 
     column i and column i + d_k/2 hold the same angle, as Hugging Face's Llama lays them out
     (``rotate_half``). Computed in float64, then rounded to ``dtype``.
     """
+    if d_k % 2:
+        raise ValueError(f"rotary turns pairs of dimensions: d_k must be even, got {d_k}")
     inv_freq = 1.0 / theta ** (np.arange(0, d_k, 2, dtype=np.float64) / d_k)
     angles = np.arange(start, start + n, dtype=np.float64)[:, None] * inv_freq[None, :]
     angles = np.concatenate([angles, angles], axis=1)

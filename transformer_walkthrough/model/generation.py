@@ -9,7 +9,8 @@ Because of the causal mask, position i's output depends on positions 0…i alone
 of earlier tokens never change once computed. So the loop keeps them, per layer, in a cache:
 
     step 0:  run the prompt (n tokens) through every layer, as the full pass does; keep K and V (n rows)
-    step t:  embed the newest token at position n + t − 1; in each layer project it to q, k, v,
+    step t:  embed the newest token at position n + t − 1; in each layer project it to q, k, v
+             (under rotary, q and k turned by the angles of position n + t − 1),
              append k and v to the cache (one row more), and attend with q over the cached K, V:
              a = softmax(q·Kᵀ/√d_k), o = a·V: no mask is needed, every cached key is in the past.
 
@@ -39,8 +40,8 @@ class LayerStep(NamedTuple):
     """What one layer's masked attention did at one step, per head (head first)."""
 
     q: np.ndarray  # (h, new, d_k): the new tokens' queries (the prompt's at step 0, then one)
-    K: np.ndarray  # (h, cached, d_k): every key so far, the new ones last
-    V: np.ndarray  # (h, cached, d_k): every value so far
+    K: np.ndarray  # (G, cached, d_k): every key so far, the new ones last (G key/value heads)
+    V: np.ndarray  # (G, cached, d_k): every value so far
     scores: np.ndarray  # (h, new, cached): q·Kᵀ/√d_k (with the causal mask at step 0)
     weights: np.ndarray  # (h, new, cached): softmax of the scores, each row sums to 1
 

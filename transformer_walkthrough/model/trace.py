@@ -2,7 +2,8 @@
 
 A stage (``decoder.0.masked-attention``) has a kind (``masked-attention``), a title, a one-line
 explanation, a formula, and named matrices (``S1``) with row and column labels. The model records
-into it as it computes (``stage.rec("S1", S, rows, cols)`` returns ``S``); ``run``, ``step`` and
+into it as it computes (``stage.rec("S", S, rows, cols, head=1)`` records head 1's ``S1`` and
+returns ``S``: the base name and the head are kept with the matrix); ``run``, ``step`` and
 every export read the same trace. Matrices are stored as given (often views), never copied.
 """
 
@@ -257,7 +258,7 @@ class Trace:
     def stage(
         self, stage_id: str, kind: str, title: str | None = None, explanation: str = "", formula: str = ""
     ) -> Stage:
-        """Open a new stage (``model`` passes what its kind says about it: ``kinds.open_stage``)."""
+        """Open a new stage (``Kind.open`` passes what its kind says about it)."""
         title = title or kind
         side, *layer, _ = stage_id.split(".")
         where = f"{side.capitalize()} layer {layer[0]}" if layer else side.capitalize()

@@ -1,8 +1,8 @@
 """The transformer of Figure 1 (Vaswani et al., 2017), wired from the kinds of stage in ``kinds``.
 
-Each sublayer sits inside a residual connection with a LayerNorm, and ``model.norm_first`` says
-where the norm goes: after the sum (post-norm, the paper: ``x = LayerNorm(x + Sublayer(x))``) or
-before the sublayer (pre-norm, GPT-2 and most models since: ``x = x + Sublayer(LayerNorm(x))``).
+Each sublayer sits inside a residual connection with a norm, and ``model.norm_first`` says
+where the norm goes: after the sum (post-norm, the paper: ``x = Norm(x + Sublayer(x))``) or
+before the sublayer (pre-norm, GPT-2 and most models since: ``x = x + Sublayer(Norm(x))``).
 Which stacks exist and which sublayers a layer has come from ``architecture``; every stage
 records its matrices into the trace and returns its output.
 """
@@ -72,6 +72,8 @@ def layer(s: Stack, i: int, x: np.ndarray, memory: np.ndarray | None) -> np.ndar
     w, m, tokens = s.w, s.m, s.tokens
     cache = None if s.cache is None else s.cache.layer(i)
     mask = F.causal_mask(len(tokens), x.dtype, s.start) if s.side == DECODER else None
+    if s.cache is not None and len(tokens) == 1:  # one new token sees every cached one: no mask
+        mask = None
     run: dict[str, Sublayer] = {
         "self-attention": lambda stage, x: K.attend(stage, w, x, tokens, m),
         "masked-attention": lambda stage, x: K.attend(stage, w, x, tokens, m, mask=mask, cache=cache),
@@ -106,13 +108,17 @@ def decode(
     """Figure 1 up to the logits: the encoder stack (if any), the decoder stack, the output layer.
 
     Returns the logits, (decoder tokens, vocab). A cached generation step (``generation``) feeds
-    the new tokens alone, from position ``start``, with the cache of what came before.
+    the new tokens alone, from position ``start``, with the cache of what came before, and gets the
+    last row's logits only: the next token's.
     """
     memory = None
     if ENCODER in stacks(m):
         memory = stack(Stack(trace, ENCODER, trace.source_tokens, w, m), source_ids)
     y = stack(Stack(trace, DECODER, trace.target_tokens, w, m, start, cache), target_ids, memory)
-    out = Stack(trace, OUTPUT, trace.target_tokens, w, m)
+    tokens = trace.target_tokens
+    if cache is not None:  # a generation step needs the next token after the last row only
+        y, tokens = y[-1:], tokens[-1:]
+    out = Stack(trace, OUTPUT, tokens, w, m)
     return K.logits(out.open(K.LOGITS, "logits"), w, y, out.tokens, trace.vocabulary_of(OUTPUT), m)
 
 

@@ -186,10 +186,17 @@ def _weight(c: Cell, trace: Trace) -> list[str]:
                f"±{c.f(math.sqrt(6 / (fan_in + fan_out)))} (PyTorch's xavier_uniform_, as nn.Transformer uses)")  # fmt: skip
     elif spec.init == "xavier-qkv":
         d = m.d_model
-        how = (f"Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / ({d} + {d})) = "
-               f"±{c.f(math.sqrt(6 / (2 * d)))}, W_Q, W_K and W_V each drawn as its own {d} × {d} matrix "
-               f"(PyTorch draws the three as one {3 * d} × {d} matrix, so its bound is "
-               f"±√(6 / ({d} + {3 * d})) = ±{c.f(math.sqrt(6 / (4 * d)))})")  # fmt: skip
+        q, kv, _ = spec.blocks  # W_Q's width, then W_K's and W_V's (fewer under grouped-query attention)
+        if q == kv:
+            how = (f"Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / ({d} + {d})) = "
+                   f"±{c.f(math.sqrt(6 / (2 * d)))}, W_Q, W_K and W_V each drawn as its own {d} × {d} matrix "
+                   f"(PyTorch draws the three as one {3 * d} × {d} matrix, so its bound is "
+                   f"±√(6 / ({d} + {3 * d})) = ±{c.f(math.sqrt(6 / (4 * d)))})")  # fmt: skip
+        else:
+            width, block = (q, "W_Q") if c.matrix.base.endswith("Q") else (kv, "W_K and W_V each")
+            how = (f"Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / ({d} + {width})) = "
+                   f"±{c.f(math.sqrt(6 / (d + width)))}, {block} drawn as its own {d} × {width} matrix "
+                   f"(W_QKV is [W_Q | W_K | W_V]: {q}, {kv} and {kv} columns)")  # fmt: skip
     elif spec.init == "bias":
         how = f"uniform in ±1/√fan_in = ±1/√{spec.fan_in} = ±{c.f(1 / math.sqrt(spec.fan_in))} (PyTorch's nn.Linear)"
     elif spec.init == "positions":

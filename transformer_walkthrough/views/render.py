@@ -465,13 +465,13 @@ def layout(units: list[tuple[object, list[MatrixBlock]]], width: int) -> Iterato
         yield SideBySide(row)
 
 
-def group_of(stage: Stage, name: str) -> tuple[str, int] | None:
-    """The matrices that belong on one row: per head, as the stage's kind groups them (attention:
-    its weights W_Qh, W_Kh, W_Vh and their biases, its projections Qh Kh Vh, its attention Sh,
-    Sh+M, Ah, Oh); None for the rest."""
+def group_of(stage: Stage, name: str) -> str | None:
+    """The matrices that belong on one row: a head's, as the stage's kind groups them (attention:
+    the weights W_Qh, W_Kh, W_Vh and their biases, the projections Qh Kh Vh, the rotated ones, the
+    attention Sh, Sh+M, Ah, Oh); None for the rest. A run of one group is one row: a key/value head
+    recorded with the first query head that reads it shares that head's rows."""
     m = stage.matrices[name]
-    group = KINDS[stage.kind].groups.get(m.base)
-    return None if group is None or m.head is None else (group, m.head)
+    return None if m.head is None else KINDS[stage.kind].groups.get(m.base)
 
 
 def stage_header(stage: Stage) -> RenderableType:
@@ -852,7 +852,8 @@ def cached_generation_table(
     table.add_column(Text("chosen"), no_wrap=True)
     for s in steps:
         cached = s.layers[layer]
-        K, row = cached.K[head - 1], cached.weights[head - 1, -1]  # the newest token's row
+        # the key/value head that query head ``head`` reads (itself, unless heads share them)
+        K, row = cached.K[(head - 1) * len(cached.K) // len(cached.q)], cached.weights[head - 1, -1]
         fed = [label(vocabulary[i]) for i in s.ids]
         shown = " ".join(fed) if len(fed) <= 6 else f"{' '.join(fed[:2])} … {' '.join(fed[-2:])}"
         where = str(s.positions[0]) if len(fed) == 1 else f"{s.positions[0]}–{s.positions[-1]}"

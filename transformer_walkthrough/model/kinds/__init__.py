@@ -7,6 +7,7 @@ returns the output. A backward function gets dL/d(output) and the parameters the
 returns dL/d(every matrix of the stage) and dL/d(every parameter): ``backprop`` routes the inputs'
 gradients to the stages they came from and the parameters' to the parameters.
 
+    base           what a Kind is; hand: the arithmetic verify and explain share
     embedding      embedding, positional-encoding
     attention      self-attention, masked-attention, cross-attention
     norms          add-norm, layer-norm, residual

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import functional as F
-from ..trace import ATTENTION, CONSTANT, MASK, Stage, dims, head_dims, positions
+from ..trace import ATTENTION, CONSTANT, MASK, Stage, dims, head_dims, matrix_name, positions
 from .base import Arrays, Grads, Kind, Sizes, Spec
 from .hand import Check, dot, gap, linear, mm, softmax_cell, softmax_rows
 
@@ -96,12 +96,11 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
         stage.rec("Q", Q[h - 1], q_tokens, Dk, head=h)
         if first:
             stage.rec("K", K[g - 1], kv_tokens, Dk, head=g)
+            stage.rec("V", r.V[g - 1], kv_tokens, Dk, head=g)
         if r.rotation is not None:  # what the scores multiply: Q and K turned by their positions
             stage.rec("rot_Q", r.Q[h - 1], q_tokens, Dk, head=h)
             if first:
                 stage.rec("rot_K", r.K[g - 1], kv_tokens, Dk, head=g)
-        if first:
-            stage.rec("V", r.V[g - 1], kv_tokens, Dk, head=g)
         stage.rec("S", r.heads.scores[h - 1], q_tokens, kv_tokens, head=h)
         if r.heads.masked_scores is not None:
             stage.rec("S+M", r.heads.masked_scores[h - 1], q_tokens, kv_tokens, head=h)
@@ -240,8 +239,13 @@ def explain_projection(c: Cell, trace: Trace) -> list[str]:
     )  # fmt: skip
     if kind in "KV" and m.kv_heads < m.num_heads:
         heads = ", ".join(map(str, readers(m, h)))
-        lines.append(f"  (grouped-query attention: {m.kv_heads} key/value heads for {m.num_heads} query heads; "
-                     f"query heads {heads} all read {kind}{h})")  # fmt: skip
+        rotated = (
+            " (turned by their positions: rot_K" + str(h) + ")"
+            if kind == "K" and c.stage.has("rot_K", h)
+            else ""
+        )
+        lines.append(f"  (grouped-query attention: {m.kv_heads} key/value head{'s' if m.kv_heads > 1 else ''} "
+                     f"for {m.num_heads} query heads; query heads {heads} all read {kind}{h}{rotated})")  # fmt: skip
     return lines
 
 
@@ -314,8 +318,8 @@ def explain_masked_scores(c: Cell, trace: Trace) -> list[str]:
 
 def explain_weights(c: Cell, trace: Trace) -> list[str]:
     h = c.matrix.head
-    masked = c.stage.matrices.get(f"S{h}+M")
-    return softmax_cell(c, f"S{h}+M" if masked is not None else f"S{h}")
+    base = "S+M" if c.stage.has("S+M", h) else "S"
+    return softmax_cell(c, matrix_name(base, h))
 
 
 def explain_weighted_sum(c: Cell, trace: Trace) -> list[str]:

@@ -7,8 +7,9 @@ functions of the config), which parameters it has (``params``), how it computes 
 cell of each of its matrices (``explain``, by the matrix's base name), which of its matrices share
 a row on screen (``groups``) and how a document typesets their names (``tex``). ``verify``,
 ``explain``, ``render``, ``documents`` and the parameter list loop over kinds and over the
-metadata each matrix is recorded with (``trace.Matrix``): nothing elsewhere is keyed by a kind,
-and nothing parses a matrix name back.
+metadata each matrix is recorded with (``trace.Matrix``), and parse no matrix name back. Still
+keyed by kind elsewhere: the wiring (``transformer.layer`` calls each sublayer's forward), the
+map's short labels (``figure``) and the torch reference, which rebuilds PyTorch's own layers.
 """
 
 from __future__ import annotations
