@@ -177,7 +177,7 @@ def test_a_key_value_head_shares_the_rows_of_its_first_reader_on_screen() -> Non
 
     stage = run_forward(DECODER_ONLY)["decoder.0.masked-attention"]
     keyed = ((n, group_of(stage, n)) for n in stage.matrices)
-    runs = [[n for n, _ in run] for key, run in itertools.groupby(keyed, key=lambda t: t[1]) if key is not None]
+    runs = [[n for n, _ in run] for key, run in itertools.groupby(keyed, lambda t: t[1]) if key is not None]
     assert runs[:6] == [
         ["W_Q1", "W_K1", "W_V1"], ["Q1", "K1", "V1"], ["rot_Q1", "rot_K1"], ["S1", "S1+M", "A1", "O1"],
         ["W_Q2"], ["Q2"],
