@@ -113,7 +113,7 @@ def test_every_gradient_equals_llama_autograd(monkeypatch: pytest.MonkeyPatch) -
     targets = next_tokens(trace)
     loss = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(targets[:-1]))
     loss.backward()
-    assert ours.loss == pytest.approx(float(loss), abs=1e-12)
+    assert ours.loss == pytest.approx(loss.item(), abs=1e-12)
     # Their gradients mapped back onto our parameters (transposed, and q, k, v side by side).
     m, grads = LLAMA.model, dict(model.named_parameters())
     g = {name: p.grad.numpy() for name, p in grads.items()}
