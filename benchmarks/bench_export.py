@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from base import host_line  # pins the BLAS threads as the children's own import of base does
+
 HERE = Path(__file__).parent
 
 CHILD = """
@@ -51,6 +53,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=6, help="encoder and decoder layers (6: base)")
     args = parser.parse_args()
+    print(host_line(), flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
         streamed, whole = Path(tmp) / "streamed.json", Path(tmp) / "whole.json"
         t_stream, rss_stream = measure(True, streamed, args.layers)  # the smaller peak first

@@ -1,46 +1,56 @@
 """The forward pass at the paper's base size: ours, with and without the trace, against PyTorch.
 
 Run: python benchmarks/bench_forward.py [--dtype float32|float64] [--rounds N]
-                                        [--convention post|pre|decoder-only]
+                                        [--convention post|pre|decoder-only|llama]
 
 Base size (paper, Table 3): d_model 512, 8 heads, d_ff 2048, 6 + 6 layers; 64 source and 64 target
 tokens; one process, the same weights. Timed, each as the median of its runs, taken in turns:
   ours, trace   run_forward: every intermediate recorded under its name (what `walkthrough` shows)
   ours, no trace  forward: the same arithmetic, nothing kept
-  torch         PyTorch's own transformer layers, eager, under torch.inference_mode, with the same
-                embedding lookup, positional encoding, output layer and softmax around them: the
-                harness the tests use (reference.TorchTransformer)
+  peer          post, pre, decoder-only: PyTorch's own transformer layers, eager, under
+                torch.inference_mode, with the same embedding lookup, positional encoding, output
+                layer and softmax around them: the harness the tests use (reference.TorchTransformer);
+                llama: transformers' own LlamaForCausalLM, eager attention, holding our weights
+                (compare.llama.llama_with), under torch.inference_mode, use_cache=False, with the
+                softmax over its logits (ours returns probabilities)
 Conventions: post (the paper's post-norm), pre (pre-norm with final norms), decoder-only (pre-norm,
-no encoder, 6 layers over the 64 + 64 tokens as one 128-token sequence).
+no encoder, 6 layers over the 64 + 64 tokens as one 128-token sequence), llama (Llama's conventions
+at base size: decoder-only over one 128-token sequence, pre-norm RMSNorm (eps 1e-6), rotary
+positions, 8 query heads over 2 key/value heads, SwiGLU with d_ff 1408, no biases, an untied output
+layer; the same 1,000-word vocabulary).
   GEMM          one NumPy matmul of the feed-forward's shape (64×512 by 512×2048): the machine's peak
-Ratios: the median over turns of ours / torch within a turn (``paired_ratio``), and the middle half
+Ratios: the median over turns of ours / peer within a turn (``paired_ratio``), and the middle half
 of the turns' ratios (``quartiles``): on a shared machine one run's median moves by about as much.
-Targets (float32): ours with the trace <= 1.0 x torch; without <= 0.9 x torch.
+Targets (float32): post and pre, ours with the trace <= 1.0 x the peer, without <= 0.9 x;
+decoder-only, with the trace <= 1.1 x, without <= 0.9 x; llama, with the trace <= 1.1 x.
+The first line names the host (base.host_line): CPU, AVX-512/AVX2, OpenBLAS's kernel, threads.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 import tracemalloc
 from collections.abc import Callable
 
-# Both libraries on the same number of threads (NumPy's BLAS reads it once, when it loads): the
-# caller's OPENBLAS_NUM_THREADS or OMP_NUM_THREADS, else 2.
-THREADS = int(os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "2")))
-os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+# First: both libraries on the same number of threads (NumPy's BLAS reads it once, when it loads):
+# the caller's OPENBLAS_NUM_THREADS or OMP_NUM_THREADS, else 2.
+from base import THREADS, host_line
 
-import numpy as np  # noqa: E402
+# isort: split
+import numpy as np
 
-from transformer_walkthrough.config import Config, ModelConfig  # noqa: E402
-from transformer_walkthrough.model.training import parameters  # noqa: E402
-from transformer_walkthrough.model.transformer import forward, init_weights, run_forward  # noqa: E402
+from transformer_walkthrough.config import Config, ModelConfig
+from transformer_walkthrough.model.training import parameters
+from transformer_walkthrough.model.transformer import forward, init_weights, run_forward
 
 N_SOURCE = N_TARGET = 64
 VOCAB = 1000
+CONVENTIONS = ("post", "pre", "decoder-only", "llama")
+# (with the trace, without) x the peer, float32; None: none set
+TARGETS = {"post": (1.0, 0.9), "pre": (1.0, 0.9), "decoder-only": (1.1, 0.9), "llama": (1.1, None)}
 
 
 def block_times(
@@ -94,31 +104,75 @@ def quartiles(ratios: list[float]) -> str:
 
 
 def flops(m: ModelConfig, n_s: int, n_t: int, vocab: int) -> int:
-    """Multiply-adds × 2 of the matrix products of one forward pass."""
-    d, f = m.d_model, m.d_ff
-    encoder = 4 * 2 * n_s * d * d + 2 * 2 * n_s * n_s * d + 2 * 2 * n_s * d * f
-    self_attention = 4 * 2 * n_t * d * d + 2 * 2 * n_t * n_t * d
-    cross = 2 * 2 * n_t * d * d + 2 * 2 * n_s * d * d + 2 * 2 * n_t * n_s * d
-    decoder = self_attention + (0 if m.decoder_only else cross) + 2 * 2 * n_t * d * f
+    """Multiply-adds × 2 of the matrix products of one forward pass (grouped-query attention's
+    narrower K and V projections and the gated feed-forward's third matrix counted)."""
+    d, f, kv = m.d_model, m.d_ff, m.kv_heads * m.d_k
+    ffn = (3 if m.feed_forward == "gated" else 2) * 2 * d * f  # per row
+
+    def self_attention(n: int) -> int:
+        return 2 * n * d * (d + 2 * kv) + 2 * n * d * d + 2 * 2 * n * n * d
+
+    cross = 2 * 2 * n_t * d * d + 2 * n_s * d * 2 * kv + 2 * 2 * n_t * n_s * d
+    encoder = self_attention(n_s) + n_s * ffn
+    decoder = self_attention(n_t) + (0 if m.decoder_only else cross) + n_t * ffn
     return m.num_encoder_layers * encoder + m.num_decoder_layers * decoder + 2 * n_t * d * vocab
+
+
+def model_config(convention: str, dtype: str) -> ModelConfig:
+    """Base size in the convention's wiring (the module's docstring)."""
+    if convention == "llama":
+        return ModelConfig(d_model=512, num_heads=8, num_kv_heads=2, d_ff=1408, num_encoder_layers=0,
+                           num_decoder_layers=6, norm_first=True, norm="rmsnorm",
+                           positional_encoding="rotary", feed_forward="gated", activation="silu",
+                           ffn_bias=False, attention_bias=False, output_bias=False, layer_norm_eps=1e-6,
+                           dtype=dtype)  # fmt: skip
+    decoder_only = convention == "decoder-only"
+    return ModelConfig(d_model=512, num_heads=8, d_ff=2048, num_encoder_layers=0 if decoder_only else 6,
+                       num_decoder_layers=6, scale_embeddings=True, dtype=dtype,
+                       norm_first=convention != "post")  # fmt: skip
+
+
+def peer(config: Config, w: object, src: list[int], tgt: list[int]) -> tuple[str, Callable[[], object]]:
+    """The peer's name and its forward pass to the probabilities, (target tokens, vocab) as a tensor."""
+    import torch
+
+    torch.set_num_threads(THREADS)
+    torch.set_grad_enabled(False)
+    if config.model.positional_encoding == "rotary":  # the llama convention
+        from transformer_walkthrough.compare.llama import llama_with
+
+        dtype = {"float32": torch.float32, "float64": torch.float64}[config.model.dtype]
+        llama = llama_with(config, w, dtype)  # type: ignore[arg-type]
+        ids = torch.tensor([tgt])
+
+        def llama_forward() -> object:
+            with torch.inference_mode():
+                return torch.softmax(llama(ids, use_cache=False).logits[0], dim=-1)
+
+        return "Llama eager (transformers)", llama_forward
+
+    from transformer_walkthrough.compare.reference import TorchTransformer
+
+    net = TorchTransformer(torch, config, w)
+
+    def torch_forward() -> object:
+        with torch.inference_mode():
+            return torch.softmax(net.forward(src, tgt), dim=-1)
+
+    return "torch eager", torch_forward
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--rounds", type=int, default=20, help="turns of 3 runs of each")
-    parser.add_argument("--convention", choices=["post", "pre", "decoder-only"], default="post")
+    parser.add_argument("--convention", choices=CONVENTIONS, default="post")
     args = parser.parse_args()
-
-    import torch
-
-    from transformer_walkthrough.compare.reference import TorchTransformer
+    print(host_line(), flush=True)
 
     words = [f"w{i}" for i in range(VOCAB - 2)]
-    decoder_only = args.convention == "decoder-only"
-    model = ModelConfig(d_model=512, num_heads=8, d_ff=2048, num_encoder_layers=0 if decoder_only else 6,
-                        num_decoder_layers=6, scale_embeddings=True, dtype=args.dtype,
-                        norm_first=args.convention != "post")  # fmt: skip
+    model = model_config(args.convention, args.dtype)
+    decoder_only = model.decoder_only
     config = Config(sentence="w0 w1", encoder_words=0 if decoder_only else 1,
                     vocabulary=("<start>", "<end>", *words), model=model)  # fmt: skip
     rng = np.random.default_rng(0)
@@ -126,14 +180,7 @@ def main() -> int:
     if decoder_only:
         src, tgt = [], src + tgt
     w = init_weights(config)
-
-    torch.set_num_threads(THREADS)
-    torch.set_grad_enabled(False)
-    net = TorchTransformer(torch, config, w)
-
-    def torch_forward() -> object:
-        with torch.inference_mode():
-            return torch.softmax(net.forward(src, tgt), dim=-1)
+    peer_name, peer_forward = peer(config, w, src, tgt)
 
     a = rng.standard_normal((N_TARGET, 512)).astype(args.dtype)
     B = rng.standard_normal((512, 2048)).astype(args.dtype)
@@ -141,7 +188,7 @@ def main() -> int:
         {
             "trace": lambda: run_forward(config, w, source_ids=src, target_ids=tgt),
             "plain": lambda: forward(config, w, src, tgt),
-            "torch": torch_forward,
+            "torch": peer_forward,
             "gemm": lambda: [a @ B for _ in range(20)],
         },
         args.rounds,
@@ -150,7 +197,7 @@ def main() -> int:
     ours_trace, ours_plain, theirs, gemm = (median[k] for k in ("trace", "plain", "torch", "gemm"))
     ratio = {name: paired_ratio(turns, name, "torch") for name in ("trace", "plain", "torch")}
     gemm /= 20
-    agree = np.max(np.abs(torch_forward().numpy() - forward(config, w, src, tgt)))
+    agree = np.max(np.abs(peer_forward().numpy() - forward(config, w, src, tgt)))  # type: ignore[attr-defined]
 
     peak = 2 * N_TARGET * 512 * 2048 / gemm
     work = flops(model, len(src), len(tgt), VOCAB)
@@ -167,25 +214,36 @@ def main() -> int:
     weight_bytes = sum(a.nbytes for a in parameters(w))
     n_matrices = sum(len(s.matrices) for s in trace)
 
-    layers = "6 decoder layers" if decoder_only else "6+6 layers"
-    shape = f"d_model 512, 8 heads, d_ff 2048, {layers}, {len(src)}+{len(tgt)} tokens, {args.convention}-norm"
+    if args.convention == "llama":
+        shape = (f"d_model 512, 8 heads over 2 key/value heads, SwiGLU d_ff 1408, 6 decoder layers, "
+                 f"{len(tgt)} tokens, llama (RMSNorm, rotary, no biases)")  # fmt: skip
+    else:
+        layers = "6 decoder layers" if decoder_only else "6+6 layers"
+        tokens = f"{len(src)}+{len(tgt)} tokens"
+        norm = "post-norm" if args.convention == "post" else "pre-norm"
+        shape = f"d_model 512, 8 heads, d_ff 2048, {layers}, {tokens}, {norm}"
     print(f"base size, {args.dtype}: {shape}, {THREADS} threads each, median of {args.rounds} x 3 runs each")
-    print(f"{'':<22}{'median (ms)':>12}{'x torch':>10}{'GEMM peak':>11}   (x torch: median of turns' ratios)")
+    print(f"{'':<28}{'median (ms)':>12}{'x torch':>10}{'GEMM peak':>11}   (x torch: median of turns' ratios)")
     for name, key, t in (
         ("ours, full trace", "trace", ours_trace),
         ("ours, no trace", "plain", ours_plain),
-        ("torch eager", "torch", theirs),
+        (peer_name, "torch", theirs),
     ):
-        print(f"{name:<22}{t * 1e3:>12.1f}{ratio[key]:>10.2f}{work / t / peak:>11.0%}")
-    print(f"{'GEMM (64x512x2048)':<22}{gemm * 1e3:>12.3f}{'':>10}{peak / 1e9:>8.1f} GFLOP/s")
-    print(f"ours vs torch, max |diff| of the probabilities: {agree:.1e}")
+        print(f"{name:<28}{t * 1e3:>12.1f}{ratio[key]:>10.2f}{work / t / peak:>11.0%}")
+    print(f"{'GEMM (64x512x2048)':<28}{gemm * 1e3:>12.3f}{'':>10}{peak / 1e9:>8.1f} GFLOP/s")
+    print(f"ours vs {peer_name}, max |diff| of the probabilities: {agree:.1e}")
     held = sum(kept.values()) - weight_bytes
     print(f"trace: {len(trace)} stages, {n_matrices} matrices, {held / 1e6:.1f} MB of activations held "
           f"(weights: views); peak allocated while tracing {peak_bytes / 1e6:.1f} MB")  # fmt: skip
     spread = {name: quartiles(turn_ratios(turns, name, "torch")) for name in ("trace", "plain")}
-    print(f"targets: with the trace {ratio['trace']:.2f} x torch (<= 1.0; middle half of the turns "
+    target = dict(zip(("trace", "plain"), TARGETS[args.convention], strict=True))
+
+    def aim(key: str) -> str:
+        return f"<= {target[key]}; " if target[key] is not None else "no target; "
+
+    print(f"targets: with the trace {ratio['trace']:.2f} x torch ({aim('trace')}middle half of the turns "
           f"{spread['trace']}),")  # fmt: skip
-    print(f"         without {ratio['plain']:.2f} x torch (<= 0.9; {spread['plain']})")
+    print(f"         without {ratio['plain']:.2f} x torch ({aim('plain')}{spread['plain']})")
     return 0
 
 

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from base import THREADS  # first: pins the BLAS threads before NumPy loads
+from base import THREADS, host_line  # first: pins the BLAS threads before NumPy loads
 from bench_forward import block_times, medians, paired_ratio
 
 PROMPT = "The cat is sleeping comfortably on the warm soft mat"  # 10 tokens of the vocabulary made below
@@ -120,6 +120,7 @@ def main() -> int:
     parser.add_argument("--folder", type=Path, help="keep the checkpoint here (made once)")
     parser.add_argument("--e2e-rounds", type=int, default=3, help="runs of each fresh process")
     args = parser.parse_args()
+    print(host_line(), flush=True)
 
     import numpy as np
     import torch

@@ -28,8 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-THREADS = int(os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "2")))
-os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+from base import THREADS, host_line  # pins the BLAS threads, for this process and its children
 
 SOURCE = "The cat is sleeping very comfortably."
 TARGET = "Die Katze schläft bequem."
@@ -102,6 +101,7 @@ def main() -> None:
     if args.make is not None:
         make_checkpoint(args.make)
         return
+    print(host_line(), flush=True)
     tmp = tempfile.TemporaryDirectory() if args.keep is None else None
     folder = args.keep or Path(tmp.name)  # type: ignore[union-attr]
     folder.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]
 
-from base import THREADS, base_config  # noqa: E402  (pins the BLAS threads first)
+from base import THREADS, base_config, host_line  # noqa: E402  (pins the BLAS threads first)
 from rich.console import Console  # noqa: E402
 
 from tests import table_renderer  # noqa: E402
@@ -32,6 +32,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--width", type=int, default=100)
     args = parser.parse_args()
+    print(host_line(), flush=True)
     config = base_config()
     start = time.perf_counter()
     trace = run_forward(config)

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from base import host_line  # its thread pinning reaches no child: env() drops OPENBLAS_* and OMP_*
+
 PY = sys.executable
 WALKTHROUGH = shutil.which("walkthrough", path=str(Path(PY).parent)) or "walkthrough"
 FORWARD = f"""
@@ -47,6 +49,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
+    threads = f"run: OpenBLAS's default ({os.cpu_count()} CPUs); base forward: 2 (base.py)"
+    print(host_line(threads), flush=True)
     run: dict[str, list[float]] = {p: [] for p in POLICIES}
     forward: dict[str, list[float]] = {p: [] for p in POLICIES}
     for _ in range(args.runs):

@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 
-from bench_forward import block_times, medians, paired_ratio  # first: pins the BLAS threads
+from bench_forward import block_times, host_line, medians, paired_ratio  # first: pins the BLAS threads
 
 from transformer_walkthrough.config import Config
 from transformer_walkthrough.model.backprop import next_tokens
@@ -26,6 +26,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
+    print(host_line(), flush=True)
 
     import torch
 

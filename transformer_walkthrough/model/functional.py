@@ -153,19 +153,23 @@ class Rotation(NamedTuple):
     sin: np.ndarray  # (n, d_k)
 
 
+@functools.lru_cache(maxsize=16)
 def rotary(n: int, d_k: int, theta: float, dtype: np.dtype | type = np.float64, start: int = 0) -> Rotation:
     """The rotary tables of positions start … start + n − 1: cos and sin, (n, d_k) each (Su et al., 2021).
 
     Pair i of a head's d_k dimensions (i < d_k/2) turns by the angle pos·θ_i, θ_i = theta^(−2i/d_k):
     column i and column i + d_k/2 hold the same angle, as Hugging Face's Llama lays them out
-    (``rotate_half``). Computed in float64, then rounded to ``dtype``.
+    (``rotate_half``). Computed in float64, then rounded to ``dtype``; read-only, and computed once
+    per size (each layer of a pass reads the same tables).
     """
     if d_k % 2:
         raise ValueError(f"rotary turns pairs of dimensions: d_k must be even, got {d_k}")
     inv_freq = 1.0 / theta ** (np.arange(0, d_k, 2, dtype=np.float64) / d_k)
     angles = np.arange(start, start + n, dtype=np.float64)[:, None] * inv_freq[None, :]
     angles = np.concatenate([angles, angles], axis=1)
-    return Rotation(np.cos(angles).astype(dtype), np.sin(angles).astype(dtype))
+    cos, sin = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+    cos.flags.writeable = sin.flags.writeable = False  # computed once per size and shared: read-only
+    return Rotation(cos, sin)
 
 
 def rotate_half(x: np.ndarray) -> np.ndarray:
@@ -294,14 +298,20 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """σ(x) = 1/(1 + e^(−x)), written so that neither branch overflows."""
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    """σ(x) = 1/(1 + e^(−x)); where e^(−x) overflows (x below about −88 in float32, −709 in float64)
+    it is ∞ and 1/∞ is the limit, 0: torch's own formula, with no branch to pay for."""
+    with np.errstate(over="ignore"):
+        e = np.exp(-x)
+    e += 1.0
+    return np.reciprocal(e, out=e)
 
 
 def silu(x: np.ndarray) -> np.ndarray:
-    """x·σ(x) (Marian's "swish")."""
-    return x * sigmoid(x)
+    """x·σ(x) = x / (1 + e^(−x)) (Marian's "swish", Llama's SwiGLU); x / ∞ is −0 where e^(−x) overflows."""
+    with np.errstate(over="ignore"):
+        e = np.exp(-x)
+    e += 1.0
+    return np.divide(x, e, out=e)
 
 
 ACTIVATIONS = {"relu": relu, "gelu": gelu, "gelu-tanh": gelu_tanh, "silu": silu}
