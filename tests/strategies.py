@@ -17,6 +17,7 @@ from transformer_walkthrough.config import (
     Config,
     ModelConfig,
 )
+from transformer_walkthrough.model.weights import Weights
 
 WORDS = ["the", "cat", "dog", "is", "sat", "on", "mat", "sleeping", "very", "comfortably"]
 
@@ -91,3 +92,21 @@ def fits_torch(config: Config) -> bool:
     the configs the torch reference can be built for. The others are compared with transformers'
     models (tests/test_llama_style.py) and by finite differences."""
     return all(getattr(config.model, key) in values for key, values in TORCH_LAYERS.items())
+
+
+def loss_slope(config: Config, w: Weights, name: str, index: tuple[int, ...], h: float = 1e-6) -> float:
+    """The loss's central difference along one entry of parameter ``name``: (L(+h) − L(−h)) / 2h,
+    the number backprop's gradient of that entry must equal (``w`` is restored afterwards)."""
+    from transformer_walkthrough.model.backprop import backward
+    from transformer_walkthrough.model.transformer import run_forward
+
+    array = w[name]
+    old = array[index]
+    try:
+        array[index] = old + h
+        up = backward(run_forward(config, w), w).loss
+        array[index] = old - h
+        down = backward(run_forward(config, w), w).loss
+    finally:
+        array[index] = old
+    return (up - down) / (2 * h)
