@@ -170,3 +170,17 @@ def test_config_built_in_python_is_checked_too() -> None:
 def test_config_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         Config().seed = 3  # type: ignore[misc]
+
+
+def test_every_folder_of_code_is_a_package_a_plain_install_ships() -> None:
+    """pyproject finds the packages (``packages.find``): a folder of code without ``__init__.py``
+    would be left out of ``pip install .`` while the tests' editable install still saw it."""
+    from setuptools import find_packages
+
+    found = set(find_packages(str(ROOT), include=["transformer_walkthrough*"]))
+    folders = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "transformer_walkthrough").rglob("*")
+        if p.suffix in (".py", ".json") and "__pycache__" not in p.parts
+    }
+    assert folders <= found and "transformer_walkthrough.model.kinds" in found

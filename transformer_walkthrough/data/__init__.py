@@ -1,0 +1,1 @@
+"""Package data: the JSON Schema of the exports (read by ``files.export.schema``)."""
