@@ -17,7 +17,7 @@ import numpy as np
 from .. import functional as F
 from ..trace import Stage, dims
 from .base import Arrays, Grads, Kind, Sizes, Spec, said
-from .hand import Check, gap, mean_square_rows
+from .hand import Check, gap, mean_square_rows, where_from
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
@@ -217,14 +217,12 @@ def explain_sum(c: Cell, trace: Trace) -> list[str]:
 
 
 def explain_carried(c: Cell, trace: Trace) -> list[str]:
-    source = c.stage.sources.get(c.name)
-    where = f"the output of {source}" if source else "given"
+    where = where_from(c)
     return [f"X is the sublayer's input, {where}, carried around it by the residual connection."]
 
 
 def explain_sublayer(c: Cell, trace: Trace) -> list[str]:
-    source = c.stage.sources.get(c.name)
-    where = f"the output of {source}" if source else "given"
+    where = where_from(c)
     return [f"sublayer is {where}, row {c.i}, column {c.j}."]
 
 
@@ -310,8 +308,7 @@ def residual_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
 
 
 def explain_stream(c: Cell, trace: Trace) -> list[str]:
-    source = c.stage.sources.get(c.name)
-    where = f"the output of {source}" if source else "given"
+    where = where_from(c)
     norm = norm_of(trace.config.model).a
     return [
         f"X is the residual stream, {where}: the sublayer read it through {norm} (pre-norm),",
