@@ -57,6 +57,16 @@ def gpt2(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def llama_family(tmp_path_factory):
+    """Tiny trained Llama, Qwen2, Mistral and llama3-rope checkpoints (tests/tiny_llama.py), by name."""
+    pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
+    from tests.tiny_llama import MODELS, build
+
+    root = tmp_path_factory.mktemp("llama")
+    return {name: build(root, name) for name in MODELS}
+
+
+@pytest.fixture(scope="session")
 def marian_separate(tmp_path_factory):
     """Tiny random Marian checkpoints with separate source and target vocabularies of different
     sizes: {"untied", "tied-decoder", "shared"} -> (folder, float64 eager transformers model)."""

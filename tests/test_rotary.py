@@ -36,7 +36,7 @@ ENCODER_DECODER = Config(model=ModelConfig(positional_encoding="rotary", d_model
 
 def test_the_tables_and_the_turn_by_hand() -> None:
     # d_k = 4, theta = 10000: θ_0 = 1, θ_1 = 10000^(−2/4) = 0.01; position 1 turns pair 0 by 1 rad.
-    r = F.rotary(2, 4, 10000.0, start=0)
+    r = F.rotary(2, 4, F.RopeScaling(10000.0), start=0)
     assert np.array_equal(r.cos[0], np.ones(4)) and np.array_equal(r.sin[0], np.zeros(4))
     angles = [1.0, 0.01, 1.0, 0.01]  # columns i and i + d_k/2 share the angle
     assert np.allclose(r.cos[1], [math.cos(a) for a in angles], rtol=0, atol=1e-15)
@@ -47,14 +47,14 @@ def test_the_tables_and_the_turn_by_hand() -> None:
     by_hand = [1 * c1 - 3 * s1, 2 * c2 - 4 * s2, 3 * c1 + 1 * s1, 4 * c2 + 2 * s2]
     assert np.allclose(turned, by_hand, rtol=0, atol=1e-15)
     assert np.linalg.norm(turned) == pytest.approx(np.linalg.norm(x), rel=1e-15)  # a rotation keeps lengths
-    later = F.rotary(1, 4, 10000.0, start=1)  # a cached step's table starts at its position
+    later = F.rotary(1, 4, F.RopeScaling(10000.0), start=1)  # a cached step's table starts at its position
     assert np.array_equal(later.cos, r.cos[1:]) and np.array_equal(later.sin, r.sin[1:])
 
 
 def test_equals_transformers_apply_rotary_pos_emb_and_its_gradient_equals_autograd() -> None:
     rng = np.random.default_rng(0)
     q, k = rng.normal(size=(3, 5, 8)), rng.normal(size=(3, 5, 8))  # (heads, positions, d_k)
-    r = F.rotary(5, 8, 500.0)
+    r = F.rotary(5, 8, F.RopeScaling(500.0))
     tq, tk = (torch.tensor(a[None], requires_grad=True) for a in (q, k))
     hq, hk = apply_rotary_pos_emb(tq, tk, torch.tensor(r.cos[None]), torch.tensor(r.sin[None]))
     assert np.max(np.abs(F.apply_rotary(q, r) - hq[0].detach().numpy())) <= 1e-15
@@ -69,7 +69,7 @@ def test_scores_depend_only_on_the_distance_between_positions() -> None:
     q, k = rng.normal(size=(4, 6)), rng.normal(size=(4, 6))
 
     def scores(start: int) -> np.ndarray:
-        r = F.rotary(4, 6, 10000.0, start=start)
+        r = F.rotary(4, 6, F.RopeScaling(10000.0), start=start)
         return F.apply_rotary(q, r) @ F.apply_rotary(k, r).T
 
     assert np.max(np.abs(scores(0) - scores(7))) <= 1e-12
@@ -136,7 +136,7 @@ def test_cached_generation_rotates_the_new_token_at_its_position(norm_first: boo
 
 
 def test_bad_rotary_configs_and_torch_refusal(tmp_path) -> None:
-    with pytest.raises(ConfigError, match="d_k = d_model / num_heads must be even; it is 1"):
+    with pytest.raises(ConfigError, match="each head's d_k must be even; it is 1"):
         ModelConfig(d_model=4, num_heads=4, positional_encoding="rotary")
     with pytest.raises(ConfigError, match="rope_theta: must be more than 1"):
         ModelConfig(positional_encoding="rotary", rope_theta=0.5)

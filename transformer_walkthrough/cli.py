@@ -939,12 +939,17 @@ def _continue(
     continuation = done.checkpoint.tokenizer.decode(ids[n:])
     out.continuation(checkpoint.prompt or "", continuation)
     how = f"drawn from the top {top_k} (seed {seed or 0})" if top_k is not None else "greedy"
+    heads = (
+        "head" if m.kv_heads == m.num_heads
+        else f"key/value head ({m.kv_heads}, each read by {m.num_heads // m.kv_heads} query heads)"
+    )  # fmt: skip
     out.line(
         f"{len(done.steps)} tokens after a prompt of {n}, {how}; the cache holds {fed} keys and values "
-        f"per head and layer, d_k = {m.d_k}."
+        f"per {heads} and layer, d_k = {m.d_k}."
     )
     if done.cut:
-        out.line(f"(stopped: the learned position table has {m.max_positions} rows: max_positions)")
+        table = "learned position table has" if m.adds_positions else "model reads at most"
+        out.line(f"(stopped: the {table} {m.max_positions} rows: max_positions)")
     if not compare:
         return
     gaps = against_full_pass(done.config, done.weights, done.steps)

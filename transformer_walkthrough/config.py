@@ -53,6 +53,13 @@ POSITIONAL_ENCODINGS = {
     "learned": "table P (GPT-2)",
     "rotary": "each head's Q, K turned by pos (Llama)",
 }
+# transformers' rope_type: how rotary's frequencies are stretched past the length a model was
+# trained on (rope_factor and, for llama3, the three rope_* fields below).
+ROPE_SCALINGS = {
+    "default": "(none)",
+    "linear": "every θ_i / rope_factor",
+    "llama3": "the slow pairs' θ_i / rope_factor, the fast ones kept, a blend between (Llama 3.1)",
+}
 DTYPES = {"float64": "(exact to print)", "float32": "(fast when large)"}
 # Positions applied inside attention, to the queries and keys, rather than added to the embedding:
 # such a model has no positional-encoding stage.
@@ -77,6 +84,8 @@ SWITCHES: dict[str, tuple[Any, ...]] = {
 TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
     "output_head": ("per-position",),
     "num_kv_heads": (None,),  # nn.MultiheadAttention: as many key/value heads as query heads
+    "head_dim": (None,),  # and d_model / num_heads dimensions each
+    "sliding_window": (None,),
     "attention_bias": (False, True),
     "positional_encoding": tuple(p for p in POSITIONAL_ENCODINGS if p not in ROTATED_POSITIONS),
     "feed_forward": ("standard",),
@@ -213,6 +222,9 @@ class ModelConfig(_Checked):
 
     d_model: int = _doc("width of every token vector", 4)
     num_heads: int = _doc("attention heads; each works in d_k = d_model / num_heads dims", 2)
+    head_dim: int | None = _doc(
+        "each head's d_k when it is not d_model / num_heads (Mistral Nemo); omit", None
+    )
     num_kv_heads: int | None = _doc(
         "key/value heads, each read by num_heads / num_kv_heads query heads (grouped-query; "
         "1: multi-query); omit for one per query head",
@@ -235,6 +247,17 @@ class ModelConfig(_Checked):
     positional_encoding: Literal[tuple(POSITIONAL_ENCODINGS)] = _choice(POSITIONAL_ENCODINGS, "sinusoidal")
     max_positions: int = _doc("rows of the learned position table P", 64)
     rope_theta: float = _doc("rotary's base: pair i of a head turns by pos / rope_theta^(2i/d_k)", 10000.0)
+    rope_scaling: Literal[tuple(ROPE_SCALINGS)] = _choice(ROPE_SCALINGS, "default")
+    rope_factor: float = _doc("rope_scaling's factor: how many times longer the context is made", 1.0)
+    rope_low_freq_factor: float = _doc(
+        "llama3: pairs slower than original / this turn rope_factor× slower", 1.0
+    )
+    rope_high_freq_factor: float = _doc("llama3: pairs faster than original / this keep their angle", 4.0)
+    rope_original_max_positions: int = _doc("llama3: the context length the model was trained on", 8192)
+    sliding_window: int | None = _doc(
+        "each position sees itself and the sliding_window − 1 before it, no further (Mistral); omit: all",
+        None,
+    )
     tie_embeddings: bool = _doc(
         "true: one table E for both stacks and the output, W = Eᵀ (the paper §3.4)", False
     )
@@ -257,18 +280,34 @@ class ModelConfig(_Checked):
             f"must be 0 (decoder-only) or more, got {self.num_encoder_layers}",
         )
         self._require(
-            self.d_model % self.num_heads == 0,
+            self.head_dim is not None or self.d_model % self.num_heads == 0,
             "d_model",
             f"{self.d_model} is not divisible by model.num_heads = {self.num_heads} "
-            "(each head takes d_model / num_heads dimensions)",
+            "(each head takes d_model / num_heads dimensions, unless head_dim says otherwise)",
+        )
+        for name in ("head_dim", "sliding_window"):
+            value = getattr(self, name)
+            self._require(
+                value is None or value > 0, name, f"must be a positive integer or omitted, got {value}"
+            )
+        self._require(self.rope_factor > 0, "rope_factor", f"must be positive, got {self.rope_factor:g}")
+        self._require(
+            self.rope_scaling != "llama3" or 0 < self.rope_low_freq_factor < self.rope_high_freq_factor,
+            "rope_high_freq_factor",
+            f"llama3 needs 0 < rope_low_freq_factor < rope_high_freq_factor; got "
+            f"{self.rope_low_freq_factor:g} and {self.rope_high_freq_factor:g}",
+        )
+        self._require(
+            self.rope_original_max_positions > 0,
+            "rope_original_max_positions",
+            f"must be a positive integer, got {self.rope_original_max_positions}",
         )
         self._require(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
         self._require(self.rope_theta > 1, "rope_theta", f"must be more than 1, got {self.rope_theta:g}")
         self._require(
             self.adds_positions or self.d_k % 2 == 0,
             "positional_encoding",
-            f"rotary turns pairs of a head's dimensions, so d_k = d_model / num_heads must be even; "
-            f"it is {self.d_k}",
+            f"rotary turns pairs of a head's dimensions, so each head's d_k must be even; it is {self.d_k}",
         )
         # YAML's true is Python's True, and 1 == True: only the spellings of FINAL_NORMS pass.
         for name, values in (("final_norm", FINAL_NORMS), ("attention_bias", ATTENTION_BIASES)):
@@ -315,8 +354,8 @@ class ModelConfig(_Checked):
 
     @property
     def d_k(self) -> int:
-        """Width of one head's queries, keys and values."""
-        return self.d_model // self.num_heads
+        """Width of one head's queries, keys and values: ``head_dim``, or d_model / num_heads."""
+        return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
 
 
 @dataclass(frozen=True)
@@ -472,13 +511,15 @@ class Size(typing.NamedTuple):
 
 
 MAX_BYTES = 1 << 31  # 2 GiB of matrices in the trace: the paper's base model (d_model 512, 6+6 layers) fits
-MAX_TABLES = 5_000  # matrices printed by `run`: the base model prints about 1,600
+# Matrices printed by `run`: the base model prints about 1,600, SmolLM2-135M about 3,900, Llama 3.2 1B
+# about 6,000, Mistral 7B (whose weights pass the memory budget only on a large machine) 12,500.
+MAX_TABLES = 20_000
 
 
 def estimate_size(
     d_model: int, num_heads: int, d_ff: int, encoder_layers: int, decoder_layers: int,
     source: int, target: int, vocabulary: int, positions: int = 0, flatten: bool = False,
-    gated: bool = False,
+    gated: bool = False, d_k: int | None = None,
 ) -> Size:  # fmt: skip
     """Numbers and tables of one forward trace, counted from the sizes alone (an upper bound, roughly).
 
@@ -488,10 +529,10 @@ def estimate_size(
     its weights and its intermediates, so this is the sum of their areas.
     """
     d, h, n, m, v = d_model, num_heads, source, target, vocabulary
-    d_k = max(d // max(h, 1), 1)
+    d_k = max(d // max(h, 1), 1) if d_k is None else d_k  # a head's width: head_dim when given
 
     def attention(queries: int, keys: int, masked: bool) -> Size:
-        weights, rows = 3 * d * d_k, (2 * queries + 2 * keys) * d_k
+        weights, rows = 3 * d * d_k, (2 * queries + 2 * keys) * d_k  # (an upper bound under GQA)
         per_head = weights + rows + (2 + 2 * masked) * queries * keys
         numbers = queries * d + keys * d * (queries != keys) + h * per_head + 2 * queries * d + d * d + 4 * d
         return Size(numbers, h * (9 + 2 * masked) + 4)
@@ -543,7 +584,7 @@ def check_size(config: Config) -> None:
 
     def cost(key: str | None = None) -> tuple[int, int]:
         values = [default if k == key else value for k, (value, default) in sizes.items()]
-        size = estimate_size(*values, flatten=model.output_head == "flatten", gated=gated)
+        size = estimate_size(*values, flatten=model.output_head == "flatten", gated=gated, d_k=model.head_dim)
         return size.numbers * (8 if model.dtype == "float64" else 4), size.tables
 
     need, tables = cost()

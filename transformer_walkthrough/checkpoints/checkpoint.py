@@ -35,13 +35,13 @@ class Tokenizer(Protocol):
 class Checkpoint(Protocol):
     """A converted checkpoint, whatever its family."""
 
-    family: str  # config.json's model_type: "marian", "gpt2"
+    family: str  # config.json's model_type: "marian", "gpt2", "llama", "mistral", "qwen2"
     encoder_decoder: bool  # True: --source (and --target); False (GPT-2): --prompt
     model: dict[str, Any]  # keys of ModelConfig
     weights: dict[str, np.ndarray]  # our parameter names (architecture.parameters)
     tokenizer: Tokenizer
     decoder_start_token_id: int | None  # None: the decoder reads its input (GPT-2's prompt) as it is
-    eos_token_id: int | None
+    eos_token_id: int | tuple[int, ...] | None  # one id, or several (Llama 3)
     pad_token_id: int | None
     bad_words_ids: tuple[tuple[int, ...], ...]  # generation never picks these (opus-mt: <pad>)
     forced_eos_token_id: int | None  # the token forced at the length limit
@@ -60,11 +60,19 @@ def _gpt2(folder: Path, dtype: str, name: str | None) -> Checkpoint:
     return load_gpt2(folder, dtype, name)
 
 
+def _llama(folder: Path, dtype: str, name: str | None) -> Checkpoint:
+    from .llama import load_llama
+
+    return load_llama(folder, dtype, name)
+
+
 # model_type -> the family's loader. A family is one line here (and its hub files in hub.py).
-LOADERS: dict[str, Callable[[Path, str, str | None], Checkpoint]] = {"marian": _marian, "gpt2": _gpt2}
+LOADERS: dict[str, Callable[[Path, str, str | None], Checkpoint]] = {
+    "marian": _marian, "gpt2": _gpt2, "llama": _llama, "mistral": _llama, "qwen2": _llama,
+}  # fmt: skip
 # model_type -> what the family reads: an encoder's text (--source) or a decoder-only prompt (--prompt);
 # known before the weights are read, so that the wrong option costs nothing.
-ENCODER_DECODER = {"marian": True, "gpt2": False}
+ENCODER_DECODER = {"marian": True, "gpt2": False, "llama": False, "mistral": False, "qwen2": False}
 
 
 def model_type(folder: Path) -> str:

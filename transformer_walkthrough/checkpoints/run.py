@@ -32,7 +32,7 @@ from ..config import MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelConfig, 
 from ..errors import ConfigError
 from ..model import generation
 from ..model.architecture import DECODER, ENCODER, parameters
-from ..model.generation import Step, full_passes, generate_cached, generated_ids
+from ..model.generation import Step, ends, full_passes, generate_cached, generated_ids
 from ..model.trace import TOP_K, Trace
 from ..model.transformer import run_forward
 from ..model.weights import Weights
@@ -139,7 +139,7 @@ def check_size(config: Config, source: int, target: int) -> None:
     vocabulary = max(len(config.vocabulary_of(side)) for side in (ENCODER, DECODER))  # an upper bound
     size = estimate_size(
         m.d_model, m.num_heads, m.d_ff, m.num_encoder_layers, m.num_decoder_layers,
-        source, target, vocabulary,
+        source, target, vocabulary, gated=m.feed_forward == "gated", d_k=m.d_k,
     )  # fmt: skip
     need = size.numbers * np.dtype(m.dtype).itemsize
     if need > MAX_BYTES or size.tables > MAX_TABLES:
@@ -291,5 +291,5 @@ def continue_prompt(
         config, w, ids, new, top_k=top_k, sample=sample, seed=seed, eos_id=ckpt.eos_token_id
     )
     config = dataclasses.replace(config, target=ckpt.tokenizer.decode(generated_ids(steps)))
-    cut = new < max_len and len(steps) == new and steps[-1].chosen != ckpt.eos_token_id
+    cut = new < max_len and len(steps) == new and steps[-1].chosen not in ends(ckpt.eos_token_id)
     return Continuation(steps, config, w, ckpt, ids, cut)

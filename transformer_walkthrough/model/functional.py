@@ -92,12 +92,17 @@ def positional_encoding(
 
 
 @functools.lru_cache(maxsize=16)
-def causal_mask(n: int, dtype: np.dtype | type = np.float64, past: int = 0) -> np.ndarray:
+def causal_mask(
+    n: int, dtype: np.dtype | type = np.float64, past: int = 0, window: int | None = None
+) -> np.ndarray:
     """M: (n, past + n), 0 where position past + i may look (at j ≤ past + i) and -inf above:
     n new positions after ``past`` cached ones see every cached one and the new ones up to themselves.
 
-    Read-only, and computed once per size."""
+    With a sliding ``window`` (Mistral), position p sees only p − window < j ≤ p: a band of width
+    ``window`` (transformers' ``sliding_window_overlay``). Read-only, and computed once per size."""
     mask = np.triu(np.full((n, past + n), -np.inf, dtype=dtype), k=past + 1)
+    if window is not None:
+        mask[np.tril(np.ones(mask.shape, dtype=bool), k=past - window)] = -np.inf
     mask.flags.writeable = False
     return mask
 
@@ -153,19 +158,56 @@ class Rotation(NamedTuple):
     sin: np.ndarray  # (n, d_k)
 
 
+class RopeScaling(NamedTuple):
+    """rotary's frequencies: the base theta and how they are stretched (transformers' ``rope_type``)."""
+
+    theta: float = 10000.0
+    kind: str = "default"  # "default", "linear" or "llama3" (config.ROPE_SCALINGS)
+    factor: float = 1.0
+    low_freq_factor: float = 1.0  # llama3 only, as the three below
+    high_freq_factor: float = 4.0
+    original_max_positions: int = 8192
+
+
+UNSCALED = RopeScaling()  # theta 10,000, no scaling (the paper of Su et al.)
+
+
+def rotary_frequencies(d_k: int, rope: RopeScaling) -> np.ndarray:
+    """θ_i, i < d_k/2: how fast pair i turns per position, θ_i = theta^(−2i/d_k), then scaled.
+
+    ``linear`` divides every θ_i by the factor (positions stretched: pos/factor). ``llama3`` (Llama
+    3.1) divides only the slow pairs, whose wavelength 2π/θ_i exceeds original/low_freq_factor, keeps
+    the fast ones (wavelength below original/high_freq_factor), and blends linearly between, as
+    transformers' ``_compute_llama3_parameters``."""
+    inv_freq = 1.0 / rope.theta ** (np.arange(0, d_k, 2, dtype=np.float64) / d_k)
+    if rope.kind == "default":
+        return inv_freq
+    if rope.kind == "linear":
+        return inv_freq / rope.factor
+    if rope.kind == "llama3":
+        wavelength = 2 * math.pi / inv_freq
+        old = rope.original_max_positions
+        smooth = (old / wavelength - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
+        blended = (1 - smooth) * inv_freq / rope.factor + smooth * inv_freq
+        slow, fast = wavelength > old / rope.low_freq_factor, wavelength < old / rope.high_freq_factor
+        return np.where(slow, inv_freq / rope.factor, np.where(fast, inv_freq, blended))
+    raise ValueError(f"unknown rope scaling {rope.kind!r}")
+
+
 @functools.lru_cache(maxsize=16)
-def rotary(n: int, d_k: int, theta: float, dtype: np.dtype | type = np.float64, start: int = 0) -> Rotation:
+def rotary(
+    n: int, d_k: int, rope: RopeScaling = UNSCALED, dtype: np.dtype | type = np.float64, start: int = 0
+) -> Rotation:
     """The rotary tables of positions start … start + n − 1: cos and sin, (n, d_k) each (Su et al., 2021).
 
-    Pair i of a head's d_k dimensions (i < d_k/2) turns by the angle pos·θ_i, θ_i = theta^(−2i/d_k):
+    Pair i of a head's d_k dimensions (i < d_k/2) turns by the angle pos·θ_i (``rotary_frequencies``):
     column i and column i + d_k/2 hold the same angle, as Hugging Face's Llama lays them out
     (``rotate_half``). Computed in float64, then rounded to ``dtype``; read-only, and computed once
     per size (each layer of a pass reads the same tables).
     """
     if d_k % 2:
         raise ValueError(f"rotary turns pairs of dimensions: d_k must be even, got {d_k}")
-    inv_freq = 1.0 / theta ** (np.arange(0, d_k, 2, dtype=np.float64) / d_k)
-    angles = np.arange(start, start + n, dtype=np.float64)[:, None] * inv_freq[None, :]
+    angles = np.arange(start, start + n, dtype=np.float64)[:, None] * rotary_frequencies(d_k, rope)[None, :]
     angles = np.concatenate([angles, angles], axis=1)
     cos, sin = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
     cos.flags.writeable = sin.flags.writeable = False  # computed once per size and shared: read-only

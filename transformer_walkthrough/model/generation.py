@@ -21,7 +21,7 @@ and the parameters are the model's ``Weights``, read under the stage ids of ``ar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -77,6 +77,14 @@ class Step(NamedTuple):
         return self.layers[0].K.shape[1]
 
 
+def ends(eos_id: int | Collection[int] | None) -> frozenset[int]:
+    """The ids that end a generation: config.json's ``eos_token_id``, one id or a list (Llama 3's
+    ``<|end_of_text|>`` and ``<|eot_id|>``), or none."""
+    if eos_id is None:
+        return frozenset()
+    return frozenset([eos_id] if isinstance(eos_id, int) else eos_id)
+
+
 def generate(
     read: Reader,
     sequence: Sequence[int],
@@ -84,7 +92,7 @@ def generate(
     *,
     k: int = TOP_K,
     rng: np.random.Generator | None = None,
-    eos_id: int | None = None,
+    eos_id: int | Collection[int] | None = None,
     banned: Callable[[list[int]], Iterable[int]] = lambda sequence: (),
     forced_end: int | None = None,
 ) -> list[Step]:
@@ -93,8 +101,9 @@ def generate(
     The rules of transformers' ``generate``, in its order: the ``banned`` ids of the sequence so far
     are never chosen; the last token allowed is ``forced_end`` when one is given; then the most
     likely (greedy: the first in id order on a tie, as ``argmax``), or with ``rng`` a draw from the
-    ``k`` most likely, renormalised. Stops after ``eos_id`` is chosen.
+    ``k`` most likely, renormalised. Stops after ``eos_id`` (one id or several, ``ends``) is chosen.
     """
+    stop = ends(eos_id)
     sequence = [int(i) for i in sequence]
     steps: list[Step] = []
     for index in range(max_new):
@@ -110,7 +119,7 @@ def generate(
         chosen = int(ranked[0]) if rng is None else int(rng.choice(best, p=q / q.sum()))
         steps.append(Step(index, *reading, tuple((int(j), float(p[j])) for j in best), chosen))
         sequence.append(chosen)
-        if chosen == eos_id:
+        if chosen in stop:
             break
     return steps
 
@@ -175,7 +184,7 @@ def generate_cached(
     top_k: int = 5,
     sample: bool = False,
     seed: int = 0,
-    eos_id: int | None = None,
+    eos_id: int | Collection[int] | None = None,
 ) -> list[Step]:
     """Generate up to ``max_new`` tokens after ``prompt`` (ids) with a key/value cache: greedy, or
     with ``sample`` a draw from the ``top_k`` seeded by ``seed`` (``generate``'s rules); stops after

@@ -71,9 +71,10 @@ def layer(s: Stack, i: int, x: np.ndarray, memory: np.ndarray | None) -> np.ndar
     """
     w, m, tokens = s.w, s.m, s.tokens
     cache = None if s.cache is None else s.cache.layer(i)
-    mask = F.causal_mask(len(tokens), x.dtype, s.start) if s.side == DECODER else None
-    if s.cache is not None and len(tokens) == 1:  # one new token sees every cached one: no mask
-        mask = None
+    window = m.sliding_window
+    mask = F.causal_mask(len(tokens), x.dtype, s.start, window) if s.side == DECODER else None
+    if s.cache is not None and len(tokens) == 1 and (window is None or s.start < window):
+        mask = None  # one new token sees every cached one (all within its window): no mask
     run: dict[str, Sublayer] = {
         "self-attention": lambda stage, x: K.attend(stage, w, x, tokens, m),
         "masked-attention": lambda stage, x: K.attend(stage, w, x, tokens, m, mask=mask, cache=cache),

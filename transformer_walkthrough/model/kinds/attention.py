@@ -29,6 +29,14 @@ def columns(m: ModelConfig, which: str, head: int) -> slice:
     return slice(first * m.d_k, (first + 1) * m.d_k)
 
 
+def rope(m: ModelConfig) -> F.RopeScaling:
+    """The config's rotary frequencies, as ``functional.rotary`` takes them."""
+    return F.RopeScaling(
+        m.rope_theta, m.rope_scaling, m.rope_factor, m.rope_low_freq_factor,
+        m.rope_high_freq_factor, m.rope_original_max_positions,
+    )  # fmt: skip
+
+
 def kv_head(m: ModelConfig, head: int) -> int:
     """The key/value head that query head ``head`` reads (from 1): each serves num_heads / num_kv_heads."""
     return (head - 1) // (m.num_heads // m.kv_heads) + 1
@@ -58,9 +66,7 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
     # Rotary positions turn a self-attention's queries and keys by their positions; cross-attention's
     # keys are the encoder's, whose positions its own self-attention has already applied.
     rotation = (
-        None
-        if m.adds_positions or memory is not None
-        else F.rotary(len(x), m.d_k, m.rope_theta, x.dtype, start)
+        None if m.adds_positions or memory is not None else F.rotary(len(x), m.d_k, rope(m), x.dtype, start)
     )
     r = F.multi_head_attention(x, kv, W_QKV, W_O, m.num_heads, mask, b_QKV, b_O, past, rotation, m.kv_heads)
     if cache is not None:
@@ -162,14 +168,19 @@ def attention_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     heads = []
     mask = None
     if "M" in stage:
-        n = len(x)
-        mask = np.array([[0.0 if j <= i else -math.inf for j in range(n)] for i in range(n)])
-        checks.append(Check(stage.id, "M is 0 on and below the diagonal, −∞ above", gap(stage["M"], mask)))
+        n, window = len(x), m.sliding_window or len(x)
+        mask = np.array([[0.0 if i - window < j <= i else -math.inf for j in range(n)] for i in range(n)])
+        seen = "" if window >= n else f" and within the sliding window of {window}"
+        checks.append(Check(stage.id, f"M is 0 on and below the diagonal{seen}, −∞ elsewhere",
+                            gap(stage["M"], mask)))  # fmt: skip
     rotated = "cos" in stage
     if rotated:
-        cos, sin = rotary_by_hand(len(x), m.d_k, m.rope_theta)
+        cos, sin = rotary_by_hand(len(x), m)
         worst = max(gap(stage["cos"], cos), gap(stage["sin"], sin))
-        checks.append(Check(stage.id, "cos and sin recomputed from pos / rope_theta^(2i/d_k)", worst))
+        scaled = "" if m.rope_scaling == "default" else f", scaled ({m.rope_scaling})"
+        checks.append(
+            Check(stage.id, f"cos and sin recomputed from pos / rope_theta^(2i/d_k){scaled}", worst)
+        )
     for h in range(1, m.num_heads + 1):
         g = kv_head(m, h)  # h itself, unless query heads share their keys and values
 
@@ -203,10 +214,39 @@ def attention_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     return checks
 
 
-def rotary_by_hand(n: int, d_k: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin of pos·θ_i, θ_i = theta^(−2i/d_k), column i and i + d_k/2 alike, with ``math``."""
-    half = d_k // 2
-    angles = [[pos / theta ** (2 * (j % half) / d_k) for j in range(d_k)] for pos in range(n)]
+def frequency_by_hand(m: ModelConfig, i: int) -> tuple[float, str]:
+    """θ_i of pair i with ``math``, and how it was scaled (the words of ``explain``)."""
+    theta = m.rope_theta ** (-2 * i / m.d_k)
+    if m.rope_scaling == "linear":
+        return theta / m.rope_factor, f"divided by rope_factor {m.rope_factor:g} (linear scaling)"
+    if m.rope_scaling == "llama3":
+        wavelength, old = 2 * math.pi / theta, m.rope_original_max_positions
+        low, high = old / m.rope_low_freq_factor, old / m.rope_high_freq_factor
+        if wavelength > low:
+            return theta / m.rope_factor, (
+                f"divided by rope_factor {m.rope_factor:g}: its wavelength 2π/θ_i = {wavelength:.6g} "
+                f"exceeds {low:g} positions (llama3)"
+            )
+        if wavelength < high:
+            return (
+                theta,
+                f"kept: its wavelength 2π/θ_i = {wavelength:.6g} is under {high:g} positions (llama3)",
+            )
+        smooth = (old / wavelength - m.rope_low_freq_factor) / (
+            m.rope_high_freq_factor - m.rope_low_freq_factor
+        )
+        return (1 - smooth) * theta / m.rope_factor + smooth * theta, (
+            f"blended: wavelength {wavelength:.6g} is between {high:g} and {low:g} positions, so "
+            f"(1 − s)·θ_i/{m.rope_factor:g} + s·θ_i with s = {smooth:.6g} (llama3)"
+        )
+    return theta, ""
+
+
+def rotary_by_hand(n: int, m: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of pos·θ_i (``frequency_by_hand``), column i and i + d_k/2 alike, with ``math``."""
+    half = m.d_k // 2
+    thetas = [frequency_by_hand(m, i)[0] for i in range(half)]
+    angles = [[pos * thetas[j % half] for j in range(m.d_k)] for pos in range(n)]
     return (np.array([[math.cos(a) for a in row] for row in angles]),
             np.array([[math.sin(a) for a in row] for row in angles]))  # fmt: skip
 
@@ -269,14 +309,27 @@ def explain_table(c: Cell, trace: Trace) -> list[str]:
     half = m.d_k // 2
     i = c.j % half
     pos = c.i  # a traced pass starts at position 0
-    angle = pos / m.rope_theta ** (2 * i / m.d_k)
-    return [
+    theta, scaled = frequency_by_hand(m, i)
+    angle = pos * theta
+    base = m.rope_theta ** (2 * i / m.d_k)
+    lines = [
         f"{c.name}[pos, j] = {c.name}(pos · θ_i), θ_i = rope_theta^(−2i/d_k), with pos = {pos}, j = {c.j}: "
         f"pair i = {i} (column j and column j {'+' if c.j < half else '−'} d_k/2 = {c.j + half if c.j < half else c.j - half} share the angle)",
-        f"  angle = {pos} / {m.rope_theta:g}^({2 * i}/{m.d_k}) = {pos} / {c.f(m.rope_theta ** (2 * i / m.d_k))} = {c.f(angle)}",
+    ]
+    if scaled:
+        lines.append(
+            f"  θ_{i} = 1 / {m.rope_theta:g}^({2 * i}/{m.d_k}) = 1 / {c.f(base)}, {scaled}: θ_{i} = {theta:.6g}"
+        )
+        lines.append(f"  angle = {pos} · {theta:.6g} = {c.f(angle)}")
+    else:
+        lines.append(
+            f"  angle = {pos} / {m.rope_theta:g}^({2 * i}/{m.d_k}) = {pos} / {c.f(base)} = {c.f(angle)}"
+        )
+    return [
+        *lines,
         f"  {c.name}({c.f(angle)}) = {c.f(c.value)}",
-        "  (low pairs turn fast with the position, high ones slowly; a score of two rotated vectors depends on",
-        "  their positions only through the difference: rotation by a and by b leaves the angle a − b)",
+        "  (low pairs turn fast with the position, high ones slowly; a score of two rotated vectors depends on "
+        "their positions only through the difference: rotation by a and by b leaves the angle a − b)",
     ]
 
 
@@ -299,11 +352,19 @@ def explain_rotation(c: Cell, trace: Trace) -> list[str]:
 
 
 def explain_mask(c: Cell, trace: Trace) -> list[str]:
+    window = trace.config.model.sliding_window
+    if window is not None and c.j <= c.i - window:
+        return [
+            f"M[{c.i}, {c.j}] = −∞: column {c.j} ({c.col}) is {c.i - c.j} positions before row {c.i} ({c.row}), "
+            f"outside the sliding window of {window} (each position sees itself and the {window - 1} before it).",
+            "Added to the score it makes −∞, and softmax turns e^−∞ into a weight of exactly 0.",
+        ]
     if c.j <= c.i:
-        return [f"M[{c.i}, {c.j}] = 0: column {c.j} ({c.col}) is not after row {c.i} ({c.row}), so it may be seen;",
-                "adding 0 leaves the score as it is."]  # fmt: skip
+        within = "" if window is None else f", within the sliding window of {window}"
+        return [f"M[{c.i}, {c.j}] = 0: column {c.j} ({c.col}) is not after row {c.i} ({c.row}){within}, "
+                "so it may be seen; adding 0 leaves the score as it is."]  # fmt: skip
     return [
-        f"M[{c.i}, {c.j}] = −∞: column {c.j} ({c.col}) comes after row {c.i} ({c.row}), a word the decoder",
+        f"M[{c.i}, {c.j}] = −∞: column {c.j} ({c.col}) comes after row {c.i} ({c.row}), a word the decoder "
         "must not see yet. Added to the score it makes −∞, and softmax turns e^−∞ into a weight of exactly 0.",
     ]
 
@@ -443,7 +504,7 @@ def _formula(kv: str, s: str) -> Callable[[ModelConfig], str]:
             + (
                 f"rot_Q_h = Q_h ⊙ cos + rotate_half(Q_h) ⊙ sin,  rot_K_{g} likewise\n"
                 "    (rotary: each pair of columns (i, i + d_k/2) turned by the angle pos·θ_i,\n"
-                "    θ_i = rope_theta^(−2i/d_k); rotate_half(x₁, x₂) = (−x₂, x₁))\n"
+                f"    θ_i = rope_theta^(−2i/d_k){_scaled(m)}; rotate_half(x₁, x₂) = (−x₂, x₁))\n"
                 f"S_h = rot_Q_h·rot_K_{g}ᵀ / √d_k\n"
                 if _rotated(m, kv)
                 else f"S_h = Q_h·K_{g}ᵀ / √d_k\n"
@@ -456,12 +517,29 @@ def _formula(kv: str, s: str) -> Callable[[ModelConfig], str]:
     return formula
 
 
+def _scaled(m: ModelConfig) -> str:
+    """How θ_i is stretched past the trained length, in the formula's words ("" for none)."""
+    if m.rope_scaling == "linear":
+        return f", then / rope_factor {m.rope_factor:g}"
+    if m.rope_scaling == "llama3":
+        return f", the slow pairs' then / {m.rope_factor:g} (llama3)"
+    return ""
+
+
 def _explanation(text: str, kv: str) -> Callable[[ModelConfig], str]:
     def explanation(m: ModelConfig) -> str:
+        if kv == "X" and text is MASKED and m.sliding_window is not None:
+            text_ = (
+                f"{text} With a sliding window of {m.sliding_window} (Mistral), M is −∞ also more than "
+                f"{m.sliding_window - 1} positions back: each position sees itself and the "
+                f"{m.sliding_window - 1} before it (a band, when the text is longer than the window)."
+            )
+        else:
+            text_ = text
         if not _rotated(m, kv):
-            return text
+            return text_
         return (
-            text + " Positions enter here (rotary): each head's queries and keys are turned by an angle "
+            text_ + " Positions enter here (rotary): each head's queries and keys are turned by an angle "
             "that grows with their position, so a score depends on how far apart two tokens are."
         )
 
@@ -483,13 +561,11 @@ SELF_ATTENTION = _kind(
     "d_k-dimensional subspace.",
     "X", "X", "S_h",
 )  # fmt: skip
-MASKED_ATTENTION = _kind(
-    "masked-attention",
-    "masked multi-head self-attention",
+MASKED = (
     "Self-attention where the mask M puts −∞ above the diagonal, so no position can look at "
-    "a later one: softmax turns −∞ into a weight of exactly 0.",
-    "X", "X", "S_h + M",
-)  # fmt: skip
+    "a later one: softmax turns −∞ into a weight of exactly 0."
+)
+MASKED_ATTENTION = _kind("masked-attention", "masked multi-head self-attention", MASKED, "X", "X", "S_h + M")
 CROSS_ATTENTION = _kind(
     "cross-attention",
     "multi-head cross-attention",

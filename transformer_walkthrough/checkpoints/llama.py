@@ -1,0 +1,413 @@
+"""A Llama-family checkpoint (Llama 2 and 3, SmolLM, TinyLlama, Mistral, Qwen2) in this project's terms.
+
+Today's decoder-only models are one architecture, which ``config.json`` spells out and this
+converter reads rather than assumes: pre-norm layers with RMSNorm (``input_layernorm`` before the
+attention, ``post_attention_layernorm`` before the MLP, ``model.norm`` atop the stack), rotary
+positions applied to each head's queries and keys (no position table), SwiGLU
+(``down(silu(gate(x)) ⊙ up(x))``), grouped-query attention (``num_key_value_heads`` G key/value
+heads for H query heads), no biases — but Qwen2's on Q, K and V, and Llama's where
+``attention_bias`` or ``mlp_bias`` says — and an output layer tied to the embedding table or not.
+The three ``model_type`` differ only in what their config may say:
+
+- ``llama``: ``attention_bias`` (Q, K, V and O), ``mlp_bias``, ``head_dim``;
+- ``mistral``: ``sliding_window`` (each position sees the last ``sliding_window`` ones only);
+- ``qwen2``: biases on Q, K, V always, none on O; ``use_sliding_window`` (refused when true).
+
+Rotary: ``rope_theta`` (or transformers 5's ``rope_parameters``), and ``rope_scaling`` (older
+files) or ``rope_parameters`` of type ``default``, ``linear`` or ``llama3`` (Llama 3.1, 3.2); any
+other type (yarn, dynamic, longrope) is refused, never approximated.
+
+Their projections are ``nn.Linear``, whose weight is stored ``(out, in)`` and applied as
+``x·Wᵀ``: each is transposed into this project's ``(in, out)``, and ``q_proj``, ``k_proj``,
+``v_proj`` are set side by side as ``W_QKV = [W_Q | W_K | W_V]``, H query heads' blocks of d_k
+columns, then G key heads', then G value heads' (``kinds.attention.columns``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..model.architecture import DECODER, pre_norm, stage_id
+from .bpe import ByteLevelBPETokenizer as BPETokenizer  # TODO after merge
+from .budget import Budget, out_of_memory
+from .errors import CheckpointError
+from .jsonfile import shown
+from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
+
+FAMILIES = ("llama", "mistral", "qwen2")
+
+# Each family's config defaults (transformers 5's LlamaConfig, MistralConfig, Qwen2Config), for the
+# keys an older config.json leaves out. None: derived (num_key_value_heads: one per query head;
+# head_dim: hidden_size / num_attention_heads).
+CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {
+        "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "max_position_embeddings": 2048,
+        "eos_token_id": 2, "bos_token_id": 1, "sliding_window": None,
+    },
+    "mistral": {
+        "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 4096 * 32,
+        "eos_token_id": 2, "bos_token_id": 1, "sliding_window": 4096,
+    },
+    "qwen2": {
+        "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 32768,
+        "eos_token_id": None, "bos_token_id": None, "sliding_window": None,
+    },
+}  # fmt: skip
+COMMON_DEFAULTS: dict[str, Any] = {
+    "head_dim": None, "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+    "attention_bias": False, "mlp_bias": False, "pretraining_tp": 1, "use_sliding_window": False,
+    "pad_token_id": None,
+}  # fmt: skip
+ROPE_TYPES = ("default", "linear", "llama3")
+LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+@dataclass
+class LlamaCheckpoint:
+    """A Llama-family checkpoint: model config keys, named weights, tokenizer (``checkpoint.Checkpoint``).
+
+    Like GPT-2's, the prompt's ids are the decoder's input as they are (with the BOS token when the
+    tokenizer adds one); nothing is banned or forced. ``eos_token_id`` may be several ids (Llama 3:
+    ``<|end_of_text|>`` and ``<|eot_id|>``), any of which ends a generation.
+    """
+
+    family: str  # config.json's model_type
+    model: dict[str, Any]
+    weights: dict[str, np.ndarray]
+    tokenizer: BPETokenizer
+    bos_token_id: int | None
+    eos_token_id: int | tuple[int, ...] | None
+    pad_token_id: int | None
+    source: str
+    decoder_start_token_id: None = None
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    forced_eos_token_id: int | None = None
+    encoder_decoder: ClassVar[bool] = False  # input: --prompt
+
+
+def load_llama(
+    path: str | Path, dtype: str | np.dtype = "float32", name: str | None = None
+) -> LlamaCheckpoint:
+    """The Llama-family checkpoint in folder ``path``, converted; ``name`` (a hub id) is used in ``source``.
+
+    What reading and converting allocate is charged to one ``Budget`` before it is allocated."""
+    folder = Path(path)
+    with out_of_memory(folder):
+        return _load(folder, float_dtype(dtype), name)
+
+
+def _load(folder: Path, dtype: np.dtype, name: str | None) -> LlamaCheckpoint:
+    config = read_config(folder)
+    budget = Budget()
+    tensors, file = read_weights(folder, budget)
+    weights = _convert(tensors, config, dtype, f"{folder / file}", budget)
+    tokenizer = BPETokenizer(folder, size=config["vocab_size"])
+    rope = config["rope"]
+    model = {
+        "d_model": config["hidden_size"],
+        "num_heads": config["num_attention_heads"],
+        "num_kv_heads": config["num_key_value_heads"],
+        "head_dim": None if config["head_dim"] * config["num_attention_heads"] == config["hidden_size"]
+        else config["head_dim"],
+        "d_ff": config["intermediate_size"],
+        "num_encoder_layers": 0,
+        "num_decoder_layers": config["num_hidden_layers"],
+        "norm_first": True,
+        "final_norm": True,
+        "norm": "rmsnorm",
+        "layer_norm_eps": float(config["rms_norm_eps"]),
+        "positional_encoding": "rotary",
+        "max_positions": config["max_position_embeddings"],
+        "rope_theta": float(rope["rope_theta"]),
+        "rope_scaling": rope["rope_type"],
+        **_scaling(rope),
+        "sliding_window": config["window"],
+        "feed_forward": "gated",
+        "activation": "silu",
+        "ffn_bias": config["mlp_bias"],
+        "attention_bias": config["biases"],
+        "tie_embeddings": config["tie_word_embeddings"],
+        "output_bias": False,
+        "scale_embeddings": False,
+    }  # fmt: skip
+    return LlamaCheckpoint(
+        family=config["model_type"],
+        model=model,
+        weights=weights,
+        tokenizer=tokenizer,
+        bos_token_id=config["bos_token_id"],
+        eos_token_id=config["eos_token_id"],
+        pad_token_id=config["pad_token_id"],
+        source=f"{name or folder} ({file})",
+    )
+
+
+def _scaling(rope: dict[str, Any]) -> dict[str, Any]:
+    """ModelConfig's rope_* keys of a checked ``rope_parameters``."""
+    if rope["rope_type"] == "linear":
+        return {"rope_factor": float(rope["factor"])}
+    if rope["rope_type"] == "llama3":
+        return {
+            "rope_factor": float(rope["factor"]),
+            "rope_low_freq_factor": float(rope["low_freq_factor"]),
+            "rope_high_freq_factor": float(rope["high_freq_factor"]),
+            "rope_original_max_positions": rope["original_max_position_embeddings"],
+        }
+    return {}
+
+
+def _positive_int(config: dict[str, Any], key: str, path: Path) -> int:
+    value = config[key]
+    if type(value) is not int or value < 1:
+        raise CheckpointError(f"{path}: {key} is {shown(value)}, not a positive integer")
+    return value
+
+
+def _number(value: Any, key: str, path: Path, low: float = 0.0) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not value > low
+        or value == float("inf")
+    ):
+        raise CheckpointError(f"{path}: {key} is {shown(value)}, not a number above {low:g}")
+    return float(value)
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """config.json with its family's defaults filled in, every value this converter uses checked.
+
+    Adds ``rope`` (the rotary parameters, standardised as transformers does: ``rope_scaling`` or
+    ``rope_parameters``, ``rope_theta`` inside or beside it), ``biases`` (ModelConfig's
+    attention_bias) and ``window`` (the sliding window, None for none)."""
+    path = folder / "config.json"
+    raw = read_config_json(folder)
+    family = raw.get("model_type")
+    if family not in FAMILIES:
+        raise CheckpointError(
+            f"{path}: model_type is {shown(family)}; this converter reads {', '.join(FAMILIES)}"
+        )
+    keep_none = {
+        "num_key_value_heads",
+        "head_dim",
+        "eos_token_id",
+        "bos_token_id",
+        "pad_token_id",
+        "sliding_window",
+    }
+    config = {
+        **COMMON_DEFAULTS, **CONFIG_DEFAULTS[family],
+        **{k: v for k, v in raw.items() if v is not None or k in keep_none},
+    }  # fmt: skip
+    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "max_position_embeddings"):  # fmt: skip
+        _positive_int(config, key, path)
+    heads = config["num_attention_heads"]
+    if config["num_key_value_heads"] is None:
+        config["num_key_value_heads"] = heads
+    groups = _positive_int(config, "num_key_value_heads", path)
+    if heads % groups:
+        raise CheckpointError(
+            f"{path}: num_attention_heads ({heads}) is not divisible by num_key_value_heads ({groups}): "
+            "each key/value head must serve the same number of query heads"
+        )
+    if config["head_dim"] is None:
+        if config["hidden_size"] % heads:
+            raise CheckpointError(
+                f"{path}: hidden_size ({config['hidden_size']}) is not divisible by num_attention_heads "
+                f"({heads}), and no head_dim is given"
+            )
+        config["head_dim"] = config["hidden_size"] // heads
+    if _positive_int(config, "head_dim", path) % 2:
+        raise CheckpointError(
+            f"{path}: head_dim is {config['head_dim']}: rotary turns pairs, so it must be even"
+        )
+    _number(config["rms_norm_eps"], "rms_norm_eps", path)
+    if config["rms_norm_eps"] >= 1:
+        raise CheckpointError(
+            f"{path}: rms_norm_eps is {shown(config['rms_norm_eps'])}, not a small positive number"
+        )
+    if config["hidden_act"] not in ("silu", "swish"):  # a list is not hashable: `in` on a tuple is safe
+        raise CheckpointError(
+            f"{path}: hidden_act is {shown(config['hidden_act'])}; the family's MLP is SwiGLU (silu)"
+        )
+    for key in ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window"):
+        if type(config[key]) is not bool:
+            raise CheckpointError(f"{path}: {key} is {shown(config[key])}, not true or false")
+    if config["pretraining_tp"] not in (1, None):
+        raise CheckpointError(
+            f"{path}: pretraining_tp is {shown(config['pretraining_tp'])}: "
+            "only 1 (projections not split) is read"
+        )
+    for key in ("bos_token_id", "pad_token_id"):
+        if config[key] is not None and (type(config[key]) is not int or config[key] < 0):
+            raise CheckpointError(f"{path}: {key} is {shown(config[key])}, not a token id")
+    config["eos_token_id"] = _eos(config["eos_token_id"], path)
+    config["rope"] = _rope(raw, config, path)
+    config["window"] = _window(family, config, path)
+    config["biases"] = "qkv" if family == "qwen2" else config["attention_bias"]
+    if family == "qwen2" and raw.get("attention_bias") not in (None, True):
+        raise CheckpointError(
+            f"{path}: attention_bias is {shown(raw['attention_bias'])}; Qwen2 always has Q, K, V biases"
+        )
+    if family != "llama" and config["mlp_bias"]:
+        raise CheckpointError(f"{path}: mlp_bias is true; {family}'s MLP has no biases")
+    return config
+
+
+def _eos(value: Any, path: Path) -> int | tuple[int, ...] | None:
+    """``eos_token_id``: one id, a list of them (Llama 3), or null."""
+    if value is None:
+        return None
+    ids = value if isinstance(value, list) else [value]
+    if not 0 < len(ids) <= 64 or any(type(i) is not int or i < 0 for i in ids):
+        raise CheckpointError(f"{path}: eos_token_id is {shown(value)}, not a token id or a list of them")
+    return tuple(ids) if isinstance(value, list) else value
+
+
+def _rope(raw: dict[str, Any], config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The rotary parameters as transformers 5 standardises them (``convert_rope_params_to_dict``):
+    ``rope_scaling`` (older files) or ``rope_parameters``, its ``type`` or ``rope_type`` (default
+    "default"), its ``rope_theta`` or the top-level one (default 10,000); llama3's
+    ``original_max_position_embeddings`` defaults to max_position_embeddings."""
+    given = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
+    key = "rope_scaling" if raw.get("rope_scaling") else "rope_parameters"
+    if not isinstance(given, dict):
+        raise CheckpointError(f"{path}: {key} is {shown(given)}, not an object")
+    rope = dict(given)
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if not isinstance(kind, str) or kind not in ROPE_TYPES:
+        raise CheckpointError(
+            f"{path}: {key}'s rope type {shown(kind)} is not supported (supported: {', '.join(ROPE_TYPES)})"
+        )
+    if rope.get("partial_rotary_factor", 1.0) != 1.0 or raw.get("partial_rotary_factor", 1.0) != 1.0:
+        raise CheckpointError(f"{path}: partial_rotary_factor is not 1: only whole heads are rotated here")
+    rope["rope_type"] = kind
+    rope["rope_theta"] = rope.get("rope_theta", raw.get("rope_theta", 10000.0))
+    if _number(rope["rope_theta"], "rope_theta", path) <= 1:
+        raise CheckpointError(f"{path}: rope_theta is {shown(rope['rope_theta'])}, not more than 1")
+    if kind in ("linear", "llama3"):
+        _number(rope.get("factor"), f"{key}.factor", path)
+    if kind == "llama3":
+        rope.setdefault("original_max_position_embeddings", config["max_position_embeddings"])
+        low = _number(rope.get("low_freq_factor"), f"{key}.low_freq_factor", path)
+        high = _number(rope.get("high_freq_factor"), f"{key}.high_freq_factor", path)
+        if not low < high:
+            raise CheckpointError(
+                f"{path}: {key}: low_freq_factor ({low:g}) must be below high_freq_factor ({high:g})"
+            )
+        original = rope["original_max_position_embeddings"]
+        if type(original) is not int or original < 1:
+            raise CheckpointError(
+                f"{path}: {key}.original_max_position_embeddings is {shown(original)}, not a positive integer"
+            )
+    return rope
+
+
+def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
+    """The sliding window every layer uses, or None: Mistral's ``sliding_window``; Qwen2 uses one
+    only with ``use_sliding_window``, on some layers (refused: one window for all layers here)."""
+    if family == "qwen2":
+        if config["use_sliding_window"]:
+            raise CheckpointError(
+                f"{path}: use_sliding_window is true: Qwen2's window on some layers only is not supported"
+            )
+        return None
+    if family == "llama":
+        return None
+    window = config["sliding_window"]
+    if window is not None and (type(window) is not int or window < 1):
+        raise CheckpointError(f"{path}: sliding_window is {shown(window)}, not a positive integer or null")
+    return window
+
+
+def _convert(
+    tensors: Mapping[str, np.ndarray], config: dict[str, Any], dtype: np.dtype, where: str, budget: Budget
+) -> dict[str, np.ndarray]:
+    """Our named weights from the checkpoint's tensors, every shape checked against config.json first,
+    and the layers and the memory counted before the first is made."""
+    d, vocab, d_ff = config["hidden_size"], config["vocab_size"], config["intermediate_size"]
+    H, G, d_k = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    q, kv = H * d_k, G * d_k
+    names = set(tensors)
+    check_layers(
+        names,
+        "model.layers.{}.input_layernorm.weight",
+        "num_hidden_layers",
+        config["num_hidden_layers"],
+        where,
+    )
+    taker = Taker(tensors, where)
+    taker.charge(budget, dtype)
+    take = taker.take
+
+    def linear(theirs: str, d_in: int, d_out: int) -> np.ndarray:
+        """nn.Linear's (out, in) weight as our (in, out)."""
+        return np.ascontiguousarray(take(theirs, (d_out, d_in)).T, dtype=dtype)
+
+    def vector(theirs: str, n: int) -> np.ndarray:
+        return np.ascontiguousarray(take(theirs, (n,)), dtype=dtype)
+
+    weights: dict[str, np.ndarray] = {}
+    for n in range(config["num_hidden_layers"]):
+        p = f"model.layers.{n}."
+        attn, mlp = stage_id(DECODER, "masked-attention", n), stage_id(DECODER, "feed-forward", n)
+        norm_1, norm_2 = pre_norm(DECODER, n, 1).norm, pre_norm(DECODER, n, 2).norm
+        weights[f"{norm_1}/gamma"] = vector(p + "input_layernorm.weight", d)
+        W_QKV = np.empty((d, q + 2 * kv), dtype=dtype)  # filled in place: no joined copy
+        for which, (start, width) in zip("qkv", ((0, q), (q, kv), (q + kv, kv)), strict=True):
+            W_QKV[:, start : start + width] = take(f"{p}self_attn.{which}_proj.weight", (width, d)).T
+        weights[f"{attn}/W_QKV"] = W_QKV
+        if config["biases"]:
+            weights[f"{attn}/b_QKV"] = np.concatenate(
+                [
+                    vector(f"{p}self_attn.{which}_proj.bias", width)
+                    for which, width in zip("qkv", (q, kv, kv), strict=True)
+                ]
+            )
+        weights[f"{attn}/W_O"] = linear(p + "self_attn.o_proj.weight", q, d)
+        if config["biases"] is True:
+            weights[f"{attn}/b_O"] = vector(p + "self_attn.o_proj.bias", d)
+        weights[f"{norm_2}/gamma"] = vector(p + "post_attention_layernorm.weight", d)
+        for ours, theirs, d_in, d_out in (
+            ("gate", "gate", d, d_ff),
+            ("up", "up", d, d_ff),
+            ("down", "down", d_ff, d),
+        ):
+            weights[f"{mlp}/W_{ours}"] = linear(f"{p}mlp.{theirs}_proj.weight", d_in, d_out)
+            if config["mlp_bias"]:
+                weights[f"{mlp}/b_{ours}"] = vector(f"{p}mlp.{theirs}_proj.bias", d_out)
+    weights[f"{stage_id(DECODER, 'final-norm')}/gamma"] = vector("model.norm.weight", d)
+
+    E = take("model.embed_tokens.weight", (vocab, d))
+    weights["decoder.embedding/E"] = np.ascontiguousarray(E, dtype=dtype)
+    if "lm_head.weight" in names:
+        lm_head = take("lm_head.weight", (vocab, d))
+        if config["tie_word_embeddings"]:
+            if not np.array_equal(lm_head, E):
+                raise CheckpointError(
+                    f"{where}: lm_head.weight differs from model.embed_tokens.weight, which config.json "
+                    "says it is (tie_word_embeddings)"
+                )
+        else:
+            weights["output.logits/W"] = np.ascontiguousarray(lm_head.T, dtype=dtype)
+    elif not config["tie_word_embeddings"]:
+        raise CheckpointError(f"{where}: missing tensor lm_head.weight (tie_word_embeddings is false)")
+    # Older files keep each layer's rotary table (inv_freq) as a buffer: the config makes it here.
+    for n in range(config["num_hidden_layers"]):
+        buffer = f"model.layers.{n}.self_attn.rotary_emb.inv_freq"
+        if buffer in names:
+            take(buffer, (d_k // 2,))  # its shape checked, its values recomputed from the config
+    taker.refuse_unused(config["model_type"])
+    for key, w in weights.items():
+        if not np.isfinite(w).all():
+            raise CheckpointError(f"{where}: {key} holds NaN or infinite values")
+    return weights
