@@ -21,10 +21,12 @@ that makes it panic or abort is one line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,12 @@ class BPETokenizer:
         self.path = folder / "tokenizer.json"
         if not self.path.exists() and (folder / "vocab.json").exists():
             self.path = folder / "vocab.json"
+        with _collector_paused():
+            self._read(size)
+        self._machine: NativeProcess | None = None
+
+    def _read(self, size: int | None) -> None:
+        """The vocabulary, labels and special ids, from the checked spec (see the class)."""
         self._spec, (vocab, added, style) = _read_vocabulary(self.path, self.folder)
         n = max(max(vocab.values(), default=-1) + 1, max(added, default=-1) + 1, size or 0)
         if size is not None and n > size:
@@ -173,7 +181,6 @@ class BPETokenizer:
         eos = eos.get("content") if isinstance(eos, dict) else eos
         #: The id of the eos token the config names (where generation stops), or None.
         self.eos_id: int | None = ids.get(eos, vocab.get(eos)) if isinstance(eos, str) else None
-        self._machine: NativeProcess | None = None
 
     @property
     def _tokenizer(self) -> NativeProcess:
@@ -218,6 +225,21 @@ class BPETokenizer:
         if not isinstance(text, str):
             raise CheckpointError(f"{self.path}: decoding gave {str(text)[:20]}, not a text")
         return text
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a large file is parsed and checked: each of the
+    millions of objects it makes would otherwise trigger passes over all those before it (Llama
+    3's 128,256 tokens and 280,000 merges: 0.9 s with it, 0.4 s without). Nothing made there is
+    cyclic; the collector is back on as it was when the block ends."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 _Vocabulary = tuple[dict[str, int], dict[int, tuple[str, bool]], str | None]
