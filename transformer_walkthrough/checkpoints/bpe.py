@@ -1,5 +1,9 @@
-"""A byte-level BPE tokenizer (GPT-2's) read from a checkpoint's ``tokenizer.json``, equal to
-``transformers.GPT2TokenizerFast``.
+"""A BPE tokenizer read from a checkpoint's folder, equal to ``transformers.AutoTokenizer`` (5.18):
+byte-level (GPT-2, Llama 3, Qwen2, SmolLM) or SentencePiece-style with byte fallback (Llama 2,
+TinyLlama, Mistral). ``tokenizer_folder`` builds the spec transformers' class would (it rebuilds
+Llama's, Qwen2's and GPT-2's components around tokenizer.json's vocabulary and merges, and reads
+vocab.json + merges.txt where there is no tokenizer.json); the bos is added exactly when that
+spec's post-processor adds it (``BPETokenizer.bos_id``).
 
 The text's UTF-8 bytes are cut into words (a leading space stays with its word), each byte is
 written as one printable character (GPT-2's ``bytes_to_unicode``: a space is ``Ġ``, a newline
@@ -10,7 +14,10 @@ Tokens are shown readably (``label``): the token's bytes decoded as UTF-8, a spa
 a newline as ``↵``, a tab as ``⇥``, and a byte that is not a whole UTF-8 character (a token can
 hold half of an emoji) or another control character as ``<0xNN>``, and any other character that
 prints as nothing (U+0085, the zero-width joiner U+200D, …) as ``<U+XXXX>``: ``Ġcat`` is ``·cat``,
-``Ã©`` is ``é``, ``âĢ`` is ``<0xE2><0x80>``. Labels are for reading; the ids are the truth, and two
+``Ã©`` is ``é``, ``âĢ`` is ``<0xE2><0x80>``. SentencePiece-style pieces likewise
+(``sentencepiece_labels``): ``▁the`` is ``·the``, the byte piece ``<0x0A>`` is ``↵``, ``<0x09>`` is
+``⇥``, any other byte piece (``<0xE2>``) as it is written.
+Labels are for reading; the ids are the truth, and two
 tokens can share a label (``Ġ`` and ``Â·`` are both ``·``). Every label is safe for a terminal
 (``escape``): no ESC, no bidi override, no lone surrogate reaches it from a hostile file.
 
@@ -126,7 +133,9 @@ def _is_byte_level(token: str) -> bool:
 
 
 class BPETokenizer:
-    """Text -> ids and ids -> text for a GPT-2-style checkpoint, as ``GPT2TokenizerFast`` does.
+    """Text -> ids and ids -> text for a GPT-2, Llama, Mistral or Qwen2 checkpoint, as
+    ``AutoTokenizer.from_pretrained(folder)`` does (``bos_id``, ``eos_id``, ``suffix_ids``: the
+    ids it adds and the one generation stops at).
 
     ``vocabulary`` is every token by id (``Ġcat``), ``labels`` the same tokens as ``label`` shows
     them (an added token, such as ``<|endoftext|>``, as it is written). Both are read from the
