@@ -44,8 +44,14 @@ EOS = "<|endoftext|>"
 
 
 def _folder(gpt2, to: Path, edit: Callable[[dict], Any] | None = None) -> Path:
-    """A copy of the tiny GPT-2 (hub layout) with its tokenizer.json edited by ``edit``."""
+    """A copy of the tiny GPT-2 (hub layout) with its tokenizer.json edited by ``edit``, and a
+    tokenizer_config.json of class PreTrainedTokenizerFast: the file is used as it is, all of it
+    handed to the library (GPT2Tokenizer, which config.json's model_type names otherwise, rebuilds
+    the pre-tokenizer and decoder from its class in transformers 5, and would not run the edit)."""
     shutil.copytree(gpt2[0]["hub"], to)
+    (to / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "PreTrainedTokenizerFast"}', encoding="utf-8"
+    )
     if edit is not None:
         data = json.loads((to / "tokenizer.json").read_text(encoding="utf-8"))
         edit(data)

@@ -35,7 +35,7 @@ if _absent:
         f"real checkpoints need {', '.join(_absent)}: pip install 'transformer-walkthrough[models]'"
     )
 
-from .bpe import ByteLevelBPETokenizer  # noqa: E402
+from .bpe import BPETokenizer, ByteLevelBPETokenizer  # noqa: E402
 from .errors import CheckpointError  # noqa: E402
 from .gpt2 import GPT2Checkpoint, load_gpt2  # noqa: E402
 from .hub import resolve  # noqa: E402
@@ -45,6 +45,7 @@ from .tensors import read_safetensors, read_torch_bin, read_weights  # noqa: E40
 from .tokenizer import MarianTokenizer  # noqa: E402
 
 __all__ = [
+    "BPETokenizer",
     "ByteLevelBPETokenizer",
     "CheckpointConfig",
     "CheckpointError",

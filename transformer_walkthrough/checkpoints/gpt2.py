@@ -27,7 +27,7 @@ import numpy as np
 
 from ..config import HF_ACTIVATIONS  # activation_function's names for ours
 from ..model.architecture import DECODER, pre_norm, stage_id
-from .bpe import ByteLevelBPETokenizer
+from .bpe import BPETokenizer
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
 from .jsonfile import shown
@@ -71,7 +71,7 @@ class GPT2Checkpoint:
 
     model: dict[str, Any]
     weights: dict[str, np.ndarray]
-    tokenizer: ByteLevelBPETokenizer
+    tokenizer: BPETokenizer
     bos_token_id: int | None
     eos_token_id: int | None
     source: str
@@ -137,7 +137,7 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> GPT2Checkpoint:
     tensors, file = read_weights(folder, budget)
     weights, tied = _convert(tensors, config, dtype, f"{folder / file}", budget)
     vocab_size = weights["decoder.embedding/E"].shape[0]
-    tokenizer = ByteLevelBPETokenizer(folder, size=vocab_size)
+    tokenizer = BPETokenizer(folder, size=vocab_size)
     d_model = config["n_embd"]
     model = {
         "d_model": d_model,

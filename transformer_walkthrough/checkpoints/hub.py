@@ -9,11 +9,12 @@ from pathlib import Path
 from ..files.regular import read_regular
 from .errors import CheckpointError
 
-# What a Marian or a GPT-2 folder needs, and nothing else (the hub's opus-mt and gpt2 repos also
+# What a Marian, GPT-2 or Llama folder needs, and nothing else (the hub's opus-mt and gpt2 repos also
 # hold TensorFlow, Flax and Rust weights of the same size, which a download must not fetch).
 CONFIG_AND_TOKENIZER = (
     "config.json", "generation_config.json", "tokenizer_config.json",
     "source.spm", "target.spm", "vocab.json", "target_vocab.json", "tokenizer.json",
+    "merges.txt", "special_tokens_map.json",
 )  # fmt: skip
 # In order of preference: one safetensors file, the index of a sharded one, torch's format.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")

@@ -1,0 +1,276 @@
+"""Tiny tokenizers trained offline (``tokenizers``' trainers) in the layout of each real family's
+checkpoint folder: tokenizer.json, tokenizer_config.json and special_tokens_map.json as the hub's
+files hold them, each vocabulary a few hundred tokens, so that a model fixture stays tiny.
+
+Each builder writes into ``folder`` and returns a ``Tiny``: the vocabulary's size and the ids of
+the bos and eos tokens (``bos`` is None where the family adds none). No config.json is written:
+a checkpoint fixture writes its own (``model_type`` decides the class ``AutoTokenizer`` uses, see
+``transformer_walkthrough.checkpoints.bpe``); ``write_model_type`` writes a minimal one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+CORPUS = [
+    "The cat sat on the mat. The dog ate the bone!",
+    "A quick brown fox jumps over the lazy dog, and the cat watches.",
+    "Café, naïve, résumé: accents are letters too. Über schön.",
+    "Numbers 1234567 and 3.14159 and 42 are digits; so is 2024.",
+    "It's what they're saying: we'll see, I'd think, you've been.",
+    "the the the cat cat dog mat sat on on over",
+    "Hello world, hello there, hello again.",
+    "Transformers read tokens; attention weighs them.",
+] * 4
+
+# Llama 3's and Qwen2's pre-tokenizer regexes, as their tokenizer.json files spell them.
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+@dataclass(frozen=True)
+class Tiny:
+    """What a fixture needs of a tiny tokenizer: its size (the embedding table's rows) and ids."""
+
+    vocab_size: int
+    bos: int | None
+    eos: int
+
+
+def _added(content: str, i: int, special: bool = True) -> dict:
+    return {
+        "id": i, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+        "normalized": not special, "special": special,
+    }  # fmt: skip
+
+
+def _write(folder: Path, tokenizer: dict, config: dict, special_map: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False), encoding="utf-8")
+    decoder = {str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in tokenizer["added_tokens"]}
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"added_tokens_decoder": decoder, **config}, indent=2), encoding="utf-8"
+    )
+    (folder / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2), encoding="utf-8")
+
+
+def write_model_type(folder: Path, model_type: str) -> None:
+    """A minimal config.json naming the model's type, as every checkpoint has one."""
+    (Path(folder) / "config.json").write_text(json.dumps({"model_type": model_type}), encoding="utf-8")
+
+
+def _byte_level(split: str, nfc: bool, vocab_size: int) -> dict:
+    """A byte-level BPE (Split regex, then ByteLevel without its own regex) trained on CORPUS."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    if nfc:
+        tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    return json.loads(tok.to_str())
+
+
+def llama3_style(folder: Path) -> Tiny:
+    """Llama 3's layout: byte-level BPE with its Split regex and ``ignore_merges``, specials
+    ``<|begin_of_text|>``, ``<|end_of_text|>``, ``<|eot_id|>`` past the vocabulary, a post-processor
+    Sequence[ByteLevel, TemplateProcessing] that puts ``<|begin_of_text|>`` first, and a
+    tokenizer_config.json of class PreTrainedTokenizerFast."""
+    folder = Path(folder)
+    spec = _byte_level(LLAMA3_SPLIT, nfc=False, vocab_size=360)
+    spec["model"]["ignore_merges"] = True
+    n = len(spec["model"]["vocab"])
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|eot_id|>"]
+    spec["added_tokens"] = [_added(t, n + k) for k, t in enumerate(specials)]
+    bos, eos = n, n + 1
+    spec["post_processor"] = {
+        "type": "Sequence",
+        "processors": [
+            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+            {
+                "type": "TemplateProcessing",
+                "single": [
+                    {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                    {"Sequence": {"id": "A", "type_id": 0}},
+                ],
+                "pair": [
+                    {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                    {"Sequence": {"id": "A", "type_id": 0}},
+                    {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}},
+                    {"Sequence": {"id": "B", "type_id": 1}},
+                ],
+                "special_tokens": {
+                    "<|begin_of_text|>": {
+                        "id": "<|begin_of_text|>",
+                        "ids": [bos],
+                        "tokens": ["<|begin_of_text|>"],
+                    }
+                },
+            },
+        ],
+    }
+    config = {
+        "bos_token": "<|begin_of_text|>",
+        "clean_up_tokenization_spaces": True,
+        "eos_token": "<|end_of_text|>",
+        "model_input_names": ["input_ids", "attention_mask"],
+        "model_max_length": 131072,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    _write(folder, spec, config, {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"})
+    return Tiny(n + len(specials), bos, eos)
+
+
+def qwen2_style(folder: Path) -> Tiny:
+    """Qwen2's layout: byte-level BPE with an NFC normalizer and its Split regex, a ByteLevel
+    post-processor (no bos), ``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>``, and a
+    tokenizer_config.json of class Qwen2Tokenizer with ``bos_token`` null."""
+    folder = Path(folder)
+    spec = _byte_level(QWEN2_SPLIT, nfc=True, vocab_size=360)
+    n = len(spec["model"]["vocab"])
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    spec["added_tokens"] = [_added(t, n + k) for k, t in enumerate(specials)]
+    spec["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                              "use_regex": False}  # fmt: skip
+    config = {
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+        "bos_token": None,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|endoftext|>",
+        "errors": "replace",
+        "model_max_length": 32768,
+        "pad_token": "<|endoftext|>",
+        "split_special_tokens": False,
+        "tokenizer_class": "Qwen2Tokenizer",
+        "unk_token": None,
+    }
+    special_map = {"additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+                   "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}  # fmt: skip
+    _write(folder, spec, config, special_map)
+    return Tiny(n + len(specials), None, n)
+
+
+def llama2_style(folder: Path, legacy_layout: bool, legacy: bool = False) -> Tiny:
+    """Llama 2's / TinyLlama's layout: SentencePiece-style BPE (``▁`` for a space) with byte
+    fallback, ``<unk>`` ``<s>`` ``</s>`` at 0, 1, 2 and the 256 byte pieces ``<0x00>``…``<0xFF>``
+    after them; a TemplateProcessing that puts ``<s>`` first; tokenizer_config.json of class
+    LlamaTokenizerFast with ``add_bos_token: true``, ``add_eos_token: false`` and ``legacy``.
+
+    ``legacy_layout``: the older files' normalizer Sequence[Prepend("▁"), Replace(" ", "▁")] and
+    no pre-tokenizer, decoder Sequence[Replace, ByteFallback, Fuse, Strip]; else the newer files'
+    pre-tokenizer Metaspace (prepend_scheme "first") and decoder Metaspace. The corpus has no
+    newline, so ``\\n`` is the byte piece ``<0x0A>``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    folder = Path(folder)
+    byte_pieces = [f"<0x{b:02X}>" for b in range(256)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<unk>", "<s>", "</s>", *byte_pieces], show_progress=False
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    spec = json.loads(tok.to_str())
+    spec["added_tokens"] = [_added(t, i) for i, t in enumerate(["<unk>", "<s>", "</s>"])]
+    if legacy_layout:
+        spec["normalizer"] = {
+            "type": "Sequence",
+            "normalizers": [
+                {"type": "Prepend", "prepend": "▁"},
+                {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+            ],
+        }
+        spec["pre_tokenizer"] = None
+        spec["decoder"] = {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+                {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+            ],
+        }
+    else:
+        metaspace = {"replacement": "▁", "prepend_scheme": "first", "split": False}
+        spec["normalizer"] = None
+        spec["pre_tokenizer"] = {"type": "Metaspace", **metaspace}
+        spec["decoder"] = {"type": "Metaspace", **metaspace}
+    spec["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [
+            {"SpecialToken": {"id": "<s>", "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}},
+            {"SpecialToken": {"id": "<s>", "type_id": 1}},
+            {"Sequence": {"id": "B", "type_id": 1}},
+        ],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}},
+    }
+    config = {
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "bos_token": "<s>",
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "</s>",
+        "legacy": legacy,
+        "model_max_length": 2048,
+        "pad_token": "</s>",
+        "padding_side": "right",
+        "sp_model_kwargs": {},
+        "tokenizer_class": "LlamaTokenizer",
+        "unk_token": "<unk>",
+        "use_default_system_prompt": False,
+    }
+    special_map = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "</s>", "unk_token": "<unk>"}
+    _write(folder, spec, config, special_map)
+    return Tiny(len(spec["model"]["vocab"]), 1, 2)
+
+
+def gpt2_vocab_merges(folder: Path, add_prefix_space: bool | None = None) -> Tiny:
+    """A GPT-2 fine-tune's older layout: vocab.json and merges.txt (``#version`` line first), no
+    tokenizer.json; ``<|endoftext|>`` the last token of vocab.json. ``add_prefix_space`` is
+    written to tokenizer_config.json when given."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=350,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    spec = json.loads(tok.to_str())
+    vocab = {t: i for t, i in spec["model"]["vocab"].items() if t != "<|endoftext|>"}
+    vocab = {t: n for n, t in enumerate(sorted(vocab, key=vocab.__getitem__))}
+    eos = len(vocab)
+    vocab["<|endoftext|>"] = eos
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    config: dict = {"model_max_length": 1024}
+    if add_prefix_space is not None:
+        config["add_prefix_space"] = add_prefix_space
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return Tiny(eos + 1, eos, eos)

@@ -1,0 +1,337 @@
+"""The tokenizer that ``transformers.AutoTokenizer.from_pretrained(folder)`` (5.18) builds from a
+checkpoint's folder, as a ``tokenizer.json`` spec: what ``bpe.BPETokenizer`` checks and runs.
+
+What transformers 5.18 does (``models/auto/tokenization_auto.py``, ``tokenization_utils_base``,
+``tokenization_utils_tokenizers.TokenizersBackend``):
+
+- The class comes from tokenizer_config.json's ``tokenizer_class`` ("Fast" stripped), unless
+  config.json's ``model_type`` registers another one (``mistral``, ``mixtral``: TokenizersBackend
+  while mistral-common is not installed; ``qwen2``: Qwen2Tokenizer whatever the file says).
+  ``PreTrainedTokenizerFast`` (Llama 3, Mistral's newer files) is ``TokenizersBackend``.
+- ``TokenizersBackend`` uses tokenizer.json as it is. ``LlamaTokenizer``, ``Qwen2Tokenizer`` and
+  ``GPT2Tokenizer`` have their own ``__init__``: only the vocabulary, the merges and the
+  post-processor are read from tokenizer.json; normalizer, pre-tokenizer, decoder and the BPE
+  model's options are the class's own. Llama: no normalizer, ``Metaspace(prepend_scheme=…,
+  split=False)`` — ``"first"`` unless ``legacy: true`` (``"always"``), ``"never"`` when
+  ``add_prefix_space: false`` — so the older files' Prepend/Replace normalizer is not used; the
+  decoder Replace, ByteFallback, Fuse, Strip (the Strip only with a prefix space); BPE with
+  ``byte_fallback`` and ``fuse_unk`` and no unk token. Qwen2: NFC, its own Split regex, ByteLevel.
+  GPT-2: ByteLevel (``add_prefix_space`` from the config). The added tokens are then those of
+  tokenizer_config.json's ``added_tokens_decoder`` (else tokenizer.json's), and the special tokens
+  it names (the class's defaults where it names none) are added after them.
+- With a tokenizer.json, ``add_bos_token`` and ``add_eos_token`` are dropped from the config
+  (``_from_pretrained``): the bos is there exactly when tokenizer.json's post-processor puts it
+  there. Without one (GPT-2's vocab.json + merges.txt), they make the post-processor
+  (``update_post_processor``: ``bos:0 $A:0 eos:0``).
+- ``clean_up_tokenization_spaces`` is ignored for BPE unless forced; ``split_special_tokens``
+  keeps special tokens as text; ``fix_mistral_regex`` only acts when passed to from_pretrained.
+
+What the config sets that cannot be reproduced here (another class, a forced clean-up, split
+special tokens, an added_tokens.json) is refused in one line, never approximated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..files.regular import read_regular
+from .errors import CheckpointError
+from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
+from .tokenizer_check import MAX_MERGES, MAX_TOKEN_CHARS, MAX_VOCAB_ENTRIES
+
+BACKEND, LLAMA, QWEN2, GPT2 = "TokenizersBackend", "LlamaTokenizer", "Qwen2Tokenizer", "GPT2Tokenizer"
+# transformers' own names for the class that uses tokenizer.json as it is.
+_AS_IS = {"TokenizersBackend", "PreTrainedTokenizer", "PreTrainedTokenizerFast", "PythonBackend"}
+_CLASSES = {LLAMA, QWEN2, GPT2} | _AS_IS
+# model_type -> its registered class (TOKENIZER_MAPPING_NAMES), for the families supported.
+_REGISTERED = {"mistral": BACKEND, "mixtral": BACKEND, "qwen2": QWEN2, "qwen2_moe": QWEN2,
+               "qwen3": QWEN2, "gpt2": GPT2}  # fmt: skip
+_HUB_CLASS_WRONG = {"qwen2"}  # MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS, of those above
+# Qwen2Tokenizer's PRETOKENIZE_REGEX (the class's, whatever tokenizer.json says).
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+NAMED = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+# Each class's special tokens where tokenizer_config.json does not name them.
+DEFAULTS: dict[str, dict[str, str | None]] = {
+    BACKEND: {},
+    LLAMA: {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"},
+    QWEN2: {"unk_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
+    GPT2: {"unk_token": "<|endoftext|>", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
+}
+MAX_MERGES_BYTES = 100_000_000  # GPT-2's merges.txt is 456 kB, Qwen2's 1.7 MB
+
+
+class Folder:
+    """What transformers reads of a folder besides tokenizer.json: the class it builds, the
+    tokenizer config's settings, the special tokens by name (``bos_token`` -> its text)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.config = _object(folder / "tokenizer_config.json")
+        model_type = _object(folder / "config.json", missing_ok=True).get("model_type")
+        self.model_type = model_type if isinstance(model_type, str) else None
+        self.cls = self._class()
+        for key in ("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output",
+                    "split_special_tokens"):  # fmt: skip
+            if self.config.get(key):
+                raise self.fail(f"sets {key}, which this tool does not reproduce (false)")
+        if (folder / "added_tokens.json").exists():
+            raise CheckpointError(f"{folder / 'added_tokens.json'}: an older layout this tool does not read")
+
+    def fail(self, problem: str) -> CheckpointError:
+        return CheckpointError(f"{self.folder / 'tokenizer_config.json'}: {problem}")
+
+    def setting(self, key: str, default: bool) -> bool:
+        value = self.config.get(key)
+        if value is None:
+            return default
+        if type(value) is not bool:
+            raise self.fail(f"{key} is {shown(value, 40)}, not true or false")
+        return value
+
+    def _class(self) -> str:
+        """The class AutoTokenizer picks (see the module), or a one-line refusal."""
+        hub = self.config.get("tokenizer_class")
+        if hub is not None and not (isinstance(hub, str) and len(hub) <= 100):
+            raise self.fail(f"tokenizer_class is {shown(hub, 40)}, not a class name")
+        hub = hub.removesuffix("Fast") if hub else None
+        registered = _REGISTERED.get(self.model_type or "")
+        if hub and registered and registered != hub:
+            if registered == BACKEND:
+                return BACKEND
+            hub = registered if self.model_type in _HUB_CLASS_WRONG else hub
+        name = hub or registered or BACKEND
+        if name not in _CLASSES:
+            supported = "LlamaTokenizer, Qwen2Tokenizer, GPT2Tokenizer, PreTrainedTokenizerFast"
+            raise self.fail(f"tokenizer_class {name}, which transformers builds its own way ({supported})")
+        return BACKEND if name in _AS_IS else name
+
+    def special(self, legacy_map: bool) -> dict[str, Any]:
+        """Each named special token (str, or an added token's fields) as the class will hold it."""
+        named: dict[str, Any] = dict(DEFAULTS[self.cls])
+        sources = [self.config]
+        if legacy_map:  # no added_tokens_decoder: transformers reads special_tokens_map.json
+            sources.append(_object(self.folder / "special_tokens_map.json", missing_ok=True))
+        for source in sources:
+            for key, value in source.items():
+                if key in NAMED or key in ("additional_special_tokens", "extra_special_tokens"):
+                    named[key] = value
+        return named
+
+
+def _object(path: Path, missing_ok: bool = True) -> dict[str, Any]:
+    try:
+        data = read_json(path, MAX_CONFIG_BYTES, what="readable JSON")
+    except FileNotFoundError:
+        if missing_ok:
+            return {}
+        raise CheckpointError(f"{path.parent}: missing {path.name}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    return data
+
+
+def _token(value: Any, where: str, folder: Folder) -> dict[str, Any]:
+    """An added token (``AddedToken``'s fields) from a string or an object of tokenizer_config.json."""
+    if isinstance(value, str):  # AddedToken(text, special=True): normalized is not special
+        value = {"content": value}
+    if not isinstance(value, dict) or not isinstance(value.get("content"), str):
+        raise folder.fail(f"{where} is {shown(value, 40)}, not a token")
+    fields = {"content": value["content"], "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True}  # fmt: skip
+    for key in ("single_word", "lstrip", "rstrip", "normalized", "special"):
+        if key in value:
+            fields[key] = value[key]
+    return fields
+
+
+def added_tokens(folder: Folder, file_added: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The added tokens a class with its own ``__init__`` adds, in order (``TokenizersBackend``):
+    ``added_tokens_decoder`` by id (else tokenizer.json's), then the named special tokens it lacks."""
+    decoder = folder.config.get("added_tokens_decoder")
+    if decoder is None:
+        entries = sorted(file_added, key=lambda t: t["id"])
+    elif not isinstance(decoder, dict) or len(decoder) > 1 << 17:
+        raise folder.fail("added_tokens_decoder is not an object of id -> token")
+    else:
+        entries = []
+        for key, value in decoder.items():
+            if not (isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 8):
+                raise folder.fail(f"added_tokens_decoder has the id {shown(key, 20)}, not an id")
+            entries.append({"id": int(key), **_token(value, f"added_tokens_decoder[{key}]", folder)})
+        entries.sort(key=lambda t: t["id"])
+    named = folder.special(legacy_map=decoder is None)
+    texts = [t["content"] for t in entries]
+    extra: list[dict[str, Any]] = []
+    values = [named.get(key) for key in NAMED]
+    for key in ("additional_special_tokens", "extra_special_tokens"):
+        more = named.get(key) or []
+        if isinstance(more, dict):
+            more = list(more.values())
+        if not isinstance(more, list) or len(more) > 1 << 12:
+            raise folder.fail(f"{key} is not a list of tokens")
+        values += more
+    for value in values:
+        if value is None:
+            continue
+        token = _token(value, "a special token", folder)
+        if token["content"] not in texts:
+            texts.append(token["content"])
+            extra.append({**token, "special": True})
+    next_id = max((t["id"] for t in entries), default=-1) + 1
+    # The library assigns the ids (``bpe._library_ids``); these are only the file's field.
+    out = entries + [{"id": next_id + n, **t} for n, t in enumerate(extra)]
+    if folder.cls == QWEN2:  # Qwen2Tokenizer adds all its special tokens once more, as special
+        out += [{"id": 0, **_token(t["content"], "", folder)} for t in out if t["special"]]
+    return out
+
+
+def rebuilt(folder: Folder, raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` (tokenizer.json's JSON, unchecked) as the class rebuilds it: the class's components
+    around the file's vocabulary, merges and post-processor (see the module)."""
+    if folder.cls == BACKEND or not isinstance(raw.get("model"), dict):
+        return raw
+    model = raw["model"]
+    if model.get("type", "BPE") != "BPE":
+        raise CheckpointError(f"{folder.folder / 'tokenizer.json'}: {folder.cls} reads a BPE model only")
+    base = {"type": "BPE", "dropout": None, "unk_token": None, "vocab": model.get("vocab"),
+            "merges": model.get("merges", []), "ignore_merges": False}  # fmt: skip
+    added = raw.get("added_tokens") or []
+    if not isinstance(added, list) or not all(
+        isinstance(t, dict) and type(t.get("id")) is int for t in added
+    ):
+        added = []  # check_tokenizer refuses the file's list below, when it is used at all
+    spec = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added_tokens(folder, added),
+        "post_processor": raw.get("post_processor"),
+    }
+    prefix = folder.setting("add_prefix_space", folder.cls == LLAMA)
+    if folder.cls == LLAMA:
+        scheme = ("first" if not folder.setting("legacy", False) else "always") if prefix else "never"
+        decoders = [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                    {"type": "ByteFallback"}, {"type": "Fuse"}]  # fmt: skip
+        if prefix:
+            decoders.append({"type": "Strip", "content": " ", "start": 1, "stop": 0})
+        return spec | {
+            "normalizer": None,
+            "pre_tokenizer": {
+                "type": "Metaspace",
+                "replacement": "▁",
+                "prepend_scheme": scheme,
+                "split": False,
+            },
+            "decoder": {"type": "Sequence", "decoders": decoders},
+            "model": {
+                **base,
+                "continuing_subword_prefix": None,
+                "end_of_word_suffix": None,
+                "fuse_unk": True,
+                "byte_fallback": True,
+            },
+        }
+    byte_level = {"type": "ByteLevel", "add_prefix_space": prefix, "trim_offsets": True}
+    model_dict = base | {"continuing_subword_prefix": "", "end_of_word_suffix": "", "fuse_unk": False,
+                         "byte_fallback": False}  # fmt: skip
+    decoder = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    if folder.cls == QWEN2:
+        split = {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": False}
+        pre = {"type": "Sequence", "pretokenizers": [split, byte_level | {"use_regex": False}]}
+        return spec | {
+            "normalizer": {"type": "NFC"},
+            "pre_tokenizer": pre,
+            "decoder": decoder,
+            "model": model_dict,
+        }
+    return spec | {"normalizer": None, "pre_tokenizer": byte_level | {"use_regex": True}, "decoder": decoder,
+                   "model": model_dict}  # fmt: skip
+
+
+def from_vocab_and_merges(folder: Folder) -> dict[str, Any]:
+    """The tokenizer.json spec of a folder with vocab.json and merges.txt and no tokenizer.json
+    (GPT-2's fine-tunes): the class's components (GPT2Tokenizer unless the config says Qwen2),
+    and the post-processor ``update_post_processor`` makes of ``add_bos_token``/``add_eos_token``."""
+    path = folder.folder
+    if folder.cls == BACKEND and folder.config.get("tokenizer_class") is None:
+        folder.cls = GPT2  # GPT2TokenizerFast.from_pretrained(folder)
+    if folder.cls not in (GPT2, QWEN2):
+        raise folder.fail(f"{folder.cls} needs a tokenizer.json, which {path} does not have")
+    try:
+        vocab = read_json(path / "vocab.json", MAX_CONFIG_BYTES * 10, what="a readable vocabulary")
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{path}: missing tokenizer file tokenizer.json (or vocab.json and merges.txt)"
+        ) from None
+    if not isinstance(vocab, dict):
+        raise CheckpointError(f"{path / 'vocab.json'}: not a JSON object of token -> id")
+    if len(vocab) > MAX_VOCAB_ENTRIES:
+        raise CheckpointError(
+            f"{path / 'vocab.json'}: has {len(vocab):,} tokens (at most {MAX_VOCAB_ENTRIES:,})"
+        )
+    spec = rebuilt(folder, {"model": {"type": "BPE", "vocab": vocab, "merges": _merges(path / "merges.txt")}})
+    spec["post_processor"] = _template(folder, spec)
+    return spec
+
+
+def _merges(path: Path) -> list[str]:
+    """merges.txt as the library reads it: one ``a b`` a line, ``#version`` lines skipped."""
+    try:
+        data = read_regular(path, "a merges file", MAX_MERGES_BYTES, CheckpointError)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path.parent}: has vocab.json but no merges.txt") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{path}: not UTF-8 text (byte {err.start:,})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) > MAX_MERGES + 1:
+        raise CheckpointError(f"{path}: has {len(lines):,} lines (at most {MAX_MERGES:,} merges)")
+    merges = []
+    for n, line in enumerate(lines, 1):
+        line = line.removesuffix("\r")
+        if line.startswith("#version"):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or len(line) > 2 * MAX_TOKEN_CHARS + 1:
+            raise CheckpointError(f"{path}: line {n:,} is {shown(line, 40)}, not two tokens")
+        merges.append(line)
+    return merges
+
+
+def _template(folder: Folder, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """``update_post_processor``'s TemplateProcessing, for ``add_bos_token``/``add_eos_token``."""
+    ends = []
+    for key, name in (("add_bos_token", "bos_token"), ("add_eos_token", "eos_token")):
+        token = folder.special(legacy_map=folder.config.get("added_tokens_decoder") is None).get(name)
+        if folder.setting(key, False) and token is not None:
+            ends.append(_token(token, name, folder)["content"])
+        else:
+            ends.append(None)
+    if ends == [None, None]:
+        return None  # "$A:0": the ids as they are
+    vocab = spec["model"]["vocab"]
+    ids = {t["content"]: t["id"] for t in spec["added_tokens"]}
+    bos, eos = ends
+    single = (
+        ([{"SpecialToken": {"id": bos, "type_id": 0}}] if bos else [])
+        + [{"Sequence": {"id": "A", "type_id": 0}}]
+        + ([{"SpecialToken": {"id": eos, "type_id": 0}}] if eos else [])
+    )
+    pair = single + [
+        {"SpecialToken": {"id": bos, "type_id": 1}}] * bool(bos) + [{"Sequence": {"id": "B", "type_id": 1}}
+    ] + [{"SpecialToken": {"id": eos, "type_id": 1}}] * bool(eos)  # fmt: skip
+    specials = {}
+    for token in (bos, eos):
+        if token:
+            i = vocab.get(token, ids.get(token)) if isinstance(vocab, dict) else None
+            if type(i) is not int:
+                raise folder.fail(f"adds {shown(token, 40)}, which has no id")
+            specials[token] = {"id": token, "ids": [i], "tokens": [token]}
+    return {"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials}
