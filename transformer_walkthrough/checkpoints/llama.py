@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..model.architecture import DECODER, pre_norm, stage_id
-from .bpe import ByteLevelBPETokenizer as BPETokenizer  # TODO after merge
+from .bpe import BPETokenizer
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
 from .jsonfile import shown
