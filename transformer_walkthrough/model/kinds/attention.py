@@ -170,9 +170,8 @@ def attention_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     if "M" in stage:
         n, window = len(x), m.sliding_window or len(x)
         mask = np.array([[0.0 if i - window < j <= i else -math.inf for j in range(n)] for i in range(n)])
-        seen = "" if window >= n else f" and within the sliding window of {window}"
-        checks.append(Check(stage.id, f"M is 0 on and below the diagonal{seen}, −∞ elsewhere",
-                            gap(stage["M"], mask)))  # fmt: skip
+        seen = "on and below the diagonal" if window >= n else f"in the band of the last {window} positions"
+        checks.append(Check(stage.id, f"M is 0 {seen}, −∞ elsewhere", gap(stage["M"], mask)))
     rotated = "cos" in stage
     if rotated:
         cos, sin = rotary_by_hand(len(x), m)
