@@ -12,6 +12,7 @@ from transformer_walkthrough.config import (
     NORMS,
     OUTPUT_HEADS,
     POSITIONAL_ENCODINGS,
+    ROPE_SCALINGS,
     ROTATED_POSITIONS,
     TORCH_LAYERS,
     Config,
@@ -68,9 +69,18 @@ def configs(
             num_kv_heads=draw(st.sampled_from(
                 values("num_kv_heads", (None, *(g for g in range(1, num_heads + 1) if num_heads % g == 0))))),
             output_bias=draw(st.booleans()),
+            sliding_window=draw(st.sampled_from(values("sliding_window", (None, 1, 2, 3)))),
         )  # fmt: skip
+        if positions in ROTATED_POSITIONS:
+            more |= dict(
+                rope_scaling=draw(st.sampled_from(list(ROPE_SCALINGS))),
+                rope_factor=draw(st.sampled_from([1.0, 2.0, 8.0])),
+                rope_original_max_positions=draw(st.integers(2, 16)),  # small: every branch of llama3
+            )
+    own_width = conventions and draw(st.sampled_from(values("head_dim", (None, True))))
     model = ModelConfig(
-        d_model=num_heads * d_k,
+        d_model=draw(st.integers(1, 8)) if own_width else num_heads * d_k,
+        head_dim=d_k if own_width else None,
         num_heads=num_heads,
         d_ff=draw(st.integers(1, 12)),
         num_encoder_layers=0 if decoder_only else draw(st.integers(1, max_layers)),

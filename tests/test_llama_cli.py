@@ -54,7 +54,9 @@ def test_stages_and_step_one_layer(runner, llama_family):
     folder = str(llama_family["llama"])
     result = _cli(runner, "stages", "--model", folder, "--prompt", "The cat")
     assert result.exit_code == 0, result.output
-    listed = [line.split()[0] for line in result.output.splitlines() if line.startswith(("decoder.", "output."))]
+    listed = [
+        line.split()[0] for line in result.output.splitlines() if line.startswith(("decoder.", "output."))
+    ]
     assert listed == list(walk_prompt(folder, "The cat").trace.stages)
     assert "decoder.final-norm" in listed and "decoder.0.norm-1" in listed
     result = _cli(runner, "step", "--model", folder, "--prompt", PROMPT, "--stage", "masked-attention",
@@ -71,7 +73,9 @@ def test_export_equals_transformers_every_attention_matrix_and_the_logits(
     exact_llama.float64(monkeypatch)
     folder = llama_family[name]
     path = tmp_path / "llama.json"
-    result = _cli(runner, "export", str(path), "--model", str(folder), "--prompt", PROMPT, "--dtype", "float64")
+    result = _cli(
+        runner, "export", str(path), "--model", str(folder), "--prompt", PROMPT, "--dtype", "float64"
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(path.read_text())
     ids = doc["target_ids"]
@@ -117,7 +121,9 @@ def test_explain_a_rotation_a_swiglu_an_rmsnorm_and_a_shared_key_head(runner, ll
 
 
 def test_explain_a_mask_cell_outside_the_sliding_window(runner, llama_family):
-    out = " ".join(_explain(runner, str(llama_family["mistral"]), "decoder.0.masked-attention", "M", "6,1").split())
+    out = " ".join(
+        _explain(runner, str(llama_family["mistral"]), "decoder.0.masked-attention", "M", "6,1").split()
+    )
     assert "M[6, 1] = −∞: column 1" in out and "outside the sliding window of 4" in out
 
 
@@ -152,7 +158,9 @@ def test_generate_equals_transformers_greedy_and_its_cache_the_full_pass(runner,
     text = " ".join(result.output.split())
     assert f"{len(made)} tokens after a prompt of {len(ids)}, greedy" in text
     assert "per key/value head (2, each read by 2 query heads)" in text
-    worst = float(re.search(r"Step t equals row n \+ t − 1 of one full pass .* \(max \|diff\| (\S+)\)", text)[1])
+    worst = float(
+        re.search(r"Step t equals row n \+ t − 1 of one full pass .* \(max \|diff\| (\S+)\)", text)[1]
+    )
     assert worst <= 1e-12
 
 

@@ -6,7 +6,7 @@ transformers' Llama computes three things in float32 even when the model is floa
 (``hidden_states.to(torch.float32)``), the rotary tables (``inv_freq`` and the angles in float32)
 and the softmax (``dtype=torch.float32``). In float64 it therefore agrees with any float64
 computation to about 1e-7 only. For the float64 comparison the test replaces those three functions
-with their own lines minus the cast (``_float64_llama``); everything else — the projections,
+with their own lines minus the cast (``tests/exact_llama.py``); everything else — the projections,
 ``rotate_half``, ``repeat_kv``, the gated MLP, the residual wiring, the output layer — is
 transformers' code as shipped. In float32 the model runs unpatched."""
 
@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
-from transformers.models.llama import modeling_llama
 
 from transformer_walkthrough.compare.llama import llama_with
 from transformer_walkthrough.compare.verify import recompute
@@ -28,44 +27,21 @@ from transformer_walkthrough.model.backprop import backward, next_tokens
 from transformer_walkthrough.model.transformer import Weights, init_weights, run_forward
 from transformer_walkthrough.views.explain import explain, explainable
 
+from . import exact_llama
 from .strategies import configs, loss_slope
 
 LLAMA_PATH = Path(__file__).resolve().parents[1] / "configs" / "llama-style.yaml"
 LLAMA = load_config(LLAMA_PATH)
 
 
-def _float64_llama(monkeypatch: pytest.MonkeyPatch) -> None:
-    """transformers' three float32 casts removed, each function otherwise as transformers writes it."""
-
-    def rms_norm(self, hidden_states):
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
-
-    def rotary(self, x, position_ids):
-        inv_freq = self.inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1).to(torch.float64)
-        freqs = (inv_freq @ position_ids[:, None, :].to(torch.float64)).transpose(1, 2)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(
-            x.dtype
-        )
-
-    def eager(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-        key_states = modeling_llama.repeat_kv(key, module.num_key_value_groups)
-        value_states = modeling_llama.repeat_kv(value, module.num_key_value_groups)
-        attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
-        if attention_mask is not None:
-            attn_weights = attn_weights + attention_mask
-        attn_weights = torch.nn.functional.softmax(attn_weights, dim=-1)
-        return torch.matmul(attn_weights, value_states).transpose(1, 2).contiguous(), attn_weights
-
-    monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", rms_norm)
-    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", rotary)
-    monkeypatch.setattr(modeling_llama, "eager_attention_forward", eager)
-
-
-def _inv_freq_64(model: torch.nn.Module, theta: float, d_k: int) -> None:
-    """The rotary frequencies in float64 (transformers computes them in float32 at construction)."""
-    model.model.rotary_emb.inv_freq = 1.0 / theta ** (torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)
+# The same conventions with the three that real checkpoints add: a head width of its own (6, not
+# d_model / num_heads = 2), llama3 rope scaling whose three branches all occur at d_k = 6 with an
+# original length of 4, and a sliding window (2) shorter than the sentence: transformers' Mistral.
+WINDOWED = dataclasses.replace(LLAMA, model=dataclasses.replace(
+    LLAMA.model, head_dim=6, sliding_window=2, rope_scaling="llama3", rope_factor=8.0,
+    rope_original_max_positions=4,
+))  # fmt: skip
+CONFIGS = {"llama-style": LLAMA, "windowed": WINDOWED}
 
 
 def _trained_looking(config: Config) -> Weights:
@@ -78,15 +54,19 @@ def _trained_looking(config: Config) -> Weights:
     return w
 
 
-def test_the_forward_equals_llama_for_causal_lm_in_float64(monkeypatch: pytest.MonkeyPatch) -> None:
-    _float64_llama(monkeypatch)
-    w = _trained_looking(LLAMA)
-    trace = run_forward(LLAMA, w)
-    model = llama_with(LLAMA, w, torch.float64)
-    _inv_freq_64(model, LLAMA.model.rope_theta, LLAMA.model.d_k)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_forward_equals_llama_for_causal_lm_in_float64(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    exact_llama.float64(monkeypatch)
+    config = CONFIGS[name]
+    w = _trained_looking(config)
+    trace = run_forward(config, w)
+    model = llama_with(config, w, torch.float64)
+    exact_llama.inv_freq_64(model)
     with torch.no_grad():
         out = model(torch.tensor([list(trace.target_ids)]), output_attentions=True, output_hidden_states=True)
-    m = LLAMA.model
+    m = config.model
     for i in range(m.num_decoder_layers):
         stage = trace[f"decoder.{i}.masked-attention"]
         for h in range(m.num_heads):
@@ -102,20 +82,22 @@ def test_the_forward_equals_llama_for_causal_lm_in_float64(monkeypatch: pytest.M
     assert np.max(np.abs(trace["output.logits"]["logits"] - out.logits[0].numpy())) <= 1e-10
 
 
-def test_every_gradient_equals_llama_autograd(monkeypatch: pytest.MonkeyPatch) -> None:
-    _float64_llama(monkeypatch)
-    w = _trained_looking(LLAMA)
-    trace = run_forward(LLAMA, w)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_gradient_equals_llama_autograd(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    exact_llama.float64(monkeypatch)
+    config = CONFIGS[name]
+    w = _trained_looking(config)
+    trace = run_forward(config, w)
     ours = backward(trace, w)
-    model = llama_with(LLAMA, w, torch.float64)
-    _inv_freq_64(model, LLAMA.model.rope_theta, LLAMA.model.d_k)
+    model = llama_with(config, w, torch.float64)
+    exact_llama.inv_freq_64(model)
     logits = model(torch.tensor([list(trace.target_ids)])).logits[0]
     targets = next_tokens(trace)
     loss = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(targets[:-1]))
     loss.backward()
     assert ours.loss == pytest.approx(loss.item(), abs=1e-12)
     # Their gradients mapped back onto our parameters (transposed, and q, k, v side by side).
-    m, grads = LLAMA.model, dict(model.named_parameters())
+    m, grads = config.model, dict(model.named_parameters())
     g = {name: p.grad.numpy() for name, p in grads.items()}
     theirs = {"decoder.embedding/E": g["model.embed_tokens.weight"], "output.logits/W": g["lm_head.weight"].T,
               "decoder.final-norm/gamma": g["model.norm.weight"]}  # fmt: skip

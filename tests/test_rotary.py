@@ -5,6 +5,7 @@ gradients, second computation, explanations and cached generation under it."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -148,3 +149,67 @@ def test_bad_rotary_configs_and_torch_refusal(tmp_path) -> None:
     assert len(result.output.strip().splitlines()) == 1
     assert runner.invoke(app, ["run", "-c", str(path)]).exit_code == 0
     assert runner.invoke(app, ["verify", "-c", str(path)]).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        F.RopeScaling(500000.0, "linear", 4.0),
+        F.RopeScaling(500000.0, "llama3", 8.0, 1.0, 4.0, 64),  # d_k 32: slow, blended and fast pairs
+        F.RopeScaling(10000.0, "llama3", 32.0, 2.0, 8.0, 128),
+    ],
+)
+def test_scaled_frequencies_equal_transformers(rope: F.RopeScaling, monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import LlamaConfig, modeling_rope_utils
+
+    from transformer_walkthrough.compare.llama import rope_parameters
+
+    m = ModelConfig(d_model=64, num_heads=2, positional_encoding="rotary", rope_theta=rope.theta,
+                    rope_scaling=rope.kind, rope_factor=rope.factor, rope_low_freq_factor=rope.low_freq_factor,
+                    rope_high_freq_factor=rope.high_freq_factor,
+                    rope_original_max_positions=rope.original_max_positions)  # fmt: skip
+    config = LlamaConfig(hidden_size=64, num_attention_heads=2, rope_parameters=rope_parameters(m))
+    monkeypatch.setattr(torch, "float", torch.float64)  # transformers' own formula, in float64
+    theirs, scaling = modeling_rope_utils.ROPE_INIT_FUNCTIONS[rope.kind](config)
+    monkeypatch.undo()
+    ours = F.rotary_frequencies(32, rope)
+    assert scaling == 1.0 and np.max(np.abs(ours - theirs.numpy()) / theirs.numpy()) <= 1e-15
+    plain = F.rotary_frequencies(32, F.RopeScaling(rope.theta))
+    if rope.kind == "llama3":  # the fast pairs kept, the slow ones divided by the factor
+        assert ours[0] == plain[0] and ours[-1] == pytest.approx(plain[-1] / rope.factor, rel=1e-15)
+        assert any(plain[i] / rope.factor < ours[i] < plain[i] for i in range(16))  # a blended pair
+    # and the hand computation explain shows
+    from transformer_walkthrough.model.kinds.attention import frequency_by_hand
+
+    assert max(abs(frequency_by_hand(m, i)[0] - ours[i]) / ours[i] for i in range(16)) <= 1e-14
+
+
+def test_the_sliding_window_mask_by_hand() -> None:
+    inf = -np.inf
+    assert F.causal_mask(4, window=2).tolist() == [
+        [0, inf, inf, inf], [0, 0, inf, inf], [inf, 0, 0, inf], [inf, inf, 0, 0],
+    ]  # fmt: skip
+    # a cached step at position 5 sees 4 and 5 only
+    assert F.causal_mask(1, past=5, window=2).tolist() == [[inf, inf, inf, inf, 0, 0]]
+    assert np.array_equal(
+        F.causal_mask(3, window=3), F.causal_mask(3)
+    )  # a window as long as the text: causal
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"head_dim": 0}, "model.head_dim: must be a positive integer or omitted, got 0"),
+        ({"sliding_window": 0}, "model.sliding_window: must be a positive integer or omitted, got 0"),
+        ({"rope_factor": 0.0}, "model.rope_factor: must be positive, got 0"),
+        ({"rope_scaling": "llama3", "rope_low_freq_factor": 4.0},
+         "llama3 needs 0 < rope_low_freq_factor < rope_high_freq_factor; got 4 and 4"),
+        ({"rope_scaling": "yarn"}, "model.rope_scaling"),
+        ({"d_model": 6, "num_heads": 4}, "not divisible by model.num_heads = 4"),
+    ],
+)  # fmt: skip
+def test_bad_new_keys_name_themselves(changes: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ModelConfig(positional_encoding="rotary", **changes)
+    if "d_model" in changes:  # a head width of its own lifts the rule
+        assert ModelConfig(positional_encoding="rotary", head_dim=2, **changes).d_k == 2

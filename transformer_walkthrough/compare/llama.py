@@ -15,21 +15,37 @@ from ..config import Config
 from ..model.weights import Weights
 
 
+def rope_parameters(m: Any) -> dict[str, Any]:
+    """transformers 5's ``rope_parameters`` of a ModelConfig's rope_* keys."""
+    rope: dict[str, Any] = {"rope_type": m.rope_scaling, "rope_theta": m.rope_theta}
+    if m.rope_scaling in ("linear", "llama3"):
+        rope["factor"] = m.rope_factor
+    if m.rope_scaling == "llama3":
+        rope |= {"low_freq_factor": m.rope_low_freq_factor, "high_freq_factor": m.rope_high_freq_factor,
+                 "original_max_position_embeddings": m.rope_original_max_positions}  # fmt: skip
+    return rope
+
+
 def llama_with(config: Config, w: Weights, dtype: Any) -> Any:
-    """A LlamaForCausalLM of the config's sizes holding our weights (transposed: nn.Linear is (out, in))."""
+    """A LlamaForCausalLM of the config's sizes holding our weights (transposed: nn.Linear is (out, in));
+    a MistralForCausalLM, the same model with a sliding window, when the config has one."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
     m = config.model
-    hf = LlamaConfig(
+    sizes = dict(
         vocab_size=len(config.vocabulary), hidden_size=m.d_model, intermediate_size=m.d_ff,
         num_hidden_layers=m.num_decoder_layers, num_attention_heads=m.num_heads,
         num_key_value_heads=m.kv_heads, head_dim=m.d_k, rms_norm_eps=m.layer_norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": m.rope_theta}, max_position_embeddings=4096,
-        attention_bias=False, mlp_bias=False, tie_word_embeddings=False, hidden_act="silu",
+        rope_parameters=rope_parameters(m), max_position_embeddings=4096, tie_word_embeddings=False,
+        hidden_act="silu",
     )  # fmt: skip
+    if m.sliding_window is None:
+        hf, kind = LlamaConfig(**sizes, attention_bias=False, mlp_bias=False), LlamaForCausalLM
+    else:
+        hf, kind = MistralConfig(**sizes, sliding_window=m.sliding_window), MistralForCausalLM
     hf._attn_implementation = "eager"
-    model = LlamaForCausalLM(hf).to(dtype).eval()
+    model = kind(hf).to(dtype).eval()
     q, kv = m.num_heads * m.d_k, m.kv_heads * m.d_k
 
     def t(a: np.ndarray) -> torch.Tensor:
