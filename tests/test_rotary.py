@@ -165,7 +165,8 @@ def test_scaled_frequencies_equal_transformers(rope: F.RopeScaling, monkeypatch:
     from transformer_walkthrough.compare.llama import rope_parameters
 
     m = ModelConfig(d_model=64, num_heads=2, positional_encoding="rotary", rope_theta=rope.theta,
-                    rope_scaling=rope.kind, rope_factor=rope.factor, rope_low_freq_factor=rope.low_freq_factor,
+                    rope_scaling=rope.kind, rope_factor=rope.factor,
+                    rope_low_freq_factor=rope.low_freq_factor,
                     rope_high_freq_factor=rope.high_freq_factor,
                     rope_original_max_positions=rope.original_max_positions)  # fmt: skip
     config = LlamaConfig(hidden_size=64, num_attention_heads=2, rope_parameters=rope_parameters(m))
