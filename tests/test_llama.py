@@ -290,3 +290,24 @@ def test_a_prompt_longer_than_max_position_embeddings_is_refused(llama_family):
     with pytest.raises(CheckpointError) as err:
         walk_prompt(str(llama_family["llama"]), "The cat is sleeping. " * 40)
     assert "this model reads at most 64" in _one_line(err)
+
+
+def test_a_bfloat16_checkpoint_is_widened_exactly(llama_family, tmp_path):
+    """Llama 3.2 and SmolLM2 ship bfloat16 weights: each widens to float32 exactly (a bfloat16 is the
+    top half of a float32), so our float32 pass equals transformers' on the same file."""
+    source = llama_family["qwen2"]
+    folder = tmp_path / "bf16"
+    transformers.AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16).save_pretrained(folder)
+    for f in source.iterdir():
+        if f.name.startswith("tokenizer") or f.name == "special_tokens_map.json":
+            shutil.copy(f, folder)
+    ckpt = load_checkpoint(str(folder), "float32", prompt=True)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).state_dict()
+    assert np.array_equal(ckpt.weights["decoder.embedding/E"], theirs["model.embed_tokens.weight"].numpy())
+    q = ckpt.weights["decoder.0.masked-attention/W_QKV"][:, :16]
+    assert np.array_equal(q, theirs["model.layers.0.self_attn.q_proj.weight"].numpy().T)
+    trace = walk_prompt(str(folder), PROMPT, "float32").trace
+    model = _reference(folder, torch.float32)
+    with torch.no_grad():
+        expected = model(torch.tensor([list(trace.target_ids)])).logits[0].numpy()
+    assert np.max(np.abs(trace["output.logits"]["logits"] - expected)) <= 1e-4 * np.max(np.abs(expected))

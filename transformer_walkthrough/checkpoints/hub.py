@@ -113,7 +113,7 @@ def _download_failure(repo_id: str, err: Exception, offline: bool) -> str:
 
     how = (
         "run once with network access to cache it, or download the model's folder "
-        "(config.json, model.safetensors, source.spm, target.spm, vocab.json) and pass its path"
+        "(config.json, the weights and the tokenizer's files) and pass its path"
     )
     if isinstance(err, RepositoryNotFoundError):
         return f"{repo_id}: no such model on the hub (or it is private or gated)"
