@@ -104,6 +104,11 @@ def fits_torch(config: Config) -> bool:
     return all(getattr(config.model, key) in values for key, values in TORCH_LAYERS.items())
 
 
+# How far a central difference of the loss may be from the true slope, whatever the machine: its
+# rounding is about eps·|L|/h = 2.2e-16 · 2 / 1e-6, about 4e-10 (its truncation, h²·L'''/6, is far smaller).
+SLOPE_ABS = 1e-9
+
+
 def loss_slope(config: Config, w: Weights, name: str, index: tuple[int, ...], h: float = 1e-6) -> float:
     """The loss's central difference along one entry of parameter ``name``: (L(+h) − L(−h)) / 2h,
     the number backprop's gradient of that entry must equal (``w`` is restored afterwards)."""

@@ -15,7 +15,7 @@ from transformer_walkthrough.errors import WalkthroughError
 from transformer_walkthrough.model.backprop import backward, next_tokens
 from transformer_walkthrough.model.transformer import Weights, init_weights, run_forward
 
-from .strategies import configs, fits_torch, loss_slope
+from .strategies import SLOPE_ABS, configs, fits_torch, loss_slope
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 PER_POSITION = [p.name for p in sorted(CONFIGS.glob("*.yaml")) if fits_torch(load_config(p))]
@@ -142,7 +142,9 @@ def test_loss_gradient_by_finite_differences_through_the_whole_model(model: dict
     for name in names:
         array, grad = w[name], b.weights[name]
         for index in [(0, 0), (1, 2), (3, 1)] if array.ndim == 2 else [(0,), (2,), (3,)]:
-            assert loss_slope(config, w, name, index) == pytest.approx(grad[index], rel=1e-6, abs=1e-10), (
+            assert loss_slope(config, w, name, index) == pytest.approx(
+                grad[index], rel=1e-6, abs=SLOPE_ABS
+            ), (
                 name,
                 index,
             )

@@ -125,12 +125,12 @@ EXPECTED = {
     ],
     ("decoder.0.masked-attention", "M", "0,1"): [
         "decoder.0.masked-attention · M[<start>, sleeping] = M[0, 1] = −∞",
-        "M[0, 1] = −∞: column 1 (sleeping) comes after row 0 (<start>), a word the decoder",
-        "must not see yet. Added to the score it makes −∞, and softmax turns e^−∞ into a weight of exactly 0.",
+        "M[0, 1] = −∞: column 1 (sleeping) comes after row 0 (<start>), a word the decoder must not see yet. "
+        "Added to the score it makes −∞, and softmax turns e^−∞ into a weight of exactly 0.",
     ],
     ("decoder.0.masked-attention", "M", "1,0"): [
         "decoder.0.masked-attention · M[sleeping, <start>] = M[1, 0] = 0.00",
-        "M[1, 0] = 0: column 0 (<start>) is not after row 1 (sleeping), so it may be seen;",
+        "M[1, 0] = 0: column 0 (<start>) is not after row 1 (sleeping), so it may be seen; "
         "adding 0 leaves the score as it is.",
     ],
     ("decoder.0.masked-attention", "S1+M", "0,1"): [
@@ -190,8 +190,10 @@ EXPECTED = {
     ],
     ("encoder.embedding", "E", "0,0"): [
         "encoder.embedding · E[<start>, d0] = E[0, 0] = 0.00",
-        "E is a learned weight, not computed from anything: it was drawn uniform in [0, 1), as the article says,",
-        "from a stream seeded with 42 and the parameter's name (dtype float64); only training changes it.",
+        "E is a learned weight, not computed from anything: it was drawn uniform in [0, 1), as the article draws it "
+        "(the paper does not say),",
+        "row 0 of E from a stream of its own, seeded with 42, the table's name and the word '<start>' (a word keeps "
+        "its vector whatever the vocabulary around it; dtype float64); only training changes it.",
     ],
     ("output.probabilities", "probabilities", "0,1"): [
         "output.probabilities · probabilities[<start>, <end>] = probabilities[0, 1] = 0.75",

@@ -21,7 +21,7 @@ from transformer_walkthrough.model.generation import compare, generate_cached, g
 from transformer_walkthrough.model.transformer import init_weights, run_forward
 from transformer_walkthrough.views.explain import explain, explainable
 
-from .strategies import loss_slope
+from .strategies import SLOPE_ABS, loss_slope
 
 GQA = ModelConfig(d_model=8, num_heads=4, num_kv_heads=2, d_ff=8, num_decoder_layers=2)
 DECODER_ONLY = Config(encoder_words=0, model=ModelConfig(
@@ -103,7 +103,9 @@ def test_every_gradient_by_finite_differences_verify_and_explain(config: Config)
     name = "decoder.0.masked-attention/W_QKV"
     grad = b.weights[name]
     for index in [(0, 0), (1, 7), (2, 9), (3, 13), (7, 15)]:  # a query, a key and a value column
-        assert loss_slope(config, w, name, index) == pytest.approx(grad[index], rel=1e-6, abs=1e-10), index
+        assert loss_slope(config, w, name, index) == pytest.approx(grad[index], rel=1e-6, abs=SLOPE_ABS), (
+            index
+        )
 
 
 @pytest.mark.parametrize("kv", [1, 2])
@@ -135,7 +137,7 @@ def test_qkv_biases_have_no_output_bias() -> None:
     assert "+ b_O" not in stage.formula and "b_Qh" in stage.formula
     b = backward(trace, w)
     name = "decoder.0.masked-attention/b_QKV"
-    assert loss_slope(config, w, name, (5,)) == pytest.approx(b.weights[name][5], rel=1e-6, abs=1e-10)
+    assert loss_slope(config, w, name, (5,)) == pytest.approx(b.weights[name][5], rel=1e-6, abs=SLOPE_ABS)
 
 
 def test_bad_groupings_are_one_line(tmp_path) -> None:

@@ -74,7 +74,7 @@ def test_the_prediction_marks_each_row_right_or_wrong_in_plain_text(runner: CliR
 
 def test_a_rising_loss_says_so_and_an_unlearned_sentence_is_not_called_memorised(runner: CliRunner) -> None:
     rising = ok(runner, "train", "--lr", "5", "--steps", "3")
-    assert re.search(r"The loss rose, from 1\.61 to \d+(\.\d+)?: the steps overshoot\. "
+    assert re.search(r"The loss rose, from 1\.61\d* to \d+(\.\d+)?: the steps overshoot\. "
                      r"Try a smaller rate, e\.g\. --lr 0\.5\.", rising)  # fmt: skip
     # Three steps teach it nothing yet: it is not called memorised before it says the sentence back.
     assert "memorised" not in rising

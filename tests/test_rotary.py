@@ -24,7 +24,7 @@ from transformer_walkthrough.model.generation import compare, generate_cached, g
 from transformer_walkthrough.model.transformer import init_weights, run_forward
 from transformer_walkthrough.views.explain import explain, explainable
 
-from .strategies import loss_slope
+from .strategies import SLOPE_ABS, loss_slope
 
 DECODER_ONLY = Config(
     encoder_words=0,
@@ -87,7 +87,9 @@ def test_no_positional_stage_and_every_gradient_by_finite_differences(config: Co
                  f"{side}.embedding/E"]:  # fmt: skip
         grad = b.weights[name]
         for index in [(0, 0), (1, 2), (3, 3)]:
-            assert loss_slope(config, w, name, index) == pytest.approx(grad[index], rel=1e-6, abs=1e-10), (
+            assert loss_slope(config, w, name, index) == pytest.approx(
+                grad[index], rel=1e-6, abs=SLOPE_ABS
+            ), (
                 name,
                 index,
             )

@@ -50,12 +50,12 @@ def test_the_prediction_wraps_between_entries(runner: CliRunner) -> None:
         RULE,
         " <start>       comfortably   0.30   sleeping      ✗   comfortably 0.30,",
         "                                                      <end> 0.25, sleeping 0.12",
-        " sleeping      comfortably   0.31   comfortably   ✓   comfortably 0.31,",
+        " sleeping      comfortably   0.30   comfortably   ✓   comfortably 0.30,",
         "                                                      <end> 0.24, sleeping 0.13",
         " comfortably   comfortably   0.29   <end>         ✗   comfortably 0.29,",
-        "                                                      <end> 0.21, sleeping 0.13",
+        "                                                      <end> 0.22, sleeping 0.13",
         " <end>         comfortably   0.29   —                 comfortably 0.29,",
-        "                                                      <end> 0.20, sleeping 0.13",
+        "                                                      <end> 0.23, sleeping 0.12",
     ]
 
 
@@ -72,9 +72,9 @@ def test_generate_wraps_between_entries(runner: CliRunner) -> None:
         "    0   <start>                       comfortably 0.30,             comfortably",
         "                                      <end> 0.25, sleeping 0.12",
         "    1   <start> comfortably           comfortably 0.30,             comfortably",
-        "                                      <end> 0.24, sleeping 0.13",
+        "                                      <end> 0.23, sleeping 0.13",
         "    2   <start> comfortably           comfortably 0.29,             comfortably",
-        "        comfortably                   <end> 0.22, sleeping 0.12",
+        "        comfortably                   <end> 0.21, sleeping 0.13",
         "the cat is → comfortably comfortably comfortably",
         "Step i equals row i of one teacher-forced pass over the final input",
         "(max |diff| ROUNDING): the causal mask keeps row i from seeing anything after",
@@ -132,16 +132,16 @@ def test_verify_never_wraps_a_check(runner: CliRunner, config: str) -> None:
 def test_explain_breaks_between_terms(runner: CliRunner) -> None:
     lines = output(runner, "explain", "-s", "decoder.0.masked-attention", "-m", "A1", "--cell", "1,0")
     assert lines == [
-        "decoder.0.masked-attention · A1[sleeping, <start>] = A1[1, 0] = 0.3819",
+        "decoder.0.masked-attention · A1[sleeping, <start>] = A1[1, 0] = 0.4212",
         "A1 = softmax(S1+M), row by row: A1[i, j] = e^(S1+M)[i, j] / Σ_k e^(S1+M)[i, k]",
-        "  row 1 of S1+M (sleeping): <start> −1.0439, sleeping −0.5626, comfortably −∞,",
+        "  row 1 of S1+M (sleeping): <start> −1.0774, sleeping −0.7594, comfortably −∞,",
         "      <end> −∞",
-        "  subtract the row's largest value m = −0.5626 first: e^(x − m) / Σ e^(x − m) is",
+        "  subtract the row's largest value m = −0.7594 first: e^(x − m) / Σ e^(x − m) is",
         "      the same quotient, and no exp can overflow",
-        "  each exp: e^(−0.4813) = 0.6180, e^0.0000 = 1.0000, e^(−∞) = 0.0000,",
+        "  each exp: e^(−0.3180) = 0.7276, e^0.0000 = 1.0000, e^(−∞) = 0.0000,",
         "      e^(−∞) = 0.0000",
-        "  sum = 0.6180 + 1.0000 + 0.0000 + 0.0000 = 1.6180",
-        "  A1[1, 0] = 0.6180 / 1.6180 = 0.3819",
+        "  sum = 0.7276 + 1.0000 + 0.0000 + 0.0000 = 1.7276",
+        "  A1[1, 0] = 0.7276 / 1.7276 = 0.4212",
     ]
 
 

@@ -766,6 +766,7 @@ def train(
     import numpy as np
 
     from .files.export import check_target, write_atomic
+    from .files.npzfile import VOCABULARY
     from .model.training import train as fit
     from .model.training import training_notes
     from .model.transformer import run_forward
@@ -787,7 +788,9 @@ def train(
     ):
         out.line(line)
     if target is not None:
-        write_atomic(target, lambda f: np.savez(f, **w.arrays), force)
+        # the words of the tables too, so that a sentence with other words is told which are new
+        words = {VOCABULARY: np.array(settings.vocabulary)} if settings.vocabulary else {}
+        write_atomic(target, lambda f: np.savez(f, **w.arrays, **words), force)
         shown = printable(str(target))
         out.say(f"wrote {shown}: walkthrough generate --weights {shown}")
     else:

@@ -30,6 +30,11 @@ _HEADER = 10_000  # bytes: a .npy header is a short dict literal
 # parameters at most; 600,000 empty members took 30 s and 870 MB before this cap.
 MAX_DIRECTORY_BYTES = 2_000_000
 PARAMETERS = "a model's parameters"  # what an .npz's directory lists
+# The one member that is not a parameter: the words of the toy's embedding tables, in row order
+# (``walkthrough train --output`` writes it), so that a sentence with other words can be told which
+# words the file knows. A 1-D array of strings, at most MAX_WORDS of at most MAX_WORD characters.
+VOCABULARY = "vocabulary"
+MAX_WORDS, MAX_WORD = 100_000, 256
 
 
 def _refuse(path: str | Path, why: str) -> WalkthroughError:
@@ -47,6 +52,26 @@ def member_names(path: str | Path) -> set[str] | None:
             return {n.removesuffix(".npy") for n in archive.namelist()}
     except (WalkthroughError, OSError, EOFError, ValueError, zipfile.BadZipFile):
         return None
+
+
+def read_vocabulary(path: str | Path) -> tuple[str, ...] | None:
+    """The words an .npz's tables were trained on (its ``vocabulary`` member), or None when it has
+    none or cannot be read: a hint for a message, never a reason to fail."""
+    try:
+        with (
+            open_regular(path, "an .npz") as f,
+            open_zip(f, path, MAX_DIRECTORY_BYTES, PARAMETERS) as archive,
+        ):
+            info = archive.getinfo(f"{VOCABULARY}.npy")
+            with archive.open(info) as member:
+                shape, _, dtype = _header(member)
+            if dtype.kind != "U" or len(shape) != 1 or shape[0] > MAX_WORDS or dtype.itemsize > 4 * MAX_WORD:
+                return None
+            with archive.open(info) as member:  # from its start: read_array reads the header again
+                words = npy.read_array(member, allow_pickle=False, max_header_size=_HEADER)
+    except (WalkthroughError, OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile):
+        return None
+    return tuple(str(w) for w in words)
 
 
 def _header(member: zipfile.ZipExtFile) -> tuple[tuple[int, ...], bool, np.dtype]:
@@ -116,6 +141,12 @@ def _read_arrays(
             raise _refuse(name, f"{_short(key)} is damaged or truncated ({_short(str(err), 60)})") from None
         except Exception:
             raise _refuse(name, f"{_short(key)} is not .npy data; expected {what}") from None
+        if key == VOCABULARY and dtype.kind == "U":
+            if len(shape) != 1 or shape[0] > MAX_WORDS or dtype.itemsize > 4 * MAX_WORD:
+                raise _refuse(name, f"{VOCABULARY} is not a list of at most {MAX_WORDS:,} words")
+            total += math.prod(shape) * dtype.itemsize
+            headers[key] = (info, shape, fortran, dtype)
+            continue
         if dtype.kind not in _FLOATS or dtype.fields is not None or dtype.subdtype is not None:
             raise _refuse(name, f"{_short(key)} holds {dtype} values; weights are real floats")
         total += math.prod(shape) * dtype.itemsize
@@ -138,7 +169,7 @@ def _read_arrays(
             raise _refuse(name, f"{_short(key)} is damaged or truncated ({why})") from None
         if trailing or array.shape != shape:
             raise _refuse(name, f"{_short(key)} is damaged: its data does not match its header")
-        if not np.isfinite(array).all():
+        if key != VOCABULARY and not np.isfinite(array).all():
             raise _refuse(name, f"{_short(key)} holds NaN or infinite values; weights must be finite")
         arrays[key] = array
     return arrays
@@ -149,6 +180,7 @@ def _check_names(
     headers: dict[str, tuple[zipfile.ZipInfo, tuple[int, ...], bool, np.dtype]],
     expected: dict[str, tuple[int, ...]],
 ) -> None:
+    headers = {k: v for k, v in headers.items() if k != VOCABULARY}  # not a parameter
     missing = [k for k in expected if k not in headers]
     if missing:
         raise _refuse(path, f"has no {missing[0]}, which this config's model needs ({len(missing)} missing)")

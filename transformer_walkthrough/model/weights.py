@@ -7,7 +7,9 @@ is the sum of its uses, Adam moves it once and the .npz stores it once.
 
 Each parameter is drawn from its own stream, keyed by the seed and the parameter's name: changing
 a convention of the config (pre-norm, say) leaves every other weight as it was, so that
-``walkthrough diff`` shows the convention's effect alone.
+``walkthrough diff`` shows the convention's effect alone. Each row of an embedding table is drawn
+from a stream of its own, keyed by the seed, the table and the word: a word keeps its vector
+whatever the vocabulary around it ("dog" in "the dog is" is not cat's old row).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 
 from ..config import SWITCHES, Config
 from ..errors import WalkthroughError
-from .architecture import Ref, Spec, parameters
+from .architecture import Ref, Spec, parameters, side_of
 
 
 class Weights(Mapping[str, np.ndarray]):
@@ -91,8 +93,19 @@ def stream(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, *name.encode()]))
 
 
+def _table(spec: Spec, seed: int, name: str, vocabulary: tuple[str, ...]) -> np.ndarray:
+    """An embedding table, uniform in [0, 1) (the article), each word's row from its own stream."""
+    rows, width = spec.shape
+    if rows != len(vocabulary):  # cannot happen: parameters() sizes each table by its vocabulary
+        raise ValueError(f"{name}: {rows} rows for {len(vocabulary)} words")
+    table = np.empty(spec.shape)
+    for i, word in enumerate(vocabulary):
+        table[i] = stream(seed, f"{name}[{word}]").random(width)
+    return table
+
+
 def init_weights(config: Config) -> Weights:
-    """Every parameter drawn from the seed: embeddings uniform in [0, 1) (the article), weight
+    """Every parameter drawn from the seed: embeddings uniform in [0, 1) (the article), row by word, weight
     matrices Glorot/Xavier uniform (nn.Transformer), feed-forward and output biases uniform in
     ±1/√fan_in (nn.Linear), attention biases 0 (nn.MultiheadAttention), LayerNorm gamma 1 and beta
     0, learned positions N(0, 0.02²) (GPT-2). Drawn in float64, then rounded to the config's dtype,
@@ -100,7 +113,12 @@ def init_weights(config: Config) -> Weights:
     specs, uses = parameters(config)
     dtype = np.dtype(config.model.dtype)
     arrays = {
-        name: _draw(spec, stream(config.seed, name)).astype(dtype, copy=False) for name, spec in specs.items()
+        name: (
+            _table(spec, config.seed, name, config.vocabulary_of(side_of(name)))
+            if spec.init == "embedding"
+            else _draw(spec, stream(config.seed, name))
+        ).astype(dtype, copy=False)
+        for name, spec in specs.items()
     }
     return Weights(arrays, uses)
 
@@ -115,10 +133,32 @@ def load_weights(config: Config, path: str | Path) -> Weights:
     try:
         stored = read_npz(path, expected={name: spec.shape for name, spec in specs.items()})
     except WalkthroughError as err:
+        words = _words_hint(config, path)
+        if words:
+            raise WalkthroughError(words) from None
         hint = _convention_hint(config, path)
         raise WalkthroughError(f"{err}{hint}") from None
     dtype = np.dtype(config.model.dtype)
     return Weights({name: stored[name].astype(dtype, copy=False) for name in specs}, uses)
+
+
+def _words_hint(config: Config, path: str | Path) -> str:
+    """When the file was trained on other words (its ``vocabulary``): which words of this config it
+    lacks; "" when it has no vocabulary or the same one (then the file is wrong in another way)."""
+    from ..files.npzfile import read_vocabulary
+
+    known = read_vocabulary(path)
+    if known is None or tuple(known) == tuple(config.vocabulary or ()):
+        return ""
+    new = [w for w in config.vocabulary or () if w not in known]
+    if not new:
+        return ""
+    shown = ", ".join(new[:8]) + (f" and {len(new) - 8} more" if len(new) > 8 else "")
+    return (
+        f"{path}: its embedding tables were trained on {len(known)} words ({', '.join(known[:8])}"
+        f"{', …' if len(known) > 8 else ''}); {shown} {'is' if len(new) == 1 else 'are'} new to it: train on "
+        "this sentence (walkthrough train … --output), or run without --weights"
+    )
 
 
 def _convention_hint(config: Config, path: str | Path) -> str:

@@ -246,7 +246,7 @@ def _heading(trace: Trace, o: Options) -> tuple[str, str]:
     else:
         inputs = f"decoder input: {' '.join(trace.target_tokens)}"
     facts = (
-        f"{inputs} · seed {c.seed} · d_model {m.d_model}, {m.num_heads} heads (d_k {m.d_k}), d_ff {m.d_ff}, "
+        f"{inputs} · {'' if trace.weights_source is not None else f'seed {c.seed} · '}d_model {m.d_model}, {m.num_heads} heads (d_k {m.d_k}), d_ff {m.d_ff}, "
         f"{m.num_encoder_layers} + {m.num_decoder_layers} layers, {'pre' if m.norm_first else 'post'}-norm, "
         f"{m.output_head} output head · weights: {trace.weights_origin}"
     )

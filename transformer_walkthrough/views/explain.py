@@ -179,11 +179,13 @@ def _weight(c: Cell, trace: Trace) -> list[str]:
         ]
     spec = parameters(trace.config)[0].get(ref.name, Spec(c.stage[c.name].shape, "xavier"))
     if spec.init == "embedding":
-        how = "uniform in [0, 1), as the article says"
+        how = "uniform in [0, 1), as the article draws it (the paper does not say)"
     elif spec.init == "xavier":
         fan_in, fan_out = spec.shape
         how = (f"Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / ({fan_in} + {fan_out})) = "
-               f"±{c.f(math.sqrt(6 / (fan_in + fan_out)))} (PyTorch's xavier_uniform_, as nn.Transformer uses)")  # fmt: skip
+               f"±{c.f(math.sqrt(6 / (fan_in + fan_out)))} (PyTorch's xavier_uniform_, "
+               + ("nn.Transformer's rule for its matrices: it has no output layer of its own)"
+                  if c.stage.kind == "logits" else "as nn.Transformer uses)"))  # fmt: skip
     elif spec.init == "xavier-qkv":
         d = m.d_model
         q, kv, _ = spec.blocks  # W_Q's width, then W_K's and W_V's (fewer under grouped-query attention)
@@ -208,8 +210,14 @@ def _weight(c: Cell, trace: Trace) -> list[str]:
     return [
         *lines,
         f"{c.name} is a learned weight, not computed from anything: it was drawn {how},",
-        f"from a stream seeded with {trace.config.seed} and the parameter's name (dtype {m.dtype}); "
-        "only training changes it.",
+        (
+            f"row {c.j if ref.transposed else c.i} of E from a stream of its own, seeded with "
+            f"{trace.config.seed}, the table's name and the word {c.col if ref.transposed else c.row!r} "
+            f"(a word keeps its vector whatever the vocabulary around it; dtype {m.dtype}); "
+            if spec.init == "embedding"
+            else f"from a stream seeded with {trace.config.seed} and the parameter's name (dtype {m.dtype}); "
+        )
+        + "only training changes it.",
     ]
 
 

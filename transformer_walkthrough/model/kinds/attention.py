@@ -545,10 +545,10 @@ def _explanation(text: str, kv: str) -> Callable[[ModelConfig], str]:
     return explanation
 
 
-def _kind(id: str, title: str, explanation: str, kv: str, kv_tex: str, s: str) -> Kind:
+def _kind(id: str, title: str, explanation: str, kv: str, kv_tex: str, s: str, article: str = "") -> Kind:
     return Kind(
         id, title, _explanation(explanation, kv), _formula(kv, s), _latex(kv_tex, s), attention_backward,
-        attention_second, EXPLAIN, params=_params, groups=GROUPS, tex=TEX,
+        attention_second, EXPLAIN, params=_params, groups=GROUPS, tex=TEX, article=article,
     )  # fmt: skip
 
 
@@ -569,7 +569,7 @@ CROSS_ATTENTION = _kind(
     "cross-attention",
     "multi-head cross-attention",
     "The decoder's tokens ask the questions (queries from X) and the encoder output answers "
-    "(keys and values from memory): this is how the source sentence reaches the decoder. "
-    "(The article says it the other way round; that cannot work when the sentences differ in length.)",
+    "(keys and values from memory): this is how the source sentence reaches the decoder.",
     "memory", r"\mathrm{memory}", "S_h",
+    "(The article says it the other way round; that cannot work when the sentences differ in length.)",
 )  # fmt: skip

@@ -66,11 +66,16 @@ class Kind:
     params: Callable[[ModelConfig, Sizes], dict[str, Spec]] = _no_params  # by local name, untied
     groups: Mapping[str, str] = field(default_factory=dict)  # base -> the row it shares per head
     tex: Mapping[str, str] = field(default_factory=dict)  # base -> its LaTeX symbol; {h}: the head
+    article: str = ""  # where the article says otherwise: said on the article's toy, not on a checkpoint
 
     def open(self, trace: object, stage_id: str, m: ModelConfig) -> Stage:
-        """A new stage of this kind in ``trace``, titled and explained as the kind says under ``m``."""
+        """A new stage of this kind in ``trace``, titled and explained as the kind says under ``m``
+        (and, on the toy, with the article's mistake noted: a checkpoint's config names its source)."""
         title = self.title(m) if callable(self.title) else self.title
-        return trace.stage(stage_id, self.id, title, self.explanation(m), self.formula(m))  # type: ignore[attr-defined]
+        explanation = self.explanation(m)
+        if self.article and not getattr(trace.config, "checkpoint", ""):  # type: ignore[attr-defined]
+            explanation = f"{explanation} {self.article}"
+        return trace.stage(stage_id, self.id, title, explanation, self.formula(m))  # type: ignore[attr-defined]
 
 
 def said(text: str) -> Callable[[ModelConfig], str]:

@@ -61,17 +61,16 @@ def explain_lookup(c: Cell, trace: Trace) -> list[str]:
 EMBEDDING = Kind(
     "embedding",
     "embedding",
-    said(
-        "Each token looks up its row of the embedding table E, a vector of d_model numbers "
-        "(random until the model is trained)."
-    ),
+    said("Each token looks up its row of the embedding table E, a vector of d_model numbers."),
     lambda m: (
         "output[i] = E[token_i]"
         + ("·√d_model" if m.scale_embeddings else "")
         + (
-            "\n    (E is the one table of both stacks and of the output layer: tied)"
-            if m.tie_embeddings
-            else ""
+            ""
+            if not m.tie_embeddings
+            else "\n    (E is also the output layer's table, W = Eᵀ: tied)"
+            if m.decoder_only
+            else "\n    (E is the one table of both stacks and of the output layer: tied)"
         )
     ),
     lambda m: [

@@ -101,8 +101,11 @@ def _logits_params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
 LOGITS = Kind(
     "logits",
     "output linear layer",
-    said(
-        "One linear layer turns each decoder position's vector into a score (logit) for every "
+    lambda m: (
+        "One linear layer turns all the decoder positions' vectors, laid end to end as one row, into "
+        "one score (logit) for every word of the vocabulary."
+        if m.output_head == "flatten"
+        else "One linear layer turns each decoder position's vector into a score (logit) for every "
         "word of the vocabulary."
     ),
     _logits_formula,
