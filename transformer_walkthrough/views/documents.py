@@ -298,7 +298,12 @@ def _number(v: float, precision: int) -> str:
     return format_value(v, precision, minus="−")
 
 
-def _heading(trace: Trace, o: Options) -> tuple[str, str]:
+Spans = list[tuple[str, bool]]  # prose in pieces, each True where it is a command (`walkthrough train`)
+
+
+def _heading(trace: Trace, o: Options) -> tuple[str, Spans]:
+    """The document's title and the line of facts under it, the commands it names marked as such:
+    each format sets them as code instead of showing the terminal's backticks."""
     c = trace.config
     m = c.model
     title = f"transformer-walkthrough: {c.sentence}"
@@ -311,8 +316,11 @@ def _heading(trace: Trace, o: Options) -> tuple[str, str]:
     facts = (
         f"{inputs} · seed {c.seed} · d_model {m.d_model}, {m.num_heads} heads (d_k {m.d_k}), d_ff {m.d_ff}, "
         f"{m.num_encoder_layers} + {m.num_decoder_layers} layers, {'pre' if m.norm_first else 'post'}-norm, "
-        f"{m.output_head} output head · weights: {trace.weights_origin}"
+        f"{m.output_head} output head · weights: "
     )
+    origin = trace.weights_origin
+    # Only our own sentence marks a command with backticks; a file's name is shown as it is.
+    pieces = origin.split("`") if trace.weights_source is None else [origin]
     extras = []
     if not o.weights:
         extras.append("the learned weights are left out")
@@ -323,7 +331,8 @@ def _heading(trace: Trace, o: Options) -> tuple[str, str]:
         extras.append(
             f"worksheet: {n} cell{'s' if n > 1 else ''} hidden as ?1 … ?{n}, the answers at the end"
         )
-    return title, " · ".join([facts, *extras])
+    spans = [(facts, False), *((text, k % 2 == 1) for k, text in enumerate(pieces))]
+    return title, [*spans, *((f" · {extra}", False) for extra in extras)]
 
 
 def _mark(p: Prediction) -> str:
@@ -410,7 +419,8 @@ def _md_matrix(s: Shown) -> Iterator[str]:
 
 def iter_markdown(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     title, facts = _heading(trace, o)
-    yield f"# {_md_text(title)}\n\n{_md_text(facts)}\n\n## Stages\n\n"
+    line = "".join(_md_label(text, table=False) if code else _md_text(text) for text, code in facts)
+    yield f"# {_md_text(title)}\n\n{line}\n\n## Stages\n\n"
     yield "".join(f"- [{s.id} — {s.title}](#{_md_anchor(s)})\n" for s in stages)
     for stage in stages:
         yield f"\n## {stage.id} {stage.title}\n\n{stage.explanation}\n\n```text\n{stage.formula}\n```\n"
@@ -581,7 +591,8 @@ def _tex_lines(group: list[list[Shown]]) -> Iterator[list[list[Shown]]]:
 def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     title, facts = _heading(trace, o)
     yield _TEX_PREAMBLE
-    yield f"\\title{{{tex(title)}}}\n\\date{{}}\n\\begin{{document}}\n\\maketitle\n{tex(facts)}\\par\n"
+    line = "".join(rf"\texttt{{{tex(text)}}}" if code else tex(text) for text, code in facts)
+    yield f"\\title{{{tex(title)}}}\n\\date{{}}\n\\begin{{document}}\n\\maketitle\n{line}\\par\n"
     for stage in stages:
         yield (
             f"\n\\section*{{{tex(stage.title)}}}\n\\label{{{stage.id}}}\n"
@@ -896,6 +907,10 @@ tr.right td.word {{ color: #0b7a32; font-weight: 700; }}
   main {{ padding-bottom: 0; }}
   .formula {{ overflow: visible; white-space: pre-wrap; }}
   h2 {{ break-after: avoid; }}
+  /* A heading with what follows it: the prediction is one block (a row a position, it fits a
+     page), and a stage's heading keeps its map and first lines (break-after alone is a hint
+     that Chromium drops before an image or a table). */
+  #prediction, .intro {{ break-inside: avoid; }}
   .formula, figure, .unit, table.pred, .where {{ break-inside: avoid; }}
   table.m {{ font-size: 8pt; }}
   .answers {{ break-before: page; }}
@@ -971,6 +986,7 @@ def _html_cell(s: Shown, i: int, j: int, v: float, opening: str) -> str:
 def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     e = html.escape
     title, facts = _heading(trace, o)
+    line = "".join(f"<code>{e(text)}</code>" if code else e(text) for text, code in facts)
     nav = "".join(f'<li><a href="#{e(s.id)}">{e(s.title)}</a></li>' for s in stages)
     if trace.prediction:
         nav += '<li><a href="#prediction">Prediction</a></li>'
@@ -979,16 +995,16 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     yield (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title)}</title>'
-        f"<style>{_CSS}</style></head><body><header><h1>{e(title)}</h1><p>{e(facts)}</p></header>"
+        f"<style>{_CSS}</style></head><body><header><h1>{e(title)}</h1><p>{line}</p></header>"
         f'<div class="layout"><nav><strong>Stages</strong><ol>{nav}</ol></nav><main>'
     )
     from .figure import figure_svg
 
     for stage in stages:
         yield (
-            f'<section id="{e(stage.id)}"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'
+            f'<section id="{e(stage.id)}"><div class="intro"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'
             f'<div class="where">{figure_svg(trace, stage.id)}</div>'  # where this stage sits in Figure 1
-            f"<p>{e(stage.explanation)}</p>{_html_formula(stage, trace)}"
+            f"<p>{e(stage.explanation)}</p>{_html_formula(stage, trace)}</div>"
         )
         kinds: set[str | None] = set()
         for group in units(stage, o):
