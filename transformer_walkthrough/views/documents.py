@@ -611,7 +611,8 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
                 yield "$}\n"
                 for unit in line:
                     if note := unit[0].left_out():
-                        yield f"{{\\small {tex(note)}}}\\par\n"
+                        # "-{}-": two hyphens, as typed, not TeX's en dash
+                        yield f"{{\\small {tex(note).replace('--', '-{}-')}}}\\par\n"
     if trace.prediction:
         yield (
             "\n\\section*{Prediction}\n"
