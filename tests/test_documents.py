@@ -137,9 +137,9 @@ def test_overfull_lines_are_found() -> None:
 
 
 def test_latex_of_a_wide_matrix_is_shrunk_to_the_page(tmp_path: Path) -> None:
-    """d_model 48 makes a 48-column W_O: set at its size it would run off the page."""
+    """d_model 48 makes a 48-column W_O: kept whole (``full``), at its size it would run off the page."""
     t = run_forward(Config(model=ModelConfig(d_model=48, num_heads=2, d_ff=64)))
-    log, _ = compile_latex(to_latex(t, [t["decoder.0.feed-forward"]], 2), tmp_path)
+    log, _ = compile_latex(to_latex(t, [t["decoder.0.feed-forward"]], 2, full=True), tmp_path)
     assert overfull(log) == []
 
 

@@ -635,6 +635,14 @@ def export(
             show_default=False,
         ),
     ] = None,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="A document (.html, .md, .tex): every row and column of large matrices, not the "
+            "terminal's summary (.json and .npz always hold every number).",
+        ),
+    ] = False,
     checkpoint: ModelOptions = TOY,
 ) -> None:
     """Write every matrix to a file: data (.json, .npz) or a document (.html, .md, .tex)."""
@@ -661,7 +669,7 @@ def export(
     # (a full disk, a .tex of Cyrillic) says only its error, in one line. On a terminal it shows
     # meanwhile as a status line, erased when the export ends: a long wait has its reason on screen.
     with status(f"writing: {warning}" if warning else None):
-        text = write(trace, target, stages, include_weights, grads, force=force, worksheet=sheet)
+        text = write(trace, target, stages, include_weights, grads, force=force, worksheet=sheet, full=full)
     if text is not None:
         typer.echo(text, nl=False)
     if warning:

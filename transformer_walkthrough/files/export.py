@@ -367,9 +367,11 @@ def export(
     grads: Backward | None = None,
     force: bool = False,
     worksheet: Worksheet | None = None,
+    full: bool = False,
 ) -> str | None:
     """Write the stages to ``target`` in the format its suffix names; return the JSON text
-    instead when ``target`` is None (stdout). A document (.html, .md, .tex) may be a worksheet."""
+    instead when ``target`` is None (stdout). A document (.html, .md, .tex) may be a worksheet;
+    it summarises large matrices as the terminal does unless ``full`` (data files keep every number)."""
     suffix = "" if target is None else target.suffix.lower()
     if worksheet is not None and suffix not in DOCUMENTS:
         raise ExportError(f"a worksheet is a document: export it as {', '.join(DOCUMENTS)}")
@@ -381,7 +383,7 @@ def export(
         from ..views.documents import WRITERS, Options
 
         options = Options(
-            trace.config.display.precision, weights, None if grads is None else grads.stages, worksheet
+            trace.config.display.precision, weights, None if grads is None else grads.stages, worksheet, full
         )
 
         def write_document(f: BinaryIO) -> None:

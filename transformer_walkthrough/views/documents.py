@@ -36,8 +36,8 @@ from ..model.trace import (
     Trace,
 )
 from .numbers import format_value, text_widths
-from .palette import diverging
-from .render import group_of
+from .palette import css, diverging, sequential
+from .render import View, group_of, is_shaded, label, largest, summary
 
 Grads = dict[str, dict[str, np.ndarray]]  # stage id -> matrix name -> dL/d(matrix)
 
@@ -74,45 +74,108 @@ class Worksheet:
 
 @dataclass(frozen=True)
 class Options:
-    """How a document shows a trace: digits, weights or not, gradients, a worksheet."""
+    """How a document shows a trace: digits, weights or not, gradients, a worksheet, and whether
+    large matrices are kept whole (``full``) or summarised as the terminal summarises them."""
 
     precision: int = 2
     weights: bool = True
     grads: Grads | None = None
     worksheet: Worksheet | None = None
+    full: bool = False
 
     def holes(self, stage_id: str, name: str) -> dict[tuple[int, int], int]:
         return {} if self.worksheet is None else self.worksheet.hidden.get((stage_id, name), {})
 
+    def asks(self, stage_id: str, name: str) -> bool:
+        """Whether the worksheet asks for a cell of this matrix (not just hides a copy of one)."""
+        return self.worksheet is not None and any(
+            (h.stage, h.name) == (stage_id, name) for h in self.worksheet.holes
+        )
+
 
 class Shown(NamedTuple):
-    """A matrix as a document shows it: under its name (S1, or dL/dS1), with its digits and holes."""
+    """A matrix as a document shows it: under its name (S1, or dL/dS1), with its digits and holes,
+    and the rows and columns kept (``render.summary``: -1 for the "⋮" row, the "…" column)."""
 
     name: str
     matrix: Matrix
     precision: int
     holes: dict[tuple[int, int], int]
     tex: str = ""  # its symbol in LaTeX (``tex_symbol``)
+    rows: tuple[int, ...] = ()
+    cols: tuple[int, ...] = ()
 
     @property
     def gradient(self) -> bool:
         return self.name.startswith("dL/d")
 
+    @property
+    def whole(self) -> bool:
+        return -1 not in self.rows and -1 not in self.cols
 
-def units(stage: Stage, o: Options) -> list[list[list[Shown]]]:
+    def kept(self) -> tuple[list[int], list[int]]:
+        """The indices of the rows and the columns shown, without the -1s."""
+        return [i for i in self.rows if i >= 0], [j for j in self.cols if j >= 0]
+
+    def left_out(self) -> str | None:
+        """The sentence under a summarised matrix that says what the "⋮" and the "…" stand for."""
+        if self.whole:
+            return None
+        m = self.matrix
+        parts = []
+        for index, labels, what, mark in (
+            (self.rows, m.rows, "rows", "⋮"),
+            (self.cols, m.cols, "columns", "…"),
+        ):
+            if -1 in index:
+                at = index.index(-1)
+                first, last = index[at - 1] + 1, index[at + 1] - 1
+                span = (
+                    label(labels[first])
+                    if first == last
+                    else f"{label(labels[first])} to {label(labels[last])}"
+                )
+                parts.append(f"{last - first + 1} of its {len(labels)} {what} ({span}, at {mark})")
+        return (
+            f"{self.name} is summarised: {' and '.join(parts)} are left out; export with --full to keep them."
+        )
+
+
+def _row(s: Shown, i: int) -> list[float | None]:
+    """Row ``i``'s numbers in the columns shown, None where the "…" stands."""
+    values = s.matrix.values[i]
+    if -1 not in s.cols:
+        return values.tolist() if len(s.cols) == len(values) else values[list(s.cols)].tolist()
+    at = s.cols.index(-1)
+    return [*values[list(s.cols[:at])].tolist(), None, *values[list(s.cols[at + 1 :])].tolist()]
+
+
+DOCUMENT_WIDTH = 100  # characters a matrix may take in the HTML and Markdown, as in a 100-column terminal
+
+
+def units(stage: Stage, o: Options, width: int = DOCUMENT_WIDTH) -> list[list[list[Shown]]]:
     """The stage's matrices in rows of one meaning (per head: weights, projections, attention; as
     ``render.group_of`` groups them in the terminal), each matrix beside its gradient when there
-    are gradients, but for constants (the mask, the sinusoids), which nothing learns."""
+    are gradients, but for constants (the mask, the sinusoids), which nothing learns.
+
+    A large matrix keeps the rows and columns the terminal would keep at ``width`` (its gradient
+    the same ones, to be read beside it), unless ``o.full`` or a worksheet asks for one of its cells."""
     grouped: list[tuple[object, list[Shown]]] = []
     for name, m in stage.matrices.items():
         if m.is_weight and not o.weights:
             continue
         symbol = tex_symbol(stage, name)
-        unit = [Shown(name, m, o.precision, o.holes(stage.id, name), symbol)]
+        view = View(o.precision, width, full=o.full or o.asks(stage.id, name))
+        rows, cols = map(tuple, summary(m, view))
+        unit = [Shown(name, m, o.precision, o.holes(stage.id, name), symbol, rows, cols)]
         if o.grads is not None and not m.is_constant:
             # Gradients are small numbers: two more digits, so that they do not all read 0.00.
-            gradient = m._replace(values=o.grads[stage.id][name])
-            unit.append(Shown(f"dL/d{name}", gradient, o.precision + 2, {}, rf"\partial L/\partial {symbol}"))
+            gradient = m._replace(values=o.grads[stage.id][name], role=ACTIVATION)  # not weights in [0, 1]
+            unit.append(
+                Shown(
+                    f"dL/d{name}", gradient, o.precision + 2, {}, rf"\partial L/\partial {symbol}", rows, cols
+                )
+            )
         grouped.append((group_of(stage, name), unit))
     return [[unit for _, unit in run] for _, run in itertools.groupby(grouped, key=lambda g: g[0])]
 
@@ -235,7 +298,12 @@ def _number(v: float, precision: int) -> str:
     return format_value(v, precision, minus="−")
 
 
-def _heading(trace: Trace, o: Options) -> tuple[str, str]:
+Spans = list[tuple[str, bool]]  # prose in pieces, each True where it is a command (`walkthrough train`)
+
+
+def _heading(trace: Trace, o: Options) -> tuple[str, Spans]:
+    """The document's title and the line of facts under it, the commands it names marked as such:
+    each format sets them as code instead of showing the terminal's backticks."""
     c = trace.config
     m = c.model
     title = f"transformer-walkthrough: {c.sentence}"
@@ -248,8 +316,11 @@ def _heading(trace: Trace, o: Options) -> tuple[str, str]:
     facts = (
         f"{inputs} · {'' if trace.weights_source is not None else f'seed {c.seed} · '}d_model {m.d_model}, {m.num_heads} heads (d_k {m.d_k}), d_ff {m.d_ff}, "
         f"{m.num_encoder_layers} + {m.num_decoder_layers} layers, {'pre' if m.norm_first else 'post'}-norm, "
-        f"{m.output_head} output head · weights: {trace.weights_origin}"
+        f"{m.output_head} output head · weights: "
     )
+    origin = trace.weights_origin
+    # Only our own sentence marks a command with backticks; a file's name is shown as it is.
+    pieces = origin.split("`") if trace.weights_source is None else [origin]
     extras = []
     if not o.weights:
         extras.append("the learned weights are left out")
@@ -260,7 +331,8 @@ def _heading(trace: Trace, o: Options) -> tuple[str, str]:
         extras.append(
             f"worksheet: {n} cell{'s' if n > 1 else ''} hidden as ?1 … ?{n}, the answers at the end"
         )
-    return title, " · ".join([facts, *extras])
+    spans = [(facts, False), *((text, k % 2 == 1) for k, text in enumerate(pieces))]
+    return title, [*spans, *((f" · {extra}", False) for extra in extras)]
 
 
 def _mark(p: Prediction) -> str:
@@ -326,19 +398,29 @@ def _md_anchor(stage: Stage) -> str:
 def _md_matrix(s: Shown) -> Iterator[str]:
     m = s.matrix
     yield f"\n**{s.name}** ({m.shape[0]}×{m.shape[1]})\n\n"
-    yield "| " + " | ".join([f"**{s.name}**", *map(_md_label, m.cols)]) + " |\n"
-    yield "|" + "---|" + "---:|" * len(m.cols) + "\n"
-    for i, (label, row) in enumerate(zip(m.rows, m.values.tolist(), strict=True)):
+    yield (
+        "| "
+        + " | ".join([f"**{s.name}**", *("…" if j < 0 else _md_label(m.cols[j]) for j in s.cols)])
+        + " |\n"
+    )
+    yield "|" + "---|" + "---:|" * len(s.cols) + "\n"
+    for i in s.rows:
+        if i < 0:
+            yield "| " + " | ".join(["⋮"] * (len(s.cols) + 1)) + " |\n"
+            continue
         cells = [
-            f"**?{s.holes[i, j]}**" if (i, j) in s.holes else _number(v, s.precision)
-            for j, v in enumerate(row)
+            "…" if v is None else f"**?{s.holes[i, j]}**" if (i, j) in s.holes else _number(v, s.precision)
+            for j, v in zip(s.cols, _row(s, i), strict=True)
         ]
-        yield "| " + " | ".join([_md_label(label), *cells]) + " |\n"
+        yield "| " + " | ".join([_md_label(m.rows[i]), *cells]) + " |\n"
+    if note := s.left_out():
+        yield f"\n{_md_text(note)}\n"
 
 
 def iter_markdown(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     title, facts = _heading(trace, o)
-    yield f"# {_md_text(title)}\n\n{_md_text(facts)}\n\n## Stages\n\n"
+    line = "".join(_md_label(text, table=False) if code else _md_text(text) for text, code in facts)
+    yield f"# {_md_text(title)}\n\n{line}\n\n## Stages\n\n"
     yield "".join(f"- [{s.id} — {s.title}](#{_md_anchor(s)})\n" for s in stages)
     for stage in stages:
         yield f"\n## {stage.id} {stage.title}\n\n{stage.explanation}\n\n```text\n{stage.formula}\n```\n"
@@ -381,7 +463,7 @@ _TEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
     "}": r"\}", "[": "{[}", "]": "{]}", "*": "{*}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}", ">": r"\textgreater{}",
     "−": "-", "∞": r"$\infty$", "√": r"$\surd$", "ᵀ": r"$^{T}$", "⊙": r"$\odot$", "·": r"$\cdot$", "…": r"\ldots{}",
-    "→": r"$\to$", "Σ": r"$\Sigma$", "×": r"$\times$", "≤": r"$\le$", "—": "---", "–": "--", "±": r"$\pm$",
+    "→": r"$\to$", "Σ": r"$\Sigma$", "×": r"$\times$", "≤": r"$\le$", "⋮": r"$\vdots$", "—": "---", "–": "--", "±": r"$\pm$",
     "²": r"$^{2}$", "✓": r"$\checkmark$", "✗": r"$\times$", "π": r"$\pi$", "σ": r"$\sigma$",
     # The marks of real checkpoints' tokens: SentencePiece's word start, GPT-2's shown tab and newline.
     "▁": r"\textvisiblespace{}", "⇥": r"$\rightarrowtail$", "↵": r"$\hookleftarrow$",
@@ -453,14 +535,20 @@ def _tex_matrix(s: Shown) -> Iterator[str]:
     """The matrix under its name and shape, its labels on it; a row at a time."""
     m = s.matrix
     shape = rf"\underset{{{m.shape[0]}\times{m.shape[1]}}}{{{s.tex}}}"
-    yield f"{shape} = \\labelled{{& " + " & ".join(rf"\lab{{{tex(c)}}}" for c in m.cols)
-    for i, (label, row) in enumerate(zip(m.rows, m.values.tolist(), strict=True)):
+    yield f"{shape} = \\labelled{{& " + " & ".join(
+        "" if j < 0 else rf"\lab{{{tex(m.cols[j])}}}" for j in s.cols
+    )
+    for i in s.rows:
+        if i < 0:
+            yield r" \cr \vdots & " + " & ".join(r"\ddots" if j < 0 else r"\vdots" for j in s.cols)
+            continue
         cells = [
-            rf"\boxed{{?_{{{s.holes[i, j]}}}}}" if (i, j) in s.holes
+            r"\cdots" if v is None
+            else rf"\boxed{{?_{{{s.holes[i, j]}}}}}" if (i, j) in s.holes
             else _tex_number(v, s.precision)
-            for j, v in enumerate(row)
+            for j, v in zip(s.cols, _row(s, i), strict=True)
         ]  # fmt: skip
-        yield rf" \cr \lab{{{tex(label)}}} & " + " & ".join(cells)
+        yield rf" \cr \lab{{{tex(m.rows[i])}}} & " + " & ".join(cells)
     yield "}"
 
 
@@ -478,9 +566,11 @@ def _tex_number(v: float, precision: int) -> str:
 
 def _tex_width(s: Shown) -> int:
     m = s.matrix
-    widest = max((len(label) for label in m.rows), default=0) * 0.7  # labels are set small
-    numbers = sum(max(int(w) + 2, s.precision + 4) for w in text_widths(m.values, s.precision))
-    return int(widest + numbers + 8)
+    rows, cols = s.kept()
+    widest = max((len(m.rows[i]) for i in rows), default=0) * 0.7  # labels are set small
+    shown = m.values[np.ix_(rows, cols)] if not s.whole else m.values
+    numbers = sum(max(int(w) + 2, s.precision + 4) for w in text_widths(shown, s.precision))
+    return int(widest + numbers + 8 + 3 * (len(cols) < len(s.cols)))
 
 
 def _tex_lines(group: list[list[Shown]]) -> Iterator[list[list[Shown]]]:
@@ -501,7 +591,8 @@ def _tex_lines(group: list[list[Shown]]) -> Iterator[list[list[Shown]]]:
 def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     title, facts = _heading(trace, o)
     yield _TEX_PREAMBLE
-    yield f"\\title{{{tex(title)}}}\n\\date{{}}\n\\begin{{document}}\n\\maketitle\n{tex(facts)}\\par\n"
+    line = "".join(rf"\texttt{{{tex(text)}}}" if code else tex(text) for text, code in facts)
+    yield f"\\title{{{tex(title)}}}\n\\date{{}}\n\\begin{{document}}\n\\maketitle\n{line}\\par\n"
     for stage in stages:
         yield (
             f"\n\\section*{{{tex(stage.title)}}}\n\\label{{{stage.id}}}\n"
@@ -510,7 +601,7 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
         )
         if notes := _notes(stage):
             yield f"{{\\small {tex(notes)}}}\\par\n"
-        for group in units(stage, o):
+        for group in units(stage, o, _LINE):
             for line in _tex_lines(group):
                 yield "\\fit{$\\displaystyle "
                 for k, unit in enumerate(line):
@@ -518,6 +609,10 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
                         yield r" \qquad " if k and not n else r" \quad " if n else ""
                         yield from _tex_matrix(shown)
                 yield "$}\n"
+                for unit in line:
+                    if note := unit[0].left_out():
+                        # "-{}-": two hyphens, as typed, not TeX's en dash
+                        yield f"{{\\small {tex(note).replace('--', '-{}-')}}}\\par\n"
     if trace.prediction:
         yield (
             "\n\\section*{Prediction}\n"
@@ -687,12 +782,73 @@ def mathml(lines: list[str]) -> str:
 # HTML: one self-contained file, no network, no script; matrices as heatmaps; prints well.
 # ---------------------------------------------------------------------------------------------
 
-_LEVELS = 8  # shades each side of 0: a class per shade keeps a large report small
+# How a matrix is shaded. Attention weights and probabilities on the terminal's fixed scale,
+# white at 0 to green at 1 (``palette.sequential``), so that 0.30 never looks like 1.00; any other
+# matrix as a heatmap on its own scale, its largest |value| the deepest red or blue; a matrix of
+# one value throughout (gamma = 1 before training) not at all: it has nothing to tell apart.
+FIXED, OWN = "fixed", "own"
+_LEVELS = 8  # heatmap shades each side of 0: a class per shade keeps a large report small
+_STEPS = 20  # shades of the fixed scale, 0.05 apart
 _SHADES = "\n".join(
-    f"td.{sign}{k} {{ background: rgb({','.join(map(str, diverging(t * k / _LEVELS, 1.0)))}); }}"
-    for sign, t in (("p", 1), ("n", -1))
-    for k in range(1, _LEVELS + 1)
+    [
+        *(
+            f".{sign}{k} {{ background: {css(diverging(t * k / _LEVELS, 1.0))}; }}"
+            for sign, t in (("p", 1), ("n", -1))
+            for k in range(1, _LEVELS + 1)
+        ),
+        *(f".g{k} {{ background: {css(sequential(k / _STEPS))}; }}" for k in range(_STEPS + 1)),
+    ]
 )
+# Each cell opens with the one before it closing: a row is then one join, the fast way for the
+# millions of cells of a base-size report. Indexed by the shade: −8 … 8 (+ _LEVELS), or 0 … 20.
+_OPENINGS = {
+    OWN: ["</td><td>" if k == 0 else f'</td><td class="{"p" if k > 0 else "n"}{abs(k)}">' for k in range(-_LEVELS, _LEVELS + 1)],
+    FIXED: [f'</td><td class="g{k}">' for k in range(_STEPS + 1)],
+    None: ["</td><td>"],
+}  # fmt: skip
+
+
+def shading(m: Matrix, values: np.ndarray) -> str | None:
+    """How the report shades ``m`` (``values``: the cells it shows): FIXED for the weights that are
+    probabilities (as the terminal shades them, by their role), OWN for any other matrix whose
+    finite numbers differ, None for one whose numbers are all the same (or none is finite)."""
+    if is_shaded(m, View()):
+        return FIXED
+    finite = values[np.isfinite(values)]
+    return OWN if finite.size and finite.min() != finite.max() else None
+
+
+def _shades(kind: str | None, values: np.ndarray, finite: np.ndarray) -> np.ndarray:
+    """Each cell's index into ``_OPENINGS[kind]``."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if kind == FIXED:
+            return np.where(finite, np.rint(np.clip(values, 0, 1) * _STEPS), 0).astype(int)
+        if kind == OWN:
+            scaled = np.clip(values / largest(values), -1, 1)
+            return np.where(finite, np.rint(scaled * _LEVELS), 0).astype(int) + _LEVELS
+    return np.zeros(values.shape, dtype=int)
+
+
+def _legend(kinds: set[str | None]) -> str:
+    """The line under a stage's matrices that says what their colours mean, and on which scale."""
+    said = []
+    if FIXED in kinds:
+        swatches = "".join(f'<span class="g{k}"></span>' for k in range(0, _STEPS + 1, 4))
+        said.append(
+            f"attention weights and probabilities: 0 {swatches} 1, one fixed scale for every such matrix "
+            "(as in the terminal)"
+        )
+    if OWN in kinds:
+        swatches = "".join(f'<span class="n{k}"></span>' for k in range(_LEVELS, 0, -2))
+        swatches += "<span></span>" + "".join(f'<span class="p{k}"></span>' for k in range(2, _LEVELS + 1, 2))
+        said.append(
+            f"other matrices: − {swatches} +, each on its own scale, the deepest colour at its largest |value|"
+        )
+    if None in kinds:
+        said.append("a matrix of one value throughout is not shaded")
+    return f'<p class="legend">Shading — {"; ".join(said)}.</p>' if said else ""
+
+
 _CSS = f"""
 :root {{ --fg: #1d2330; --muted: #5b6475; --line: #d8dce4; --accent: #2f5fb3; }}
 * {{ box-sizing: border-box; }}
@@ -717,7 +873,7 @@ h2 code {{ color: var(--muted); font-weight: normal; font-size: .9rem; margin-le
 .formula p {{ margin: .3rem 0 0; color: var(--muted); font-size: .9rem; }}
 pre.formula {{ margin: 0; }}
 .matrices {{ display: flex; flex-wrap: wrap; gap: 1.2rem 1.8rem; align-items: flex-start; margin-bottom: 1.2rem; }}
-.unit {{ display: flex; gap: .8rem; align-items: flex-start; }}
+.unit {{ display: flex; flex-wrap: wrap; gap: .8rem; align-items: flex-start; }}
 figure {{ margin: 0; }}
 figcaption {{ font-weight: 600; margin-bottom: .2rem; }}
 figcaption span {{ color: var(--muted); font-weight: normal; }}
@@ -727,6 +883,11 @@ table.m th {{ color: var(--accent); font-weight: 600; padding: 2px 6px; text-ali
 table.m th.row {{ text-align: left; }}
 table.m td {{ padding: 2px 6px; text-align: right; border: 1px solid #fff; }}
 table.m td.ninf {{ background: #3a3f4b; color: #fff; }}
+table.m td.gap {{ text-align: center; color: var(--muted); }}
+p.left-out {{ margin: .2rem 0 0; max-width: 40rem; color: var(--muted); font-size: .8rem; }}
+p.legend {{ color: var(--muted); font-size: .85rem; }}
+p.legend span {{ display: inline-block; width: 1.1em; height: .9em; vertical-align: middle;
+                 border: 1px solid var(--line); border-width: 1px 0; }}
 table.m td.hole {{ background: #fff; border: 1.5px solid var(--fg); font-weight: 700; text-align: center; }}
 {_SHADES}
 table.pred {{ border-collapse: collapse; }}
@@ -747,6 +908,10 @@ tr.right td.word {{ color: #0b7a32; font-weight: 700; }}
   main {{ padding-bottom: 0; }}
   .formula {{ overflow: visible; white-space: pre-wrap; }}
   h2 {{ break-after: avoid; }}
+  /* A heading with what follows it: the prediction is one block (a row a position, it fits a
+     page), and a stage's heading keeps its map and first lines (break-after alone is a hint
+     that Chromium drops before an image or a table). */
+  #prediction, .intro {{ break-inside: avoid; }}
   .formula, figure, .unit, table.pred, .where {{ break-inside: avoid; }}
   table.m {{ font-size: 8pt; }}
   .answers {{ break-before: page; }}
@@ -768,56 +933,61 @@ def _html_formula(stage: Stage, trace: Trace) -> str:
     return f'<div class="formula" title="{e(stage.formula)}">{math_block}{note}</div>'
 
 
-def _html_matrix(s: Shown) -> Iterator[str]:
-    """A matrix as a table, a row at a time; each cell shaded by its value against the largest."""
+def _html_matrix(s: Shown, kinds: set[str | None]) -> Iterator[str]:
+    """A matrix as a table, a row at a time, each cell shaded as ``shading`` says (added to
+    ``kinds``, for the stage's legend); a "⋮" row and a "…" column where it is summarised."""
     e = html.escape
     m, p = s.matrix, s.precision
-    values = m.values
+    rows, cols = s.kept()
+    values = m.values if s.whole else m.values[np.ix_(rows, cols)]
     finite = np.isfinite(values)
-    scale = float(np.max(np.abs(values, where=finite, out=np.zeros(values.shape)))) if finite.any() else 0.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        shade = np.where(finite, np.rint(np.clip(values / (scale or 1.0), -1, 1) * _LEVELS), 0).astype(int)
-    # Each cell opens with the one before it closing: a row is then one join, the fast way for
-    # the millions of cells of a base-size report.
-    opening = [
-        "</td><td>" if k == 0 else f'</td><td class="{"p" if k > 0 else "n"}{abs(k)}">'
-        for k in range(-_LEVELS, _LEVELS + 1)
-    ]
-    opening = opening[_LEVELS:] + opening[:_LEVELS]  # indexed by the shade, −8 … 8
+    kind = shading(m, values)
+    kinds.add(kind)
+    shade = _shades(kind, values, finite)
+    opening = _OPENINGS[kind]
     number = f"{{:.{p}f}}".format
     zero = "0" if p == 0 else "0." + "0" * p
-    kind = ' class="gradient"' if s.gradient else ""
+    gap = s.cols.index(-1) if -1 in s.cols else None
     hole_rows = {i for i, _ in s.holes}
+    heads = "".join("<th>…</th>" if j < 0 else f"<th>{e(m.cols[j])}</th>" for j in s.cols)
+    gradient = ' class="gradient"' if s.gradient else ""
     yield (
-        f"<figure{kind}><figcaption>{e(s.name)} <span>({m.shape[0]}×{m.shape[1]})</span></figcaption>"
-        f'<table class="m"><thead><tr><th></th>{"".join(f"<th>{e(c)}</th>" for c in m.cols)}</tr></thead><tbody>'
+        f"<figure{gradient}><figcaption>{e(s.name)} "
+        f"<span>({m.shape[0]}×{m.shape[1]})</span></figcaption>"
+        f'<table class="m"><thead><tr><th></th>{heads}</tr></thead><tbody>'
     )
-    for i, (label, row, shades, fine) in enumerate(
-        zip(m.rows, values.tolist(), shade.tolist(), finite.all(axis=1).tolist(), strict=True)
-    ):
-        if fine and i not in hole_rows:
-            cells = "".join(map(str.__add__, map(opening.__getitem__, shades), map(number, row)))
-            cells = (cells[5:] + "</td>").replace(f">-{zero}<", f">{zero}<").replace("-", "−")
+    k = 0  # the row of ``values`` that row i of the matrix is
+    for i in s.rows:
+        if i < 0:
+            yield '<tr><th class="row">⋮</th>' + '<td class="gap">⋮</td>' * len(s.cols) + "</tr>"
+            continue
+        row, shades = values[k].tolist(), shade[k].tolist()
+        if finite[k].all() and i not in hole_rows:
+            parts = list(map(str.__add__, map(opening.__getitem__, shades), map(number, row)))
         else:
-            cells = "".join(
-                _html_cell(s, i, j, v, opening[k][5:])
-                for j, (v, k) in enumerate(zip(row, shades, strict=True))
-            )
-        yield f'<tr><th class="row">{e(label)}</th>{cells}</tr>'
-    yield "</tbody></table></figure>"
+            parts = [_html_cell(s, i, j, v, opening[c]) for j, v, c in zip(cols, row, shades, strict=True)]
+        if gap is not None:
+            parts.insert(gap, '</td><td class="gap">…')
+        cells = ("".join(parts)[5:] + "</td>").replace(f">-{zero}<", f">{zero}<").replace("-", "−")
+        yield f'<tr><th class="row">{e(m.rows[i])}</th>{cells}</tr>'
+        k += 1
+    note = s.left_out()
+    yield "</tbody></table>" + (f'<p class="left-out">{e(note)}</p>' if note else "") + "</figure>"
 
 
 def _html_cell(s: Shown, i: int, j: int, v: float, opening: str) -> str:
+    """A cell that is not a plain number, opened as the fast path opens it (the one before closing)."""
     if (i, j) in s.holes:
-        return f'<td class="hole">?{s.holes[i, j]}</td>'
+        return f'</td><td class="hole">?{s.holes[i, j]}'
     if math.isinf(v):
-        return f'<td class="ninf" title="masked">{_number(v, s.precision)}</td>'
-    return f"{opening}{_number(v, s.precision)}</td>"
+        return f'</td><td class="ninf" title="masked">{_number(v, s.precision)}'
+    return f"{opening}{_number(v, s.precision)}"
 
 
 def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     e = html.escape
     title, facts = _heading(trace, o)
+    line = "".join(f"<code>{e(text)}</code>" if code else e(text) for text, code in facts)
     nav = "".join(f'<li><a href="#{e(s.id)}">{e(s.title)}</a></li>' for s in stages)
     if trace.prediction:
         nav += '<li><a href="#prediction">Prediction</a></li>'
@@ -826,26 +996,27 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     yield (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title)}</title>'
-        f"<style>{_CSS}</style></head><body><header><h1>{e(title)}</h1><p>{e(facts)}</p></header>"
+        f"<style>{_CSS}</style></head><body><header><h1>{e(title)}</h1><p>{line}</p></header>"
         f'<div class="layout"><nav><strong>Stages</strong><ol>{nav}</ol></nav><main>'
     )
     from .figure import figure_svg
 
     for stage in stages:
         yield (
-            f'<section id="{e(stage.id)}"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'
+            f'<section id="{e(stage.id)}"><div class="intro"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'
             f'<div class="where">{figure_svg(trace, stage.id)}</div>'  # where this stage sits in Figure 1
-            f"<p>{e(stage.explanation)}</p>{_html_formula(stage, trace)}"
+            f"<p>{e(stage.explanation)}</p>{_html_formula(stage, trace)}</div>"
         )
+        kinds: set[str | None] = set()
         for group in units(stage, o):
             yield '<div class="matrices">'
             for unit in group:
                 yield '<div class="unit">'
                 for shown in unit:
-                    yield from _html_matrix(shown)
+                    yield from _html_matrix(shown, kinds)
                 yield "</div>"
             yield "</div>"
-        yield "</section>"
+        yield f"{_legend(kinds)}</section>"
     if trace.prediction:
         rows = []
         for p in trace.prediction:

@@ -252,39 +252,49 @@ class MatrixBlock:
         return Measurement(self.width, self.width)
 
 
+def summary(matrix: Matrix, view: View) -> tuple[list[int], list[int]]:
+    """The rows and the columns of ``matrix`` that ``view`` shows, in order, a -1 where the "⋮"
+    row or the "…" column stands for the ones left out: numpy-style, the first and last few
+    that fit ``view.width`` (and ``MAX_ROWS``), or all of them with ``view.full``. The terminal
+    and the documents keep the same ones."""
+    r, c = matrix.values.shape
+    if view.full:
+        return list(range(r)), list(range(c))
+    row_index = summarise([1] * r, MAX_ROWS, 1)
+    shown = matrix.values[[i for i in row_index if i >= 0]]
+    # Labels are measured in terminal cells (▁猫 takes 3), and only those on screen: a long piece
+    # among 58,101 hidden by the summary does not widen the column.
+    label_width = max(cell_width(label(matrix.rows[i])) for i in row_index if i >= 0)
+    ellipsis = "..." if view.ascii else ELLIPSIS
+    # Only the columns that could fit are measured: a column is at least 1 + COL_GAP wide, so
+    # no more than this many from either end (a 58,101-word vocabulary is measured at its ends).
+    reach = max(1, view.width // (1 + COL_GAP) + 1)
+    candidates = list(range(c)) if c <= 2 * reach else [*range(reach), *range(c - reach, c)]
+    col_cells = [cell_width(label(matrix.cols[j])) for j in candidates]
+    estimate = np.maximum(text_widths(shown[:, candidates], view.precision), col_cells)
+    # Each column costs its text and the gap before it.
+    costs = [int(w) + COL_GAP for w in estimate]
+    picked = summarise(costs, view.width - label_width, len(ellipsis) + COL_GAP)
+    return row_index, [candidates[k] if k >= 0 else -1 for k in picked]
+
+
 def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     """One matrix titled with its name and shape, rows and columns labelled.
 
     Wider than the view, it is summarised numpy-style (an ellipsis column, a "⋮" row) unless
-    ``view.full``. Only the numbers shown are formatted, so a 512-column matrix costs little more
-    than a 4-column one. A line is one plain segment unless a cell in it is coloured.
+    ``view.full`` (``summary``). Only the numbers shown are formatted, so a 512-column matrix
+    costs little more than a 4-column one. A line is one plain segment unless a cell in it is
+    coloured.
     """
     r, c = matrix.values.shape
-    row_index = list(range(r)) if view.full else summarise([1] * r, MAX_ROWS, 1)
+    row_index, columns = summary(matrix, view)
     shown = matrix.values[[i for i in row_index if i >= 0]]
-    # Labels are measured in terminal cells (▁猫 takes 3), and only those on screen: a long piece
-    # among 58,101 hidden by the summary does not widen the column.
     row_labels = {i: label(matrix.rows[i]) for i in row_index if i >= 0}
     row_cells = {i: cell_width(text) for i, text in row_labels.items()}
     label_width = max(row_cells.values())
     ellipsis = "..." if view.ascii else ELLIPSIS
-    if view.full:
-        columns = list(range(c))
-        col_labels = {j: label(text) for j, text in enumerate(matrix.cols)}
-        col_cells = {j: cell_width(text) for j, text in col_labels.items()}
-    else:
-        # Only the columns that could fit are measured: a column is at least 1 + COL_GAP wide, so
-        # no more than this many from either end (a 58,101-word vocabulary is measured at its ends).
-        reach = max(1, view.width // (1 + COL_GAP) + 1)
-        candidates = list(range(c)) if c <= 2 * reach else [*range(reach), *range(c - reach, c)]
-        col_labels = {j: label(matrix.cols[j]) for j in candidates}
-        col_cells = {j: cell_width(text) for j, text in col_labels.items()}
-        estimate = np.maximum(text_widths(shown[:, candidates], view.precision), list(col_cells.values()))
-        # Each column costs its text and the gap before it.
-        picked = summarise(
-            [int(w) + COL_GAP for w in estimate], view.width - label_width, len(ellipsis) + COL_GAP
-        )
-        columns = [candidates[k] if k >= 0 else -1 for k in picked]
+    col_labels = {j: label(matrix.cols[j]) for j in columns if j >= 0}
+    col_cells = {j: cell_width(text) for j, text in col_labels.items()}
     kept = [j for j in columns if j >= 0]
     cells = [[format_value(v, view.precision) for v in row] for row in shown[:, kept].tolist()]
     neg_inf = "-∞"

@@ -479,10 +479,18 @@ def _latex(kv: str, s: str) -> Callable[[ModelConfig], list[str]]:
             *(rotation if _rotated(m, kv) else [rf"S_h &= Q_h K_{g}^{{\top}} / \sqrt{{d_k}}"]),
             rf"A_h &= \operatorname{{softmax}}({s}) \quad \text{{(row-wise)}}",
             rf"O_h &= A_h V_{g}",
-            rf"\mathrm{{output}} &= [O_1 \cdots O_{{{m.num_heads}}}]\, W^O{b_O}",
+            rf"\mathrm{{output}} &= {_heads_side_by_side(m.num_heads)}\, W^O{b_O}",
         ]
 
     return latex
+
+
+def _heads_side_by_side(h: int) -> str:
+    """The heads' outputs set side by side, in LaTeX: [O_1\\; O_2] for two, [O_1\\; O_2\\; O_3] for
+    three, [O_1 \\cdots O_h] for more (a "⋯" only where heads are left out)."""
+    if h <= 3:
+        return "[" + r"\; ".join(f"O_{{{k}}}" for k in range(1, h + 1)) + "]"
+    return rf"[O_1 \cdots O_{{{h}}}]"
 
 
 def _formula(kv: str, s: str) -> Callable[[ModelConfig], str]:
