@@ -34,7 +34,6 @@ import gc
 import json
 import re
 from collections.abc import Iterator, Sequence
-from itertools import compress, repeat
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +105,8 @@ def _labels_apart(tokens: list[str]) -> list[str]:
     return [escape(t) for t in shown]
 
 
-_FF = bytes_to_unicode()[0xFF]  # "ÿ": the byte 0xFF, which no UTF-8 text holds
+# The bytes 0xFF 0xFE, which no UTF-8 text holds, as stand-ins: "ÿþ".
+_CUT = bytes_to_unicode()[0xFF] + bytes_to_unicode()[0xFE]
 # What _SHOW names but the three of SHOWN: bytes of no whole character, control characters.
 _HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f\udc80-\udcff]")
 
@@ -114,29 +114,18 @@ _HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f\udc80-\udcff]")
 def _byte_level_labels(tokens: list[str]) -> list[str] | None:
     """``labels`` when every token is only stand-ins (a model's vocabulary), else None: what
     ``_labels_apart`` makes of them, in one pass of each step over all the tokens joined by the
-    byte 0xFF. That byte is never part of a UTF-8 character, so each token's bytes decode as they
-    would alone, and it decodes to U+DCFF, where the text is cut. The few tokens that hold 0xFF
-    themselves (``ÿ``, GPT-2's and Llama 3's byte token) are labelled apart."""
-    joined, holders = _FF.join(tokens), []
-    if joined.count(_FF) != len(tokens) - 1:
-        holders = list(compress(range(len(tokens)), map(str.__contains__, tokens, repeat(_FF))))
-        rest = list(tokens)
-        for n in holders:
-            rest[n] = ""
-        joined = _FF.join(rest)
-    data = _bytes_of(joined)
-    if data is None or any(_bytes_of(tokens[n]) is None for n in holders):
+    bytes 0xFF 0xFE. Neither is ever part of a UTF-8 character, so each token's bytes decode as
+    they would alone, and the two decode to U+DCFF U+DCFE, where the text is cut; a token holding
+    both (never in a vocabulary trained on text) is a hostile file's, left to ``_labels_apart``."""
+    joined = _CUT.join(tokens)
+    data = _bytes_of(joined) if joined.count(_CUT) == len(tokens) - 1 else None
+    if data is None:
         return None
-    text = data.decode("utf-8", "surrogateescape").replace("\udcff", _SEP)
+    text = data.decode("utf-8", "surrogateescape").replace("\udcff\udcfe", _SEP)
     for c, shown_as in SHOWN.items():
         text = text.replace(c, shown_as)
     shown = _HIDDEN.sub(lambda m: _SHOW[ord(m[0])], text).split(_SEP)
-    if not all(map(str.isprintable, shown)):
-        shown = [escape(t) for t in shown]
-    if holders:
-        for n, text in zip(holders, _labels_apart([tokens[n] for n in holders]), strict=True):
-            shown[n] = text
-    return shown
+    return shown if all(map(str.isprintable, shown)) else [escape(t) for t in shown]
 
 
 @functools.lru_cache(maxsize=1)
