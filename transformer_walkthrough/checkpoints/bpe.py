@@ -326,6 +326,7 @@ def _read_vocabulary(path: Path, folder: Folder) -> tuple[dict[str, Any], _Vocab
     transformers picks builds them: ``tokenizer_folder``), checked (``check_tokenizer``), and from
     it the model vocabulary (token -> id), the added tokens (id -> (token, special)), and how the
     model's tokens are shown: "byte-level" (GPT-2's), "sentencepiece" (``▁``, byte pieces) or None."""
+    checked = None
     if path.name == "vocab.json":
         raw = from_vocab_and_merges(folder)
     else:
@@ -335,11 +336,11 @@ def _read_vocabulary(path: Path, folder: Folder) -> tuple[dict[str, Any], _Vocab
             raise CheckpointError(f"{path.parent}: missing tokenizer file tokenizer.json") from None
         # All of the file is checked, the parts the class replaces too: a hostile file is refused
         # (one line) whichever class reads it.
-        raw = check_tokenizer(raw, path)
+        checked = check_tokenizer(raw, path)
         if folder.cls == BACKEND:
-            return raw, _vocabulary(raw, path)
-        raw = rebuilt(folder, raw)
-    data = check_tokenizer(raw, path)
+            return checked, _vocabulary(checked, path)
+        raw = rebuilt(folder, checked)
+    data = check_tokenizer(raw, path, checked=checked)
     return data, _vocabulary(data, path)
 
 

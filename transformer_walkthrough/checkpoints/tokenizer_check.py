@@ -59,10 +59,12 @@ Check = Callable[[Any, str, "_Context"], Any]
 
 
 class _Context:
-    """What the checks of one file share: its path, the vocabulary's ids, the text's growth so far."""
+    """What the checks of one file share: its path, the vocabulary's ids, the text's growth so far,
+    and the model of an earlier check of the same file (``check_tokenizer``'s ``checked``)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, checked: dict[str, Any] | None = None):
         self.path = path
+        self.checked: dict[str, Any] = checked["model"] if checked else {}
         self.ids = 0  # one past the largest id of the vocabulary and the added tokens
         self.growth = 1.0
 
@@ -406,7 +408,11 @@ def _model(value: Any, ctx: _Context) -> dict[str, Any]:
         raise ctx.fail(
             f"{where}.type", f"is {_shown(name)}, not a model of a supported tokenizer (BPE, WordPiece)"
         )
-    vocab = _vocab(value.get("vocab"), f"{where}.vocab", ctx)
+    vocab = value.get("vocab")
+    # The very vocabulary (and merges) an earlier check of this file passed: not walked again.
+    known = bool(ctx.checked) and vocab is ctx.checked["vocab"]
+    if not known:
+        vocab = _vocab(vocab, f"{where}.vocab", ctx)
     ctx.ids = max(ctx.ids, max(vocab.values(), default=-1) + 1)
     if name == "BPE":
         allowed: dict[str, Check] = {
@@ -426,7 +432,9 @@ def _model(value: Any, ctx: _Context) -> dict[str, Any]:
     body["type"] = name
     body["unk_token"] = _unk(value.get("unk_token"), f"{where}.unk_token", ctx, vocab)
     if name == "BPE":
-        body["merges"] = _merges(value.get("merges", []), f"{where}.merges", ctx, vocab)
+        merges = value.get("merges", [])
+        known = known and merges is ctx.checked.get("merges")
+        body["merges"] = merges if known else _merges(merges, f"{where}.merges", ctx, vocab)
     return body
 
 
@@ -464,11 +472,15 @@ TOP_LEVEL = ("version", "truncation", "padding", "added_tokens", "normalizer", "
              "post_processor", "decoder", "model")  # fmt: skip
 
 
-def check_tokenizer(data: Any, path: Path) -> dict[str, Any]:
+def check_tokenizer(data: Any, path: Path, checked: dict[str, Any] | None = None) -> dict[str, Any]:
     """``tokenizer.json``'s parsed JSON, every part checked against ``ALLOWED`` and its sizes, with
     ``padding`` and ``truncation`` removed: what the ``tokenizers`` library may be given
-    (``Tokenizer.from_str(json.dumps(...))``). Anything else is a one-line CheckpointError."""
-    ctx = _Context(path)
+    (``Tokenizer.from_str(json.dumps(...))``). Anything else is a one-line CheckpointError.
+
+    ``checked``: what an earlier call returned for this file, when ``data`` is a spec rebuilt
+    around it (``tokenizer_folder.rebuilt``): a ``model.vocab`` and ``model.merges`` that are the
+    very objects it holds, which nothing changes, are not checked again (half of Qwen2's load)."""
+    ctx = _Context(path, checked)
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: not a BPE tokenizer (no model.vocab of token -> id)")
     for key in data:
