@@ -17,7 +17,7 @@ import transformers
 
 from tests import tiny_tokenizers as tiny
 from transformer_walkthrough.checkpoints import BPETokenizer, ByteLevelBPETokenizer, CheckpointError
-from transformer_walkthrough.checkpoints.bpe import bytes_to_unicode, sentencepiece_labels
+from transformer_walkthrough.checkpoints.bpe import sentencepiece_labels
 
 PROMPTS = [
     "The cat sat on the mat.",
@@ -255,60 +255,32 @@ def test_a_merges_txt_too_large_is_one_line(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # a Llama 3-sized vocabulary
 
-
-def _llama3_sized(folder: Path, size: int = 128_000, merges: int = 280_000) -> None:
-    """A byte-level tokenizer.json of Llama 3's size: 128,000 tokens, 280,000 merges (several
-    merges make one token, as in Llama 3's), 256 added tokens."""
-    alphabet = list(bytes_to_unicode().values())
-    vocab = {c: i for i, c in enumerate(alphabet)}
-    pairs: list[str] = []
-    letters = alphabet[:40]
-    words = [""]
-    while len(vocab) < size:  # every word of 2, 3, then 4 of the first 40 characters, by length
-        words = [w + c for w in words for c in letters]
-        for word in words if len(words[0]) > 1 else []:
-            if len(vocab) == size:
-                break
-            vocab[word] = len(vocab)
-            pairs += [f"{word[:k]} {word[k:]}" for k in range(1, len(word))]  # each split a merge
-    pairs = pairs[:merges]
-    specials = ["<|begin_of_text|>", "<|end_of_text|>"] + [
-        f"<|reserved_special_token_{n}|>" for n in range(254)
-    ]
-    spec = {
-        "version": "1.0",
-        "added_tokens": [tiny._added(t, size + n) for n, t in enumerate(specials)],
-        "normalizer": None,
-        "pre_tokenizer": {
-            "type": "Sequence",
-            "pretokenizers": [
-                {
-                    "type": "Split",
-                    "pattern": {"Regex": tiny.LLAMA3_SPLIT},
-                    "behavior": "Isolated",
-                    "invert": False,
-                },
-                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
-            ],
-        },
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-        "model": {"type": "BPE", "ignore_merges": True, "vocab": vocab, "merges": pairs},
-    }
-    (folder / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    (folder / "tokenizer_config.json").write_text('{"tokenizer_class": "PreTrainedTokenizerFast"}')
+# The issue's bar, 0.3 s, as a multiple of json.loads of the same file on the host it was set on
+# (json.loads 0.071 s there, best of several runs; an Intel Xeon, 2 CPUs): a slower host reads the same.
+LOAD_BAR = 0.3 / 0.071
 
 
 def test_a_128256_token_vocabulary_loads_fast(tmp_path, capsys):
-    _llama3_sized(tmp_path)
-    times = []
-    for _ in range(3):
+    tiny.llama3_sized(tmp_path)
+    data = (tmp_path / "tokenizer.json").read_bytes()
+    times, peer, loaded = [], [], None
+    for _ in range(3):  # in turns: a slow moment of a shared machine falls on both
+        start = time.perf_counter()
+        parsed = json.loads(data.decode("utf-8"))
+        peer.append(time.perf_counter() - start)
+        del parsed  # each freed outside the timing
+        loaded = None
         start = time.perf_counter()
         loaded = BPETokenizer(tmp_path)
         times.append(time.perf_counter() - start)
     assert len(loaded.vocabulary) == len(loaded.labels) == 128_256
     assert all(t.isprintable() for t in loaded.labels)
+    ratio = min(times) / min(peer)
     with capsys.disabled():
-        print(f"\n  loading a 128,256-token, 280,000-merge vocabulary: {min(times):.3f} s")
-    # 0.3 s is the target; the test guards against the quadratic without failing on a busy machine.
+        print(
+            f"\n  loading a 128,256-token, 280,000-merge vocabulary: {min(times):.3f} s = {ratio:.1f}x "
+            f"json.loads of the file ({min(peer):.3f} s); the bar, 0.3 s, is {LOAD_BAR:.1f}x"
+        )
+    # The bar is reported, not asserted: the test guards against the quadratic without failing on
+    # a busy machine.
     assert min(times) <= 1.5, f"loading a 128,256-token vocabulary took {min(times):.3f} s"

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from transformer_walkthrough.checkpoints.bpe import bytes_to_unicode
+
 CORPUS = [
     "The cat sat on the mat. The dog ate the bone!",
     "A quick brown fox jumps over the lazy dog, and the cat watches.",
@@ -274,3 +276,47 @@ def gpt2_vocab_merges(folder: Path, add_prefix_space: bool | None = None) -> Tin
         config["add_prefix_space"] = add_prefix_space
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return Tiny(eos + 1, eos, eos)
+
+
+def llama3_sized(folder: Path, size: int = 128_000, merges: int = 280_000) -> None:
+    """A byte-level tokenizer.json of Llama 3's size: 128,000 tokens, 280,000 merges (several
+    merges make one token, as in Llama 3's), 256 added tokens; a loading test's and
+    benchmarks/bench_tokenizer.py's (no trainer: plain JSON)."""
+    alphabet = list(bytes_to_unicode().values())
+    vocab = {c: i for i, c in enumerate(alphabet)}
+    pairs: list[str] = []
+    letters = alphabet[:40]
+    words = [""]
+    while len(vocab) < size:  # every word of 2, 3, then 4 of the first 40 characters, by length
+        words = [w + c for w in words for c in letters]
+        for word in words if len(words[0]) > 1 else []:
+            if len(vocab) == size:
+                break
+            vocab[word] = len(vocab)
+            pairs += [f"{word[:k]} {word[k:]}" for k in range(1, len(word))]  # each split a merge
+    pairs = pairs[:merges]
+    specials = ["<|begin_of_text|>", "<|end_of_text|>"] + [
+        f"<|reserved_special_token_{n}|>" for n in range(254)
+    ]
+    spec = {
+        "version": "1.0",
+        "added_tokens": [_added(t, size + n) for n, t in enumerate(specials)],
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {
+                    "type": "Split",
+                    "pattern": {"Regex": LLAMA3_SPLIT},
+                    "behavior": "Isolated",
+                    "invert": False,
+                },
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+            ],
+        },
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "ignore_merges": True, "vocab": vocab, "merges": pairs},
+    }
+    (folder / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text('{"tokenizer_class": "PreTrainedTokenizerFast"}')

@@ -37,6 +37,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .errors import CheckpointError
 from .jsonfile import read_json
 from .native import NativeProcess
@@ -82,9 +84,15 @@ def label(token: str) -> str:
 
 
 def labels(tokens: list[str]) -> list[str]:
-    """``label`` of every token, in a few passes over all of them at once (50,257 in ~50 ms)."""
+    """``label`` of every token, in a few passes over all of them at once (128,256 in ~20 ms)."""
     if not tokens:  # "".split(_SEP) below is [""]: one label for no token
         return []
+    shown = _byte_level_labels(tokens)
+    return shown if shown is not None else _labels_apart(tokens)
+
+
+def _labels_apart(tokens: list[str]) -> list[str]:
+    """``labels`` where not every token is GPT-2's stand-ins (an added token, a hostile file)."""
     if any(_SEP in t for t in tokens):  # a hostile vocabulary: the separator would split a token
         return [escape(t) if _SEP in t else labels([t])[0] for t in tokens]
     joined = _SEP.join(tokens).translate(_to_latin1())
@@ -95,6 +103,54 @@ def labels(tokens: list[str]) -> list[str]:
     texts = [t.encode("latin-1").decode("utf-8", "surrogateescape") for t in joined.split(_SEP)]
     shown = _SEP.join(texts).translate(_SHOW).split(_SEP)
     return [escape(t) for t in shown]
+
+
+# The bytes 0xFF 0xFE, which no UTF-8 text holds, as stand-ins: "ÿþ".
+_CUT = bytes_to_unicode()[0xFF] + bytes_to_unicode()[0xFE]
+# What _SHOW names but the three of SHOWN: bytes of no whole character, control characters.
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f\udc80-\udcff]")
+
+
+def _byte_level_labels(tokens: list[str]) -> list[str] | None:
+    """``labels`` when every token is only stand-ins (a model's vocabulary), else None: what
+    ``_labels_apart`` makes of them, in one pass of each step over all the tokens joined by the
+    bytes 0xFF 0xFE. Neither is ever part of a UTF-8 character, so each token's bytes decode as
+    they would alone, and the two decode to U+DCFF U+DCFE, where the text is cut; a token holding
+    both (never in a vocabulary trained on text) is a hostile file's, left to ``_labels_apart``."""
+    joined = _CUT.join(tokens)
+    data = _bytes_of(joined) if joined.count(_CUT) == len(tokens) - 1 else None
+    if data is None:
+        return None
+    text = data.decode("utf-8", "surrogateescape").replace("\udcff\udcfe", _SEP)
+    for c, shown_as in SHOWN.items():
+        text = text.replace(c, shown_as)
+    shown = _HIDDEN.sub(lambda m: _SHOW[ord(m[0])], text).split(_SEP)
+    return shown if all(map(str.isprintable, shown)) else [escape(t) for t in shown]
+
+
+@functools.lru_cache(maxsize=1)
+def _byte_table() -> np.ndarray:
+    """The byte each stand-in stands for, by code point (U+0000 to U+0143); 256 for the others."""
+    stand_ins = bytes_to_unicode()
+    table = np.full(max(map(ord, stand_ins.values())) + 1, 256, dtype=np.uint16)
+    table[[ord(c) for c in stand_ins.values()]] = list(stand_ins)
+    return table
+
+
+def _bytes_of(text: str) -> bytes | None:
+    """The bytes that ``text``'s stand-ins stand for, or None when it holds any other character
+    (``_to_latin1`` for all of it at once: a table look-up of its UTF-16 code units)."""
+    try:
+        units = np.frombuffer(text.encode("utf-16-le"), dtype=np.uint16)
+    except UnicodeEncodeError:  # a lone surrogate
+        return None
+    table = _byte_table()
+    if not units.size:
+        return b""
+    if units.max() >= len(table):  # a character past U+0143 (one past U+FFFF is two surrogates)
+        return None
+    found = table[units]
+    return None if found.max() > 0xFF else found.astype(np.uint8).tobytes()
 
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-F]{2})>")
@@ -159,22 +215,33 @@ class BPETokenizer:
         if size is not None and n > size:
             raise CheckpointError(f"{self.path}: has ids up to {n - 1}, the embedding table only {size} rows")
         tokens: list[str | None] = [None] * n
-        for token, i in vocab.items():
-            tokens[i] = token
+        in_order = list(vocab.values()) == list(range(len(vocab)))  # as tokenizer.json lists them
+        if in_order:
+            tokens[: len(vocab)] = vocab
+        else:
+            for token, i in vocab.items():
+                tokens[i] = token
         for i, (token, _) in added.items():
             tokens[i] = token
         # Rows of the embedding table that no token names (a table padded to a round size).
         self.vocabulary: tuple[str, ...] = tuple(
-            t if t is not None else f"<unused {i}>" for i, t in enumerate(tokens)
+            tokens
+            if None not in tokens
+            else (t if t is not None else f"<unused {i}>" for i, t in enumerate(tokens))
         )
         self.special = frozenset(i for i, (_, special) in added.items() if special)
         shown = list(self.vocabulary)
         if style:
-            model_ids = [i for i in range(n) if tokens[i] is not None and i not in added]
             show = labels if style == "byte-level" else sentencepiece_labels
-            for i, text in zip(model_ids, show([shown[i] for i in model_ids]), strict=True):
-                shown[i] = text
-        self.labels: tuple[str, ...] = tuple(escape(t) for t in shown)
+            if in_order and min(added, default=n) >= len(vocab):  # the model's tokens come first
+                shown[: len(vocab)] = show(shown[: len(vocab)])
+            else:
+                model_ids = [i for i in range(n) if tokens[i] is not None and i not in added]
+                for i, text in zip(model_ids, show([shown[i] for i in model_ids]), strict=True):
+                    shown[i] = text
+        self.labels: tuple[str, ...] = tuple(
+            shown if all(map(str.isprintable, shown)) else (escape(t) for t in shown)
+        )
         # The display form is what rows, columns and predictions show (checkpoint.Tokenizer); one
         # vocabulary serves the prompt and what follows it.
         self.source_vocabulary = self.target_vocabulary = self.labels
@@ -259,6 +326,7 @@ def _read_vocabulary(path: Path, folder: Folder) -> tuple[dict[str, Any], _Vocab
     transformers picks builds them: ``tokenizer_folder``), checked (``check_tokenizer``), and from
     it the model vocabulary (token -> id), the added tokens (id -> (token, special)), and how the
     model's tokens are shown: "byte-level" (GPT-2's), "sentencepiece" (``▁``, byte pieces) or None."""
+    checked = None
     if path.name == "vocab.json":
         raw = from_vocab_and_merges(folder)
     else:
@@ -268,11 +336,11 @@ def _read_vocabulary(path: Path, folder: Folder) -> tuple[dict[str, Any], _Vocab
             raise CheckpointError(f"{path.parent}: missing tokenizer file tokenizer.json") from None
         # All of the file is checked, the parts the class replaces too: a hostile file is refused
         # (one line) whichever class reads it.
-        raw = check_tokenizer(raw, path)
+        checked = check_tokenizer(raw, path)
         if folder.cls == BACKEND:
-            return raw, _vocabulary(raw, path)
-        raw = rebuilt(folder, raw)
-    data = check_tokenizer(raw, path)
+            return checked, _vocabulary(checked, path)
+        raw = rebuilt(folder, checked)
+    data = check_tokenizer(raw, path, checked=checked)
     return data, _vocabulary(data, path)
 
 

@@ -37,6 +37,7 @@ ignores a saved ``"padding": {"strategy": {"Fixed": 2000000000}}``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,10 +59,12 @@ Check = Callable[[Any, str, "_Context"], Any]
 
 
 class _Context:
-    """What the checks of one file share: its path, the vocabulary's ids, the text's growth so far."""
+    """What the checks of one file share: its path, the vocabulary's ids, the text's growth so far,
+    and the model of an earlier check of the same file (``check_tokenizer``'s ``checked``)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, checked: dict[str, Any] | None = None):
         self.path = path
+        self.checked: dict[str, Any] = checked["model"] if checked else {}
         self.ids = 0  # one past the largest id of the vocabulary and the added tokens
         self.growth = 1.0
 
@@ -330,13 +333,24 @@ def _merges(value: Any, where: str, ctx: _Context, vocab: dict[str, int]) -> lis
     return value
 
 
+_SEP = "\ud800"  # a lone surrogate: the separator of the joined merges below (a merge holding it: walked)
+# Merges written "a b", one space in each, joined by _SEP: (a b SEP)* a b, with no space or _SEP in a token.
+_ONE_SPACE_EACH = re.compile(f"(?:[^ {_SEP}]*+ [^ {_SEP}]*+{_SEP})*+[^ {_SEP}]*+ [^ {_SEP}]*+")
+
+
 def _merges_fit(value: list[Any], vocab: dict[str, int]) -> bool:
     """Whether every merge is two tokens that make a third, all in ``vocab``: the check of
-    ``_merges`` in set operations (Llama 3's 280,000 merges in ~0.1 s, not ~0.4); when it is
+    ``_merges`` in C-level passes (Llama 3's 280,000 merges in ~0.1 s, walked ~0.4); when it is
     false, ``_merges`` walks the list to name the first bad merge."""
-    pairs = [m.split(" ") if type(m) is str else m for m in value]
-    if not pairs:
+    if not value:
         return True
+    try:
+        joined = _SEP.join(value)
+    except TypeError:  # not every merge is written "a b": some are ["a", "b"] (or hostile)
+        pass
+    else:
+        return _spaced_merges_fit(joined, len(value), vocab)
+    pairs = [m.split(" ") if type(m) is str else m for m in value]
     if set(map(type, pairs)) != {list} or set(map(len, pairs)) != {2}:
         return False
     a, b = zip(*pairs, strict=True)
@@ -344,6 +358,18 @@ def _merges_fit(value: list[Any], vocab: dict[str, int]) -> bool:
         return False
     has = vocab.__contains__
     return all(map(has, a)) and all(map(has, b)) and all(map(has, map(str.__add__, a, b)))
+
+
+def _spaced_merges_fit(joined: str, n: int, vocab: dict[str, int]) -> bool:
+    """``_merges_fit`` of ``n`` merges written ``"a b"``, on all of them joined by ``_SEP`` (which
+    none holds): when each has one space, ``a``, ``b``, ``a``, ``b``, … are the joined merges cut at
+    every space and separator, and each ``a + b`` is a merge without its space."""
+    if joined.count(_SEP) != n - 1 or not _ONE_SPACE_EACH.fullmatch(joined):
+        return False
+    has = vocab.__contains__
+    return all(map(has, joined.replace(_SEP, " ").split(" "))) and all(
+        map(has, joined.replace(" ", "").split(_SEP))
+    )
 
 
 def _unk(value: Any, where: str, ctx: _Context, vocab: dict[str, int]) -> str | None:
@@ -363,7 +389,11 @@ def _model(value: Any, ctx: _Context) -> dict[str, Any]:
         raise ctx.fail(
             f"{where}.type", f"is {_shown(name)}, not a model of a supported tokenizer (BPE, WordPiece)"
         )
-    vocab = _vocab(value.get("vocab"), f"{where}.vocab", ctx)
+    vocab = value.get("vocab")
+    # The very vocabulary (and merges) an earlier check of this file passed: not walked again.
+    known = bool(ctx.checked) and vocab is ctx.checked["vocab"]
+    if not known:
+        vocab = _vocab(vocab, f"{where}.vocab", ctx)
     ctx.ids = max(ctx.ids, max(vocab.values(), default=-1) + 1)
     if name == "BPE":
         allowed: dict[str, Check] = {
@@ -383,7 +413,9 @@ def _model(value: Any, ctx: _Context) -> dict[str, Any]:
     body["type"] = name
     body["unk_token"] = _unk(value.get("unk_token"), f"{where}.unk_token", ctx, vocab)
     if name == "BPE":
-        body["merges"] = _merges(value.get("merges", []), f"{where}.merges", ctx, vocab)
+        merges = value.get("merges", [])
+        known = known and merges is ctx.checked.get("merges")
+        body["merges"] = merges if known else _merges(merges, f"{where}.merges", ctx, vocab)
     return body
 
 
@@ -421,11 +453,15 @@ TOP_LEVEL = ("version", "truncation", "padding", "added_tokens", "normalizer", "
              "post_processor", "decoder", "model")  # fmt: skip
 
 
-def check_tokenizer(data: Any, path: Path) -> dict[str, Any]:
+def check_tokenizer(data: Any, path: Path, checked: dict[str, Any] | None = None) -> dict[str, Any]:
     """``tokenizer.json``'s parsed JSON, every part checked against ``ALLOWED`` and its sizes, with
     ``padding`` and ``truncation`` removed: what the ``tokenizers`` library may be given
-    (``Tokenizer.from_str(json.dumps(...))``). Anything else is a one-line CheckpointError."""
-    ctx = _Context(path)
+    (``Tokenizer.from_str(json.dumps(...))``). Anything else is a one-line CheckpointError.
+
+    ``checked``: what an earlier call returned for this file, when ``data`` is a spec rebuilt
+    around it (``tokenizer_folder.rebuilt``): a ``model.vocab`` and ``model.merges`` that are the
+    very objects it holds, which nothing changes, are not checked again (half of Qwen2's load)."""
+    ctx = _Context(path, checked)
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: not a BPE tokenizer (no model.vocab of token -> id)")
     for key in data:
