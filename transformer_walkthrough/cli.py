@@ -759,6 +759,15 @@ def train(
     output: Annotated[  # a str, as export's PATH: a Path would drop the slash of "x.npz/"
         Optional[str], typer.Option("--output", "-o", help="Save the trained weights to this .npz.")
     ] = None,
+    save_initial: Annotated[
+        Optional[str],
+        typer.Option(
+            "--save-initial",
+            help="Also save the weights before training to this .npz: then `walkthrough diff -w "
+            "BEFORE -w AFTER` shows what training changed.",
+            show_default=False,
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite the output if it exists.")] = False,
     weights: WeightsOption = None,
 ) -> None:
@@ -772,29 +781,43 @@ def train(
     from .model.transformer import run_forward
     from .views.render import View, loss_curve, training_table
 
-    target = None
-    if output is not None:
-        target = check_target(output, force, formats=(".npz",))  # before the work
+    # Both paths checked before the work: a bad one costs nothing.
+    target = None if output is None else check_target(output, force, formats=(".npz",))
+    initial = None if save_initial is None else check_target(save_initial, force, formats=(".npz",))
+    if target is not None and initial is not None and os.path.abspath(target) == os.path.abspath(initial):
+        raise WalkthroughError(
+            f"--save-initial and --output are one file, {printable(str(target))}; give two"
+        )
     before, w = _trace(config, seed, None, weights)
     settings = before.config
+    start = {name: a.copy() for name, a in w.arrays.items()} if initial is not None else None
     out = Terminal()
     with out.training_progress(steps if steps is not None else settings.training.steps) as on_step:
         losses = fit(settings, w, steps, lr, on_step=on_step)
     after = run_forward(settings, w)
-    out.show(loss_curve(losses, width=min(60, out.width - 12)))
-    out.show(training_table(before, after, View(precision=settings.display.precision)))
-    for line in training_notes(
-        losses, lr if lr is not None else settings.training.learning_rate, settings, after
-    ):
-        out.line(line)
+    if len(losses) > 1:
+        out.show(loss_curve(losses, width=min(60, out.width - 12)))
+        out.show(training_table(before, after, View(precision=settings.display.precision)))
+        for line in training_notes(
+            losses, lr if lr is not None else settings.training.learning_rate, settings, after
+        ):
+            out.line(line)
+    else:
+        out.line(f"0 steps: the weights are as they were, the loss {losses[0]:.4g}.")
+    # the words of the tables too, so that a sentence with other words is told which are new
+    words = {VOCABULARY: np.array(settings.vocabulary)} if settings.vocabulary else {}
+    # Written only once training has succeeded: a run that diverges leaves neither file behind.
+    if initial is not None:
+        write_atomic(initial, lambda f: np.savez(f, **start, **words), force)
+        out.say(f"wrote {printable(str(initial))}: the weights before training")
     if target is not None:
-        # the words of the tables too, so that a sentence with other words is told which are new
-        words = {VOCABULARY: np.array(settings.vocabulary)} if settings.vocabulary else {}
         write_atomic(target, lambda f: np.savez(f, **w.arrays, **words), force)
         shown = printable(str(target))
         out.say(f"wrote {shown}: walkthrough generate --weights {shown}")
+        if initial is not None:
+            out.say(f"what training changed: walkthrough diff -w {printable(str(initial))} -w {shown}")
     else:
-        out.line("(the weights were not kept: add --output weights.npz)")
+        out.line("(the trained weights were not kept: add --output weights.npz)")
 
 
 MAX_GENERATED = 512  # tokens: a model that never says <end> stops here
