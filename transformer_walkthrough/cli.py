@@ -635,6 +635,31 @@ def export(
             show_default=False,
         ),
     ] = None,
+    kinds: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--kinds",
+            help="With --exercise: the kinds of step to ask for, comma-separated or repeated: dot, "
+            "softmax, norm, rotation (the default), activation, sinusoid, sum, lookup, copy.",
+            show_default=False,
+        ),
+    ] = None,
+    pick_seed: Annotated[
+        Optional[int],
+        typer.Option(
+            "--pick-seed",
+            help="With --exercise: choose other cells on the same numbers (default: the seed).",
+            show_default=False,
+        ),
+    ] = None,
+    answers: Annotated[
+        Optional[str],
+        typer.Option(
+            "--answers",
+            help="Write the worksheet's answer key to this file (.html, .md, .tex) instead of at its end.",
+            show_default=False,
+        ),
+    ] = None,
     checkpoint: ModelOptions = TOY,
 ) -> None:
     """Write every matrix to a file: data (.json, .npz) or a document (.html, .md, .tex)."""
@@ -648,13 +673,25 @@ def export(
         raise WalkthroughError(
             f"--exercise and --cells make a worksheet, a document: export .html, .md or .tex, not {suffix}"
         )
+    key = None
+    if answers is not None:
+        if exercise is None and not cells:
+            raise WalkthroughError("--answers writes a worksheet's key: give --exercise N or --cells")
+        key = check_target(answers, force, formats=DOCUMENTS)
+        if target is not None and os.path.abspath(key) == os.path.abspath(target):
+            raise WalkthroughError(
+                f"--answers {printable(answers)} is the worksheet itself; give another file"
+            )
     trace, w = _trace(config, seed, None, weights, model, notes_to_stderr=True)
     stages = trace.select(stage or (), layer)
     sheet = None
-    if exercise is not None or cells:
+    if exercise is not None or cells or kinds is not None or pick_seed is not None:
         from .views.documents import worksheet
 
-        sheet = worksheet(trace, stages, exercise, cells or (), include_weights)
+        sheet = worksheet(
+            trace, stages, exercise, cells or (), include_weights, kinds=kinds, pick_seed=pick_seed,
+            separate_key=key is not None,
+        )  # fmt: skip
     warning = size_warning(stages, include_weights, trace.config.model.dtype, suffix)
     grads = _gradients(trace, w, backward)
     # The size warning is said once the export is written, beside "wrote": an export that fails
@@ -668,6 +705,11 @@ def export(
         typer.echo(f"warning: {warning}", err=True)
     if text is None:
         typer.echo(f"wrote {printable(str(target))}", err=True)
+    if key is not None and sheet is not None:
+        from .files.export import write_key
+
+        write_key(trace, key, sheet, force)
+        typer.echo(f"wrote {printable(str(key))}: the answer key", err=True)
 
 
 class Reference(str, Enum):
