@@ -192,8 +192,8 @@ def test_cli_backward_shows_and_exports_every_gradient(runner: CliRunner) -> Non
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["train", "--steps", "0"], "--steps: must be 1 to 100,000 (the toy learns in about 150), got 0"),
-        (["train", "--steps", "99999999999"], "--steps: must be 1 to 100,000"),
+        (["train", "--steps", "-1"], "--steps: must be 0 to 100,000 (the toy learns in about 150"),
+        (["train", "--steps", "99999999999"], "--steps: must be 0 to 100,000"),
         (["train", "--lr", "-1"], "--lr: must be positive, got -1"),
         (["train", "--output", "w.json"], "unknown format .json; use .npz"),
         (["train", "-c", "configs/article-flatten.yaml"], "the flatten head cannot be trained"),

@@ -103,7 +103,7 @@ def test_more_cells_than_the_export_has(trace: Trace) -> None:
 
     stages = [trace["output.probabilities"]]  # 4 × 7 probabilities, all above 0
     assert len(worksheet(trace, stages, 28).holes) == 28
-    with pytest.raises(StageError, match="only 28 cells"):
+    with pytest.raises(StageError, match="has 28 cells worth asking"):
         worksheet(trace, stages, 29)
 
 

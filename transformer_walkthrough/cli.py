@@ -635,6 +635,7 @@ def export(
             show_default=False,
         ),
     ] = None,
+<<<<<<< HEAD
     full: Annotated[
         bool,
         typer.Option(
@@ -643,6 +644,33 @@ def export(
             "terminal's summary (.json and .npz always hold every number).",
         ),
     ] = False,
+=======
+    kinds: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--kinds",
+            help="With --exercise: the kinds of step to ask for, comma-separated or repeated: dot, "
+            "softmax, norm, rotation (the default), activation, sinusoid, sum, lookup, copy.",
+            show_default=False,
+        ),
+    ] = None,
+    pick_seed: Annotated[
+        Optional[int],
+        typer.Option(
+            "--pick-seed",
+            help="With --exercise: choose other cells on the same numbers (default: the seed).",
+            show_default=False,
+        ),
+    ] = None,
+    answers: Annotated[
+        Optional[str],
+        typer.Option(
+            "--answers",
+            help="Write the worksheet's answer key to this file (.html, .md, .tex) instead of at its end.",
+            show_default=False,
+        ),
+    ] = None,
+>>>>>>> sheets
     checkpoint: ModelOptions = TOY,
 ) -> None:
     """Write every matrix to a file: data (.json, .npz) or a document (.html, .md, .tex)."""
@@ -656,13 +684,25 @@ def export(
         raise WalkthroughError(
             f"--exercise and --cells make a worksheet, a document: export .html, .md or .tex, not {suffix}"
         )
+    key = None
+    if answers is not None:
+        if exercise is None and not cells:
+            raise WalkthroughError("--answers writes a worksheet's key: give --exercise N or --cells")
+        key = check_target(answers, force, formats=DOCUMENTS)
+        if target is not None and os.path.abspath(key) == os.path.abspath(target):
+            raise WalkthroughError(
+                f"--answers {printable(answers)} is the worksheet itself; give another file"
+            )
     trace, w = _trace(config, seed, None, weights, model, notes_to_stderr=True)
     stages = trace.select(stage or (), layer)
     sheet = None
-    if exercise is not None or cells:
+    if exercise is not None or cells or kinds is not None or pick_seed is not None:
         from .views.documents import worksheet
 
-        sheet = worksheet(trace, stages, exercise, cells or (), include_weights)
+        sheet = worksheet(
+            trace, stages, exercise, cells or (), include_weights, kinds=kinds, pick_seed=pick_seed,
+            separate_key=key is not None,
+        )  # fmt: skip
     warning = size_warning(stages, include_weights, trace.config.model.dtype, suffix)
     grads = _gradients(trace, w, backward)
     # The size warning is said once the export is written, beside "wrote": an export that fails
@@ -676,6 +716,11 @@ def export(
         typer.echo(f"warning: {warning}", err=True)
     if text is None:
         typer.echo(f"wrote {printable(str(target))}", err=True)
+    if key is not None and sheet is not None:
+        from .files.export import write_key
+
+        write_key(trace, key, sheet, force)
+        typer.echo(f"wrote {printable(str(key))}: the answer key", err=True)
 
 
 class Reference(str, Enum):
@@ -767,6 +812,15 @@ def train(
     output: Annotated[  # a str, as export's PATH: a Path would drop the slash of "x.npz/"
         Optional[str], typer.Option("--output", "-o", help="Save the trained weights to this .npz.")
     ] = None,
+    save_initial: Annotated[
+        Optional[str],
+        typer.Option(
+            "--save-initial",
+            help="Also save the weights before training to this .npz: then `walkthrough diff -w "
+            "BEFORE -w AFTER` shows what training changed.",
+            show_default=False,
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite the output if it exists.")] = False,
     weights: WeightsOption = None,
 ) -> None:
@@ -780,29 +834,43 @@ def train(
     from .model.transformer import run_forward
     from .views.render import View, loss_curve, training_table
 
-    target = None
-    if output is not None:
-        target = check_target(output, force, formats=(".npz",))  # before the work
+    # Both paths checked before the work: a bad one costs nothing.
+    target = None if output is None else check_target(output, force, formats=(".npz",))
+    initial = None if save_initial is None else check_target(save_initial, force, formats=(".npz",))
+    if target is not None and initial is not None and os.path.abspath(target) == os.path.abspath(initial):
+        raise WalkthroughError(
+            f"--save-initial and --output are one file, {printable(str(target))}; give two"
+        )
     before, w = _trace(config, seed, None, weights)
     settings = before.config
+    start = {name: a.copy() for name, a in w.arrays.items()} if initial is not None else None
     out = Terminal()
     with out.training_progress(steps if steps is not None else settings.training.steps) as on_step:
         losses = fit(settings, w, steps, lr, on_step=on_step)
     after = run_forward(settings, w)
-    out.show(loss_curve(losses, width=min(60, out.width - 12)))
-    out.show(training_table(before, after, View(precision=settings.display.precision)))
-    for line in training_notes(
-        losses, lr if lr is not None else settings.training.learning_rate, settings, after
-    ):
-        out.line(line)
+    if len(losses) > 1:
+        out.show(loss_curve(losses, width=min(60, out.width - 12)))
+        out.show(training_table(before, after, View(precision=settings.display.precision)))
+        for line in training_notes(
+            losses, lr if lr is not None else settings.training.learning_rate, settings, after
+        ):
+            out.line(line)
+    else:
+        out.line(f"0 steps: the weights are as they were, the loss {losses[0]:.4g}.")
+    # the words of the tables too, so that a sentence with other words is told which are new
+    words = {VOCABULARY: np.array(settings.vocabulary)} if settings.vocabulary else {}
+    # Written only once training has succeeded: a run that diverges leaves neither file behind.
+    if initial is not None:
+        write_atomic(initial, lambda f: np.savez(f, **start, **words), force)
+        out.say(f"wrote {printable(str(initial))}: the weights before training")
     if target is not None:
-        # the words of the tables too, so that a sentence with other words is told which are new
-        words = {VOCABULARY: np.array(settings.vocabulary)} if settings.vocabulary else {}
         write_atomic(target, lambda f: np.savez(f, **w.arrays, **words), force)
         shown = printable(str(target))
         out.say(f"wrote {shown}: walkthrough generate --weights {shown}")
+        if initial is not None:
+            out.say(f"what training changed: walkthrough diff -w {printable(str(initial))} -w {shown}")
     else:
-        out.line("(the weights were not kept: add --output weights.npz)")
+        out.line("(the trained weights were not kept: add --output weights.npz)")
 
 
 MAX_GENERATED = 512  # tokens: a model that never says <end> stops here

@@ -408,6 +408,22 @@ def export(
     return None
 
 
+def write_key(trace: Trace, target: Path, sheet: Worksheet, force: bool = False) -> None:
+    """A worksheet's answer key to a document of its own, written as every export is: atomically,
+    and never over a file without ``force``."""
+    from ..views.documents import iter_key
+
+    suffix = target.suffix.lower()
+
+    def write(f: BinaryIO) -> None:
+        for piece in iter_key(trace, suffix, sheet):
+            if suffix == ".tex":
+                _check_latin(piece, target)
+            f.write(piece.encode("utf-8"))
+
+    write_atomic(target, write, force)
+
+
 def _check_latin(text: str, target: Path) -> None:
     """Refuse a .tex that pdflatex cannot typeset: its T1 fonts have Latin letters only.
 

@@ -90,14 +90,16 @@ def train(
     learning_rate: float | None = None,
     on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
-    """Train ``w`` in place; return the loss before each step and, last, after the final one."""
+    """Train ``w`` in place; return the loss before each step and, last, after the final one
+    (0 steps: the loss of ``w`` as it is, which is left untouched)."""
     if config.model.output_head == "flatten":
         backward(run_forward(config, w), w)  # raises the error that explains why
     steps = steps if steps is not None else config.training.steps
     lr = learning_rate if learning_rate is not None else config.training.learning_rate
-    if not 0 < steps <= MAX_STEPS:
+    if not 0 <= steps <= MAX_STEPS:
         raise WalkthroughError(
-            f"--steps: must be 1 to {MAX_STEPS:,} (the toy learns in about 150), got {steps}"
+            f"--steps: must be 0 to {MAX_STEPS:,} (the toy learns in about 150; 0 keeps the "
+            f"initial weights), got {steps}"
         )
     # Each step is a pass over every pair: a 1.5 MB training.dataset of 50,000 pairs made one step
     # take 97 s. The passes are bounded as the steps of one sentence are.

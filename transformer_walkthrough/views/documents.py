@@ -24,12 +24,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import StageError
+from ..errors import StageError, shorten
 from ..model.kinds import KINDS
 from ..model.trace import (
-    ACTIVATION,
-    ATTENTION,
-    PROBABILITIES,
+    CONSTANT,
+    INPUT,
+    MASK,
+    WEIGHT,
     Matrix,
     Prediction,
     Stage,
@@ -70,6 +71,7 @@ class Worksheet:
     answers: tuple[tuple[str, ...], ...]
     hidden: dict[tuple[str, str], dict[tuple[int, int], int]] = field(default_factory=dict)
     by_value: dict[float, int] = field(default_factory=dict)  # for the prediction table's numbers
+    separate_key: bool = False  # the answers in a file of their own (``iter_key``), not at the end
 
 
 @dataclass(frozen=True)
@@ -180,8 +182,134 @@ def units(stage: Stage, o: Options, width: int = DOCUMENT_WIDTH) -> list[list[li
     return [[unit for _, unit in run] for _, run in itertools.groupby(grouped, key=lambda g: g[0])]
 
 
-# Cells a worksheet may ask for: what a stage computes (not its weights, inputs or constants).
-_ASKABLE = (ACTIVATION, ATTENTION, PROBABILITIES)
+# Cells a worksheet may ask for, by the kind of step that computes them: what the student does.
+STEP_KINDS = {
+    "dot": "a dot product: a projection (Q, K, V, a feed-forward, the logits), a score, a weighted sum",
+    "softmax": "an attention weight or a probability",
+    "norm": "a LayerNorm or RMSNorm output",
+    "rotation": "a rotary turn of a query or key",
+    "activation": "the feed-forward's activation",
+    "sinusoid": "a positional sinusoid",
+    "sum": "a single addition (a residual, the positions, the mask)",
+    "lookup": "a row of the embedding table",
+    "copy": "a cell copied from another matrix (concat, flattened)",
+}
+DEFAULT_KINDS = ("dot", "softmax", "norm", "rotation")  # the stage's real step: never a copy or a lookup
+ROW_BOUND = {"softmax": 2, "norm": 2}  # a row bound by Σ (softmax: Σ = 1; a norm: Σ (y − β)/γ = 0)
+
+
+class Step(NamedTuple):
+    """How a cell is computed: the kind of step and the cells of its stage it is computed from."""
+
+    kind: str
+    inputs: tuple[tuple[str, int, int], ...]
+
+
+def _names_of(stage: Stage) -> dict[tuple[str, int | None], str]:
+    return {(m.base or name, m.head): name for name, m in stage.matrices.items()}
+
+
+def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | None:
+    """The step that computes ``stage.name[i, j]`` and the cells it reads; None for a weight, an
+    input, a constant of no formula (the mask) or a matrix this worksheet does not know."""
+    from ..model.kinds.attention import kv_head
+
+    m = stage.matrices[name]
+    if m.role in (WEIGHT, INPUT, MASK):
+        return None
+    names = _names_of(stage)
+    base, head = m.base or name, m.head
+    mc = trace.config.model
+
+    def get(b: str, h: int | None = None) -> str | None:
+        return names.get((b, h))
+
+    def row(n: str | None, r: int) -> list[tuple[str, int, int]]:
+        return [] if n is None else [(n, r, c) for c in range(stage.matrices[n].shape[1])]
+
+    def col(n: str | None, c: int) -> list[tuple[str, int, int]]:
+        return [] if n is None else [(n, r, c) for r in range(stage.matrices[n].shape[0])]
+
+    def one(n: str | None, r: int, c: int) -> list[tuple[str, int, int]]:
+        return [] if n is None else [(n, r, c)]
+
+    def step(kind: str, *parts: list[tuple[str, int, int]]) -> Step:
+        return Step(kind, tuple(cell for part in parts for cell in part))
+
+    kind = stage.kind
+    if kind == "embedding" and base == "output":
+        ids = trace.source_ids if stage.id.startswith("encoder") else trace.target_ids
+        return step("lookup", one(get("E"), int(ids[i]), j)) if i < len(ids) else None
+    if kind == "positional-encoding":
+        if base == "PE":
+            return step("sinusoid") if m.role == CONSTANT else None  # a learned P's row is a lookup
+        if base == "output":
+            return step("sum", one(get("X"), i, j), one(get("PE"), i, j))
+        return None
+    if kind.endswith("attention"):
+        g = None if head is None else kv_head(mc, head)
+        side = get("memory") or get("X")
+        if base in ("Q", "K", "V"):
+            source = get("X") if base == "Q" else side
+            return step(
+                "dot", row(source, i), col(get(f"W_{base}", head), j), one(get(f"b_{base}", head), 0, j)
+            )
+        if base in ("rot_Q", "rot_K"):
+            plain = get(base[4:], head)
+            half = m.shape[1] // 2
+            return step("rotation", one(plain, i, j), one(plain, i, (j + half) % (2 * half)),
+                        one(get("cos"), i, j), one(get("sin"), i, j))  # fmt: skip
+        if base in ("cos", "sin"):
+            return step("sinusoid")
+        if base == "S":
+            q = get("rot_Q", head) or get("Q", head)
+            k = get("rot_K", g) or get("K", g)
+            return step("dot", row(q, i), row(k, j))
+        if base == "S+M":
+            return step("sum", one(get("S", head), i, j), one(get("M"), i, j))
+        if base == "A":
+            return step("softmax", row(get("S+M", head) or get("S", head), i))
+        if base == "O":
+            return step("dot", row(get("A", head), i), col(get("V", g), j))
+        if base == "concat":
+            h, c = divmod(j, mc.d_k)
+            return step("copy", one(get("O", h + 1), i, c))
+        if base == "output":
+            return step("dot", row(get("concat"), i), col(get("W_O"), j), one(get("b_O"), 0, j))
+        return None
+    if kind in ("add-norm", "layer-norm", "residual"):
+        if base == "sum" or (kind == "residual" and base == "output"):
+            return step("sum", one(get("X"), i, j), one(get("sublayer"), i, j))
+        if base == "output":
+            return step(
+                "norm", row(get("sum") or get("X"), i), one(get("gamma"), 0, j), one(get("beta"), 0, j)
+            )
+        return None
+    if kind == "feed-forward":
+        linear = {"pre": ("W_1", "b_1"), "gate": ("W_gate", "b_gate"), "up": ("W_up", "b_up")}
+        if base in linear:
+            w, b = linear[base]
+            return step("dot", row(get("X"), i), col(get(w), j), one(get(b), 0, j))
+        if base == "hidden":
+            if get("gate") is not None:
+                return step("activation", one(get("gate"), i, j), one(get("up"), i, j))
+            return step("activation", one(get("pre"), i, j))
+        if base == "output":
+            w, b = ("W_down", "b_down") if get("W_down") else ("W_2", "b_2")
+            return step("dot", row(get("hidden"), i), col(get(w), j), one(get(b), 0, j))
+        return None
+    if kind == "logits":
+        if base == "flattened":
+            d = stage.matrices[get("X")].shape[1]
+            return step("copy", one(get("X"), *divmod(j, d)))
+        if base == "logits":
+            return step("dot", row(get("flattened") or get("X"), i), col(get("W"), j), one(get("b"), 0, j))
+        return None
+    if kind == "probabilities" and base == "probabilities":
+        return step("softmax", row(get("logits"), i))
+    return None
+
+
 MAX_EXERCISE = 100
 _CELL_SPEC = re.compile(r"\s*([^/\s]+)/([^\[\]/]+)\[([^\]]*)\]\s*")
 
@@ -193,20 +321,36 @@ def worksheet(
     cells: Sequence[str] = (),
     weights: bool = True,
     digits: int = 4,
+    kinds: Sequence[str] | None = None,
+    pick_seed: int | None = None,
+    separate_key: bool = False,
 ) -> Worksheet | None:
-    """The worksheet asked for: ``exercise`` cells chosen across the stages from the config's seed
-    (the same seed, the same worksheet), or the ``cells`` named as "stage/matrix[row,col]";
-    None for neither. Raises StageError for a spec that names no cell of this export."""
+    """The worksheet asked for: ``exercise`` cells of the ``kinds`` of step (``DEFAULT_KINDS``)
+    chosen across the stages from ``pick_seed`` (default: the config's seed; the same seed, the
+    same worksheet), or the ``cells`` named as "stage/matrix[row,col]"; None for neither. With
+    ``separate_key`` the document leaves its answers to a file of their own. Raises StageError
+    for a spec that names no cell of this export."""
     from .explain import explain, parse_cell
 
     if exercise is not None and cells:
         raise StageError("give --exercise or --cells, not both")
     if exercise is None and not cells:
         return None
+    if exercise is None and (kinds is not None or pick_seed is not None):
+        raise StageError("--kinds and --pick-seed choose the cells of --exercise; give --exercise N")
     if exercise is not None:
         if not 1 <= exercise <= MAX_EXERCISE:
             raise StageError(f"--exercise: hide 1 to {MAX_EXERCISE} cells, got {exercise}")
-        chosen = _choose(trace, stages, exercise)
+        if pick_seed is not None and not 0 <= pick_seed < 2**63:
+            raise StageError(f"--pick-seed: must be 0 or more, got {pick_seed}")
+        chosen = _choose(
+            trace,
+            stages,
+            exercise,
+            DEFAULT_KINDS if kinds is None else parse_kinds(kinds),
+            trace.config.seed if pick_seed is None else pick_seed,
+            weights,
+        )
     else:
         exported = {s.id: s for s in stages}
         chosen = []
@@ -249,47 +393,168 @@ def worksheet(
         if v == 0 or not math.isfinite(v):
             continue  # a 0 or −∞ is everywhere: hiding its copies would hide half the document
         by_value.setdefault(v, h.number)
+        # its own inputs stay shown: the E a lookup reads, the O a concat copies
+        step = cell_step(trace, trace[h.stage], h.name, h.i, h.j)
+        own = set() if step is None else {(h.stage, *d) for d in step.inputs}
         for s in stages:
             for name, m in s.matrices.items():
                 if weights or not m.is_weight:
                     for i, j in np.argwhere(m.values == v).tolist():
-                        hidden.setdefault((s.id, name), {}).setdefault((i, j), h.number)
-    return Worksheet(holes, answers, hidden, by_value)
+                        if (s.id, name, i, j) not in own:
+                            hidden.setdefault((s.id, name), {}).setdefault((i, j), h.number)
+    return Worksheet(holes, answers, hidden, by_value, separate_key)
 
 
-def _choose(trace: Trace, stages: list[Stage], n: int) -> list[tuple[str, str, int, int]]:
-    """``n`` cells spread evenly over the stages that compute something, from the config's seed."""
-    rng = np.random.default_rng(trace.config.seed)
-    askable = []
+def parse_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
+    """``--kinds dot,softmax`` (repeatable, commas or not) as kinds of step; StageError naming
+    them for one that is not."""
+    out: list[str] = []
+    for given in kinds:
+        for k in (part.strip().lower() for part in given.split(",")):
+            if not k:
+                continue
+            if k not in STEP_KINDS:
+                raise StageError(
+                    f"--kinds {shorten(k, 40)!r}: not a kind of step; give {', '.join(STEP_KINDS)}"
+                )
+            if k not in out:
+                out.append(k)
+    if not out:
+        raise StageError(f"--kinds: give one or more of {', '.join(STEP_KINDS)}")
+    return tuple(out)
+
+
+Cell = tuple[str, str, int, int]  # stage id, matrix name, row, column
+
+
+def _choose(
+    trace: Trace, stages: list[Stage], n: int, kinds: Sequence[str], seed: int, weights: bool
+) -> list[Cell]:
+    """``n`` cells a student can compute from what the worksheet shows, spread over the stages,
+    drawn from ``seed``.
+
+    A cell is asked only if its step is one of ``kinds`` and every cell it is computed from is
+    shown: exported, and hidden neither as an answer nor as a copy of one (a hidden cell's copies
+    elsewhere are hidden too, so each choice is checked against the inputs of those before it).
+    In a row bound by a sum (a softmax's Σ = 1, a norm's Σ (y − β)/γ = 0) a single hidden cell
+    would follow from the others: there, two are hidden together, or none.
+    """
+    rng = np.random.default_rng(seed)
+    shown = {
+        (s.id, name): m.values for s in stages for name, m in s.matrices.items() if weights or not m.is_weight
+    }
+    cache: dict[Cell, tuple[Cell, ...]] = {}
+
+    def inputs_of(c: Cell) -> tuple[Cell, ...]:
+        if c not in cache:
+            st = cell_step(trace, trace[c[0]], c[1], c[2], c[3])
+            cache[c] = () if st is None else tuple((c[0], *d) for d in st.inputs)
+        return cache[c]
+
+    # The rows worth asking, stage by stage: a matrix whose step is one of ``kinds`` and whose
+    # inputs are all shown (a step's inputs are the same matrices for every cell of its matrix).
+    bound: dict[tuple[str, str], str] = {}  # matrices whose rows are bound by a sum, by their kind
+    units_of: list[tuple[Stage, list[tuple[str, int, str]]]] = []
     for s in stages:
-        names = [
-            name for name, m in s.matrices.items()
-            if m.role in _ASKABLE and np.any(np.isfinite(m.values) & (m.values != 0))
-        ]  # fmt: skip
-        if names:
-            askable.append((s, names))
-    free: dict[tuple[str, str], np.ndarray] = {}  # the cells not yet chosen, of the matrices looked at
+        rows = []
+        for name, m in s.matrices.items():
+            st = cell_step(trace, s, name, 0, 0) if m.values.size else None
+            if st is None or (s.id, name) not in shown:
+                continue
+            if st.kind in ROW_BOUND:
+                bound[s.id, name] = st.kind
+            if st.kind in kinds and all((s.id, d[0]) in shown for d in st.inputs):
+                open_rows = np.flatnonzero((np.isfinite(m.values) & (m.values != 0)).any(axis=1))
+                rows.extend((name, int(i), st.kind) for i in open_rows)
+        if rows:
+            units_of.append((s, rows))
+    if not units_of:
+        raise StageError(f"this export has no cells of the kinds {', '.join(kinds)} to ask for (--kinds)")
 
-    def open_cells(s: Stage, name: str) -> np.ndarray:
-        if (s.id, name) not in free:
-            free[s.id, name] = np.isfinite(s[name]) & (s[name] != 0)
-        return free[s.id, name]
+    hidden: set[Cell] = set()
+    needed: set[Cell] = set()  # the inputs of the cells chosen: never hidden
+    chosen: list[Cell] = []
 
-    chosen: list[tuple[str, str, int, int]] = []
-    for k in range(n):
-        start = k * len(askable) // n
-        for step in range(len(askable)):  # a stage with no cell left gives way to the next
-            s, names = askable[(start + step) % len(askable)]
-            names = [name for name in names if open_cells(s, name).any()]
-            if names:
+    def copies(cells: list[Cell]) -> set[Cell]:
+        """The cells and every copy of their values shown elsewhere, but their own inputs (the E
+        a lookup reads, the O a concat copies: those stay, to be read)."""
+        out = set(cells)
+        for c in cells:
+            v = shown[c[:2]][c[2], c[3]]
+            own = set(inputs_of(c))
+            for key, values in shown.items():
+                out.update(d for i, j in np.argwhere(values == v).tolist() if (d := (*key, i, j)) not in own)
+        return out
+
+    def fits(cells: list[Cell]) -> set[Cell] | None:
+        """What hiding ``cells`` hides (them and their copies), or None if it breaks a rule."""
+        if any(c in hidden or c in needed for c in cells):
+            return None
+        more = copies(cells)
+        inputs = {d for c in cells for d in inputs_of(c)}
+        if more & needed or inputs & (hidden | more):
+            return None
+        # no bound row may be left with a single hidden cell (a copy could hide one anywhere)
+        after = hidden | more
+        for sid, name, i, _ in more:
+            kind = bound.get((sid, name))
+            if kind is not None:
+                values = shown[sid, name][i]
+                count = sum((sid, name, i, j) in after for j in range(len(values)))
+                if count and count < ROW_BOUND[kind]:
+                    return None
+        return more
+
+    def candidates(s: Stage, name: str, i: int, kind: str) -> list[list[Cell]]:
+        values = shown[s.id, name][i]
+        cols = np.flatnonzero(np.isfinite(values) & (values != 0)).tolist()
+        open_ = [j for j in cols if (s.id, name, i, j) not in hidden]
+        # a bound row with two hidden already takes one more at a time
+        size = 1 if len(cols) - len(open_) >= ROW_BOUND.get(kind, 1) else ROW_BOUND.get(kind, 1)
+        if len(open_) < size:
+            return []
+        picked = rng.permutation(open_).tolist()
+        return [
+            [(s.id, name, i, j) for j in picked[k : k + size]] for k in range(0, len(picked) - size + 1, size)
+        ]
+
+    exhausted: set[int] = set()
+    k = 0
+    while len(chosen) < n and len(exhausted) < len(units_of):
+        # the k-th choice starts at its share of the stages, as evenly as n allows
+        start = (k * len(units_of) // n) % len(units_of)
+        k += 1
+        for offset in range(len(units_of)):
+            index = (start + offset) % len(units_of)
+            if index in exhausted:
+                continue
+            s, rows = units_of[index]
+            order = rng.permutation(len(rows)).tolist()
+            done = False
+            for r in order:
+                name, i, kind = rows[r]
+                for cells in candidates(s, name, i, kind):
+                    if len(cells) > n - len(chosen):
+                        continue
+                    more = fits(cells)
+                    if more is None:
+                        continue
+                    hidden.update(more)
+                    needed.update(d for c in cells for d in inputs_of(c))
+                    chosen.extend(cells)
+                    done = True
+                    break
+                if done:
+                    break
+            if done:
                 break
-        else:
-            raise StageError(f"--exercise {n}: this export has only {len(chosen)} cells to ask for")
-        name = names[int(rng.integers(len(names)))]
-        cells = np.argwhere(free[s.id, name])
-        i, j = cells[int(rng.integers(len(cells)))].tolist()
-        free[s.id, name][i, j] = False
-        chosen.append((s.id, name, i, j))
+            exhausted.add(index)
+    if len(chosen) < n:
+        raise StageError(
+            f"--exercise {n}: this export has {len(chosen)} cells worth asking together (steps: "
+            f"{', '.join(kinds)}; each computable from the cells shown); ask for {len(chosen)} or "
+            "fewer, or add kinds with --kinds"
+        )
     return chosen
 
 
@@ -328,9 +593,8 @@ def _heading(trace: Trace, o: Options) -> tuple[str, Spans]:
         extras.append("each matrix has its gradient dL/d(matrix) beside it (the loss: mean cross-entropy)")
     if o.worksheet is not None:
         n = len(o.worksheet.holes)
-        extras.append(
-            f"worksheet: {n} cell{'s' if n > 1 else ''} hidden as ?1 … ?{n}, the answers at the end"
-        )
+        where = "in a file of their own" if o.worksheet.separate_key else "at the end"
+        extras.append(f"worksheet: {n} cell{'s' if n > 1 else ''} hidden as ?1 … ?{n}, the answers {where}")
     spans = [(facts, False), *((text, k % 2 == 1) for k, text in enumerate(pieces))]
     return title, [*spans, *((f" · {extra}", False) for extra in extras)]
 
@@ -438,15 +702,19 @@ def iter_markdown(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str
                 f"| {_md_label(p.after)} | **{_md_label(p.word)}** | {_probability(p.probability, d, o)} "
                 f"| {expected} | {_mark(p)} | {top} |\n"
             )
-    if o.worksheet is not None:
-        yield "\n## Answer key\n"
-        for h, lines in zip(o.worksheet.holes, o.worksheet.answers, strict=True):
-            fence = _md_fence(lines)
-            yield (
-                f"\n**?{h.number}** {_md_label(_hole_label(trace, h), table=False)}\n\n{fence}text\n"
-                + "\n".join(lines)
-                + f"\n{fence}\n"
-            )
+    if o.worksheet is not None and not o.worksheet.separate_key:
+        yield from _md_key(trace, o.worksheet)
+
+
+def _md_key(trace: Trace, sheet: Worksheet) -> Iterator[str]:
+    yield "\n## Answer key\n"
+    for h, lines in zip(sheet.holes, sheet.answers, strict=True):
+        fence = _md_fence(lines)
+        yield (
+            f"\n**?{h.number}** {_md_label(_hole_label(trace, h), table=False)}\n\n{fence}text\n"
+            + "\n".join(lines)
+            + f"\n{fence}\n"
+        )
 
 
 def to_markdown(trace: Trace, stages: list[Stage], precision: int = 2, **options: object) -> str:
@@ -626,13 +894,79 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
                 f"{tex(p.expected or '—')} & {tex(_mark(p))} & {top} \\\\\n"
             )
         yield "\\end{tabularx}\n"
-    if o.worksheet is not None:
-        yield "\n\\clearpage\n\\section*{Answer key}\n\\begin{description}\\raggedright\n"
-        for h, lines in zip(o.worksheet.holes, o.worksheet.answers, strict=True):
-            yield f"\\item[?{h.number}] {tex(_hole_label(trace, h))}\\\\\n"
-            yield "{\\small " + "\\\\\n".join(tex(line) for line in lines) + "}\n"
-        yield "\\end{description}\n"
+    if o.worksheet is not None and not o.worksheet.separate_key:
+        yield "\n\\clearpage\n"
+        yield from _tex_key(trace, o.worksheet)
     yield "\\end{document}\n"
+
+
+def _tex_key(trace: Trace, sheet: Worksheet) -> Iterator[str]:
+    """The answer key, its arithmetic typeset: numbers and operators in math (−0.32 with a minus
+    sign, not a hyphen; 1e-05 as 1\\times10^{-5}; e^(x) as a power)."""
+    yield "\\section*{Answer key}\n\\begin{description}\\raggedright\n"
+    for h, lines in zip(sheet.holes, sheet.answers, strict=True):
+        yield f"\\item[?{h.number}] {tex(_hole_label(trace, h))}\\\\\n"
+        yield "{\\small " + "\\\\\n".join(tex_arithmetic(line) for line in lines) + "}\n"
+    yield "\\end{description}\n"
+
+
+# In explain's lines: a power of e, e^x or e^(x); a number, with its sign and exponent; an infinity.
+_ARITHMETIC = re.compile(r"e\^\(([^()]*)\)|e\^(−?\d+(?:\.\d+)?)|(−?)(\d+(?:\.\d+)?(?:e[+\-−]?\d+)?|∞)|(−)")
+
+
+def _tex_amount(sign: str, number: str) -> str:
+    """A number of explain's as math: −1.2e-05 as -1.2\\times10^{-5}, −∞ as -\\infty."""
+    if number == "∞":
+        body = r"\infty"
+    elif "e" in number:
+        mantissa, exponent = re.split("e", number.replace("−", "-"))
+        body = rf"{mantissa}\times10^{{{int(exponent)}}}"
+    else:
+        body = number
+    return ("-" if sign else "") + body
+
+
+def _tex_inner(text: str) -> str:
+    """The math of an exponent's parentheses: numbers, operators, names as text."""
+    out, last = [], 0
+    for match in _ARITHMETIC.finditer(text):
+        out.append(
+            rf"\text{{{tex(text[last : match.start()])}}}"
+            if text[last : match.start()].strip()
+            else text[last : match.start()]
+        )
+        _, _, sign, number, _ = match.groups()
+        out.append(_tex_amount(sign, number) if number else "-")
+        last = match.end()
+    rest = text[last:]
+    out.append(rf"\text{{{tex(rest)}}}" if rest.strip() else rest)
+    return "".join(out)
+
+
+def tex_arithmetic(line: str) -> str:
+    """A line of ``explain`` as LaTeX: prose as text, each number, minus sign and power as math."""
+    out, last = [], 0
+    for match in _ARITHMETIC.finditer(line):
+        before = line[last : match.start()]
+        number_like = match.group(4)
+        # a digit inside a word (d0, k1, h2.k0, W_Q1, add-norm-1) is part of the word, not a number
+        if number_like and not match.group(3) and (before[-1:].isalnum() or before[-1:] in "_.-@"):
+            out.append(tex(before + match.group(0)))
+            last = match.end()
+            continue
+        out.append(tex(before))
+        paren, power, sign, number, _ = match.groups()
+        if paren is not None:
+            out.append(f"$e^{{{_tex_inner(paren)}}}$")
+        elif power is not None:
+            out.append(f"$e^{{{_tex_amount(power[:1] == '−', power.lstrip('−'))}}}$")
+        elif number is not None:
+            out.append(f"${_tex_amount(sign, number_like)}$")
+        else:
+            out.append("$-$")
+        last = match.end()
+    out.append(tex(line[last:]))
+    return "".join(out)
 
 
 def to_latex(trace: Trace, stages: list[Stage], precision: int = 2, **options: object) -> str:
@@ -1032,14 +1366,39 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
             '<table class="pred"><thead><tr><th>after</th><th>predicted</th><th>p</th><th>expected</th><th></th>'
             f"<th>top 3</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
         )
-    if o.worksheet is not None:
-        items = "".join(
-            f'<li value="{h.number}"><strong>?{h.number}</strong> <code>{e(_hole_label(trace, h))}</code>'
-            f"<pre>{e(chr(10).join(lines))}</pre></li>"
-            for h, lines in zip(o.worksheet.holes, o.worksheet.answers, strict=True)
-        )
-        yield f'<section id="answers" class="answers"><h2>Answer key</h2><ol>{items}</ol></section>'
+    if o.worksheet is not None and not o.worksheet.separate_key:
+        yield _html_key(trace, o.worksheet)
     yield "</main></div></body></html>\n"
+
+
+def _html_key(trace: Trace, sheet: Worksheet) -> str:
+    e = html.escape
+    items = "".join(
+        f'<li value="{h.number}"><strong>?{h.number}</strong> <code>{e(_hole_label(trace, h))}</code>'
+        f"<pre>{e(chr(10).join(lines))}</pre></li>"
+        for h, lines in zip(sheet.holes, sheet.answers, strict=True)
+    )
+    return f'<section id="answers" class="answers"><h2>Answer key</h2><ol>{items}</ol></section>'
+
+
+def iter_key(trace: Trace, suffix: str, sheet: Worksheet) -> Iterator[str]:
+    """A worksheet's answer key as a document of its own, in the format ``suffix`` names."""
+    e = html.escape
+    title = f"Answer key · {_heading(trace, Options())[0]}"
+    if suffix == ".md":
+        yield f"# {_md_text(title)}\n"
+        yield from _md_key(trace, sheet)
+    elif suffix == ".tex":
+        yield _TEX_PREAMBLE
+        yield f"\\title{{{tex(title)}}}\n\\date{{}}\n\\begin{{document}}\n\\maketitle\n"
+        yield from _tex_key(trace, sheet)
+        yield "\\end{document}\n"
+    else:
+        yield (
+            f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
+            f"<style>{_CSS}</style></head><body><header><h1>{e(title)}</h1></header><main>"
+            f"{_html_key(trace, sheet)}</main></body></html>\n"
+        )
 
 
 def to_html(trace: Trace, stages: list[Stage], precision: int = 2, **options: object) -> str:
