@@ -635,7 +635,6 @@ def export(
             show_default=False,
         ),
     ] = None,
-<<<<<<< HEAD
     full: Annotated[
         bool,
         typer.Option(
@@ -644,7 +643,6 @@ def export(
             "terminal's summary (.json and .npz always hold every number).",
         ),
     ] = False,
-=======
     kinds: Annotated[
         Optional[list[str]],
         typer.Option(
@@ -670,7 +668,6 @@ def export(
             show_default=False,
         ),
     ] = None,
->>>>>>> sheets
     checkpoint: ModelOptions = TOY,
 ) -> None:
     """Write every matrix to a file: data (.json, .npz) or a document (.html, .md, .tex)."""

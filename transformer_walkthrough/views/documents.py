@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import StageError, shorten
 from ..model.kinds import KINDS
 from ..model.trace import (
+    ACTIVATION,
     CONSTANT,
     INPUT,
     MASK,
