@@ -41,7 +41,7 @@ def test_the_last_page_is_the_prediction_and_enter_there_ends(trace: Trace) -> N
     console = Console(width=100, record=True, file=io.StringIO())
     assert run_tour(console, trace, View(), key=lambda: "\n") == 16
     text = console.export_text()
-    assert "the prediction, after the 16 stages" in text and "the end · b back · q quit" in text
+    assert "the prediction, after the 16 stages" in text and "the end · ← back · g go to · / search · ? keys · q quit" in text
     assert "stage 16 of 16 · output.probabilities" in text
 
 
