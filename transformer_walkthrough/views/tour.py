@@ -36,9 +36,9 @@ from ..errors import StageError, close_matches, printable
 from ..model.trace import Trace
 from .render import SideBySide, View, figure, prediction_table, render_stage, trim, weights_line
 
-HELP = "Enter next · ← back · g go to · / search · ? keys · q quit"
-SCROLL_HELP = "j/k scroll · space/b page · " + HELP
-END_HELP = "the end · ← back · g go to · / search · ? keys · q quit"
+HELP = "Enter next · ← back · g go · / find · ? keys · q quit"
+SCROLL_HELP = "j/k line · space/b page · " + HELP  # 79 columns: whole at 80
+END_HELP = "the end · ← back · g go · / find · ? keys · q quit"
 KEYS = [
     ("Enter, n, →", "the next stage (n: the next match, after a search)"),
     ("←, Backspace", "the previous stage, from its top"),
@@ -200,9 +200,8 @@ def find_stage(trace: Trace, text: str) -> int:
         if len(hits) == 1:
             return hits[0]
         if hits:
-            shown = ", ".join(printable(names[k]) for k in hits[:3])
-            more = f", … ({len(hits)} in all)" if len(hits) > 3 else ""
-            raise StageError(f"{printable(wanted)!r} matches {shown}{more}; type more of the id")
+            shown = ", ".join(printable(names[k]) for k in hits[:2]) + (", …" if len(hits) > 2 else "")
+            raise StageError(f"{printable(wanted)!r} matches {len(hits)} stages: {shown}")
     close = close_matches(wanted, names)
     hint = f"; did you mean {close[0]}?" if close else "; `walkthrough stages` lists them"
     raise StageError(f"no stage matches {printable(wanted)!r}{hint}")
