@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
+from typer.testing import CliRunner
 
 from transformer_walkthrough.model.trace import Trace
 from transformer_walkthrough.views.render import View
@@ -447,3 +448,65 @@ def test_a_screen_that_starts_inside_a_matrix_repeats_its_title_and_column_label
             )
             ends += last == n
     assert repeated >= 3 and ends >= 3  # the attention stages split X, W_Q1 … across screens
+
+
+def test_stage_starts_the_tour_there_and_a_bad_one_is_one_line(runner: CliRunner) -> None:
+    from transformer_walkthrough.cli import app
+
+    for given in ("decoder.0.cross-attention", "decoder.0.cross", "11"):
+        result = runner.invoke(app, ["tour", "--stage", given], input="q\n")
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout.splitlines()[0].startswith("stage 11 of 16 · decoder.0.cross-attention")
+    for given, said in [
+        (
+            "decoder.1.cross-attention",
+            "error: no stage matches 'decoder.1.cross-attention'; did you mean decoder.0.cross-attention?",
+        ),
+        ("17", "error: no stage 17: the stages are numbered 1 to 16"),
+        (
+            "encoder.0",
+            "error: 'encoder.0' matches 4 stages: encoder.0.self-attention, encoder.0.add-norm-1, …",
+        ),
+    ]:
+        result = runner.invoke(app, ["tour", "--stage", given], input="q\n")
+        assert (result.exit_code, result.stdout, result.stderr) == (2, "", said + "\n")
+
+
+def test_stage_with_a_checkpoint_and_a_prompt(runner: CliRunner, gpt2) -> None:
+    from transformer_walkthrough.cli import app
+
+    # GPT-2 of 2 layers: decoder.embedding, decoder.positional-encoding, then per layer norm-1,
+    # masked-attention, residual-1, norm-2, feed-forward, residual-2: layer 1's attention is stage 10.
+    args = ["tour", "--model", str(gpt2[0]["saved"]), "--prompt", "the cat"]
+    result = runner.invoke(app, [*args, "--stage", "decoder.1.masked-attention"], input="q\n")
+    assert result.exit_code == 0, result.stderr
+    assert re.match(r"stage 10 of \d+ · decoder\.1\.masked-attention", result.stdout)
+    result = runner.invoke(app, [*args, "--stage", "decoder.2.masked-attention"], input="q\n")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: no stage matches 'decoder.2.masked-attention'")
+    assert result.stderr.count("\n") == 1
+
+
+def test_from_a_pipe_a_line_is_a_key_and_g_or_slash_take_the_rest_of_it(runner: CliRunner) -> None:
+    from transformer_walkthrough.cli import app
+
+    keys = "\n".join(["", "g decoder.0.add-norm-2", "b", "", "/W_O", "gnowhere", "q"]) + "\n"
+    result = runner.invoke(app, ["tour"], input=keys)
+    assert result.exit_code == 0, result.stderr
+    assert "\x1b" not in result.stdout  # plain, and no screen cleared
+    headers = [
+        line.split(" · lines")[0] for line in result.stdout.splitlines() if re.match(r"stage \d+ of", line)
+    ]
+    assert headers == [
+        "stage 1 of 16 · encoder.embedding",
+        "stage 2 of 16 · encoder.positional-encoding",  # Enter (an empty line)
+        "stage 12 of 16 · decoder.0.add-norm-2",
+        "stage 11 of 16 · decoder.0.cross-attention",  # b at the top: the previous stage's end
+        "stage 12 of 16 · decoder.0.add-norm-2",
+        # W_O is in the attention stages alone (3, 9, 11): from stage 12 the search wraps round.
+        "stage 3 of 16 · encoder.0.self-attention",
+        "stage 3 of 16 · encoder.0.self-attention",
+    ]
+    said = result.stdout.splitlines()
+    assert "/W_O: encoder.0.self-attention · line 14 (wrapped around)" in said
+    assert "no stage matches 'nowhere'; `walkthrough stages` lists them" in said
