@@ -49,7 +49,7 @@ def test_the_last_page_is_the_prediction_and_enter_there_ends(trace: Trace) -> N
     text = console.export_text()
     assert (
         "the prediction, after the 16 stages" in text
-        and "the end · ← back · g go · / find · ? keys · q quit" in text
+        and "the end · ← back · g go · / find · h keys · q quit" in text
     )
     assert "stage 16 of 16 · output.probabilities" in text
 
@@ -347,11 +347,13 @@ def test_question_mark_lists_the_keys_and_any_key_returns() -> None:
         assert screen[0].strip() == "keys"
         said = "\n".join(screen)
         for key in ("Enter, n, →", "←, Backspace", "j/k, ↓/↑", "space, PageDown", "b, PageUp", "Home, End",
-                    "g or :", "/", "?", "q, Esc"):  # fmt: skip
+                    "g or :", "/", "? or h", "q, Esc"):  # fmt: skip
             assert re.search(rf"^{re.escape(key)}  ", said, re.M), key
         # q here returns too (it does not quit): any key.
         screen = tty.press(b"q", ANY_HELP, "stage 3 of 16")
         assert HEADER.match(screen[0]).groups()[:4] == ("3", "16", "encoder.0.self-attention", "1")
+        assert tty.press(b"h", "any key returns", "keys")[0].strip() == "keys"  # h, as the help line says
+        assert tty.press(b" ", ANY_HELP, "stage 3 of 16")[0].startswith("stage 3 of 16")
         tty.quit()
     finally:
         tty.close()

@@ -7,7 +7,7 @@ column labels and rule above its rows, as a printed table repeats its head on ea
 read raw: an arrow key arrives as an escape sequence (ESC [ A), which is decoded whole, never
 taken for a lone Esc; a resize of the terminal (SIGWINCH) arrives as the key ``resize``.
 
-`g` (or `:`) jumps to a stage by id, unique prefix or number, `/` searches the pages' text, `?`
+`g` (or `:`) jumps to a stage by id, unique prefix or number, `/` searches the pages' text, `?` (or `h`)
 lists the keys. Read from a pipe, a line is a key (its first character), and ``g ID`` or
 ``/text`` on one line is the key with what would be typed after it.
 """
@@ -36,9 +36,10 @@ from ..errors import StageError, close_matches, printable
 from ..model.trace import Trace
 from .render import SideBySide, View, figure, prediction_table, render_stage, trim, weights_line
 
-HELP = "Enter next · ← back · g go · / find · ? keys · q quit"
+# "h keys", not "? keys": a "?" on an ASCII stream reads as a symbol it could not encode.
+HELP = "Enter next · ← back · g go · / find · h keys · q quit"
 SCROLL_HELP = "j/k line · space/b page · " + HELP  # 79 columns: whole at 80
-END_HELP = "the end · ← back · g go · / find · ? keys · q quit"
+END_HELP = "the end · ← back · g go · / find · h keys · q quit"
 KEYS = [
     ("Enter, n, →", "the next stage (n: the next match, after a search)"),
     ("←, Backspace", "the previous stage, from its top"),
@@ -48,7 +49,7 @@ KEYS = [
     ("Home, End", "the first stage, the prediction"),
     ("g or :", "go to a stage: its id, a unique prefix of it, or its number"),
     ("/", "search the text from here on; n the next match, N the previous"),
-    ("?", "these keys"),
+    ("? or h", "these keys"),
     ("q, Esc", "quit"),
 ]
 # The escape sequences of the keys the tour knows, in both the normal and the application mode.
@@ -314,7 +315,7 @@ def run_tour(
     Enter, n or → go to the next page, ← or Backspace back, Home and End to the first and last;
     within a page taller than the screen j/k or ↓/↑ move a line, space and PageDown/PageUp (or b)
     a screen (space at the bottom goes on to the next page, PageUp at the top back to the end of
-    the previous one); g jumps, / searches, ? lists the keys. ``start`` is the first page shown.
+    the previous one); g jumps, / searches, ? or h lists the keys. ``start`` is the first page shown.
     """
     terminal = key is read_key
     with contextlib.ExitStack() as stack:
@@ -452,7 +453,7 @@ class Tour:
             self.go(self.ask(PROMPTS[pressed]))
         elif pressed == "/":
             self.search(self.ask("/"))
-        elif pressed == "?":
+        elif pressed in ("?", "h"):
             self.keys()
         elif pressed == "n" and self.query:
             self.next_match(forward=True)
