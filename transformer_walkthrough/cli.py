@@ -1052,14 +1052,25 @@ def tour(
     weights: WeightsOption = None,
     heatmap: HeatmapOption = False,
     shared_scale: SharedScaleOption = False,
+    stage: Annotated[
+        Optional[str],
+        typer.Option(
+            "--stage",
+            "-s",
+            help="Start at this stage: its id (decoder.0.cross-attention), a unique prefix, or its number.",
+            show_default=False,
+        ),
+    ] = None,
     checkpoint: ModelOptions = TOY,
 ) -> None:
-    """One stage at a time: Enter next, b back, arrows and j/k scroll, q quit."""
-    from .views.tour import run_tour
+    """One stage at a time: Enter next, ← back, arrows and j/k scroll, g go to, / search, ? keys, q quit."""
+    from .views.tour import find_stage, run_tour
 
     trace, _ = _trace(config, seed, precision, weights, checkpoint.checked())
+    start = 0 if stage is None else find_stage(trace, stage)
     out = Terminal()
-    run_tour(out.console, trace, out.view(trace.config.display.precision, False, heatmap, shared_scale))
+    view = out.view(trace.config.display.precision, False, heatmap, shared_scale)
+    run_tour(out.console, trace, view, start=start)
 
 
 @app.command()
