@@ -874,7 +874,7 @@ def generate(
     out = Terminal()
     view = View(precision=settings.display.precision)
     if model is not None:
-        origin = f"trained: {printable(settings.checkpoint)}"  # type: ignore[attr-defined]
+        origin = weights_origin(settings.seed, printable(settings.checkpoint))  # type: ignore[attr-defined]
     else:
         origin = weights_origin(settings.seed, None if weights is None else printable(str(weights)))
     out.note(f"weights: {origin}")
@@ -917,7 +917,7 @@ def _continue(
     from .compare.checks import TOLERANCE
     from .model.generation import compare as against_full_pass
     from .model.generation import generated_ids
-    from .model.trace import TOP_K, token_labels
+    from .model.trace import TOP_K, token_labels, weights_origin
     from .views.render import View, cache_comparison_table, cached_generation_table
 
     if seed is not None and top_k is None:
@@ -935,7 +935,7 @@ def _continue(
     ids = generated_ids(done.steps)
     rows = token_labels([vocabulary[i] for i in ids])
     out = Terminal()
-    out.note(f"weights: {printable(done.checkpoint.source)}")
+    out.note(f"weights: {weights_origin(done.config.seed, printable(done.checkpoint.source))}")
     view = View(precision=done.config.display.precision)
     out.show(cached_generation_table(done.steps, vocabulary, rows, layer, head, view, top_k is not None))
     n, fed = len(done.prompt_ids), len(ids) - 1
