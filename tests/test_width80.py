@@ -223,3 +223,26 @@ def test_no_line_of_a_shipped_config_passes_the_width(runner: CliRunner, config:
     assert result.exit_code == 0, result.output
     for line in result.stdout.splitlines():
         assert len(line) <= int(width), line
+
+
+def test_untrained_generate_stops_after_three_repeats_and_says_why(runner: CliRunner) -> None:
+    from transformer_walkthrough.config import Config
+    from transformer_walkthrough.model.training import generate
+    from transformer_walkthrough.model.transformer import init_weights
+
+    config = Config()
+    words = config.vocabulary
+    steps, _ = generate(config, init_weights(config), 20)  # the rule off: what the weights would say
+    chosen = [words[s.chosen] for s in steps]
+    k = next(k for k in range(2, len(chosen)) if chosen[k - 2] == chosen[k - 1] == chosen[k])
+    assert k + 1 < len(chosen) and "<end>" not in chosen[: k + 1]  # so the rule is what stops it
+    lines = output(runner, "generate")
+    said = "the cat is → " + " ".join(chosen[: k + 1])
+    start = lines.index(said) if said in lines else None
+    assert start is not None, lines
+    assert " ".join(lines[start + 1 : start + 4]) == (
+        f"(stopped after {k + 1} tokens: {chosen[k]} was chosen 3 times in a row, and untrained "
+        "weights repeat themselves: random ones stop there, trained ones (--weights) run to <end> "
+        "or --max-len)"
+    )
+    assert lines[start + 1].startswith("(stopped after") and not lines[start + 4].startswith(" ")

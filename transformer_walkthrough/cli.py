@@ -832,11 +832,12 @@ def generate(
     checkpoint's continuation, its key/value cache growing by one row a step."""
     from .compare.checks import TOLERANCE
     from .config import END, load_config
+    from .model.generation import repeated
     from .model.trace import weights_origin
+    from .model.training import UNTRAINED_REPEATS, generation_limit
     from .model.training import generate as decode
-    from .model.training import generation_limit
     from .model.transformer import init_weights, load_weights
-    from .views.render import View, comparison_table, generation_table
+    from .views.render import View, comparison_table, generation_table, label
 
     if max_len > MAX_GENERATED:
         raise WalkthroughError(f"--max-len: at most {MAX_GENERATED}, got {max_len}")
@@ -866,7 +867,8 @@ def generate(
     else:
         settings = load_config(config, seed=seed)
         w = load_weights(settings, weights) if weights is not None else init_weights(settings)
-        steps, teacher_forced = decode(settings, w, max_len)
+        repeats = UNTRAINED_REPEATS if weights is None else None  # the seed's random weights only
+        steps, teacher_forced = decode(settings, w, max_len, repeats)
         words = teacher_forced.vocabulary
         prompt = " ".join(settings.source_tokens) or words[steps[0].ids[0]]  # decoder-only: <start>
         said = f"{prompt} → {' '.join(words[s.chosen] for s in steps)}"
@@ -881,7 +883,13 @@ def generate(
     out.show(generation_table(steps, vocabulary, view))
     out.paragraph(said)
     limit = generation_limit(settings, max_len)
-    if model is None and vocabulary[steps[-1].chosen] != END and len(steps) == limit < max_len:
+    if model is None and weights is None and repeated(steps) == UNTRAINED_REPEATS and len(steps) < limit:
+        out.line(
+            f"(stopped after {len(steps)} tokens: {label(vocabulary[steps[-1].chosen])} was chosen "
+            f"{UNTRAINED_REPEATS} times in a row, and untrained weights repeat themselves: random ones stop "
+            "there, trained ones (--weights) run to <end> or --max-len)"
+        )
+    elif model is None and vocabulary[steps[-1].chosen] != END and len(steps) == limit < max_len:
         out.line(
             f"(stopped after {len(steps)} tokens: the learned position table has "
             f"{settings.model.max_positions} rows, model.max_positions)"
