@@ -736,13 +736,20 @@ def explain(
     from .errors import StageError
     from .views.explain import explain as explain_cell
 
-    trace, _ = _trace(config, seed, None, weights, checkpoint.checked())
+    trace, w = _trace(config, seed, None, weights, checkpoint.checked())
     chosen = trace.select([stage])
     if len(chosen) > 1:
         raise StageError(
             f"--stage {stage} names {len(chosen)} stages; give one id: {', '.join(s.id for s in chosen)}"
         )
-    Terminal().explanation(explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms))
+    if matrix.startswith("dL/d"):  # a gradient, as --backward shows it: the chain rule of its cell
+        from .views.gradients import explain_gradient
+
+        grads = _gradients(trace, w, True)
+        lines = explain_gradient(trace, grads, chosen[0].id, matrix, cell, digits, all_terms)
+    else:
+        lines = explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms)
+    Terminal().explanation(lines)
 
 
 @app.command()

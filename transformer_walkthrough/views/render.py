@@ -156,6 +156,7 @@ def wrap_explanation(line: str, width: int, hang: int = 4) -> list[str]:
             depth > 0
             or (word[:1] != "" and word[:1] in "0123456789−-+∞=/·×→≈|")
             or words[k - 1] in _OPERATORS
+            or words[k - 1].startswith("Σ")  # a sum's sign stays with what it sums
         )
         if glued:
             chunks[-1].append(word)
