@@ -150,3 +150,99 @@ def test_wrapping_rules_by_hand() -> None:
     assert pack(["a 1", "bb 2"], ", ", 80) == ["a 1, bb 2"]
     assert wrap_explanation("  x = 1 + 2 + 3", 9) == ["  x = 1", "      + 2", "      + 3"]
     assert wrap_explanation("  see A1[i, j] now", 14) == ["  see A1[i, j]", "      now"]
+
+
+def test_explain_of_the_mask_breaks_between_words(runner: CliRunner) -> None:
+    lines = output(runner, "explain", "-s", "decoder.0.masked-attention", "-m", "M", "--cell", "0,2")
+    assert lines == [
+        "decoder.0.masked-attention · M[<start>, comfortably] = M[0, 2] = −∞",
+        "M[0, 2] = −∞: column 2 (comfortably) comes after row 0 (<start>), a word the",
+        "    decoder must not see yet. Added to the score it makes −∞, and softmax turns",
+        "    e^−∞ into a weight of exactly 0.",
+    ]
+
+
+def _after(lines: list[str], first: str, n: int) -> list[str]:
+    """The ``n`` lines from the first that starts with ``first``."""
+    k = next(k for k, line in enumerate(lines) if line.startswith(first))
+    return lines[k : k + n]
+
+
+def test_a_formula_wraps_under_a_hanging_indent_never_inside_an_aside(runner: CliRunner) -> None:
+    gpt = output(runner, "run", "-c", str(CONFIGS / "gpt-style.yaml"))
+    assert _after(gpt, "  Q_h = X·W_Qh + b_Qh", 2) == [
+        "  Q_h = X·W_Qh + b_Qh,  K_h = X·W_Kh + b_Kh,  V_h = X·W_Vh + b_Vh",
+        "      (h = 1 … num_heads)",
+    ]
+    halves = output(runner, "run", "-c", str(CONFIGS / "marian-style.yaml"))
+    assert _after(halves, "  PE[pos, i]", 3) == [
+        "  PE[pos, i]          = sin(pos / 10000^(2i/d_model))",
+        "      (i < d_model/2: the sines first)",
+        "  PE[pos, d_model/2+i] = cos(pos / 10000^(2i/d_model))   (then the cosines)",
+    ]
+    flatten = output(runner, "run", "-c", str(CONFIGS / "article-flatten.yaml"))
+    assert _after(flatten, "      (the article's leak", 3) == [  # an aside longer than a line: between words
+        "      (the article's leak: one row of all positions, so the prediction sees the",
+        "          future tokens, the very words it should predict; the paper's head",
+        "          reads each position alone)",
+    ]
+
+
+def test_the_flatten_heads_prediction_keeps_every_probability(runner: CliRunner) -> None:
+    from transformer_walkthrough.config import load_config
+    from transformer_walkthrough.model.transformer import run_forward
+
+    (pred,) = run_forward(load_config(CONFIGS / "article-flatten.yaml")).prediction
+    lines = output(runner, "run", "-c", str(CONFIGS / "article-flatten.yaml"))
+    (w1, p1), (w2, p2), (w3, p3) = pred.top
+    # the one row comes after all four tokens: they wrap between words, and the top 3 keep their numbers
+    assert lines[-5:] == [
+        " after                   predicted      p   expected      top 3",
+        RULE,
+        f" <start> sleeping        {pred.word:<10}  {pred.probability:.2f}   —             {w1} {p1:.2f},",
+        f" comfortably <end>                                        {w2} {p2:.2f},",
+        f"                                                          {w3} {p3:.2f}",
+    ]
+
+
+def test_a_title_wider_than_its_table_stays_on_one_line(runner: CliRunner, gpt2) -> None:
+    lines = output(runner, "generate", "--model", str(gpt2[0]["saved"]), "--prompt", "The cat is",
+                   "--max-len", "3", "--compare", "--dtype", "float64")  # fmt: skip
+    assert lines[0].startswith("weights: trained: ")  # as `run` says it
+    title = lines.index("Cached steps vs one full pass")
+    assert lines[title + 1].split() == ["quantity", "max", "|diff|"]
+    said = " ".join(lines[title + 8 :])
+    assert re.search(r"\(max \|diff\| \d\.\de-\d\d\): the causal mask", said), said
+    assert not any(line.endswith(("(max |diff|", "(max")) for line in lines)  # a figure stays by its label
+
+
+@pytest.mark.parametrize("width", ["80", "60"])
+@pytest.mark.parametrize("config", sorted(p.stem for p in CONFIGS.glob("*.yaml")))
+def test_no_line_of_a_shipped_config_passes_the_width(runner: CliRunner, config: str, width: str) -> None:
+    result = runner.invoke(app, ["run", "-c", str(CONFIGS / f"{config}.yaml")], env={"COLUMNS": width})
+    assert result.exit_code == 0, result.output
+    for line in result.stdout.splitlines():
+        assert len(line) <= int(width), line
+
+
+def test_untrained_generate_stops_after_three_repeats_and_says_why(runner: CliRunner) -> None:
+    from transformer_walkthrough.config import Config
+    from transformer_walkthrough.model.training import generate
+    from transformer_walkthrough.model.transformer import init_weights
+
+    config = Config()
+    words = config.vocabulary
+    steps, _ = generate(config, init_weights(config), 20)  # the rule off: what the weights would say
+    chosen = [words[s.chosen] for s in steps]
+    k = next(k for k in range(2, len(chosen)) if chosen[k - 2] == chosen[k - 1] == chosen[k])
+    assert k + 1 < len(chosen) and "<end>" not in chosen[: k + 1]  # so the rule is what stops it
+    lines = output(runner, "generate")
+    said = "the cat is → " + " ".join(chosen[: k + 1])
+    start = lines.index(said) if said in lines else None
+    assert start is not None, lines
+    assert " ".join(lines[start + 1 : start + 4]) == (
+        f"(stopped after {k + 1} tokens: {chosen[k]} was chosen 3 times in a row, and untrained "
+        "weights repeat themselves: random ones stop there, trained ones (--weights) run to <end> "
+        "or --max-len)"
+    )
+    assert lines[start + 1].startswith("(stopped after") and not lines[start + 4].startswith(" ")

@@ -786,13 +786,20 @@ def explain(
     from .errors import StageError
     from .views.explain import explain as explain_cell
 
-    trace, _ = _trace(config, seed, None, weights, checkpoint.checked())
+    trace, w = _trace(config, seed, None, weights, checkpoint.checked())
     chosen = trace.select([stage])
     if len(chosen) > 1:
         raise StageError(
             f"--stage {stage} names {len(chosen)} stages; give one id: {', '.join(s.id for s in chosen)}"
         )
-    Terminal().explanation(explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms))
+    if matrix.startswith("dL/d"):  # a gradient, as --backward shows it: the chain rule of its cell
+        from .views.gradients import explain_gradient
+
+        grads = _gradients(trace, w, True)
+        lines = explain_gradient(trace, grads, chosen[0].id, matrix, cell, digits, all_terms)
+    else:
+        lines = explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms)
+    Terminal().explanation(lines)
 
 
 @app.command()
@@ -905,11 +912,12 @@ def generate(
     checkpoint's continuation, its key/value cache growing by one row a step."""
     from .compare.checks import TOLERANCE
     from .config import END, load_config
+    from .model.generation import repeated
     from .model.trace import weights_origin
+    from .model.training import UNTRAINED_REPEATS, generation_limit
     from .model.training import generate as decode
-    from .model.training import generation_limit
     from .model.transformer import init_weights, load_weights
-    from .views.render import View, comparison_table, generation_table
+    from .views.render import View, comparison_table, generation_table, label
 
     if max_len > MAX_GENERATED:
         raise WalkthroughError(f"--max-len: at most {MAX_GENERATED}, got {max_len}")
@@ -939,7 +947,8 @@ def generate(
     else:
         settings = load_config(config, seed=seed)
         w = load_weights(settings, weights) if weights is not None else init_weights(settings)
-        steps, teacher_forced = decode(settings, w, max_len)
+        repeats = UNTRAINED_REPEATS if weights is None else None  # the seed's random weights only
+        steps, teacher_forced = decode(settings, w, max_len, repeats)
         words = teacher_forced.vocabulary
         prompt = " ".join(settings.source_tokens) or words[steps[0].ids[0]]  # decoder-only: <start>
         said = f"{prompt} → {' '.join(words[s.chosen] for s in steps)}"
@@ -947,14 +956,20 @@ def generate(
     out = Terminal()
     view = View(precision=settings.display.precision)
     if model is not None:
-        origin = f"trained: {printable(settings.checkpoint)}"  # type: ignore[attr-defined]
+        origin = weights_origin(settings.seed, printable(settings.checkpoint))  # type: ignore[attr-defined]
     else:
         origin = weights_origin(settings.seed, None if weights is None else printable(str(weights)))
     out.note(f"weights: {origin}")
     out.show(generation_table(steps, vocabulary, view))
     out.paragraph(said)
     limit = generation_limit(settings, max_len)
-    if model is None and vocabulary[steps[-1].chosen] != END and len(steps) == limit < max_len:
+    if model is None and weights is None and repeated(steps) == UNTRAINED_REPEATS and len(steps) < limit:
+        out.line(
+            f"(stopped after {len(steps)} tokens: {label(vocabulary[steps[-1].chosen])} was chosen "
+            f"{UNTRAINED_REPEATS} times in a row, and untrained weights repeat themselves: random ones stop "
+            "there, trained ones (--weights) run to <end> or --max-len)"
+        )
+    elif model is None and vocabulary[steps[-1].chosen] != END and len(steps) == limit < max_len:
         out.line(
             f"(stopped after {len(steps)} tokens: the learned position table has "
             f"{settings.model.max_positions} rows, model.max_positions)"
@@ -990,7 +1005,7 @@ def _continue(
     from .compare.checks import TOLERANCE
     from .model.generation import compare as against_full_pass
     from .model.generation import generated_ids
-    from .model.trace import TOP_K, token_labels
+    from .model.trace import TOP_K, token_labels, weights_origin
     from .views.render import View, cache_comparison_table, cached_generation_table
 
     if seed is not None and top_k is None:
@@ -1008,7 +1023,7 @@ def _continue(
     ids = generated_ids(done.steps)
     rows = token_labels([vocabulary[i] for i in ids])
     out = Terminal()
-    out.note(f"weights: {printable(done.checkpoint.source)}")
+    out.note(f"weights: {weights_origin(done.config.seed, printable(done.checkpoint.source))}")
     view = View(precision=done.config.display.precision)
     out.show(cached_generation_table(done.steps, vocabulary, rows, layer, head, view, top_k is not None))
     n, fed = len(done.prompt_ids), len(ids) - 1

@@ -95,13 +95,16 @@ def generate(
     eos_id: int | Collection[int] | None = None,
     banned: Callable[[list[int]], Iterable[int]] = lambda sequence: (),
     forced_end: int | None = None,
+    repeats: int | None = None,
 ) -> list[Step]:
     """Up to ``max_new`` tokens after ``sequence``, each chosen from ``read``'s distribution.
 
     The rules of transformers' ``generate``, in its order: the ``banned`` ids of the sequence so far
     are never chosen; the last token allowed is ``forced_end`` when one is given; then the most
     likely (greedy: the first in id order on a tie, as ``argmax``), or with ``rng`` a draw from the
-    ``k`` most likely, renormalised. Stops after ``eos_id`` (one id or several, ``ends``) is chosen.
+    ``k`` most likely, renormalised. Stops after ``eos_id`` (one id or several, ``ends``) is chosen,
+    and with ``repeats`` once one token has been chosen that many times in a row (``repeated``:
+    not transformers' rule, the toy's untrained weights' stop).
     """
     stop = ends(eos_id)
     sequence = [int(i) for i in sequence]
@@ -119,9 +122,19 @@ def generate(
         chosen = int(ranked[0]) if rng is None else int(rng.choice(best, p=q / q.sum()))
         steps.append(Step(index, *reading, tuple((int(j), float(p[j])) for j in best), chosen))
         sequence.append(chosen)
-        if chosen in stop:
+        if chosen in stop or (repeats is not None and repeated(steps) >= repeats):
             break
     return steps
+
+
+def repeated(steps: Sequence[Step]) -> int:
+    """How many times in a row the last choice was made (1 when the one before differs)."""
+    n = 0
+    for s in reversed(steps):
+        if s.chosen != steps[-1].chosen:
+            break
+        n += 1
+    return n
 
 
 def full_passes(config: Config, w: Weights, source_ids: Sequence[int] = ()) -> Reader:

@@ -186,10 +186,25 @@ def token_labels(pieces: Sequence[str]) -> tuple[str, ...]:
     """Row and column labels of a sequence: each token's piece, ``piece@position`` where it repeats.
 
     "▁the ▁cat ▁saw ▁the" -> ▁the@0, ▁cat, ▁saw, ▁the@3: every label names one row, so that a
-    cell can be asked for by label (``explain --cell ▁the@3,▁cat``).
+    cell can be asked for by label (``explain --cell ▁the@3,▁cat``). A piece that is nothing but
+    space marks (``▁``, GPT-2's ``Ġ``) is labelled ``▁ (9)`` instead: ``▁@9`` reads as a token "@9".
     """
     counts = collections.Counter(pieces)
-    return tuple(p if counts[p] == 1 else f"{p}@{i}" for i, p in enumerate(pieces))
+
+    def named(i: int, p: str) -> str:
+        if counts[p] == 1:
+            return p
+        return f"{p} ({i})" if is_space_mark(p) else f"{p}@{i}"
+
+    return tuple(named(i, p) for i, p in enumerate(pieces))
+
+
+SPACE_MARKS = frozenset("▁Ġ")  # SentencePiece's and byte-level BPE's visible space
+
+
+def is_space_mark(piece: str) -> bool:
+    """Whether ``piece`` is only a tokenizer's visible space (``▁``, ``ĠĠ``), no letter of its own."""
+    return piece != "" and set(piece) <= SPACE_MARKS
 
 
 def weights_origin(seed: int, source: str | None) -> str:

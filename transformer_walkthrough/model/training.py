@@ -164,6 +164,12 @@ def _check_finite(loss: float, step: int, lr: float) -> None:
     )
 
 
+# Random weights drawn from the seed have learned nothing: greedy decoding soon picks one token again
+# and again (the default toy writes "comfortably" twenty times). Three in a row is the evidence; a
+# trained model or a checkpoint runs to its end token or --max-len, as transformers' generate does.
+UNTRAINED_REPEATS = 3
+
+
 def generation_limit(config: Config, max_len: int) -> int:
     """How many tokens generation may add after <start>: ``max_len``, or fewer when a table of
     learned positions has no row for a longer input."""
@@ -171,8 +177,11 @@ def generation_limit(config: Config, max_len: int) -> int:
     return min(max_len, m.max_positions - 1) if m.positional_encoding == "learned" else max_len
 
 
-def generate(config: Config, w: Weights, max_len: int = 20) -> tuple[list[Step], Trace]:
-    """Greedy decoding from <start>: feed the decoder its own output until it says <end>.
+def generate(
+    config: Config, w: Weights, max_len: int = 20, repeats: int | None = None
+) -> tuple[list[Step], Trace]:
+    """Greedy decoding from <start>: feed the decoder its own output until it says <end> (or, with
+    ``repeats``, has chosen one token that many times in a row: ``UNTRAINED_REPEATS``).
 
     Returns the steps (``generation.generate``, one whole pass a step) and the teacher-forced trace
     of the final decoder input, whose row i is, thanks to the causal mask, exactly step i's
@@ -189,6 +198,6 @@ def generate(config: Config, w: Weights, max_len: int = 20) -> tuple[list[Step],
     source = config.token_ids(config.source_tokens)
     start, end = config.token_ids((START, END))
     read = full_passes(config, w, source)
-    steps = generation.generate(read, [start], generation_limit(config, max_len), eos_id=end)
+    steps = generation.generate(read, [start], generation_limit(config, max_len), eos_id=end, repeats=repeats)
     fed = generated_ids(steps)[:-1] if steps[-1].chosen == end else generated_ids(steps)  # <end> is not
     return steps, run_forward(config, w, source_ids=source, target_ids=fed)

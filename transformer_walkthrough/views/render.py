@@ -89,13 +89,16 @@ def label(text: str, limit: int = MAX_LABEL) -> str:
 
 
 def styled_table(title: str | None = None) -> Table:
-    """The walkthrough's table: title on the left, a rule under the header, no outer edges."""
+    """The walkthrough's table: title on the left, a rule under the header, no outer edges. The
+    table is at least as wide as its title, which Rich would otherwise wrap at the columns' width
+    ("Cached steps vs one full / pass")."""
     return Table(
         title=Text(title, style=TITLE) if title else None,
         title_justify="left",
         box=box.SIMPLE_HEAD,
         show_edge=False,
         header_style=LABEL,
+        min_width=cell_len(title) if title else None,
     )
 
 
@@ -137,44 +140,47 @@ _OPERATORS = ("=", "+", "−", "-", "/", "·", "×", "→", "≈")
 
 def wrap_explanation(line: str, width: int, hang: int = 4) -> list[str]:
     """A line of ``explain`` broken to ``width`` where a reader would break it: never inside
-    brackets (``A1[1, 0]``), never between a label and its number (``<end> −∞``) nor around an
-    operator (``e^(−∞) = 0.0000``); a long sum, only before its operators. Continuation lines are
-    indented ``hang`` spaces past the line's own indent."""
+    brackets (``A1[1, 0]``, an aside ``(h = 1 … num_heads)``), never between a label and its
+    number (``<end> −∞``) nor around an operator (``e^(−∞) = 0.0000``); a long sum, only before
+    its operators; what is still too long for a line (a long aside), between its words. Continuation
+    lines are indented ``hang`` spaces past the line's own indent."""
     if cell_len(line) <= width:
         return [line]
     indent = line[: len(line) - len(line.lstrip(" "))]
     words = line.lstrip(" ").split(" ")
     # Chunks: runs of words that must stay together; a weak break (before an operator) may part them.
     chunks: list[list[str]] = []
-    brackets: list[bool] = []  # the open brackets; True for one inside a word: A1[i, j], e^(x − m)
+    depth = 0  # brackets open: A1[i, j], e^(x − m), an aside (h = 1 … num_heads)
     for k, word in enumerate(words):
         glued = k > 0 and (
-            any(brackets)
+            depth > 0
             or (word[:1] != "" and word[:1] in "0123456789−-+∞=/·×→≈|")
             or words[k - 1] in _OPERATORS
+            or words[k - 1].startswith("Σ")  # a sum's sign stays with what it sums
         )
         if glued:
             chunks[-1].append(word)
         else:
             chunks.append([word])
-        for i, ch in enumerate(word):
+        for ch in word:
             if ch in _OPEN:
-                brackets.append(i > 0)
-            elif ch in _CLOSE and brackets:
-                brackets.pop()
+                depth += 1
+            elif ch in _CLOSE and depth:
+                depth -= 1
+    room = width - len(indent) - hang
     pieces: list[str] = []  # unbreakable text, each with the space before it implied
     for chunk in chunks:
         text = " ".join(chunk)
-        if cell_len(text) + len(indent) + hang <= width:
+        if cell_len(text) <= room:
             pieces.append(text)
             continue
-        part: list[str] = []
+        parts: list[list[str]] = [[]]
         for word in chunk:  # too long to keep together: break before its operators
-            if part and word in _OPERATORS[:4]:
-                pieces.append(" ".join(part))
-                part = []
-            part.append(word)
-        pieces.append(" ".join(part))
+            if parts[-1] and word in _OPERATORS[:4]:
+                parts.append([])
+            parts[-1].append(word)
+        for part in parts:  # and a part still too long (prose in brackets), between its words
+            pieces += [" ".join(part)] if cell_len(" ".join(part)) <= room else part
     lines: list[str] = []
     line_text = indent
     for piece in pieces:
@@ -486,7 +492,7 @@ def group_of(stage: Stage, name: str) -> str | None:
 
 def stage_header(stage: Stage) -> RenderableType:
     """The stage id and title as a rule, then the explanation and the formula."""
-    formula = Text("\n".join("  " + printable(line) for line in stage.formula.splitlines()), style=FORMULA)
+    formula = Formula([printable(line) for line in stage.formula.splitlines()])
     return Group(
         Rule(
             Text.assemble((printable(stage.title), TITLE), ("  " + printable(stage.id), "dim")), align="left"
@@ -495,6 +501,19 @@ def stage_header(stage: Stage) -> RenderableType:
         formula,
         Text(""),
     )
+
+
+class Formula:
+    """A stage's formula, two spaces in, each line broken at the console's width as ``explain``'s
+    lines are (``wrap_explanation``): never inside an aside, continuations under a hanging indent."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        for line in self.lines:
+            for part in wrap_explanation("  " + line, options.max_width):
+                yield Text(part, style=FORMULA, no_wrap=True, overflow="fold")
 
 
 def lines(text: str) -> str:
@@ -573,7 +592,7 @@ def prediction_table(trace: Trace, view: View) -> Table:
     """Per decoder position: the most likely next word, its probability, the runners-up."""
     p = view.precision
     table = styled_table("Prediction: the most likely next word after each decoder position")
-    table.add_column(Text("after"), no_wrap=True)
+    table.add_column(Text("after"))  # the flatten head's one row is after every token: wraps between them
     table.add_column(Text("predicted"), no_wrap=True)
     table.add_column(Text("p"), justify="right", no_wrap=True)
     table.add_column(Text("expected"), no_wrap=True)
@@ -582,7 +601,7 @@ def prediction_table(trace: Trace, view: View) -> Table:
     for pred in trace.prediction:
         right = None if pred.expected is None else pred.word == pred.expected
         table.add_row(
-            Text(label(pred.after), style=LABEL),
+            Entries([label(w) for w in pred.after.split(" ")], " ", LABEL),
             Text(label(pred.word), style="bold green" if right else "bold"),
             Text(f"{pred.probability:.{max(p, 2)}f}"),
             Text(label(pred.expected or "—")),
@@ -865,15 +884,15 @@ def cached_generation_table(
         # the key/value head that query head ``head`` reads (itself, unless heads share them)
         K, row = cached.K[(head - 1) * len(cached.K) // len(cached.q)], cached.weights[head - 1, -1]
         fed = [label(vocabulary[i]) for i in s.ids]
-        shown = " ".join(fed) if len(fed) <= 6 else f"{' '.join(fed[:2])} … {' '.join(fed[-2:])}"
+        shown = fed if len(fed) <= 6 else [*fed[:2], "…", *fed[-2:]]
         where = str(s.positions[0]) if len(fed) == 1 else f"{s.positions[0]}–{s.positions[-1]}"
         largest = top_k(row, 3)
         table.add_row(
             Text(str(s.index)),
-            Text(f"{shown} @{where}", style=LABEL),
+            Entries([*shown[:-1], f"{shown[-1]} @{where}"], " ", LABEL),  # the last one keeps its place
             Text(f"{K.shape[0]}×{K.shape[1]}"),
-            Text(", ".join(f"{label(rows[j])} {row[j]:.{p}f}" for j in largest)),
-            Text(", ".join(f"{label(vocabulary[i])} {q:.{p}f}" for i, q in s.top)),
+            Entries([f"{label(rows[j])} {row[j]:.{p}f}" for j in largest]),
+            Entries([f"{label(vocabulary[i])} {q:.{p}f}" for i, q in s.top]),
             Text(label(vocabulary[s.chosen]), style="bold"),
         )
     return table

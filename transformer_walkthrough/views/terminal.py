@@ -82,10 +82,9 @@ class Terminal:
         print_all(self.console, iter(renderables))
 
     def line(self, text: str) -> None:
-        """A sentence of the command's, wrapped at the width; never read as markup."""
-        from rich.text import Text
-
-        self.console.print(Text(text))
+        """A sentence of the command's, wrapped at the width as ``paragraph`` wraps it (no number
+        parted from its label, no aside in brackets broken when it fits a line); never markup."""
+        self.paragraph(text)
 
     def paragraph(self, text: str) -> None:
         """A sentence broken as the explanations are: no number parted from its label."""
@@ -135,7 +134,12 @@ class Terminal:
         console = self.console
         with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
             task = progress.add_task("train", total=total, loss="…")
-            yield lambda i, loss: progress.update(task, advance=1, loss=f"{loss:.4f}")
+            yield lambda i, loss: progress.update(task, advance=1, loss=loss_text(loss))
+
+
+def loss_text(loss: float) -> str:
+    """The live loss in four significant digits: a trained toy's 0.00003 reads 3.000e-05, not 0.0000."""
+    return f"{loss:.4f}" if abs(loss) >= 0.1 or loss == 0 else f"{loss:.3e}"
 
 
 @contextlib.contextmanager

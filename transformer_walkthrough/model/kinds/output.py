@@ -62,8 +62,9 @@ def _logits_formula(m: ModelConfig) -> str:
     if m.output_head == "flatten":
         return (
             f"flattened = X as one row\nlogits = flattened·W{b}" + tied + "\n"
-            "    (the article's leak: one row of all positions, so the prediction sees the future\n"
-            "    tokens, the very words it should predict; the paper's head reads each position alone)"
+            # one logical line: the terminal wraps it at its width, under its own indent
+            "    (the article's leak: one row of all positions, so the prediction sees the future "
+            "tokens, the very words it should predict; the paper's head reads each position alone)"
         )
     return f"logits = X·W{b}" + tied
 
