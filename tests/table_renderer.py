@@ -87,11 +87,16 @@ class SideBySide:
 
 
 def _shading(name: str, values: np.ndarray, view: View) -> Callable[[float], str] | None:
-    if view.heatmap:
+    weights = re.fullmatch(r"A\d+", name) or name == "probabilities"
+    # Changed on purpose (issue 22): under --heatmap, weights keep the fixed 0–1 scale and a
+    # constant matrix is left plain; the old renderer is lent the new rule, as its number format.
+    if view.heatmap and not weights:
         finite = values[np.isfinite(values)]
+        if finite.size and np.all(finite == finite.flat[0]):
+            return None
         scale = float(np.max(np.abs(finite))) if finite.size else 0.0
         return lambda v: "black on rgb({},{},{})".format(*diverging(v, scale))
-    if view.shade_weights and (re.fullmatch(r"A\d+", name) or name == "probabilities"):
+    if (view.shade_weights or view.heatmap) and weights:
         return lambda v: "black on rgb({},{},{})".format(*sequential(v))
     return None
 

@@ -35,7 +35,13 @@ def lightness(rgb: tuple[int, int, int]) -> float:
 def backgrounds(values: list[float], system: str, heatmap: bool = False) -> list[tuple[int, int, int]]:
     """The background colour of each cell of a one-row matrix, as a terminal of ``system`` gets it."""
     console = Console(width=1000, force_terminal=True, color_system=system, file=io.StringIO())
-    m = Matrix(np.array([values]), ("a",), tuple(f"c{k}" for k in range(len(values))), ATTENTION)
+    # attention weights keep the fixed 0–1 scale under --heatmap too: its palette shades other matrices
+    m = Matrix(
+        np.array([values]),
+        ("a",),
+        tuple(f"c{k}" for k in range(len(values))),
+        *(() if heatmap else (ATTENTION,)),
+    )
     colors = "truecolor" if system == "truecolor" else "256"
     view = View(width=1000, full=True, heatmap=heatmap, colors=colors)
     console.print(matrix_block("A1", m, view), crop=False)

@@ -178,6 +178,10 @@ def test_attention_weights_are_shaded_and_heatmap_colours_everything() -> None:
     assert "48;2;255;105;85" in hot  # the largest positive: full red
     assert "48;2;" in hot and "-∞" in hot
     assert "48;2" not in coloured("A1", weights, View(shade_weights=False))
+    # under --heatmap too, weights keep the fixed 0–1 scale: 1 is the deepest green, not a red
+    assert coloured("A1", weights, View(heatmap=True)) == coloured("A1", weights, View())
+    gamma = Matrix(np.ones((1, 3)), ("gamma",), ("d0", "d1", "d2"))
+    assert "48;2" not in coloured("gamma", gamma, View(heatmap=True))  # a constant is no extreme
     # and with no colour (a pipe, NO_COLOR) the same table is plain text
     assert "\x1b[" not in show("A1", weights, View(heatmap=True))
 

@@ -388,19 +388,24 @@ def _spans(text: str, spans: list[tuple[int, int, Style]]) -> list[Segment]:
 
 
 def _shading(name: str, matrix: Matrix, shown: np.ndarray, view: View) -> Callable[[float], Style] | None:
-    """How to colour a cell's background by its value, or None: a heatmap of the whole matrix with
-    ``--heatmap``, else attention weights and probabilities alone (0 white to 1 green, by default).
+    """How to colour a cell's background by its value, or None: attention weights and probabilities
+    from 0 white to 1 green, always on that fixed scale; with ``--heatmap`` every other matrix too, on
+    its own scale (a constant one, such as an untrained gamma, is left plain).
 
     The one place that decides which matrices are shaded (``shown``: the rows on screen, which
     set the heatmap's scale unless the stage shares one).
     """
     eight_bit = view.colors == "256"
-    if view.heatmap:
+    weights = matrix.role in (ATTENTION, PROBABILITIES)  # on the fixed 0–1 scale in every view
+    if view.heatmap and not weights:
+        finite = shown[np.isfinite(shown)]
+        if finite.size and np.all(finite == finite.flat[0]):  # a constant (gamma of ones): no extreme
+            return None
         scale = view.scale if view.scale is not None else largest(shown)
         if eight_bit:
             return lambda v: _background_256(diverging_256(v, scale))
         return lambda v: _background(diverging(v, scale))
-    if is_shaded(matrix, view):
+    if weights and (view.shade_weights or view.heatmap):
         if eight_bit:
             return lambda v: _background_256(sequential_256(v))
         return lambda v: _background(sequential(v))
