@@ -769,7 +769,14 @@ def explain(
             "--stage", "-s", help="A stage id (decoder.0.masked-attention), or a kind with one stage."
         ),
     ],
-    matrix: Annotated[str, typer.Option("--matrix", "-m", help="A matrix of that stage: A1, S1, output, …")],
+    matrix: Annotated[
+        str,
+        typer.Option(
+            "--matrix",
+            "-m",
+            help="A matrix of that stage: A1, S1, output, …; dL/dA1 for its gradient (the chain rule).",
+        ),
+    ],
     cell: Annotated[
         str, typer.Option("--cell", help="Row,column by index (1,0) or by label (sleeping,<start>).")
     ],
