@@ -533,29 +533,29 @@ def _scaled(m: ModelConfig) -> str:
     return ""
 
 
-def _explanation(text: str, kv: str) -> Callable[[ModelConfig], str]:
+def _explanation(text: str, kv: str, masked: bool) -> Callable[[ModelConfig], str]:
     def explanation(m: ModelConfig) -> str:
-        if kv == "X" and text is MASKED and m.sliding_window is not None:
-            text_ = (
-                f"{text} With a sliding window of {m.sliding_window} (Mistral), M is −∞ also more than "
-                f"{m.sliding_window - 1} positions back: each position sees itself and the "
-                f"{m.sliding_window - 1} before it (a band, when the text is longer than the window)."
+        said = text
+        if masked and m.sliding_window is not None:
+            w = m.sliding_window
+            said += (
+                f" With a sliding window of {w} (Mistral), M is −∞ also more than {w - 1} positions back: "
+                f"each position sees itself and the {w - 1} before it (a band, when the text is longer "
+                "than the window)."
             )
-        else:
-            text_ = text
-        if not _rotated(m, kv):
-            return text_
-        return (
-            text_ + " Positions enter here (rotary): each head's queries and keys are turned by an angle "
-            "that grows with their position, so a score depends on how far apart two tokens are."
-        )
+        if _rotated(m, kv):
+            said += (
+                " Positions enter here (rotary): each head's queries and keys are turned by an angle "
+                "that grows with their position, so a score depends on how far apart two tokens are."
+            )
+        return said
 
     return explanation
 
 
 def _kind(id: str, title: str, explanation: str, kv: str, kv_tex: str, s: str, article: str = "") -> Kind:
     return Kind(
-        id, title, _explanation(explanation, kv), _formula(kv, s), _latex(kv_tex, s), attention_backward,
+        id, title, _explanation(explanation, kv, id == "masked-attention"), _formula(kv, s), _latex(kv_tex, s), attention_backward,
         attention_second, EXPLAIN, params=_params, groups=GROUPS, tex=TEX, article=article,
     )  # fmt: skip
 
