@@ -57,12 +57,19 @@ def test_trained_weights_say_which_words_are_new(runner, tmp_path) -> None:
     assert "dog, barking are new to it" in message
     result = runner.invoke(app, ["run", "--source", "the dog is", "--target", "barking", "-w", str(path)])
     assert result.exit_code == 2 and "dog, barking are new to it" in result.output
+    # tables of the same size, another word: never cat's trained row under dog's name
+    with pytest.raises(WalkthroughError, match="dog is new to it"):
+        load_weights(_sentence("the dog is", "sleeping comfortably"), path)
+    same = Config()
+    shuffled = dataclasses.replace(same, vocabulary=(*same.vocabulary[:2], *reversed(same.vocabulary[2:])))
+    with pytest.raises(WalkthroughError, match="in another order than this config's vocabulary"):
+        load_weights(shuffled, path)
 
 
 @pytest.mark.parametrize(
     "words",
-    [np.array([["a", "b"]]), np.array(["x" * 300]), np.array([1.0, 2.0], dtype=object)],
-    ids=["2-D", "a word of 300 characters", "objects"],
+    [np.array([["a", "b"]]), np.array(["a"] * 100_001), np.array([1.0, 2.0], dtype=object)],
+    ids=["2-D", "more than 100,000 words", "objects"],
 )
 def test_a_bad_vocabulary_member_is_refused(tmp_path, words) -> None:
     path = tmp_path / "w.npz"

@@ -138,3 +138,26 @@ def test_other_gradients_name_their_rule_in_one_line_and_constants_have_none(
         app, ["explain", "-s", "decoder.0.masked-attention", "-m", "dL/dM", "--cell", "1,1"]
     )
     assert result.exit_code == 2 and "constant" in result.stderr
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_an_attention_weight_gradient_reads_its_shared_value_head(
+    runner: CliRunner, tmp_path: Path, kv_heads: int
+) -> None:
+    """O_h = A_h·V_g: dL/dA_h = dL/dO_h·V_gᵀ, with g the key/value head that query head h reads."""
+    from transformer_walkthrough.config import load_config
+
+    llama = Path(__file__).resolve().parents[1] / "configs" / "llama-style.yaml"  # 4 query heads
+    path = tmp_path / "gqa.yaml"
+    path.write_text(llama.read_text().replace("num_kv_heads: 2", f"num_kv_heads: {kv_heads}"))
+    config = load_config(path)
+    w = init_weights(config)
+    trace = run_forward(config, w)
+    g = backward(trace, w).stages
+    sid = "decoder.0.masked-attention"
+    group = (4 - 1) // (4 // kv_heads) + 1  # the key/value head query head 4 reads
+    want = float(g[sid]["O4"][1] @ trace[sid][f"V{group}"][2])  # dA4[1, 2] = Σ_k dO4[1, k]·V_g[2, k]
+    assert abs(want - g[sid]["A4"][1, 2]) < 1e-15
+    lines = _explain_with(runner, str(path), sid, "dL/dA4", "1,2")
+    assert f"V{group}" in " ".join(lines)
+    assert abs(_last(lines) - want) <= HALF

@@ -258,6 +258,8 @@ def _edited(folder: Path, to: Path, **changes) -> Path:
         ({"tie_word_embeddings": True}, "lm_head.weight differs from model.embed_tokens.weight"),
         ({"eos_token_id": "</s>"}, "eos_token_id is '</s>', not a token id or a list of them"),
         ({"rms_norm_eps": -1}, "rms_norm_eps is -1, not a number above 0"),
+        ({"model_type": "mistral", "attention_bias": True},
+         "attention_bias is true; Mistral's attention has no biases"),
     ],
 )  # fmt: skip
 def test_a_config_that_disagrees_is_one_line(llama_family, tmp_path, changes, message):
@@ -311,3 +313,16 @@ def test_a_bfloat16_checkpoint_is_widened_exactly(llama_family, tmp_path):
     with torch.no_grad():
         expected = model(torch.tensor([list(trace.target_ids)])).logits[0].numpy()
     assert np.max(np.abs(trace["output.logits"]["logits"] - expected)) <= 1e-4 * np.max(np.abs(expected))
+
+
+def test_generation_config_names_what_generation_stops_on(llama_family, tmp_path):
+    """transformers' generate stops on generation_config.json's eos_token_id (Qwen2-Instruct names two
+    there, one in config.json): so does ours."""
+    folder = shutil.copytree(llama_family["qwen2"], tmp_path / "instruct")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [5, config["eos_token_id"]]}))
+    assert load_checkpoint(str(folder), "float32", prompt=True).eos_token_id == (5, config["eos_token_id"])
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": "x"}))
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(str(folder), "float32", prompt=True)
+    assert "generation_config.json: eos_token_id is 'x'" in _one_line(err)

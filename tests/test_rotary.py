@@ -209,10 +209,12 @@ def test_the_sliding_window_mask_by_hand() -> None:
          "llama3 needs 0 < rope_low_freq_factor < rope_high_freq_factor; got 4 and 4"),
         ({"rope_scaling": "yarn"}, "model.rope_scaling"),
         ({"d_model": 6, "num_heads": 4}, "not divisible by model.num_heads = 4"),
+        ({"positional_encoding": "sinusoidal", "rope_scaling": "linear"},
+         "model.rope_scaling: linear stretches rotary's frequencies: it needs positional_encoding: rotary"),
     ],
 )  # fmt: skip
 def test_bad_new_keys_name_themselves(changes: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
-        ModelConfig(positional_encoding="rotary", **changes)
+        ModelConfig(**{"positional_encoding": "rotary", **changes})
     if "d_model" in changes:  # a head width of its own lifts the rule
         assert ModelConfig(positional_encoding="rotary", head_dim=2, **changes).d_k == 2

@@ -1046,8 +1046,12 @@ def _continue(
         f"per {heads} and layer, d_k = {m.d_k}."
     )
     if done.cut:
-        table = "learned position table has" if m.adds_positions else "model reads at most"
-        out.line(f"(stopped: the {table} {m.max_positions} rows: max_positions)")
+        if m.adds_positions:
+            out.line(f"(stopped: the learned position table has {m.max_positions} rows: max_positions)")
+        else:
+            out.line(
+                f"(stopped: this model reads at most {m.max_positions} positions: max_position_embeddings)"
+            )
     if not compare:
         return
     gaps = against_full_pass(done.config, done.weights, done.steps)

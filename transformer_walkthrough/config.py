@@ -298,6 +298,11 @@ class ModelConfig(_Checked):
             f"{self.rope_low_freq_factor:g} and {self.rope_high_freq_factor:g}",
         )
         self._require(
+            self.rope_scaling == "default" or not self.adds_positions,
+            "rope_scaling",
+            f"{self.rope_scaling} stretches rotary's frequencies: it needs positional_encoding: rotary",
+        )
+        self._require(
             self.rope_original_max_positions > 0,
             "rope_original_max_positions",
             f"must be a positive integer, got {self.rope_original_max_positions}",

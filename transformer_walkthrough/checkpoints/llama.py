@@ -10,7 +10,7 @@ heads for H query heads), no biases — but Qwen2's on Q, K and V, and Llama's w
 The three ``model_type`` differ only in what their config may say:
 
 - ``llama``: ``attention_bias`` (Q, K, V and O), ``mlp_bias``, ``head_dim``;
-- ``mistral``: ``sliding_window`` (each position sees the last ``sliding_window`` ones only);
+- ``mistral``: ``sliding_window`` (each position sees the last ``sliding_window`` ones only), no biases;
 - ``qwen2``: biases on Q, K, V always, none on O; ``use_sliding_window`` (refused when true).
 
 Rotary: ``rope_theta`` (or transformers 5's ``rope_parameters``), and ``rope_scaling`` (older
@@ -36,7 +36,7 @@ from ..model.architecture import DECODER, pre_norm, stage_id
 from .bpe import BPETokenizer
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
-from .jsonfile import shown
+from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
 from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
 
 FAMILIES = ("llama", "mistral", "qwen2")
@@ -260,7 +260,23 @@ def read_config(folder: Path) -> dict[str, Any]:
         )
     if family != "llama" and config["mlp_bias"]:
         raise CheckpointError(f"{path}: mlp_bias is true; {family}'s MLP has no biases")
+    if family == "mistral" and config["attention_bias"]:
+        raise CheckpointError(f"{path}: attention_bias is true; Mistral's attention has no biases")
+    generation = _generation_eos(folder)  # what generate stops on, as transformers reads it
+    if generation is not None:
+        config["eos_token_id"] = _eos(generation, folder / "generation_config.json")
     return config
+
+
+def _generation_eos(folder: Path) -> Any:
+    """generation_config.json's ``eos_token_id``, which transformers' ``generate`` stops on when the
+    file has it (Qwen2-Instruct: ``<|im_end|>`` and ``<|endoftext|>``, where config.json names one);
+    None when there is no such file or key."""
+    path = folder / "generation_config.json"
+    if not path.exists():  # a FIFO or a device there is refused by read_json, not skipped as absent
+        return None
+    generation = read_json(path, MAX_CONFIG_BYTES)
+    return generation.get("eos_token_id") if isinstance(generation, dict) else None
 
 
 def _eos(value: Any, path: Path) -> int | tuple[int, ...] | None:

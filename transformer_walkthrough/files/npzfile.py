@@ -32,9 +32,9 @@ MAX_DIRECTORY_BYTES = 2_000_000
 PARAMETERS = "a model's parameters"  # what an .npz's directory lists
 # The one member that is not a parameter: the words of the toy's embedding tables, in row order
 # (``walkthrough train --output`` writes it), so that a sentence with other words can be told which
-# words the file knows. A 1-D array of strings, at most MAX_WORDS of at most MAX_WORD characters.
+# words the file knows. A 1-D array of strings, of at most MAX_WORDS words and VOCABULARY_BYTES.
 VOCABULARY = "vocabulary"
-MAX_WORDS, MAX_WORD = 100_000, 256
+MAX_WORDS, VOCABULARY_BYTES = 100_000, 64_000_000
 
 
 def _refuse(path: str | Path, why: str) -> WalkthroughError:
@@ -65,7 +65,12 @@ def read_vocabulary(path: str | Path) -> tuple[str, ...] | None:
             info = archive.getinfo(f"{VOCABULARY}.npy")
             with archive.open(info) as member:
                 shape, _, dtype = _header(member)
-            if dtype.kind != "U" or len(shape) != 1 or shape[0] > MAX_WORDS or dtype.itemsize > 4 * MAX_WORD:
+            if (
+                dtype.kind != "U"
+                or len(shape) != 1
+                or shape[0] > MAX_WORDS
+                or shape[0] * dtype.itemsize > VOCABULARY_BYTES
+            ):
                 return None
             with archive.open(info) as member:  # from its start: read_array reads the header again
                 words = npy.read_array(member, allow_pickle=False, max_header_size=_HEADER)
@@ -142,8 +147,12 @@ def _read_arrays(
         except Exception:
             raise _refuse(name, f"{_short(key)} is not .npy data; expected {what}") from None
         if key == VOCABULARY and dtype.kind == "U":
-            if len(shape) != 1 or shape[0] > MAX_WORDS or dtype.itemsize > 4 * MAX_WORD:
-                raise _refuse(name, f"{VOCABULARY} is not a list of at most {MAX_WORDS:,} words")
+            if len(shape) != 1 or shape[0] > MAX_WORDS or shape[0] * dtype.itemsize > VOCABULARY_BYTES:
+                raise _refuse(
+                    name,
+                    f"{VOCABULARY} is not a list of at most {MAX_WORDS:,} words "
+                    f"in {VOCABULARY_BYTES:,} bytes",
+                )
             total += math.prod(shape) * dtype.itemsize
             headers[key] = (info, shape, fortran, dtype)
             continue

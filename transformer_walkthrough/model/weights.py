@@ -127,37 +127,42 @@ def load_weights(config: Config, path: str | Path) -> Weights:
     """Weights for ``config`` from an .npz (as ``walkthrough train --output`` writes): every name,
     shape and dtype checked against the config's parameters before any array is read
     (``npzfile.read_npz``), and no forward pass needed to know them."""
-    from ..files.npzfile import read_npz
+    from ..files.npzfile import VOCABULARY, read_npz, read_vocabulary
 
     specs, uses = parameters(config)
     try:
         stored = read_npz(path, expected={name: spec.shape for name, spec in specs.items()})
     except WalkthroughError as err:
-        words = _words_hint(config, path)
+        words = _words_hint(config, path, read_vocabulary(path))
         if words:
             raise WalkthroughError(words) from None
         hint = _convention_hint(config, path)
         raise WalkthroughError(f"{err}{hint}") from None
+    # Tables of the same size may hold other words: a row is a word's, never another word's.
+    if VOCABULARY in stored:
+        words = _words_hint(config, path, tuple(str(w) for w in stored[VOCABULARY]))
+        if words:
+            raise WalkthroughError(words)
     dtype = np.dtype(config.model.dtype)
     return Weights({name: stored[name].astype(dtype, copy=False) for name in specs}, uses)
 
 
-def _words_hint(config: Config, path: str | Path) -> str:
-    """When the file was trained on other words (its ``vocabulary``): which words of this config it
-    lacks; "" when it has no vocabulary or the same one (then the file is wrong in another way)."""
-    from ..files.npzfile import read_vocabulary
-
-    known = read_vocabulary(path)
-    if known is None or tuple(known) == tuple(config.vocabulary or ()):
+def _words_hint(config: Config, path: str | Path, known: tuple[str, ...] | None) -> str:
+    """When the file was trained on other words (its ``vocabulary``, ``known``): which words of this
+    config it lacks, or that its rows are the same words in another order; "" when it has no
+    vocabulary or this config's (then the file is wrong in another way, or right)."""
+    vocabulary = tuple(config.vocabulary or ())
+    if known is None or tuple(known) == vocabulary:
         return ""
-    new = [w for w in config.vocabulary or () if w not in known]
+    trained = f"{path}: its embedding tables were trained on {len(known)} words ({', '.join(known[:8])}"
+    trained += f"{', …' if len(known) > 8 else ''})"
+    new = [w for w in vocabulary if w not in known]
     if not new:
-        return ""
+        return f"{trained}, in another order than this config's vocabulary: list them in that order"
     shown = ", ".join(new[:8]) + (f" and {len(new) - 8} more" if len(new) > 8 else "")
     return (
-        f"{path}: its embedding tables were trained on {len(known)} words ({', '.join(known[:8])}"
-        f"{', …' if len(known) > 8 else ''}); {shown} {'is' if len(new) == 1 else 'are'} new to it: train on "
-        "this sentence (walkthrough train … --output), or run without --weights"
+        f"{trained}; {shown} {'is' if len(new) == 1 else 'are'} new to it: train on this sentence "
+        "(walkthrough train … --output), or run without --weights"
     )
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import StageError
 from ..model.backprop import Backward, next_tokens
+from ..model.kinds.attention import kv_head
 from ..model.trace import Stage, Trace
 from .explain import Cell, parse_cell
 
@@ -54,7 +55,8 @@ def _rule(c: Cell, trace: Trace, grads: Backward, g: dict[str, np.ndarray], valu
     if stage.kind.endswith("attention") and base == "concat":
         return _linear(c, "output", "W_O", "concat", g, model.attention_bias)
     if stage.kind.endswith("attention") and m.base == "A" and m.head is not None:
-        o, v = _of(stage, "O", m.head), _of(stage, "V", m.head)
+        # O_h = A_h·V_g: query head h reads key/value head g (grouped-query attention)
+        o, v = _of(stage, "O", m.head), _of(stage, "V", kv_head(model, m.head))
         return _linear(c, o, v, base, g, False)
     if stage.kind == "residual" and base in ("X", "sublayer"):
         return [
@@ -105,9 +107,11 @@ def _softmax(c: Cell, g: dict[str, np.ndarray]) -> list[str]:
     dot = float(np.dot(A, dA))
     dS = float(A[c.j]) * (float(dA[c.j]) - dot)
     d = f"{PREFIX}{a_name}"
+    of = c.name if c.matrix.base == "S+M" or not c.stage.has("S+M", c.matrix.head) else f"{c.name}+M"
+    constant = f" (M is a constant: {PREFIX}{c.name} = {PREFIX}{of})" if of != c.name else ""
     return [
-        f"{a_name} = softmax of each row of {c.name}: {PREFIX}{c.name}[i, j] = {a_name}[i, j]·({d}[i, j] − "
-        f"Σ_k {a_name}[i, k]·{d}[i, k])",
+        f"{a_name} = softmax of each row of {of}{constant}: "
+        f"{PREFIX}{c.name}[i, j] = {a_name}[i, j]·({d}[i, j] − Σ_k {a_name}[i, k]·{d}[i, k])",
         f"  Σ_k {a_name}[{c.i}, k]·{d}[{c.i}, k] = {c.sum_of(terms)} = {c.f(dot)}",
         f"  {PREFIX}{c.name}[{c.i}, {c.j}] = {c._factor(float(A[c.j]))}·({c.f(float(dA[c.j]))} − "
         f"{c._factor(dot)}) = {c.f(dS)}",

@@ -446,7 +446,8 @@ def legend(view: View, shaded: list[Matrix]) -> Text:
     swatch = "  "
     out = Text()
     out.append("shading: ", style="dim")
-    if view.heatmap:
+    weights = [m for m in shaded if m.role in (ATTENTION, PROBABILITIES)]  # always on the fixed 0–1 scale
+    if view.heatmap and len(weights) < len(shaded):
         end = f"{view.scale:.{max(view.precision, 2)}f}" if view.scale is not None else "max"
         out.append(f"−{end} ")
         for t in (-1.0, -0.75, -0.5, -0.25, 0.0, 0.25, 0.5, 0.75, 1.0):
@@ -454,11 +455,13 @@ def legend(view: View, shaded: list[Matrix]) -> Text:
         out.append(f" +{end}")
         said = "one scale for the stage" if view.scale is not None else "max: each matrix's largest |value|"
         out.append(f"  blue < 0 < red; {said}", style="dim")
-        return out
+        if not weights:
+            return out
+        out.append(";  ", style="dim")
     out.append("0 ")
     for p in (0.0, 0.1, 0.25, 0.5, 0.75, 1.0):
         out.append(swatch, _swatch(view, p, heatmap=False))
-    names = sorted({"attention weights" if m.role == ATTENTION else "probabilities" for m in shaded})
+    names = sorted({"attention weights" if m.role == ATTENTION else "probabilities" for m in weights})
     out.append(" 1")
     out.append(f"  {' and '.join(names)}", style="dim")
     return out

@@ -190,7 +190,7 @@ def find_stage(trace: Trace, text: str) -> int:
     folded = wanted.casefold()
     if not wanted:
         raise StageError("no stage given")
-    if wanted.isdigit():
+    if wanted.isascii() and wanted.isdigit():  # "²" is a digit to isdigit, not to int
         number = int(wanted)
         if 1 <= number <= len(ids):
             return number - 1
