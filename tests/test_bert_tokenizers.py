@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 import transformers
 
 from tests import tiny_tokenizers as tiny
-from transformer_walkthrough.checkpoints import BPETokenizer, CheckpointError
+from transformer_walkthrough.checkpoints import BPETokenizer, CheckpointError, WordPieceTokenizer
 
 PROMPTS = [
     "The cat is [MASK] comfortably.",
@@ -85,7 +85,8 @@ def pairs(tmp_path_factory):
         info = build(folder)
         if model_type:
             tiny.write_model_type(folder, model_type)
-        out[name] = BPETokenizer(folder), transformers.AutoTokenizer.from_pretrained(folder), info
+        reader = BPETokenizer if "roberta" in name else WordPieceTokenizer
+        out[name] = reader(folder), transformers.AutoTokenizer.from_pretrained(folder), info
     return out
 
 
@@ -187,7 +188,7 @@ def test_bad_vocab_txt_and_configs_are_one_line(tmp_path, edit, message):
     folder = _bert_folder(tmp_path)
     edit(folder)
     with pytest.raises(CheckpointError) as err:
-        BPETokenizer(folder).encode("hi")
+        WordPieceTokenizer(folder).encode("hi")
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -200,3 +201,10 @@ def test_a_vocab_txt_too_large_or_too_long_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match=r"vocab\.txt") as err:
         BPETokenizer(folder)
     assert "\n" not in str(err.value)
+
+
+def test_wordpiece_refuses_a_bpe_folder(tmp_path):
+    tiny.roberta_style(tmp_path)
+    tiny.write_model_type(tmp_path, "roberta")
+    with pytest.raises(CheckpointError, match="not a WordPiece tokenizer"):
+        WordPieceTokenizer(tmp_path)

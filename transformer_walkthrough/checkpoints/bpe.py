@@ -1,8 +1,10 @@
 """A BPE tokenizer read from a checkpoint's folder, equal to ``transformers.AutoTokenizer`` (5.18):
 byte-level (GPT-2, Llama 3, Qwen2, SmolLM) or SentencePiece-style with byte fallback (Llama 2,
-TinyLlama, Mistral). ``tokenizer_folder`` builds the spec transformers' class would (it rebuilds
-Llama's, Qwen2's and GPT-2's components around tokenizer.json's vocabulary and merges, and reads
-vocab.json + merges.txt where there is no tokenizer.json); the bos is added exactly when that
+TinyLlama, Mistral), and RoBERTa's (byte-level, ``<s> … </s>``); BERT's WordPiece through the
+same machinery (``wordpiece.WordPieceTokenizer``). ``tokenizer_folder`` builds the spec
+transformers' class would (it rebuilds Llama's, Qwen2's, GPT-2's, RoBERTa's and BERT's components
+around tokenizer.json's vocabulary and merges, and reads vocab.json + merges.txt, or BERT's
+vocab.txt, where there is no tokenizer.json); the bos is added exactly when that
 spec's post-processor adds it (``BPETokenizer.bos_id``).
 
 The text's UTF-8 bytes are cut into words (a leading space stays with its word), each byte is
