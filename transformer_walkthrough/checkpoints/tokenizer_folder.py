@@ -19,6 +19,19 @@ What transformers 5.18 does (``models/auto/tokenization_auto.py``, ``tokenizatio
   GPT-2: ByteLevel (``add_prefix_space`` from the config). The added tokens are then those of
   tokenizer_config.json's ``added_tokens_decoder`` (else tokenizer.json's), and the special tokens
   it names (the class's defaults where it names none) are added after them.
+- ``BertTokenizer`` (``model_type`` bert and distilbert; ``DistilBertTokenizer`` is the same
+  class) reads only the vocabulary of tokenizer.json, or vocab.txt (one token a line, its id the
+  line's number) where there is none, and builds the rest from tokenizer_config.json: WordPiece
+  (``##``, at most 100 characters a word, the config's unk token), BertNormalizer(clean_text,
+  ``tokenize_chinese_chars`` (true), ``strip_accents`` (null: as the lowercasing),
+  ``do_lower_case`` (true, whatever tokenizer.json's normalizer says)), BertPreTokenizer, the
+  WordPiece decoder, and its own ``[CLS] $A [SEP]`` template, whatever the file's
+  post-processor. ``decode`` applies ``clean_up_tokenization`` (`` .`` -> ``.``) when the
+  config's ``clean_up_tokenization_spaces`` is true (for WordPiece only).
+- ``RobertaTokenizer`` (``model_type`` roberta) is GPT-2's byte-level BPE (``add_prefix_space``,
+  false) with a RobertaProcessing post-processor (``<s> $A </s>``, ``trim_offsets``), from
+  tokenizer.json's vocabulary and merges or vocab.json + merges.txt; ``<mask>``'s ``lstrip`` comes
+  from the config's ``added_tokens_decoder``.
 - With a tokenizer.json, ``add_bos_token`` and ``add_eos_token`` are dropped from the config
   (``_from_pretrained``): the bos is there exactly when tokenizer.json's post-processor puts it
   there. Without one (GPT-2's vocab.json + merges.txt), they make the post-processor
@@ -27,7 +40,9 @@ What transformers 5.18 does (``models/auto/tokenization_auto.py``, ``tokenizatio
   keeps special tokens as text; ``fix_mistral_regex`` only acts when passed to from_pretrained.
 
 What the config sets that cannot be reproduced here (another class, a forced clean-up, split
-special tokens, an added_tokens.json) is refused in one line, never approximated.
+special tokens, an added_tokens.json, ``add_bos_token``/``add_eos_token`` for BERT or RoBERTa, a
+vocab.txt line the library would read otherwise than it is written) is refused in one line,
+never approximated.
 """
 
 from __future__ import annotations
