@@ -217,8 +217,8 @@ def _gpt2_folder(tmp_path: Path) -> Path:
         (lambda f: (f / "vocab.json").write_text('{"a": "x"}'), "not an id"),
         (lambda f: (f / "vocab.json").write_text('{"a": 0'), "not a readable vocabulary"),
         (
-            lambda f: (f / "tokenizer_config.json").write_text('{"tokenizer_class": "BertTokenizer"}'),
-            "tokenizer_class BertTokenizer, which transformers builds its own way",
+            lambda f: (f / "tokenizer_config.json").write_text('{"tokenizer_class": "T5Tokenizer"}'),
+            "tokenizer_class T5Tokenizer, which transformers builds its own way",
         ),
         (
             lambda f: (f / "tokenizer_config.json").write_text('{"split_special_tokens": true}'),

@@ -320,3 +320,120 @@ def llama3_sized(folder: Path, size: int = 128_000, merges: int = 280_000) -> No
     }
     (folder / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
     (folder / "tokenizer_config.json").write_text('{"tokenizer_class": "PreTrainedTokenizerFast"}')
+
+
+BERT_SPECIALS = ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# CJK characters, so that some are in the vocabulary (each its own word) and others are not.
+BERT_CORPUS = [*CORPUS, "猫は寝ている。中文 日本", "playing played plays player sleeping comfortably"] * 2
+
+
+def bert_style(
+    folder: Path,
+    lower: bool = True,
+    with_tokenizer_json: bool = True,
+    config: dict | None = None,
+) -> Tiny:
+    """bert-base's layout: WordPiece (``##`` continuations) trained with a BertNormalizer of
+    ``lower``, ``[PAD]``, two ``[unused]``, ``[UNK]``, ``[CLS]``, ``[SEP]``, ``[MASK]`` first, a
+    TemplateProcessing ``[CLS] $A [SEP]``; vocab.txt always (one token a line, as the hub's),
+    tokenizer.json when ``with_tokenizer_json``; tokenizer_config.json as transformers 4.x saved
+    it for bert-base-(un)cased, or ``config`` as it is (distilbert-base-uncased's is
+    ``{"do_lower_case": true}``). ``bos`` is ``[CLS]``, ``eos`` ``[SEP]``."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lower)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=300, special_tokens=BERT_SPECIALS, show_progress=False)
+    tok.train_from_iterator(BERT_CORPUS, trainer)
+    cls, sep = BERT_SPECIALS.index("[CLS]"), BERT_SPECIALS.index("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0",
+        pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    vocab = tok.get_vocab()
+    (folder / "vocab.txt").write_text(
+        "\n".join(sorted(vocab, key=vocab.__getitem__)) + "\n", encoding="utf-8"
+    )
+    spec = json.loads(tok.to_str())
+    spec["added_tokens"] = [_added(t, i) for i, t in enumerate(BERT_SPECIALS) if not t.startswith("[unused")]
+    if with_tokenizer_json:
+        (folder / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    if config is None:
+        decoder = {str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in spec["added_tokens"]}
+        config = {
+            "added_tokens_decoder": decoder,
+            "clean_up_tokenization_spaces": True,
+            "cls_token": "[CLS]",
+            "do_lower_case": lower,
+            "mask_token": "[MASK]",
+            "model_max_length": 512,
+            "pad_token": "[PAD]",
+            "sep_token": "[SEP]",
+            "strip_accents": None,
+            "tokenize_chinese_chars": True,
+            "tokenizer_class": "BertTokenizer",
+            "unk_token": "[UNK]",
+        }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return Tiny(len(vocab), cls, sep)
+
+
+def roberta_style(folder: Path, with_tokenizer_json: bool = True) -> Tiny:
+    """roberta-base's layout: byte-level BPE as GPT-2's, ``<s>`` ``<pad>`` ``</s>`` ``<unk>`` at
+    0–3 and ``<mask>`` last, a RobertaProcessing post-processor (``<s> $A </s>``); vocab.json and
+    merges.txt always, tokenizer.json when ``with_tokenizer_json``; tokenizer_config.json as
+    transformers 4.x saved roberta-base's, ``<mask>`` with ``lstrip``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=360,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    mask = tok.get_vocab_size()
+    tok.add_special_tokens(["<mask>"])  # then made lstrip below, as roberta-base's
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True)
+    spec = json.loads(tok.to_str())
+    spec["model"]["vocab"]["<mask>"] = mask
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    spec["added_tokens"] = [_added(t, i) for i, t in enumerate(specials)] + [
+        {**_added("<mask>", mask), "lstrip": True}
+    ]
+    if with_tokenizer_json:
+        (folder / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    (folder / "vocab.json").write_text(
+        json.dumps(spec["model"]["vocab"], ensure_ascii=False), encoding="utf-8"
+    )
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    decoder = {str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in spec["added_tokens"]}
+    config = {
+        "add_prefix_space": False,
+        "added_tokens_decoder": decoder,
+        "bos_token": "<s>",
+        "clean_up_tokenization_spaces": True,
+        "cls_token": "<s>",
+        "eos_token": "</s>",
+        "errors": "replace",
+        "mask_token": "<mask>",
+        "model_max_length": 512,
+        "pad_token": "<pad>",
+        "sep_token": "</s>",
+        "tokenizer_class": "RobertaTokenizer",
+        "trim_offsets": True,
+        "unk_token": "<unk>",
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return Tiny(mask + 1, 0, 2)

@@ -43,6 +43,7 @@ from .marian import MarianCheckpoint, load_marian  # noqa: E402
 from .run import CheckpointConfig, check_size, checkpoint_config, checkpoint_weights  # noqa: E402
 from .tensors import read_safetensors, read_torch_bin, read_weights  # noqa: E402
 from .tokenizer import MarianTokenizer  # noqa: E402
+from .wordpiece import WordPieceTokenizer  # noqa: E402
 
 __all__ = [
     "BPETokenizer",
@@ -52,6 +53,7 @@ __all__ = [
     "GPT2Checkpoint",
     "MarianCheckpoint",
     "MarianTokenizer",
+    "WordPieceTokenizer",
     "check_size",
     "checkpoint_config",
     "checkpoint_weights",

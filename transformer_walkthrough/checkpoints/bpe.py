@@ -1,8 +1,10 @@
 """A BPE tokenizer read from a checkpoint's folder, equal to ``transformers.AutoTokenizer`` (5.18):
 byte-level (GPT-2, Llama 3, Qwen2, SmolLM) or SentencePiece-style with byte fallback (Llama 2,
-TinyLlama, Mistral). ``tokenizer_folder`` builds the spec transformers' class would (it rebuilds
-Llama's, Qwen2's and GPT-2's components around tokenizer.json's vocabulary and merges, and reads
-vocab.json + merges.txt where there is no tokenizer.json); the bos is added exactly when that
+TinyLlama, Mistral), and RoBERTa's (byte-level, ``<s> … </s>``); BERT's WordPiece through the
+same machinery (``wordpiece.WordPieceTokenizer``). ``tokenizer_folder`` builds the spec
+transformers' class would (it rebuilds Llama's, Qwen2's, GPT-2's, RoBERTa's and BERT's components
+around tokenizer.json's vocabulary and merges, and reads vocab.json + merges.txt, or BERT's
+vocab.txt, where there is no tokenizer.json); the bos is added exactly when that
 spec's post-processor adds it (``BPETokenizer.bos_id``).
 
 The text's UTF-8 bytes are cut into words (a leading space stays with its word), each byte is
@@ -43,7 +45,8 @@ from .errors import CheckpointError
 from .jsonfile import read_json
 from .native import NativeProcess
 from .tokenizer_check import check_tokenizer
-from .tokenizer_folder import BACKEND, Folder, from_vocab_and_merges, rebuilt
+from .tokenizer_folder import BACKEND, Folder, from_vocab_and_merges, from_vocab_txt, rebuilt
+from .tokenizer_folder import library_ids as _library_ids
 
 MAX_TOKENIZER_BYTES = 200_000_000  # the largest tokenizer.json on the hub is tens of MB
 SHOWN = {" ": "·", "\n": "↵", "\t": "⇥"}
@@ -202,8 +205,9 @@ class BPETokenizer:
         folder = Path(folder)
         self.folder = Folder(folder)  # tokenizer_config.json: the class transformers would build
         self.path = folder / "tokenizer.json"
-        if not self.path.exists() and (folder / "vocab.json").exists():
-            self.path = folder / "vocab.json"
+        for other in ("vocab.json", "vocab.txt"):  # the older layouts: GPT-2's or RoBERTa's, BERT's
+            if not self.path.exists() and (folder / other).exists():
+                self.path = folder / other
         with _collector_paused():
             self._read(size)
         self._machine: NativeProcess | None = None
@@ -251,12 +255,26 @@ class BPETokenizer:
         self.bos_id: int | None = _first_special(self._spec.get("post_processor"))
         #: The ids ``encode`` puts last (``add_eos_token`` in a vocab.json folder's config): ().
         self.suffix_ids: tuple[int, ...] = _last_specials(self._spec.get("post_processor"))
-        eos = self.folder.special(legacy_map=self.folder.config.get("added_tokens_decoder") is None).get(
-            "eos_token"
-        )
-        eos = eos.get("content") if isinstance(eos, dict) else eos
+        named = self.folder.special(legacy_map=self.folder.config.get("added_tokens_decoder") is None)
+
+        def text_and_id(name: str) -> tuple[str | None, int | None]:
+            token = named.get(name)
+            token = token.get("content") if isinstance(token, dict) else token
+            if not isinstance(token, str):
+                return None, None
+            i = ids.get(token, vocab.get(token))
+            return (token, i) if i is not None else (None, None)
+
         #: The id of the eos token the config names (where generation stops), or None.
-        self.eos_id: int | None = ids.get(eos, vocab.get(eos)) if isinstance(eos, str) else None
+        self.eos_id: int | None = text_and_id("eos_token")[1]
+        #: The token a masked language model predicts (BERT's ``[MASK]``, RoBERTa's ``<mask>``), its id.
+        self.mask_token, self.mask_id = text_and_id("mask_token")
+        #: The ids of the classifier token that starts a sequence and of the separator that ends it
+        #: (BERT's ``[CLS]``/``[SEP]``, RoBERTa's ``<s>``/``</s>``), or None for a family without.
+        self.cls_id, self.sep_id = text_and_id("cls_token")[1], text_and_id("sep_token")[1]
+        #: WordPiece (BERT): ``decode`` applies transformers' clean-up when the config asks for it.
+        self.wordpiece = self._spec["model"]["type"] == "WordPiece"
+        self._clean_up = self.wordpiece and self.folder.setting("clean_up_tokenization_spaces", False)
 
     @property
     def _tokenizer(self) -> NativeProcess:
@@ -300,7 +318,7 @@ class BPETokenizer:
         )
         if not isinstance(text, str):
             raise CheckpointError(f"{self.path}: decoding gave {str(text)[:20]}, not a text")
-        return text
+        return clean_up_tokenization(text) if self._clean_up else text
 
 
 @contextlib.contextmanager
@@ -329,6 +347,8 @@ def _read_vocabulary(path: Path, folder: Folder) -> tuple[dict[str, Any], _Vocab
     checked = None
     if path.name == "vocab.json":
         raw = from_vocab_and_merges(folder)
+    elif path.name == "vocab.txt":
+        raw = from_vocab_txt(folder)
     else:
         try:
             raw = read_json(path, MAX_TOKENIZER_BYTES, what="a readable tokenizer")
@@ -345,10 +365,8 @@ def _read_vocabulary(path: Path, folder: Folder) -> tuple[dict[str, Any], _Vocab
 
 
 def _vocabulary(data: dict[str, Any], path: Path) -> _Vocabulary:
-    if data["model"]["type"] != "BPE":
-        raise CheckpointError(f"{path}: not a BPE tokenizer (its model is {data['model']['type']})")
     added = _library_ids(data["added_tokens"], data["model"]["vocab"])
-    return data["model"]["vocab"], added, _style(data)
+    return data["model"]["vocab"], added, _style(data) if data["model"]["type"] == "BPE" else None
 
 
 def _style(data: dict[str, Any]) -> str | None:
@@ -378,8 +396,18 @@ def _ids_of(template: dict[str, Any], pieces: list[dict[str, Any]]) -> list[int]
     return [i for p in pieces for i in template["special_tokens"][p["SpecialToken"]["id"]]["ids"]]
 
 
+def _roberta(post: dict[str, Any] | None) -> dict[str, Any] | None:
+    """RoBERTa's post-processor (``cls $A sep``), alone or in a Sequence."""
+    if not post:
+        return None
+    parts = post["processors"] if post["type"] == "Sequence" else [post]
+    return next((p for p in parts if p["type"] == "RobertaProcessing"), None)
+
+
 def _first_special(post: dict[str, Any] | None) -> int | None:
     """The first id of the single-sequence template, when it is a special token before ``$A``."""
+    if roberta := _roberta(post):
+        return roberta["cls"][1]
     for template in _templates(post):
         single = template["single"]
         if (
@@ -392,6 +420,8 @@ def _first_special(post: dict[str, Any] | None) -> int | None:
 
 
 def _last_specials(post: dict[str, Any] | None) -> tuple[int, ...]:
+    if roberta := _roberta(post):
+        return (roberta["sep"][1],)
     for template in _templates(post):
         single = template["single"]
         tail = []
@@ -402,38 +432,6 @@ def _last_specials(post: dict[str, Any] | None) -> tuple[int, ...]:
         if tail and len(tail) < len(single):
             return tuple(_ids_of(template, tail))
     return ()
-
-
-_ADDED_FIELDS = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
-
-
-def _library_ids(entries: list[dict[str, Any]], vocab: dict[str, int]) -> dict[int, tuple[str, bool]]:
-    """id -> (token, special) of the added tokens, with the ids the library gives them: not the
-    file's ``"id"`` (it only logs a warning when they differ) but, one token at a time in the
-    file's order, its id in ``model.vocab`` or of an earlier added token of that content, else the
-    next one past the vocabulary (``AddedVocabulary::add_tokens``); a token equal in every field
-    to one already added is skipped, and a later token at the same id replaces the earlier."""
-    size, top = len(vocab), -1
-    ids: dict[str, int] = {}
-    tokens: dict[int, tuple[Any, ...]] = {}
-    seen: set[tuple[Any, ...]] = set()  # tokens.values(), as a set (131,072 tokens: no n²)
-    special: set[str] = set()
-    for entry in entries:
-        token = tuple(entry.get(key) for key in _ADDED_FIELDS)
-        content = entry["content"]
-        if entry.get("special"):
-            special.add(content)
-        if token in seen:
-            continue
-        if content in ids or content in vocab:
-            i = ids.get(content, vocab.get(content, 0))
-        else:
-            i = size if top < 0 or (top < size and size > 0) else top + 1
-        ids[content], top = i, max(top, i)
-        seen.discard(tokens.get(i))
-        tokens[i] = token
-        seen.add(token)
-    return {i: (token[0], token[0] in special) for i, token in tokens.items()}
 
 
 def _load(path: Path, spec: dict[str, Any]) -> NativeProcess:
@@ -450,6 +448,17 @@ def _load(path: Path, spec: dict[str, Any]) -> NativeProcess:
     return NativeProcess(
         str(path), lambda: Tokenizer.from_str(json.dumps(spec, ensure_ascii=False, separators=COMPACT)), OPS
     )
+
+
+_CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+             (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))  # fmt: skip
+
+
+def clean_up_tokenization(text: str) -> str:
+    """transformers' ``clean_up_tokenization`` (WordPiece only): `` .`` -> ``.``, `` n't`` -> ``n't``."""
+    for before, after in _CLEAN_UP:
+        text = text.replace(before, after)
+    return text
 
 
 COMPACT = (",", ":")

@@ -22,6 +22,7 @@ What is allowed, by family, and nothing else:
 - BERT (WordPiece): model ``WordPiece``; normalizer ``BertNormalizer`` (or ``NFD``, ``Lowercase``,
   ``StripAccents``, as some uncased files spell it); pre-tokenizer ``BertPreTokenizer``; decoder
   ``WordPiece``; post-processor ``TemplateProcessing``.
+- RoBERTa: byte-level BPE as GPT-2's, post-processor ``RobertaProcessing`` (``<s> $A </s>``).
 
 Refused: ``Precompiled`` (its charsmap is a binary blob the library indexes unchecked), Unigram,
 WordLevel, BPE dropout (a random tokenization), BPE subword prefixes and suffixes (null or ""
@@ -214,6 +215,14 @@ def special_tokens(value: Any, where: str, ctx: _Context) -> dict[str, Any]:
     return out
 
 
+def token_id(value: Any, where: str, ctx: _Context) -> list[Any]:
+    """RobertaProcessing's ``sep`` or ``cls``: ``[token, id]``, the id in the vocabulary."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise ctx.fail(where, f"is {_shown(value)}, not a token and its id")
+    return [text(1, MAX_TOKEN_CHARS, printable=False)(value[0], f"{where}[0]", ctx),
+            integer(0, ctx.ids - 1)(value[1], f"{where}[1]", ctx)]  # fmt: skip
+
+
 def _ids(value: Any, where: str, ctx: _Context) -> list[int]:
     if not isinstance(value, list) or not 1 <= len(value) <= MAX_TEMPLATE:
         raise ctx.fail(where, f"is not a list of 1 to {MAX_TEMPLATE} ids")
@@ -260,6 +269,8 @@ ALLOWED: dict[str, dict[str, dict[str, Check]]] = {
     "post_processor": {
         "ByteLevel": BYTE_LEVEL,
         "TemplateProcessing": {"single": template, "pair": template, "special_tokens": special_tokens},
+        "RobertaProcessing": {"sep": token_id, "cls": token_id, "trim_offsets": boolean,
+                              "add_prefix_space": boolean},
         "Sequence": {"processors": sequence("post_processor")},
     },
 }  # fmt: skip

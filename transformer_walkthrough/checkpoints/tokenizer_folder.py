@@ -19,6 +19,19 @@ What transformers 5.18 does (``models/auto/tokenization_auto.py``, ``tokenizatio
   GPT-2: ByteLevel (``add_prefix_space`` from the config). The added tokens are then those of
   tokenizer_config.json's ``added_tokens_decoder`` (else tokenizer.json's), and the special tokens
   it names (the class's defaults where it names none) are added after them.
+- ``BertTokenizer`` (``model_type`` bert and distilbert; ``DistilBertTokenizer`` is the same
+  class) reads only the vocabulary of tokenizer.json, or vocab.txt (one token a line, its id the
+  line's number) where there is none, and builds the rest from tokenizer_config.json: WordPiece
+  (``##``, at most 100 characters a word, the config's unk token), BertNormalizer(clean_text,
+  ``tokenize_chinese_chars`` (true), ``strip_accents`` (null: as the lowercasing),
+  ``do_lower_case`` (true, whatever tokenizer.json's normalizer says)), BertPreTokenizer, the
+  WordPiece decoder, and its own ``[CLS] $A [SEP]`` template, whatever the file's
+  post-processor. ``decode`` applies ``clean_up_tokenization`` (`` .`` -> ``.``) when the
+  config's ``clean_up_tokenization_spaces`` is true (for WordPiece only).
+- ``RobertaTokenizer`` (``model_type`` roberta) is GPT-2's byte-level BPE (``add_prefix_space``,
+  false) with a RobertaProcessing post-processor (``<s> $A </s>``, ``trim_offsets``), from
+  tokenizer.json's vocabulary and merges or vocab.json + merges.txt; ``<mask>``'s ``lstrip`` comes
+  from the config's ``added_tokens_decoder``.
 - With a tokenizer.json, ``add_bos_token`` and ``add_eos_token`` are dropped from the config
   (``_from_pretrained``): the bos is there exactly when tokenizer.json's post-processor puts it
   there. Without one (GPT-2's vocab.json + merges.txt), they make the post-processor
@@ -27,7 +40,9 @@ What transformers 5.18 does (``models/auto/tokenization_auto.py``, ``tokenizatio
   keeps special tokens as text; ``fix_mistral_regex`` only acts when passed to from_pretrained.
 
 What the config sets that cannot be reproduced here (another class, a forced clean-up, split
-special tokens, an added_tokens.json) is refused in one line, never approximated.
+special tokens, an added_tokens.json, ``add_bos_token``/``add_eos_token`` for BERT or RoBERTa, a
+vocab.txt line the library would read otherwise than it is written) is refused in one line,
+never approximated.
 """
 
 from __future__ import annotations
@@ -41,12 +56,15 @@ from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
 from .tokenizer_check import MAX_MERGES, MAX_TOKEN_CHARS, MAX_VOCAB_ENTRIES
 
 BACKEND, LLAMA, QWEN2, GPT2 = "TokenizersBackend", "LlamaTokenizer", "Qwen2Tokenizer", "GPT2Tokenizer"
+BERT, DISTILBERT, ROBERTA = "BertTokenizer", "DistilBertTokenizer", "RobertaTokenizer"
+WORDPIECE = {BERT, DISTILBERT}  # DistilBertTokenizer is BertTokenizer with another model_input_names
 # transformers' own names for the class that uses tokenizer.json as it is.
 _AS_IS = {"TokenizersBackend", "PreTrainedTokenizer", "PreTrainedTokenizerFast", "PythonBackend"}
-_CLASSES = {LLAMA, QWEN2, GPT2} | _AS_IS
+_CLASSES = {LLAMA, QWEN2, GPT2, BERT, DISTILBERT, ROBERTA} | _AS_IS
 # model_type -> its registered class (TOKENIZER_MAPPING_NAMES), for the families supported.
 _REGISTERED = {"mistral": BACKEND, "mixtral": BACKEND, "qwen2": QWEN2, "qwen2_moe": QWEN2,
-               "qwen3": QWEN2, "gpt2": GPT2}  # fmt: skip
+               "qwen3": QWEN2, "gpt2": GPT2, "bert": BERT, "distilbert": BERT,
+               "roberta": ROBERTA}  # fmt: skip
 _HUB_CLASS_WRONG = {"qwen2"}  # MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS, of those above
 # Qwen2Tokenizer's PRETOKENIZE_REGEX (the class's, whatever tokenizer.json says).
 QWEN2_SPLIT = (
@@ -60,7 +78,13 @@ DEFAULTS: dict[str, dict[str, str | None]] = {
     LLAMA: {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"},
     QWEN2: {"unk_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
     GPT2: {"unk_token": "<|endoftext|>", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
-}
+    BERT: {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+           "mask_token": "[MASK]"},
+    ROBERTA: {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
+              "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": "<mask>"},
+}  # fmt: skip
+DEFAULTS[DISTILBERT] = DEFAULTS[BERT]
+MAX_VOCAB_TXT_BYTES = 100_000_000  # bert-base-uncased's vocab.txt is 232 kB, multilingual's 996 kB
 MAX_MERGES_BYTES = 100_000_000  # GPT-2's merges.txt is 456 kB, Qwen2's 1.7 MB
 
 
@@ -105,7 +129,10 @@ class Folder:
             hub = registered if self.model_type in _HUB_CLASS_WRONG else hub
         name = hub or registered or BACKEND
         if name not in _CLASSES:
-            supported = "LlamaTokenizer, Qwen2Tokenizer, GPT2Tokenizer, PreTrainedTokenizerFast"
+            supported = (
+                "LlamaTokenizer, Qwen2Tokenizer, GPT2Tokenizer, BertTokenizer, DistilBertTokenizer,"
+                " RobertaTokenizer, PreTrainedTokenizerFast"
+            )
             raise self.fail(f"tokenizer_class {name}, which transformers builds its own way ({supported})")
         return BACKEND if name in _AS_IS else name
 
@@ -195,8 +222,9 @@ def rebuilt(folder: Folder, raw: dict[str, Any]) -> dict[str, Any]:
     if folder.cls == BACKEND or not isinstance(raw.get("model"), dict):
         return raw
     model = raw["model"]
-    if model.get("type", "BPE") != "BPE":
-        raise CheckpointError(f"{folder.folder / 'tokenizer.json'}: {folder.cls} reads a BPE model only")
+    wanted = "WordPiece" if folder.cls in WORDPIECE else "BPE"
+    if model.get("type", "BPE") != wanted:
+        raise CheckpointError(f"{folder.folder / 'tokenizer.json'}: {folder.cls} reads a {wanted} model only")
     base = {"type": "BPE", "dropout": None, "unk_token": None, "vocab": model.get("vocab"),
             "merges": model.get("merges", []), "ignore_merges": False}  # fmt: skip
     added = raw.get("added_tokens") or []
@@ -211,6 +239,8 @@ def rebuilt(folder: Folder, raw: dict[str, Any]) -> dict[str, Any]:
         "added_tokens": added_tokens(folder, added),
         "post_processor": raw.get("post_processor"),
     }
+    if folder.cls in WORDPIECE:
+        return _bert(folder, spec, model.get("vocab"))
     prefix = folder.setting("add_prefix_space", folder.cls == LLAMA)
     if folder.cls == LLAMA:
         scheme = ("first" if not folder.setting("legacy", False) else "always") if prefix else "never"
@@ -248,8 +278,147 @@ def rebuilt(folder: Folder, raw: dict[str, Any]) -> dict[str, Any]:
             "decoder": decoder,
             "model": model_dict,
         }
-    return spec | {"normalizer": None, "pre_tokenizer": byte_level | {"use_regex": True}, "decoder": decoder,
-                   "model": model_dict}  # fmt: skip
+    spec |= {"normalizer": None, "pre_tokenizer": byte_level | {"use_regex": True}, "decoder": decoder,
+             "model": model_dict}  # fmt: skip
+    if folder.cls == ROBERTA:
+        spec["post_processor"] = _roberta_processing(folder, spec, prefix)
+    return spec
+
+
+def _content(folder: Folder, name: str) -> str:
+    """The text of the special token ``name`` (``cls_token``) the class holds."""
+    value = folder.special(legacy_map=folder.config.get("added_tokens_decoder") is None).get(name)
+    return _token(value, name, folder)["content"]
+
+
+def _special_id(folder: Folder, spec: dict[str, Any], name: str) -> tuple[str, int]:
+    """A named special token and the id the library gives it (its vocabulary's, else an added id)."""
+    token = _content(folder, name)
+    vocab = spec["model"]["vocab"]
+    ids = {t: i for i, (t, _) in library_ids(spec["added_tokens"], vocab).items()}
+    i = ids.get(token, vocab.get(token))
+    if type(i) is not int:
+        raise folder.fail(f"{name} {shown(token, 40)} has no id")
+    return token, i
+
+
+def _bert(folder: Folder, spec: dict[str, Any], vocab: Any) -> dict[str, Any]:
+    """``BertTokenizer.__init__``'s backend around ``vocab``: WordPiece (``##``, 100 characters a
+    word at most, the config's unk token), a BertNormalizer of the config's ``do_lower_case``
+    (true unless it says), ``tokenize_chinese_chars`` (true) and ``strip_accents`` (None: as the
+    lowercasing), BertPreTokenizer, the WordPiece decoder, and ``[CLS] $A [SEP]``."""
+    strip = folder.config.get("strip_accents")
+    if strip is not None and type(strip) is not bool:
+        raise folder.fail(f"strip_accents is {shown(strip, 40)}, not true, false or null")
+    for key in ("add_bos_token", "add_eos_token"):
+        if key in folder.config:  # update_post_processor would replace [CLS] … [SEP]: not reproduced
+            raise folder.fail(f"sets {key}, which this tool does not reproduce for {folder.cls}")
+    spec |= {
+        "normalizer": {"type": "BertNormalizer", "clean_text": True,
+                       "handle_chinese_chars": folder.setting("tokenize_chinese_chars", True),
+                       "strip_accents": strip, "lowercase": folder.setting("do_lower_case", True)},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+        "model": {"type": "WordPiece", "unk_token": _content(folder, "unk_token"),
+                  "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": vocab},
+    }  # fmt: skip
+    if not isinstance(vocab, dict):
+        return spec  # check_tokenizer refuses it, in one line
+    (cls, cls_id), (sep, sep_id) = (
+        _special_id(folder, spec, "cls_token"),
+        _special_id(folder, spec, "sep_token"),
+    )
+    piece = lambda token, t: {"SpecialToken": {"id": token, "type_id": t}}  # noqa: E731
+    seq = lambda name, t: {"Sequence": {"id": name, "type_id": t}}  # noqa: E731
+    spec["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [piece(cls, 0), seq("A", 0), piece(sep, 0)],
+        "pair": [piece(cls, 0), seq("A", 0), piece(sep, 0), seq("B", 1), piece(sep, 1)],
+        "special_tokens": {cls: {"id": cls, "ids": [cls_id], "tokens": [cls]},
+                           sep: {"id": sep, "ids": [sep_id], "tokens": [sep]}},
+    }  # fmt: skip
+    return spec
+
+
+def _roberta_processing(folder: Folder, spec: dict[str, Any], prefix: bool) -> dict[str, Any] | None:
+    """``RobertaTokenizer.__init__``'s post-processor: ``<s> $A </s>`` (RobertaProcessing)."""
+    if not isinstance(spec["model"]["vocab"], dict):
+        return None  # check_tokenizer refuses the vocabulary, in one line
+    for key in ("add_bos_token", "add_eos_token"):
+        if key in folder.config:
+            raise folder.fail(f"sets {key}, which this tool does not reproduce for {folder.cls}")
+    return {"type": "RobertaProcessing", "sep": list(_special_id(folder, spec, "sep_token")),
+            "cls": list(_special_id(folder, spec, "cls_token")),
+            "trim_offsets": folder.setting("trim_offsets", True), "add_prefix_space": prefix}  # fmt: skip
+
+
+def from_vocab_txt(folder: Folder) -> dict[str, Any]:
+    """The tokenizer.json spec ``BertTokenizer`` builds from a folder with vocab.txt and no
+    tokenizer.json (as many bert-base checkpoints ship): one token a line, its id the line's number
+    (the library's ``WordPiece.read_file``). A line it would read differently than it is written
+    (whitespace at its end, which the library trims; a token twice, whose first id it drops) is
+    refused, not approximated."""
+    path = folder.folder / "vocab.txt"
+    if folder.cls not in WORDPIECE:  # no class to go by is not guessed: BertTokenizer needs naming
+        raise folder.fail(f"{folder.cls} needs a tokenizer.json, which {folder.folder} does not have")
+    data = read_regular(path, "a vocabulary", MAX_VOCAB_TXT_BYTES, CheckpointError)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{path}: not UTF-8 text (byte {err.start:,})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) > MAX_VOCAB_ENTRIES:
+        raise CheckpointError(f"{path}: has {len(lines):,} lines (at most {MAX_VOCAB_ENTRIES:,} tokens)")
+    vocab: dict[str, int] = {}
+    for n, line in enumerate(lines):
+        token = line.removesuffix("\r")
+        if not 1 <= len(token) <= MAX_TOKEN_CHARS:
+            raise CheckpointError(
+                f"{path}: line {n + 1:,} has {len(token):,} characters (1 to {MAX_TOKEN_CHARS})"
+            )
+        if token[-1].isspace():
+            raise CheckpointError(f"{path}: line {n + 1:,} ends in whitespace, which the library would trim")
+        if vocab.setdefault(token, n) != n:
+            raise CheckpointError(
+                f"{path}: line {n + 1:,} repeats line {vocab[token] + 1:,}, {shown(token, 40)}"
+            )
+    spec = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added_tokens(folder, []),
+            "post_processor": None}  # fmt: skip
+    return _bert(folder, spec, vocab)
+
+
+_ADDED_FIELDS = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
+
+
+def library_ids(entries: list[dict[str, Any]], vocab: dict[str, int]) -> dict[int, tuple[str, bool]]:
+    """id -> (token, special) of the added tokens, with the ids the library gives them: not the
+    file's ``"id"`` (it only logs a warning when they differ) but, one token at a time in the
+    file's order, its id in ``model.vocab`` or of an earlier added token of that content, else the
+    next one past the vocabulary (``AddedVocabulary::add_tokens``); a token equal in every field
+    to one already added is skipped, and a later token at the same id replaces the earlier."""
+    size, top = len(vocab), -1
+    ids: dict[str, int] = {}
+    tokens: dict[int, tuple[Any, ...]] = {}
+    seen: set[tuple[Any, ...]] = set()  # tokens.values(), as a set (131,072 tokens: no n²)
+    special: set[str] = set()
+    for entry in entries:
+        token = tuple(entry.get(key) for key in _ADDED_FIELDS)
+        content = entry["content"]
+        if entry.get("special"):
+            special.add(content)
+        if token in seen:
+            continue
+        if content in ids or content in vocab:
+            i = ids.get(content, vocab.get(content, 0))
+        else:
+            i = size if top < 0 or (top < size and size > 0) else top + 1
+        ids[content], top = i, max(top, i)
+        seen.discard(tokens.get(i))
+        tokens[i] = token
+        seen.add(token)
+    return {i: (token[0], token[0] in special) for i, token in tokens.items()}
 
 
 def from_vocab_and_merges(folder: Folder) -> dict[str, Any]:
@@ -259,7 +428,7 @@ def from_vocab_and_merges(folder: Folder) -> dict[str, Any]:
     path = folder.folder
     if folder.cls == BACKEND and folder.config.get("tokenizer_class") is None:
         folder.cls = GPT2  # GPT2TokenizerFast.from_pretrained(folder)
-    if folder.cls not in (GPT2, QWEN2):
+    if folder.cls not in (GPT2, QWEN2, ROBERTA):
         raise folder.fail(f"{folder.cls} needs a tokenizer.json, which {path} does not have")
     try:
         vocab = read_json(path / "vocab.json", MAX_CONFIG_BYTES * 10, what="a readable vocabulary")
@@ -274,7 +443,8 @@ def from_vocab_and_merges(folder: Folder) -> dict[str, Any]:
             f"{path / 'vocab.json'}: has {len(vocab):,} tokens (at most {MAX_VOCAB_ENTRIES:,})"
         )
     spec = rebuilt(folder, {"model": {"type": "BPE", "vocab": vocab, "merges": _merges(path / "merges.txt")}})
-    spec["post_processor"] = _template(folder, spec)
+    if folder.cls != ROBERTA:
+        spec["post_processor"] = _template(folder, spec)
     return spec
 
 
