@@ -116,6 +116,8 @@ def test_a_legend_under_shaded_matrices_on_a_colour_terminal_only() -> None:
         heat.print(r)
     shown = heat.export_text()
     assert "shading: −4.00                    +4.00  blue < 0 < red; one scale for the stage" in shown
+    # attention weights keep their fixed 0–1 scale under --heatmap, and the legend says so
+    assert "\nshading: 0" + " " * 14 + "1  attention weights" in shown
 
 
 def test_shared_scale_gives_a_value_one_colour_across_the_stage() -> None:

@@ -457,7 +457,7 @@ def legend(view: View, shaded: list[Matrix]) -> Text:
         out.append(f"  blue < 0 < red; {said}", style="dim")
         if not weights:
             return out
-        out.append(";  ", style="dim")
+        out.append("\nshading: ", style="dim")  # and the weights' own, fixed scale on a line of its own
     out.append("0 ")
     for p in (0.0, 0.1, 0.25, 0.5, 0.75, 1.0):
         out.append(swatch, _swatch(view, p, heatmap=False))
