@@ -361,14 +361,7 @@ def from_vocab_txt(folder: Folder) -> dict[str, Any]:
     path = folder.folder / "vocab.txt"
     if folder.cls not in WORDPIECE:  # no class to go by is not guessed: BertTokenizer needs naming
         raise folder.fail(f"{folder.cls} needs a tokenizer.json, which {folder.folder} does not have")
-    data = read_regular(path, "a vocabulary", MAX_VOCAB_TXT_BYTES, CheckpointError)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise CheckpointError(f"{path}: not UTF-8 text (byte {err.start:,})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines = _lines(read_regular(path, "a vocabulary", MAX_VOCAB_TXT_BYTES, CheckpointError), path)
     if len(lines) > MAX_VOCAB_ENTRIES:
         raise CheckpointError(f"{path}: has {len(lines):,} lines (at most {MAX_VOCAB_ENTRIES:,} tokens)")
     vocab: dict[str, int] = {}
@@ -448,12 +441,9 @@ def from_vocab_and_merges(folder: Folder) -> dict[str, Any]:
     return spec
 
 
-def _merges(path: Path) -> list[str]:
-    """merges.txt as the library reads it: one ``a b`` a line, ``#version`` lines skipped."""
-    try:
-        data = read_regular(path, "a merges file", MAX_MERGES_BYTES, CheckpointError)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path.parent}: has vocab.json but no merges.txt") from None
+def _lines(data: bytes, path: Path) -> list[str]:
+    """A text file's lines as the library splits them (on "\\n", the last empty one dropped), or one
+    line saying it is not UTF-8."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -461,6 +451,16 @@ def _merges(path: Path) -> list[str]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    return lines
+
+
+def _merges(path: Path) -> list[str]:
+    """merges.txt as the library reads it: one ``a b`` a line, ``#version`` lines skipped."""
+    try:
+        data = read_regular(path, "a merges file", MAX_MERGES_BYTES, CheckpointError)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path.parent}: has vocab.json but no merges.txt") from None
+    lines = _lines(data, path)
     if len(lines) > MAX_MERGES + 1:
         raise CheckpointError(f"{path}: has {len(lines):,} lines (at most {MAX_MERGES:,} merges)")
     merges = []
