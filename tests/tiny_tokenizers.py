@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from transformer_walkthrough.checkpoints.bpe import bytes_to_unicode
 
@@ -245,32 +246,42 @@ def llama2_style(folder: Path, legacy_layout: bool, legacy: bool = False) -> Tin
     return Tiny(len(spec["model"]["vocab"]), 1, 2)
 
 
-def gpt2_vocab_merges(folder: Path, add_prefix_space: bool | None = None) -> Tiny:
-    """A GPT-2 fine-tune's older layout: vocab.json and merges.txt (``#version`` line first), no
-    tokenizer.json; ``<|endoftext|>`` the last token of vocab.json. ``add_prefix_space`` is
-    written to tokenizer_config.json when given."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+def _gpt2_bpe(vocab_size: int, specials: list[str]) -> Any:
+    """GPT-2's byte-level BPE (its own regex, ByteLevel decoder) trained on CORPUS with ``specials``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=350,
+        vocab_size=vocab_size,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=["<|endoftext|>"],
+        special_tokens=specials,
         show_progress=False,
     )
     tok.train_from_iterator(CORPUS, trainer)
-    spec = json.loads(tok.to_str())
+    return tok
+
+
+def _vocab_and_merges(folder: Path, vocab: dict[str, int], merges: list) -> None:
+    """vocab.json and merges.txt (``#version`` line first), as older GPT-2 and RoBERTa folders hold them."""
+    merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+
+
+def gpt2_vocab_merges(folder: Path, add_prefix_space: bool | None = None) -> Tiny:
+    """A GPT-2 fine-tune's older layout: vocab.json and merges.txt (``#version`` line first), no
+    tokenizer.json; ``<|endoftext|>`` the last token of vocab.json. ``add_prefix_space`` is
+    written to tokenizer_config.json when given."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = json.loads(_gpt2_bpe(350, ["<|endoftext|>"]).to_str())
     vocab = {t: i for t, i in spec["model"]["vocab"].items() if t != "<|endoftext|>"}
     vocab = {t: n for n, t in enumerate(sorted(vocab, key=vocab.__getitem__))}
     eos = len(vocab)
     vocab["<|endoftext|>"] = eos
-    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    _vocab_and_merges(folder, vocab, spec["model"]["merges"])
     config: dict = {"model_max_length": 1024}
     if add_prefix_space is not None:
         config["add_prefix_space"] = add_prefix_space
@@ -388,20 +399,11 @@ def roberta_style(folder: Path, with_tokenizer_json: bool = True) -> Tiny:
     0–3 and ``<mask>`` last, a RobertaProcessing post-processor (``<s> $A </s>``); vocab.json and
     merges.txt always, tokenizer.json when ``with_tokenizer_json``; tokenizer_config.json as
     transformers 4.x saved roberta-base's, ``<mask>`` with ``lstrip``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import processors
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=360,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
-        show_progress=False,
-    )
-    tok.train_from_iterator(CORPUS, trainer)
+    tok = _gpt2_bpe(360, ["<s>", "<pad>", "</s>", "<unk>"])
     mask = tok.get_vocab_size()
     tok.add_special_tokens(["<mask>"])  # then made lstrip below, as roberta-base's
     tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True)
@@ -413,11 +415,7 @@ def roberta_style(folder: Path, with_tokenizer_json: bool = True) -> Tiny:
     ]
     if with_tokenizer_json:
         (folder / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
-    (folder / "vocab.json").write_text(
-        json.dumps(spec["model"]["vocab"], ensure_ascii=False), encoding="utf-8"
-    )
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    _vocab_and_merges(folder, spec["model"]["vocab"], spec["model"]["merges"])
     decoder = {str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in spec["added_tokens"]}
     config = {
         "add_prefix_space": False,
