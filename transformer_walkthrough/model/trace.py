@@ -236,11 +236,12 @@ def top_k(p: np.ndarray, k: int) -> np.ndarray:  # (n,) -> (min(k, n),)
 
 
 class Prediction(NamedTuple):
-    """What the model predicts after one decoder position (or after all, for the flatten head)."""
+    """What the model predicts after one decoder position (or after all, for the flatten head), or
+    at one blank of a fill-mask model's input."""
 
     position: int | None  # None for the flatten head, which predicts once from every position
-    after: str  # the decoder input at that position
-    expected: str | None  # the true next token, where the sentence has one
+    after: str  # the decoder input at that position (fill-mask: the blank's label, [MASK])
+    expected: str | None  # the true next token (or hidden word), where the sentence has one
     top: list[tuple[str, float]]  # the most likely next tokens, most likely first
 
     @property
@@ -263,6 +264,8 @@ class Trace:
     weights_source: str | None = None  # the file the weights came from; None: drawn from the seed
     source_ids: tuple[int, ...] = ()  # the embedding rows the encoder read, one per source token
     target_ids: tuple[int, ...] = ()  # the embedding rows the decoder read, one per target token
+    segment_ids: tuple[int, ...] = ()  # each encoder token's segment (BERT's token types); (): all 0
+    answer_ids: tuple[int, ...] = ()  # fill-mask: each encoder row's hidden word, -1 where none; (): unknown
 
     _producers: dict[int, str] = field(default_factory=dict, repr=False)
 
@@ -304,6 +307,8 @@ class Trace:
         """
         if "output.probabilities" not in self.stages:
             return []
+        if self.config.model.encoder_only:
+            return self._blanks()
         probabilities = self["output.probabilities"]["probabilities"]
         tokens, vocabulary = self.target_tokens, self.vocabulary
         out = []
@@ -315,6 +320,23 @@ class Trace:
                 following = self.target_ids[i + 1] if i + 1 < len(self.target_ids) else None
                 expected = None if following is None else vocabulary[following]
                 out.append(Prediction(i, tokens[i], expected, best))
+        return out
+
+    def _blanks(self) -> list[Prediction]:
+        """A fill-mask model's prediction: at each blank (a row whose token is the mask token), the
+        most likely words, with the word the sentence hid there when it is known."""
+        probabilities = self["output.probabilities"]["probabilities"]
+        vocabulary, mask = self.vocabulary, self.config.mask_id
+        out = []
+        for i, token in enumerate(self.source_ids):
+            if token != mask:
+                continue
+            row = probabilities[i]
+            best = [(vocabulary[j], float(row[j])) for j in top_k(row, TOP_K).tolist()]
+            answer = self.answer_ids[i] if i < len(self.answer_ids) else -1
+            out.append(
+                Prediction(i, self.source_tokens[i], vocabulary[answer] if answer >= 0 else None, best)
+            )
         return out
 
     def __getitem__(self, stage_id: str) -> Stage:
