@@ -319,6 +319,12 @@ class ModelConfig(_Checked):
             else "an encoder-only model (num_decoder_layers: 0) has no next token to predict: "
             "use task: fill-mask",
         )
+        self._require(
+            not (self.encoder_only and self.output_head == "flatten"),
+            "output_head",
+            "the flatten head predicts once from every decoder position; an encoder-only model "
+            "predicts at each blank: use output_head: per-position",
+        )
         for name in ("segments", "position_offset"):
             value = getattr(self, name)
             self._require(value >= 0, name, f"must be 0 or more, got {value}")

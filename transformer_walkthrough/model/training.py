@@ -220,11 +220,7 @@ def generate(
     generation stops there too: ``generation_limit``.
     """
     if config.model.encoder_only:
-        raise WalkthroughError(
-            f"generate: a {config.model.task} model (encoder-only) has no next token to choose: it "
-            "sees the whole sentence at once and fills its blanks; `walkthrough run` shows its "
-            "prediction for each"
-        )
+        raise generation.no_next_token(config)
     if config.model.output_head == "flatten":
         raise WalkthroughError(
             "the flatten head is sized for one decoder length and predicts once; generation needs "

@@ -238,9 +238,17 @@ def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | N
         return Step(kind, tuple(cell for part in parts for cell in part))
 
     kind = stage.kind
-    if kind == "embedding" and base == "output":
+    if kind == "embedding":
         ids = trace.source_ids if stage.id.startswith("encoder") else trace.target_ids
-        return step("lookup", one(get("E"), int(ids[i]), j)) if i < len(ids) else None
+        if base == "output" and get("token"):  # encoder-only: token + segment + position
+            return step("sum", one(get("token"), i, j), one(get("segment"), i, j), one(get("position"), i, j))
+        if base in ("output", "token"):
+            return step("lookup", one(get("E"), int(ids[i]), j)) if i < len(ids) else None
+        if base == "segment":
+            return step("lookup", one(get("T"), (trace.segment_ids or (0,) * len(ids))[i], j))
+        if base == "position":
+            return step("sinusoid") if m.role == CONSTANT else None  # a learned P's row is a lookup
+        return None
     if kind == "positional-encoding":
         if base == "PE":
             return step("sinusoid") if m.role == CONSTANT else None  # a learned P's row is a lookup
@@ -278,7 +286,15 @@ def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | N
         if base == "output":
             return step("dot", row(get("concat"), i), col(get("W_O"), j), one(get("b_O"), 0, j))
         return None
-    if kind in ("add-norm", "layer-norm", "residual"):
+    if kind == "transform":
+        if base == "dense":
+            return step("dot", row(get("X"), i), col(get("W_dense"), j), one(get("b_dense"), 0, j))
+        if base == "hidden":
+            return step("activation", one(get("dense"), i, j))
+        if base == "output":
+            return step("norm", row(get("hidden"), i), one(get("gamma"), 0, j), one(get("beta"), 0, j))
+        return None
+    if kind in ("add-norm", "layer-norm", "embedding-norm", "residual"):
         if base == "sum" or (kind == "residual" and base == "output"):
             return step("sum", one(get("X"), i, j), one(get("sublayer"), i, j))
         if base == "output":
@@ -573,7 +589,9 @@ def _heading(trace: Trace, o: Options) -> tuple[str, Spans]:
     c = trace.config
     m = c.model
     title = f"transformer-walkthrough: {c.sentence}"
-    if m.num_encoder_layers:
+    if m.encoder_only:
+        inputs = f"encoder input: {' '.join(trace.source_tokens)}"
+    elif m.num_encoder_layers:
         inputs = (
             f"encoder input: {' '.join(trace.source_tokens)} · decoder input: {' '.join(trace.target_tokens)}"
         )

@@ -648,6 +648,11 @@ def render_trace(
         yield from render_stage(console, stage, view, None if grads is None else grads.stages[stage.id])
     if prediction and trace.prediction:
         yield prediction_table(trace, view)
+    elif prediction and trace.config.model.task == "encode":
+        yield Text(
+            "No prediction: this model has no masked-language-model head (no output layer), so it "
+            "encodes the text and cannot fill blanks; its vectors are the last stage's output."
+        )
     if grads is not None:
         yield Text(
             f"loss = mean over the positions with a next token of −log p(next token) = {grads.loss:.6g}"

@@ -103,7 +103,11 @@ TRANSFORM = Kind(
     transform_second,
     {"dense": explain_dense, "hidden": explain_transformed_hidden, "output": explain_transformed},
     params=_transform_params,
-    tex={**NORM_TEX, "W_dense": r"W_\mathrm{dense}", "b_dense": r"b_\mathrm{dense}"},
+    tex={
+        **NORM_TEX,
+        "W_dense": r"W_{{\mathrm{{dense}}}}",
+        "b_dense": r"b_{{\mathrm{{dense}}}}",
+    },  # str.format
 )
 
 
