@@ -484,7 +484,7 @@ class Config(_Checked):
     """The whole walkthrough: the sentence, how it is split, the vocabulary, the seed, the model."""
 
     sentence: str = _doc("lower-cased, punctuation stripped", "The cat is sleeping comfortably.")
-    encoder_words: int = _doc("the first words feed the encoder; the rest the decoder", 3)
+    encoder_words: int = _doc("the first words feed the encoder; the rest the decoder (encoder-only: all)", 3)
     vocabulary: tuple[str, ...] | None = _doc("omit to build it from the sentence", None)
     blanks: tuple[int, ...] = _doc(
         "task fill-mask: the words hidden behind [MASK], by position from 0 (3: sleeping)", ()
