@@ -13,7 +13,7 @@ at a time, at most ``LINES_BUDGET`` characters of lines) carry their arithmetic;
 it show the ``walkthrough explain`` command that prints theirs, as do the cells whose arithmetic
 reads more than ``MAX_READS`` numbers (a softmax over GPT-2's 50,257 logits lists them all), and
 every cell of a report without its weights (their numbers are in the arithmetic). The article's
-example shows 1,651 cells (4,123 with ``--backward``): all of them fit.
+example shows 1,651 cells (3,258 with ``--backward``): all of them fit.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def scoped_css() -> str:
         selectors = css[at:brace].strip()
         if not selectors.startswith("@"):
             scoped = ", ".join(_prefixed(s.strip()) for s in selectors.split(","))
-            rules.append(f"{scoped} {{{css[brace + 1 : end - 1].strip()}}}")
+            rules.append(f"{scoped} {{{' '.join(css[brace + 1 : end - 1].split())}}}")  # a rule a line
         at = end
     return "\n".join(rules)
 
