@@ -232,3 +232,46 @@ def test_worksheets_and_reports_without_weights_carry_no_arithmetic(
     assert "<script" not in sheet and "data-x" not in sheet  # the arithmetic would give answers away
     data = _payload(_export(runner, tmp_path / "n.html", "--no-weights"))
     assert data["lines"] == [] and all("x" not in f and "weights out" in f["why"] for f in data["figures"])
+
+
+def test_a_summarised_matrix_s_cells_past_its_gap_are_the_right_ones(
+    runner: CliRunner, gpt2, tmp_path: Path
+) -> None:
+    """A checkpoint's E is summarised around a "⋮" row and a "…" column: its last shown cell is
+    its last row's last column, and the command shown carries the report's --model and --prompt."""
+    from transformer_walkthrough.checkpoints.run import walk_prompt
+
+    model, prompt = str(gpt2[0]["saved"]), "The cat is"
+    page = tmp_path / "gpt.html"
+    _export(runner, page, "--model", model, "--prompt", prompt)
+    E = walk_prompt(model, prompt).trace["decoder.embedding"].matrices["E"]
+    last = """
+const [id, name] = arguments;
+const figure = [...document.getElementById(id).querySelectorAll('figure')]
+    .find(f => f.querySelector('figcaption').firstChild.textContent.trim() === name);
+const rows = figure.querySelectorAll('tbody tr');
+return [rows.length, [...rows].map(r => r.querySelector('th').textContent).includes('⋮'),
+        [...rows[rows.length - 1].querySelectorAll('td')].pop()];
+"""
+    driver = WebDriver(need("chromedriver"), need("chromium"))
+    try:
+        driver("POST", "/url", {"url": page.as_uri()})
+
+        def js(script: str, *args: object) -> object:
+            return driver("POST", "/execute/sync", {"script": script, "args": list(args)})
+
+        shown_rows, gap, cell = js(last, "decoder.embedding", "E")
+        driver("POST", f"/element/{cell[ELEMENT]}/click", {})
+        panel = js(_PANEL)
+    finally:
+        driver.close()
+    assert gap and shown_rows < E.shape[0]  # summarised: the cell clicked is past the "⋮"
+    i, j = E.shape[0] - 1, E.shape[1] - 1
+    command = shlex.split(panel["command"])
+    assert command == [
+        "walkthrough", "explain", "--stage", "decoder.embedding", "--matrix", "E", "--cell", f"{i},{j}",
+        "--model", model, "--prompt", prompt,
+    ]  # fmt: skip
+    said = _said(runner, *command[2:])
+    assert said.startswith(f"decoder.embedding · E[{E.rows[i]}, {E.cols[j]}] = E[{i}, {j}] = ")
+    assert " ".join(panel["text"].split()) == said
