@@ -152,7 +152,7 @@ _UNSAFE = {ord(ch): f"\\u{ord(ch):04x}" for ch in "<>&\u2028\u2029"}
 # looks as if it could be clicked.
 CSS = """
 .clickable figure[data-x] td:not(.gap) { cursor: pointer; }
-.clickable figure[data-x] td:focus { outline: 2px solid var(--accent); outline-offset: -2px; }
+.clickable figure[data-x] td:focus { outline: none; box-shadow: inset 0 0 0 2px var(--accent); }
 aside.explained { flex: 1 1 28rem; max-width: 48rem; margin: 0; padding: .4rem .8rem; background: #f3f6fc;
                   border-left: 3px solid var(--accent); font-size: .85rem; }
 aside.explained pre { margin: 0; white-space: pre-wrap; font: 12px/1.45 ui-monospace, monospace; }
