@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from ..errors import StageError, close_matches
+from ..errors import StageError, close_matches, shorten
 from .architecture import ENCODER, Ref, side_of
 
 if TYPE_CHECKING:
@@ -88,6 +90,24 @@ class Matrix(NamedTuple):
         """The mask or the sinusoids: fixed numbers, so their gradient is never shown or exported."""
         return self.role in (MASK, CONSTANT)
 
+    # In a notebook: its name, shape and role as text, the report's shaded table as HTML (its
+    # numbers, not the megabytes of an array's repr).
+    def __repr__(self) -> str:
+        name = matrix_name(self.base, self.head) if self.base else "matrix"
+        r, c = self.shape
+        return f"<Matrix {name} {r}×{c} {self.role}: rows {_few(self.rows)}; cols {_few(self.cols)}>"
+
+    def _repr_html_(self) -> str:
+        from ..views.fragments import matrix_html  # the view, loaded only when a notebook asks
+
+        return matrix_html(self)
+
+
+def _few(labels: Sequence[str], n: int = 4) -> str:
+    """The first labels and the last, around "…": a repr names the rows, it does not list 50,257."""
+    shown = [*labels[: n - 1], "…", labels[-1]] if len(labels) > n else list(labels)
+    return ", ".join(shorten(label, 24) for label in shown)
+
 
 @dataclass
 class Stage:
@@ -112,7 +132,21 @@ class Stage:
     # Which stage produced each array, by id(): the trace's own table, shared (not the trace
     # itself, which would make a cycle that only the garbage collector could free).
     producers: dict[int, str] | None = field(default=None, repr=False, compare=False)
+    # The trace it belongs to, weakly (a cycle would wait for the garbage collector): shown alone
+    # in a notebook, a stage draws its place in Figure 1 and typesets its formula from it.
+    owner: Any = field(default=None, repr=False, compare=False)
     records: ClassVar[bool] = True  # a _NullStage does not: stages may skip work only shown
+
+    def __repr__(self) -> str:
+        first = itertools.islice(self.matrices.items(), 8)
+        shapes = ", ".join(f"{name} {m.shape[0]}×{m.shape[1]}" for name, m in first)
+        more = f", … ({len(self.matrices)} matrices)" if len(self.matrices) > 8 else ""
+        return f"<Stage {self.id} ({self.kind}): {shapes}{more}>"
+
+    def _repr_html_(self) -> str:
+        from ..views.fragments import stage_html
+
+        return stage_html(self, None if self.owner is None else self.owner())
 
     def rec(
         self, base: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str], role: str = ACTIVATION,
@@ -280,7 +314,8 @@ class Trace:
         title = title or kind
         side, *layer, _ = stage_id.split(".")
         where = f"{side.capitalize()} layer {layer[0]}" if layer else side.capitalize()
-        new = Stage(stage_id, kind, f"{where} · {title}", explanation, formula, producers=self._producers)
+        new = Stage(stage_id, kind, f"{where} · {title}", explanation, formula, producers=self._producers,
+                    owner=weakref.ref(self))  # fmt: skip
         self.stages[stage_id] = new
         return new
 
@@ -338,6 +373,21 @@ class Trace:
                 Prediction(i, self.source_tokens[i], vocabulary[answer] if answer >= 0 else None, best)
             )
         return out
+
+    def __repr__(self) -> str:
+        m = self.config.model
+        sides = (("source", self.source_tokens), ("target", self.target_tokens))
+        inputs = [f"{side} {shorten(' '.join(tokens), 60)!r}" for side, tokens in sides if tokens]
+        weights = f"random, seed {self.config.seed}" if self.weights_source is None else self.weights_source
+        return (
+            f"<Trace {', '.join(inputs)}: {len(self)} stages, d_model {m.d_model}, {m.num_heads} heads, "
+            f"{m.num_encoder_layers} + {m.num_decoder_layers} layers; weights: {weights}>"
+        )
+
+    def _repr_html_(self) -> str:
+        from ..views.fragments import trace_html
+
+        return trace_html(self)
 
     def __getitem__(self, stage_id: str) -> Stage:
         try:
