@@ -46,6 +46,12 @@ class Cell:
         text = self.f(v)
         return f"({text})" if text.startswith("−") else text
 
+    def shown(self, n: int) -> list[int]:
+        """Which of n terms ``sum_of`` writes out: all, or the first few and the last."""
+        if n > TERMS and not self.all_terms:
+            return [*range(TERMS - 2), n - 1]
+        return list(range(n))
+
     def sum_of(self, terms: Sequence[str]) -> str:
         if len(terms) > TERMS and not self.all_terms:
             terms = [*terms[: TERMS - 2], f"… ({len(terms) - TERMS + 1} more terms) …", *terms[-1:]]

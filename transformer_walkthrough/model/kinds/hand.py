@@ -81,8 +81,12 @@ def mean_square_rows(x: np.ndarray) -> list[tuple[float, float]]:
 
 
 def dot(c: Cell, left: np.ndarray, right: np.ndarray) -> tuple[list[str], float]:
-    """Every term of left·right as text, and the sum."""
-    terms = [c.times(a, b) for a, b in zip(left.tolist(), right.tolist(), strict=True)]
+    """Every term of left·right as text, and the sum. Only the terms ``sum_of`` shows are written
+    (a base-size dot product has 512; the others stay empty strings, counted but never formatted)."""
+    a, b = left.tolist(), right.tolist()
+    terms = [""] * len(a)
+    for k in c.shown(len(a)):
+        terms[k] = c.times(a[k], b[k])
     return terms, float(np.dot(left, right))
 
 
