@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ..compare.diff import StageDiff
     from ..model.backprop import Backward
     from ..model.generation import Comparison, Step
+    from ..model.sampling import Draw, Sampling
 
 LABEL = "bold cyan"
 TITLE = "bold"
@@ -729,14 +730,15 @@ def training_table(before: Trace, after: Trace, view: View) -> Table:
 
 
 def generation_table(steps: list[Step], vocabulary: tuple[str, ...], view: View) -> Table:
-    """Each step of greedy decoding: what the decoder saw, its last row's best words, the choice
-    (``vocabulary`` labels the ids)."""
+    """Each step of decoding: what the decoder saw, its last row's best words, the choice
+    (``vocabulary`` labels the ids); greedy, or drawn (``sampling_table`` shows how)."""
     p = max(view.precision, 2)
-    table = styled_table("Greedy decoding: the decoder's own output fed back, one token at a time")
+    how = "Sampling" if steps[0].drawn is not None else "Greedy decoding"
+    table = styled_table(f"{how}: the decoder's own output fed back, one token at a time")
     table.add_column(Text("step"), justify="right", no_wrap=True)
     table.add_column(Text("decoder input"))
     table.add_column(Text(f"top {len(steps[0].top)} of the last row"))
-    table.add_column(Text("chosen"), no_wrap=True)
+    table.add_column(Text("chosen" if steps[0].drawn is None else "drawn"), no_wrap=True)
     for i, s in enumerate(steps):
         table.add_row(
             Text(str(i)),
@@ -745,6 +747,91 @@ def generation_table(steps: list[Step], vocabulary: tuple[str, ...], view: View)
             Text(label(vocabulary[s.chosen]), style="bold"),
         )
     return table
+
+
+SHOWN_CANDIDATES = 4  # kept candidates listed per step (and the drawn one, wherever it is)
+
+
+def sampling_table(steps: list[Step], vocabulary: tuple[str, ...], sampling: Sampling, view: View) -> Table:
+    """How each token was drawn (``sampling.sample``): per step, how many tokens were kept of the
+    vocabulary, and the kept candidates, most likely first, with their logit, the logit divided by
+    T, the renormalised probability q and the running sum Σ q; the drawn one marked with the
+    uniform number u, which fell between the running sum before it and its own. Past
+    ``SHOWN_CANDIDATES`` a row says how many more were kept and the probability they share."""
+    p = max(view.precision, 2)
+    T = sampling.temperature
+    table = styled_table(f"How each token was drawn: {settings(sampling)}")
+    for header in ("step", "kept", "candidate", "logit", f"logit/{T:g}", "q", "Σ q"):
+        table.add_column(Text(header), justify="left" if header == "candidate" else "right", no_wrap=True)
+    table.add_column(Text("draw u"), no_wrap=True)
+    for s in steps:
+        d = s.drawn
+        if d is None:  # greedy: nothing was drawn
+            continue
+        logits = s.logits if s.logits is not None else d.scaled * T
+        shown = list(range(min(SHOWN_CANDIDATES, d.kept.size)))
+        if d.index >= len(shown):
+            shown.append(d.index)
+        digits = draw_digits(d, p + 1)
+        rows: list[list[str]] = []
+        for n, i in enumerate(shown):
+            if n and i != shown[n - 1] + 1:
+                rows.append(["", "", "⋮", "", "", "", "", ""])
+            j = int(d.kept[i])
+            u = f"◀ {d.u:.{digits}f}" if i == d.index else ""
+            rows.append([
+                "", "", label(vocabulary[j], 14), f"{float(logits[j]):.{p}f}", f"{d.scaled[j]:.{p}f}",
+                f"{d.q[i]:.{digits}f}", f"{d.cumulative[i]:.{digits}f}", u,
+            ])  # fmt: skip
+        more = d.kept.size - 1 - shown[-1]
+        if more:
+            rest = f"{d.q[shown[-1] + 1 :].sum():.{digits}f}"
+            rows.append(["", "", f"… {more} more", "", "", rest, f"{1:.{digits}f}", ""])
+        rows[0][:2] = [str(s.index), f"{d.kept.size} of {d.scaled.size}"]
+        for n, row in enumerate(rows):
+            bold = "bold" if row[-1] else ""
+            table.add_row(
+                *(Text(cell, style=bold if k in (2, 7) else "") for k, cell in enumerate(row)),
+                end_section=n == len(rows) - 1,
+            )
+    return table
+
+
+def draw_digits(d: Draw, digits: int) -> int:
+    """The digits after the point at which u reads apart from the running sums around it, so that
+    "Σ q before ≤ u < Σ q" can be checked on the screen (rounding keeps the order; equal strings hide it)."""
+    before = d.cumulative[d.index - 1] if d.index else 0.0
+    while digits < 17 and f"{d.u:.{digits}f}" in (
+        f"{before:.{digits}f}",
+        f"{d.cumulative[d.index]:.{digits}f}",
+    ):
+        digits += 1
+    return digits
+
+
+def settings(sampling: Sampling) -> str:
+    """The sampling options, short: "T = 0.7, top-k 5, top-p 0.9, seed 3"."""
+    parts = [f"T = {sampling.temperature:g}"]
+    if sampling.top_k is not None:
+        parts.append(f"top-k {sampling.top_k}")
+    if sampling.top_p is not None:
+        parts.append(f"top-p {sampling.top_p:g}")
+    return ", ".join([*parts, f"seed {sampling.seed}"])
+
+
+def how_drawn(sampling: Sampling) -> str:
+    """The draw in words: "drawn at temperature 0.7 from the top 5, then the top p = 0.9 (seed 3)";
+    greedy at temperature 0."""
+    if sampling.greedy:
+        return "greedy (--temperature 0)"
+    said = "drawn" if sampling.temperature == 1 else f"drawn at temperature {sampling.temperature:g}"
+    if sampling.top_k is not None:
+        said += f" from the top {sampling.top_k}"
+    if sampling.top_p is not None:
+        said += (", then" if sampling.top_k is not None else " from") + f" the top p = {sampling.top_p:g}"
+    if sampling.top_k is None and sampling.top_p is None:
+        said += " from every token"
+    return f"{said} (seed {sampling.seed})"
 
 
 def comparison_table(steps: list[Step], teacher_forced: Trace) -> tuple[Table, float]:
@@ -874,7 +961,8 @@ def cached_generation_table(
 ) -> Table:
     """Each step of generation with the key/value cache: the tokens fed and their positions, the
     cache's size, where the newest token's query looked (layer ``layer``, head ``head`` counted from
-    1 as in A1: its three largest weights), the top k next tokens and the choice.
+    1 as in A1: its three largest weights), the top k next tokens (the model's own distribution)
+    and the choice, ``sampled`` or not (``sampling_table`` shows the draws).
 
     ``vocabulary`` labels ids; ``rows`` labels the keys' positions (``token_labels`` of the whole
     sequence, so that a repeated token is told apart by its position, ``·the@4``).
@@ -885,8 +973,8 @@ def cached_generation_table(
     table.add_column(Text("fed @ position"))
     table.add_column(Text("K, V"), no_wrap=True)
     table.add_column(Text(f"A{head} of layer {layer}: largest"))
-    table.add_column(Text(f"top {len(steps[0].top)} next" + (" (sampled)" if sampled else "")))
-    table.add_column(Text("chosen"), no_wrap=True)
+    table.add_column(Text(f"top {len(steps[0].top)} next"))
+    table.add_column(Text("drawn" if sampled else "chosen"), no_wrap=True)
     for s in steps:
         cached = s.layers[layer]
         # the key/value head that query head ``head`` reads (itself, unless heads share them)
