@@ -1060,7 +1060,7 @@ def _show_sampling(
     out: Terminal, steps: "list[Step]", vocabulary: tuple[str, ...], sampling: "Sampling | None", view: "View"
 ) -> None:
     """After the generation table: each draw's arithmetic, or why --temperature 0 drew nothing."""
-    from .views.render import how_drawn, sampling_table
+    from .views.render import sampling_note, sampling_table
 
     if sampling is None:
         return
@@ -1071,11 +1071,7 @@ def _show_sampling(
         )
         return
     out.show(sampling_table(steps, vocabulary, sampling, view))
-    out.line(
-        f"Each token {how_drawn(sampling)}: q = softmax(logits / T) over the kept candidates, most "
-        "likely first; u fell between the Σ q before the drawn token and its own. The same seed "
-        "draws the same u, so gives the same text."
-    )
+    out.line(sampling_note(sampling))
 
 
 def _continue(

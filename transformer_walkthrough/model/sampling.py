@@ -126,6 +126,7 @@ class Draw(NamedTuple):
 
     scaled: np.ndarray  # (vocab,): z = logits / T (−∞ for a token ruled out before: banned, forced)
     after_top_k: int  # how many tokens top-k kept (every allowed one without --top-k)
+    p: np.ndarray | None  # (vocab,): softmax(z) over what top-k kept, which top-p reads; None without it
     kept: np.ndarray  # (m,): the ids kept by top-k and then top-p, most likely first (ties: lowest id)
     q: np.ndarray  # (m,): their probabilities renormalised, the softmax of z over the kept
     cumulative: np.ndarray  # (m,): the running sums of q, the last exactly 1
@@ -154,10 +155,13 @@ def sample(logits: np.ndarray, sampling: Sampling, rng: Uniform) -> Draw:  # (vo
     if sampling.top_k is not None:
         keep &= top_k_mask(z, sampling.top_k)
     after_top_k = int(keep.sum())
+    p = None
     if sampling.top_p is not None:
-        keep &= top_p_mask(np.where(keep, z, -np.inf), sampling.top_p)
+        after = np.where(keep, z, -np.inf)
+        keep &= top_p_mask(after, sampling.top_p)
+        p = F.softmax(after)
     kept = np.flatnonzero(keep)
     kept = kept[np.argsort(-z[kept], kind="stable")]
     q = F.softmax(z[kept])
     u, index = draw(q, rng)
-    return Draw(z, after_top_k, kept, q, cumulative(q), u, index)
+    return Draw(z, after_top_k, p, kept, q, cumulative(q), u, index)

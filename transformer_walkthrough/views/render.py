@@ -753,48 +753,82 @@ SHOWN_CANDIDATES = 4  # kept candidates listed per step (and the drawn one, wher
 
 
 def sampling_table(steps: list[Step], vocabulary: tuple[str, ...], sampling: Sampling, view: View) -> Table:
-    """How each token was drawn (``sampling.sample``): per step, how many tokens were kept of the
-    vocabulary, and the kept candidates, most likely first, with their logit, the logit divided by
-    T, the renormalised probability q and the running sum Σ q; the drawn one marked with the
-    uniform number u, which fell between the running sum before it and its own. Past
-    ``SHOWN_CANDIDATES`` a row says how many more were kept and the probability they share."""
-    p = max(view.precision, 2)
-    T = sampling.temperature
-    table = styled_table(f"How each token was drawn: {settings(sampling)}")
-    for header in ("step", "kept", "candidate", "logit", f"logit/{T:g}", "q", "Σ q"):
+    """How each token was drawn (``sampling.sample``), step by step: how many tokens were kept,
+    and the kept candidates, most likely first, with their logit, the logit divided by T, the
+    renormalised probability q and its running sum Σ q; the drawn one marked with the uniform
+    number u, which fell between the Σ q above it and its own. With top-p, also p = softmax(logit/T)
+    over what top-k kept and its running sum, which top-p reads: the kept ones run until Σ p
+    reaches p, and the next one (shown, "cut") is the first it removed. Past ``SHOWN_CANDIDATES``
+    a row says how many more were kept and the probability they share.
+
+    Ten columns of numbers do not fit 80 at the usual three spaces apart: this table has two."""
+    precision = max(view.precision, 2)
+    table = styled_table(f"How each token was drawn: {settings(sampling)}; {len(vocabulary)} tokens")
+    table.padding, table.pad_edge = (0, 1, 0, 0), False
+    p_columns = ["p", "Σ p"] if sampling.top_p is not None else []
+    for header in ["step", "kept", "candidate", "logit", "logit/T", *p_columns, "q", "Σ q"]:
         table.add_column(Text(header), justify="left" if header == "candidate" else "right", no_wrap=True)
     table.add_column(Text("draw u"), no_wrap=True)
     for s in steps:
-        d = s.drawn
-        if d is None:  # greedy: nothing was drawn
+        if s.drawn is None:  # greedy: nothing was drawn
             continue
-        logits = s.logits if s.logits is not None else d.scaled * T
-        shown = list(range(min(SHOWN_CANDIDATES, d.kept.size)))
-        if d.index >= len(shown):
-            shown.append(d.index)
-        digits = draw_digits(d, p + 1)
-        rows: list[list[str]] = []
-        for n, i in enumerate(shown):
-            if n and i != shown[n - 1] + 1:
-                rows.append(["", "", "⋮", "", "", "", "", ""])
-            j = int(d.kept[i])
-            u = f"◀ {d.u:.{digits}f}" if i == d.index else ""
-            rows.append([
-                "", "", label(vocabulary[j], 14), f"{float(logits[j]):.{p}f}", f"{d.scaled[j]:.{p}f}",
-                f"{d.q[i]:.{digits}f}", f"{d.cumulative[i]:.{digits}f}", u,
-            ])  # fmt: skip
-        more = d.kept.size - 1 - shown[-1]
-        if more:
-            rest = f"{d.q[shown[-1] + 1 :].sum():.{digits}f}"
-            rows.append(["", "", f"… {more} more", "", "", rest, f"{1:.{digits}f}", ""])
-        rows[0][:2] = [str(s.index), f"{d.kept.size} of {d.scaled.size}"]
+        rows = draw_rows(s, s.drawn, vocabulary, precision, sampling.temperature)
         for n, row in enumerate(rows):
-            bold = "bold" if row[-1] else ""
+            style = "bold" if row[-1].startswith("◀") else "dim" if row[-1] == "cut" else ""
             table.add_row(
-                *(Text(cell, style=bold if k in (2, 7) else "") for k, cell in enumerate(row)),
+                *(
+                    Text(c, style=style if k in (2, len(row) - 1) or style == "dim" else "")
+                    for k, c in enumerate(row)
+                ),
                 end_section=n == len(rows) - 1,
             )
     return table
+
+
+def draw_rows(s: Step, d: Draw, vocabulary: tuple[str, ...], precision: int, T: float) -> list[list[str]]:
+    """One step's rows of ``sampling_table``: the first kept candidates, the drawn one, how many
+    more were kept, and under top-p the first token it cut."""
+    logits = s.logits if s.logits is not None else d.scaled * T
+    digits = precision + 1
+    around = draw_digits(d, digits)  # u and the two sums around it: enough digits to tell them apart
+    p_sum = None if d.p is None else np.cumsum(d.p[d.kept])
+
+    def row(j: int, p_total: float | None, *rest: str) -> list[str]:
+        p_cells = [] if d.p is None else [f"{d.p[j]:.{digits}f}", f"{p_total:.{digits}f}"]
+        return ["", "", label(vocabulary[j], 12), format_value(float(logits[j]), precision),
+                format_value(float(d.scaled[j]), precision), *p_cells, *rest]  # fmt: skip
+
+    shown = list(range(min(SHOWN_CANDIDATES, d.kept.size)))
+    if d.index >= len(shown):
+        shown.append(d.index)
+    rows: list[list[str]] = []
+    blank = [""] * (2 if d.p is not None else 0)
+    for n, i in enumerate(shown):
+        if n and i != shown[n - 1] + 1:
+            rows.append(["", "", "⋮", "", "", *blank, "", "", ""])
+        mark = f"◀ {d.u:.{around}f}" if i == d.index else ""
+        p_total = None if p_sum is None else float(p_sum[i])
+        total = f"{d.cumulative[i]:.{around if i in (d.index - 1, d.index) else digits}f}"
+        rows.append(row(int(d.kept[i]), p_total, f"{d.q[i]:.{digits}f}", total, mark))
+    more = d.kept.size - 1 - shown[-1]
+    if more:
+        q_rest = f"{d.q[shown[-1] + 1 :].sum():.{digits}f}"
+        rows.append(["", "", f"… {more} more", "", "", *blank, q_rest, f"{1:.{digits}f}", ""])
+    cut = first_cut(d)
+    if cut is not None and p_sum is not None and d.p is not None:
+        rows.append(row(cut, float(p_sum[-1] + d.p[cut]), "", "", "cut"))
+    rows[0][:2] = [str(s.index), str(d.kept.size)]
+    return rows
+
+
+def first_cut(d: Draw) -> int | None:
+    """The most likely token that top-p removed (ties: the lowest id), None when it removed none."""
+    if d.p is None:
+        return None
+    removed = d.p.copy()
+    removed[d.kept] = -1.0
+    j = int(np.argmax(removed))
+    return j if removed[j] > 0 else None
 
 
 def draw_digits(d: Draw, digits: int) -> int:
@@ -807,6 +841,25 @@ def draw_digits(d: Draw, digits: int) -> int:
     ):
         digits += 1
     return digits
+
+
+def sampling_note(sampling: Sampling) -> str:
+    """The sentence under ``sampling_table``: what each column is, in the warpers' order."""
+    T = f"{sampling.temperature:g}"
+    steps = [f"the logits are divided by T = {T}"]
+    if sampling.top_k is not None:
+        steps.append(f"top-k keeps the {sampling.top_k} largest (and any tied with the last)")
+    if sampling.top_p is not None:
+        over = " over what top-k kept" if sampling.top_k is not None else ""
+        steps.append(
+            f"top-p keeps the most likely until their Σ p reaches {sampling.top_p:g} "
+            f"(p = softmax(logits / {T}){over}); the first it removed is shown, cut"
+        )
+    return (
+        f"Each token {how_drawn(sampling)}: {'; '.join(steps)}; q is the softmax over the kept. "
+        "A uniform u from the seed fell between the Σ q above the drawn token and its own: the same "
+        "seed draws the same u's, so writes the same text."
+    )
 
 
 def settings(sampling: Sampling) -> str:
