@@ -892,7 +892,7 @@ MAX_GENERATED = 512  # tokens: a model that never says <end> stops here
 GenerateSeedOption = Annotated[
     Optional[int],
     typer.Option(
-        help="Seed for the draw (with --temperature, --top-k or --top-p; the toy: also its weights').",
+        help="Seed for the draw of --temperature, --top-k, --top-p; for the toy also of its weights.",
         show_default=False,
     ),
 ]
