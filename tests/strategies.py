@@ -36,7 +36,9 @@ def configs(
     With ``conventions``, any combination of the conventions too: pre- or post-norm, final norms,
     every norm, every activation, both feed-forwards with or without biases, every positional
     encoding, tied embeddings, attention biases of each kind and output biases, shared key/value
-    heads, decoder-only; with ``torch``, only the values PyTorch's layers have (``TORCH_LAYERS``).
+    heads, decoder-only, encoder-only (fill-mask, with BERT's segments, embedding norm, transform
+    and position offset, and any set of blanks); with ``torch``, only the values PyTorch's layers
+    have (``TORCH_LAYERS``).
     """
 
     def values(key: str, every: tuple) -> list:
@@ -52,9 +54,12 @@ def configs(
     words = draw(st.lists(st.sampled_from(WORDS), min_size=2, max_size=9))
     head = draw(st.sampled_from(heads))
     more = {}
-    decoder_only = False
+    decoder_only = encoder_only = False
+    blanks: tuple[int, ...] = ()
     if conventions:
-        decoder_only = draw(st.booleans())
+        stacks = draw(st.sampled_from(["both", "decoder-only"] + ["encoder-only"] * (head == "per-position")))
+        stacks = stacks if "fill-mask" in values("task", ("next-token", "fill-mask")) else "both"
+        decoder_only, encoder_only = stacks == "decoder-only", stacks == "encoder-only"
         more = dict(
             norm_first=draw(st.booleans()),
             final_norm=draw(st.sampled_from(FINAL_NORMS)),
@@ -71,6 +76,17 @@ def configs(
             output_bias=draw(st.booleans()),
             sliding_window=draw(st.sampled_from(values("sliding_window", (None, 1, 2, 3)))),
         )  # fmt: skip
+        if encoder_only:  # BERT's switches, and the blanks it fills
+            more |= dict(
+                task="fill-mask",
+                segments=draw(st.integers(0, 2)),
+                embedding_norm=draw(st.booleans()),
+                output_transform=draw(st.booleans()),
+                position_offset=draw(st.integers(0, 2)) if positions == "learned" else 0,
+            )
+            more["max_positions"] += more["position_offset"] + 2  # [CLS] and [SEP]
+            chosen = draw(st.sets(st.integers(0, len(words) - 1), min_size=1, max_size=len(words)))
+            blanks = tuple(sorted(chosen))
         if positions in ROTATED_POSITIONS:
             more |= dict(
                 rope_scaling=draw(st.sampled_from(list(ROPE_SCALINGS))),
@@ -84,14 +100,19 @@ def configs(
         num_heads=num_heads,
         d_ff=draw(st.integers(1, 12)),
         num_encoder_layers=0 if decoder_only else draw(st.integers(1, max_layers)),
-        num_decoder_layers=draw(st.integers(1, max_layers)),
+        num_decoder_layers=0 if encoder_only else draw(st.integers(1, max_layers)),
         output_head=head,
         scale_embeddings=draw(st.booleans()),
         **more,
     )
     return Config(
         sentence=" ".join(words),
-        encoder_words=0 if decoder_only else draw(st.integers(1, len(words) - 1)),
+        encoder_words=0
+        if decoder_only
+        else len(words)
+        if encoder_only
+        else draw(st.integers(1, len(words) - 1)),
+        blanks=blanks,
         seed=draw(st.integers(0, 2**32 - 1)),
         model=model,
     )

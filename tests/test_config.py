@@ -102,7 +102,46 @@ BAD = [
     ("model:\n  d_model: 6\n  num_heads: 4\n", "model.d_model: 6 is not divisible by model.num_heads = 4"),
     ("model:\n  d_model: 0\n", "model.d_model: must be a positive integer, got 0"),
     ("model:\n  d_ff: -8\n", "model.d_ff: must be a positive integer, got -8"),
-    ("model:\n  num_decoder_layers: 0\n", "model.num_decoder_layers: must be a positive integer, got 0"),
+    (
+        "model:\n  num_decoder_layers: 0\n",
+        "model.task: an encoder-only model (num_decoder_layers: 0) has no next token",
+    ),
+    (
+        "model:\n  num_decoder_layers: -1\n",
+        "model.num_decoder_layers: must be 0 (encoder-only) or more, got -1",
+    ),
+    (
+        "model:\n  num_encoder_layers: 0\n  num_decoder_layers: 0\n  task: fill-mask\n",
+        "model.num_decoder_layers: a model needs layers",
+    ),
+    ("model:\n  task: fill-mask\n", "model.task: fill-mask reads one stack: it needs num_decoder_layers: 0"),
+    (
+        "model:\n  segments: 2\n",
+        "model.segments: segment embeddings mark the sentences an encoder-only model",
+    ),
+    ("model:\n  position_offset: 2\n", "model.position_offset: is a row of the learned table P"),
+    ("blanks: [1]\n", "blanks: are for model.task: fill-mask"),
+    (
+        "encoder_words: 5\nmodel:\n  num_decoder_layers: 0\n  task: fill-mask\n",
+        "blanks: a fill-mask model needs a word to hide behind [MASK]",
+    ),
+    (
+        "encoder_words: 5\nblanks: [5]\nmodel:\n  num_decoder_layers: 0\n  task: fill-mask\n",
+        "blanks: 5 is no word of the sentence (0 to 4)",
+    ),
+    (
+        "encoder_words: 5\nblanks: [1, 1]\nmodel:\n  num_decoder_layers: 0\n  task: fill-mask\n",
+        "blanks: lists a word twice",
+    ),
+    (
+        "blanks: [1]\nmodel:\n  num_decoder_layers: 0\n  task: fill-mask\n",
+        "encoder_words: must be 5, the sentence's words: an encoder-only model reads them all, got 3",
+    ),
+    (
+        "encoder_words: 5\nblanks: [1]\nvocabulary: [<start>, <end>, the, cat, is, sleeping, comfortably]\n"
+        "model:\n  num_decoder_layers: 0\n  task: fill-mask\n",
+        "vocabulary: has no '[CLS]', '[SEP]', '[MASK]'",
+    ),
     ("model:\n  d_model: four\n", "model.d_model: expected an integer, got 'four' (str)"),
     ("model:\n  d_model: 4.5\n", "model.d_model: expected an integer, got 4.5 (float)"),
     ("model:\n  d_model: true\n", "model.d_model: expected an integer, got True (bool)"),

@@ -73,16 +73,32 @@ def test_the_hostile_pieces_are_the_inputs_tokens(hostile_marian, tmp_path):
 @pytest.mark.parametrize("more", [[], ["--exercise", "6"]])
 def test_html_has_no_markup_from_labels(hostile_marian, tmp_path, more):
     page = export(tmp_path, hostile_marian, ".html", *more)
-    tags, attributes = set(), set()
+    tags, attributes, scripts = set(), set(), []
 
     class Parser(HTMLParser):
         def handle_starttag(self, tag, attrs):
             tags.add(tag)
             attributes.update(k for k, _ in attrs)
+            if tag == "script":
+                scripts.append("")
+
+        def handle_data(self, data):
+            if self.lasttag == "script" and scripts:
+                scripts[-1] += data
 
     Parser().feed(page)
-    assert "script" not in tags and not any(a.startswith("on") for a in attributes)
+    assert not any(a.startswith("on") for a in attributes)
     assert page.count("<style>") == 1 and "&lt;/script&gt;&lt;script&gt;" in page
+    if more:  # a worksheet: no click-to-explain (its arithmetic would give the answers away)
+        assert "script" not in tags
+        return
+    # The report's one script, whole: the pieces' "</script><script>" inside its data did not end
+    # it, and they read back from its JSON as themselves.
+    assert len(scripts) == 1 and scripts[0].rstrip().endswith("})();")
+    data = json.loads(scripts[0][len("const EXPLAINED = ") : scripts[0].index(";\n")])
+    lines = "\n".join(data["lines"])
+    assert "</script><script>alert(1)</script>" in lines and '"onmouseover=alert(1)' in lines
+    assert "</script><script>alert(1)</script>" in data["rerun"]
 
 
 @pytest.mark.parametrize("more", [[], ["--exercise", "6"]])

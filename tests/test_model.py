@@ -205,11 +205,16 @@ def check_invariants(trace: Trace) -> None:
         ):
             assert (stage["X"] == previous["output"]).all()  # each stage reads what the last one wrote
         previous = stage
-    if not m.decoder_only:
+    if not m.decoder_only and not m.encoder_only:
         encoder_out = [s for s in trace if s.id.startswith("encoder.")][-1]["output"]
         for stage in trace.select(["cross-attention"]):
             assert (stage["memory"] == encoder_out).all()
-    assert len(trace.prediction) == (1 if m.output_head == "flatten" else len(trace.target_tokens))
+    if m.encoder_only:  # one prediction per blank, of the word the sentence hid there
+        blanks = [i for i, t in enumerate(trace.source_tokens) if t == "[MASK]"]
+        assert [p.position for p in trace.prediction] == blanks
+        assert [p.expected for p in trace.prediction] == [a for a in trace.config.answers if a]
+    else:
+        assert len(trace.prediction) == (1 if m.output_head == "flatten" else len(trace.target_tokens))
     for pred in trace.prediction:
         probs = [q for _, q in pred.top]
         assert probs == sorted(probs, reverse=True)

@@ -208,9 +208,13 @@ def test_every_norm_output_is_rmsnorm_of_its_input(name: str) -> None:
 
 
 def loss_from_probabilities(config: Config, w: Weights) -> float:
-    """The mean next-token cross-entropy from ``forward``'s probabilities: no backward involved."""
-    target = config.token_ids(config.target_tokens)
+    """The mean next-token cross-entropy from ``forward``'s probabilities (a fill-mask model's: of
+    the hidden word at each blank): no backward involved."""
     p = forward(config, w)
+    if config.model.encoder_only:
+        blanks = [(i, config.index[a]) for i, a in enumerate(config.answers) if a is not None]
+        return -float(np.mean([math.log(p[i, t]) for i, t in blanks]))
+    target = config.token_ids(config.target_tokens)
     return -float(np.mean([math.log(p[i, t]) for i, t in enumerate(target[1:])]))
 
 

@@ -31,13 +31,17 @@ def _check(trace: Trace, checkpoint: bool) -> None:
     texts = _texts(trace)
     every = "\n".join(texts.values())
     assert "random until the model is trained" not in every
+    one_stack = m.decoder_only or m.encoder_only
     both = "one table of both stacks"
-    assert (both in every) == (m.tie_embeddings and not m.decoder_only), both
-    if m.tie_embeddings and m.decoder_only:
+    assert (both in every) == (m.tie_embeddings and not one_stack), both
+    if m.tie_embeddings and one_stack:
         assert "E is also the output layer's table" in every
     logits = texts["output.logits"]
     assert ("laid end to end" in logits) == (m.output_head == "flatten")
-    assert ("each decoder position's vector" in logits) == (m.output_head != "flatten")
+    assert ("each decoder position's vector" in logits) == (m.output_head != "flatten" and not m.encoder_only)
+    assert ("at a blank ([MASK])" in logits) == m.encoder_only  # BERT predicts the hidden word, no next one
+    attention = [t for sid, t in texts.items() if sid.endswith("self-attention")]
+    assert all(("No mask: every token sees every token" in t) == m.encoder_only for t in attention)
     cross = [t for sid, t in texts.items() if "cross-attention" in sid]
     assert all(("The article says" in t) == (not checkpoint) for t in cross)
     assert not any("The article says" in t for sid, t in texts.items() if "cross-attention" not in sid)

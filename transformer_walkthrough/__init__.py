@@ -4,6 +4,9 @@
     >>> trace = run_forward(load_config())
     >>> trace["decoder.0.masked-attention"]["A1"]  # the first head's attention weights
 
+In a notebook, ``walk()`` (or ``walk(model="gpt2", prompt="The cat")``) runs a pass in one call;
+the trace, a stage and a matrix then show themselves as the HTML report shows them.
+
 The names are imported on first use, so that ``walkthrough --help`` does not load NumPy.
 """
 
@@ -13,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "Trace", "WalkthroughError", "init_weights", "load_config", "run_forward"]
+__all__ = ["Config", "Trace", "WalkthroughError", "init_weights", "load_config", "run_forward", "walk"]
 
 _HOMES = {
     "Config": "config",
@@ -22,6 +25,7 @@ _HOMES = {
     "init_weights": "model",
     "run_forward": "model",
     "WalkthroughError": "errors",
+    "walk": "notebook",
 }
 
 if TYPE_CHECKING:
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
     from .errors import WalkthroughError
     from .model.trace import Trace
     from .model.transformer import init_weights, run_forward
+    from .notebook import walk
 
 
 def __getattr__(name: str) -> Any:

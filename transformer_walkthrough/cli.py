@@ -710,7 +710,10 @@ def export(
     # (a full disk, a .tex of Cyrillic) says only its error, in one line. On a terminal it shows
     # meanwhile as a status line, erased when the export ends: a long wait has its reason on screen.
     with status(f"writing: {warning}" if warning else None):
-        text = write(trace, target, stages, include_weights, grads, force=force, worksheet=sheet, full=full)
+        text = write(
+            trace, target, stages, include_weights, grads, force=force, worksheet=sheet, full=full,
+            rerun=_rerun(config, seed, weights, model),
+        )  # fmt: skip
     if text is not None:
         typer.echo(text, nl=False)
     if warning:
@@ -722,6 +725,22 @@ def export(
 
         write_key(trace, key, sheet, force)
         typer.echo(f"wrote {printable(str(key))}: the answer key", err=True)
+
+
+def _rerun(
+    config: Path | None, seed: int | None, weights: Path | None, model: "ModelArgs | Sentence | None"
+) -> str:
+    """The options that make this trace again, quoted for a shell: the HTML report's cells past
+    its budget show ``walkthrough explain`` with them."""
+    import shlex
+
+    given: list[tuple[str, object]] = [("--config", config), ("--seed", seed), ("--weights", weights)]
+    if isinstance(model, Sentence):
+        given += [("--source", model.source), ("--target", model.target)]
+    elif isinstance(model, ModelArgs):
+        given += [("--model", model.model), ("--source", model.source), ("--target", model.target)]
+        given += [("--prompt", model.prompt), ("--dtype", None if model.dtype == "float32" else model.dtype)]
+    return " ".join(f"{name} {shlex.quote(printable(str(v)))}" for name, v in given if v is not None)
 
 
 class Reference(str, Enum):

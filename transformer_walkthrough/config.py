@@ -24,6 +24,9 @@ from .errors import ConfigError, close_matches
 
 START, END = "<start>", "<end>"
 SPECIAL_TOKENS = (START, END)
+# A fill-mask model's (BERT's): the sentence is read between [CLS] and [SEP], a blank is [MASK].
+CLS, SEP, MASK = "[CLS]", "[SEP]", "[MASK]"
+FILL_MASK_TOKENS = (CLS, SEP, MASK)
 MAX_FILE_BYTES = 4_000_000  # a config is a page of YAML; a 50,257-word vocabulary is about 0.5 MB
 QUOTE = 40  # characters of a value quoted in a message
 MAX_DATASET = 1_000  # training.dataset's pairs: the toy learns its sentence and a few more
@@ -60,6 +63,12 @@ ROPE_SCALINGS = {
     "linear": "every θ_i / rope_factor",
     "llama3": "the slow pairs' θ_i / rope_factor, the fast ones kept, a blend between (Llama 3.1)",
 }
+# What the model is trained to do, so what its output layer predicts and for which rows.
+TASKS = {
+    "next-token": "each decoder position predicts the token after it (the paper, GPT)",
+    "fill-mask": "encoder-only: each [MASK] predicts the word hidden there (BERT)",
+    "encode": "encoder-only, no output layer: the vectors alone (a checkpoint without its MLM head)",
+}
 DTYPES = {"float64": "(exact to print)", "float32": "(fast when large)"}
 # Positions applied inside attention, to the queries and keys, rather than added to the embedding:
 # such a model has no positional-encoding stage.
@@ -77,6 +86,9 @@ SWITCHES: dict[str, tuple[Any, ...]] = {
     "output_bias": (True, False),
     "feed_forward": tuple(FEED_FORWARDS),
     "ffn_bias": (True, False),
+    "segments": (0, 2),
+    "embedding_norm": (False, True),
+    "output_transform": (False, True),
 }
 
 # What PyTorch's own transformer layers can be (``verify --against torch``), by field: any other
@@ -91,6 +103,11 @@ TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
     "feed_forward": ("standard",),
     "ffn_bias": (True,),  # nn.TransformerEncoderLayer's bias=False drops the LayerNorms' too
     "norm": ("layernorm",),
+    "task": ("next-token",),  # encoder-only models are compared with transformers' BERT instead
+    "segments": (0,),
+    "embedding_norm": (False,),
+    "output_transform": (False,),
+    "position_offset": (0,),
 }
 
 # Hugging Face's names for our activations (config.json's activation_function), read by every
@@ -232,7 +249,8 @@ class ModelConfig(_Checked):
     )
     d_ff: int = _doc("width of the feed-forward hidden layer", 8)
     num_encoder_layers: int = _doc("encoder layers stacked", 1)
-    num_decoder_layers: int = _doc("decoder layers stacked", 1)
+    num_decoder_layers: int = _doc("decoder layers stacked; 0: encoder-only (task: fill-mask, BERT)", 1)
+    task: Literal[tuple(TASKS)] = _choice(TASKS, "next-token", "; ")
     output_head: Literal[tuple(OUTPUT_HEADS)] = _choice(OUTPUT_HEADS, "per-position", " or ")
     norm_first: bool = _doc(
         "true: pre-norm x + Sublayer(LN(x)); false: post-norm LN(x + Sublayer(x)), the paper", False
@@ -246,6 +264,13 @@ class ModelConfig(_Checked):
     ffn_bias: bool = _doc("false: no feed-forward biases b_1, b_2 (gated: b_gate, b_up, b_down)", True)
     positional_encoding: Literal[tuple(POSITIONAL_ENCODINGS)] = _choice(POSITIONAL_ENCODINGS, "sinusoidal")
     max_positions: int = _doc("rows of the learned position table P", 64)
+    position_offset: int = _doc(
+        "the row of P that the first position reads (RoBERTa: padding_idx + 1 = 2); 0: row 0", 0
+    )
+    segments: int = _doc(
+        "rows of the segment table T, added to each token by its sentence (BERT: 2); 0: none", 0
+    )
+    embedding_norm: bool = _doc("true: a norm of the embeddings' sum, before the first layer (BERT)", False)
     rope_theta: float = _doc("rotary's base: pair i of a head turns by pos / rope_theta^(2i/d_k)", 10000.0)
     rope_scaling: Literal[tuple(ROPE_SCALINGS)] = _choice(ROPE_SCALINGS, "default")
     rope_factor: float = _doc("rope_scaling's factor: how many times longer the context is made", 1.0)
@@ -262,6 +287,9 @@ class ModelConfig(_Checked):
         "true: one table E for both stacks and the output, W = Eᵀ (the paper §3.4)", False
     )
     output_bias: bool = _doc("false: the output layer has no bias b (GPT-2)", True)
+    output_transform: bool = _doc(
+        "true: dense → activation → norm before the output layer (BERT's masked-language-model head)", False
+    )
     scale_embeddings: bool = _doc("true: multiply embeddings by sqrt(d_model), as the paper", False)
     attention_bias: Literal[ATTENTION_BIASES] = _doc(
         "true: attention gets biases b_Q, b_K, b_V, b_O; qkv: b_Q, b_K, b_V only (Qwen2)", False
@@ -271,13 +299,49 @@ class ModelConfig(_Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("d_model", "num_heads", "d_ff", "num_decoder_layers", "max_positions"):
+        for name in ("d_model", "num_heads", "d_ff", "max_positions"):
             value = getattr(self, name)
             self._require(value > 0, name, f"must be a positive integer, got {value}")
+        for name, only in (("num_encoder_layers", "decoder-only"), ("num_decoder_layers", "encoder-only")):
+            value = getattr(self, name)
+            self._require(value >= 0, name, f"must be 0 ({only}) or more, got {value}")
         self._require(
-            self.num_encoder_layers >= 0,
-            "num_encoder_layers",
-            f"must be 0 (decoder-only) or more, got {self.num_encoder_layers}",
+            self.num_encoder_layers + self.num_decoder_layers > 0,
+            "num_decoder_layers",
+            "a model needs layers: num_encoder_layers and num_decoder_layers are both 0",
+        )
+        self._require(
+            self.encoder_only == (self.task != "next-token"),
+            "task",
+            f"{self.task} reads one stack: it needs num_decoder_layers: 0 (encoder-only), got "
+            f"{self.num_decoder_layers}"
+            if self.task != "next-token"
+            else "an encoder-only model (num_decoder_layers: 0) has no next token to predict: "
+            "use task: fill-mask",
+        )
+        self._require(
+            not (self.encoder_only and self.output_head == "flatten"),
+            "output_head",
+            "the flatten head predicts once from every decoder position; an encoder-only model "
+            "predicts at each blank: use output_head: per-position",
+        )
+        for name in ("segments", "position_offset"):
+            value = getattr(self, name)
+            self._require(value >= 0, name, f"must be 0 or more, got {value}")
+        self._require(
+            self.segments == 0 or self.encoder_only,
+            "segments",
+            "segment embeddings mark the sentences an encoder-only model reads; this model has a decoder",
+        )
+        self._require(
+            self.position_offset == 0 or self.positional_encoding == "learned",
+            "position_offset",
+            f"is a row of the learned table P; positional_encoding is {self.positional_encoding}",
+        )
+        self._require(
+            self.position_offset < self.max_positions,
+            "position_offset",
+            f"{self.position_offset} leaves no row of P (max_positions = {self.max_positions})",
         )
         self._require(
             self.head_dim is not None or self.d_model % self.num_heads == 0,
@@ -340,6 +404,17 @@ class ModelConfig(_Checked):
     def decoder_only(self) -> bool:
         """No encoder stack and no cross-attention: the GPT-style model."""
         return self.num_encoder_layers == 0
+
+    @property
+    def encoder_only(self) -> bool:
+        """No decoder stack: the encoder's rows go to the output layer (BERT's fill-mask)."""
+        return self.num_decoder_layers == 0
+
+    @property
+    def sums_embeddings(self) -> bool:
+        """Whether one embedding stage sums the token's row of E, its position's and its segment's
+        (an encoder-only model, as BERT's embeddings), instead of a positional-encoding stage after it."""
+        return self.encoder_only and self.adds_positions
 
     @property
     def has_final_norm(self) -> bool:
@@ -409,8 +484,11 @@ class Config(_Checked):
     """The whole walkthrough: the sentence, how it is split, the vocabulary, the seed, the model."""
 
     sentence: str = _doc("lower-cased, punctuation stripped", "The cat is sleeping comfortably.")
-    encoder_words: int = _doc("the first words feed the encoder; the rest the decoder", 3)
+    encoder_words: int = _doc("the first words feed the encoder; the rest the decoder (encoder-only: all)", 3)
     vocabulary: tuple[str, ...] | None = _doc("omit to build it from the sentence", None)
+    blanks: tuple[int, ...] = _doc(
+        "task fill-mask: the words hidden behind [MASK], by position from 0 (3: sleeping)", ()
+    )
     seed: int = _doc("the same seed gives the same weights on every machine", 42)
     model: ModelConfig = field(default_factory=ModelConfig)
     display: DisplayConfig = field(default_factory=DisplayConfig)
@@ -421,7 +499,14 @@ class Config(_Checked):
         words = tokenize(self.sentence)
         pair_words = [w for pair in self.training.dataset for text in pair for w in tokenize(text)]
         self._require(len(words) >= 2, "sentence", f"needs at least two words, got {quote(self.sentence)}")
-        if self.model.decoder_only:
+        if self.model.encoder_only:
+            self._require(
+                self.encoder_words == len(words),
+                "encoder_words",
+                f"must be {len(words)}, the sentence's words: an encoder-only model reads them all, "
+                f"got {self.encoder_words}",
+            )
+        elif self.model.decoder_only:
             self._require(
                 self.encoder_words == 0,
                 "encoder_words",
@@ -437,10 +522,12 @@ class Config(_Checked):
                 + ("; 0 needs model.num_encoder_layers: 0 (decoder-only)" if self.encoder_words == 0 else ""),
             )
         self._require(self.seed >= 0, "seed", f"must be 0 or more, got {self.seed}")
+        self._check_blanks(words)
         vocabulary = self.vocabulary
+        specials = self.special_tokens
         if vocabulary is None:
             # Special tokens first, then the words in order of first appearance.
-            vocabulary = tuple(dict.fromkeys([*SPECIAL_TOKENS, *words, *pair_words]))
+            vocabulary = tuple(dict.fromkeys([*specials, *words, *pair_words]))
             object.__setattr__(self, "vocabulary", vocabulary)
         counts = collections.Counter(vocabulary)  # one pass: a 50,257-word vocabulary is instant
         repeated = sorted(w for w, n in counts.items() if n > 1)
@@ -448,37 +535,85 @@ class Config(_Checked):
             not repeated, "vocabulary", f"lists {', '.join(map(quote, repeated[:3]))} twice"
             + (f" ({len(repeated)} words in all)" if len(repeated) > 3 else "")
         )  # fmt: skip
-        missing = [w for w in dict.fromkeys([*SPECIAL_TOKENS, *words, *pair_words]) if w not in counts]
+        missing = [w for w in dict.fromkeys([*specials, *words, *pair_words]) if w not in counts]
         self._require(
             not missing,
             "vocabulary",
             f"has no {', '.join(map(quote, missing[:3]))}{' …' if len(missing) > 3 else ''}: it holds "
             f"{', '.join(vocabulary[:10])}{' …' if len(vocabulary) > 10 else ''} (the sentence is "
-            "lower-cased; <start> and <end> are always needed)",
+            f"lower-cased; {', '.join(specials[:-1])} and {specials[-1]} are always needed)",
         )
         check_size(self)
 
         if self.model.positional_encoding == "learned":
             longest = max(len(t) for pair in self.pairs for t in pair)
+            rows = self.model.max_positions - self.model.position_offset
             self._require(
-                longest <= self.model.max_positions,
+                longest <= rows,
                 "model.max_positions",
-                f"learned positions have {self.model.max_positions} rows, but a sentence needs {longest}",
+                f"learned positions have {rows} rows"
+                + (f" from row {self.model.position_offset}" if self.model.position_offset else "")
+                + f", but a sentence needs {longest}",
             )
+
+    def _check_blanks(self, words: list[str]) -> None:
+        """A fill-mask sentence has its blanks, each a word of it, once; no other task has any."""
+        if self.model.task != "fill-mask":
+            self._require(
+                not self.blanks, "blanks", f"are for model.task: fill-mask; the task is {self.model.task}"
+            )
+            return
+        self._require(
+            bool(self.blanks),
+            "blanks",
+            "a fill-mask model needs a word to hide behind [MASK]: give its position, e.g. blanks: [3]",
+        )
+        bad = [b for b in self.blanks if not 0 <= b < len(words)]
+        self._require(
+            not bad, "blanks", f"{bad[0] if bad else 0} is no word of the sentence (0 to {len(words) - 1})"
+        )
+        self._require(len(set(self.blanks)) == len(self.blanks), "blanks", "lists a word twice")
+
+    @property
+    def special_tokens(self) -> tuple[str, ...]:
+        """The tokens every vocabulary of this task holds: <start> and <end>, or [CLS], [SEP], [MASK]."""
+        return FILL_MASK_TOKENS if self.model.encoder_only else SPECIAL_TOKENS
 
     @property
     def source_tokens(self) -> tuple[str, ...]:
-        """The encoder's input: the first ``encoder_words`` words."""
-        return tuple(tokenize(self.sentence)[: self.encoder_words])
+        """The encoder's input: the first ``encoder_words`` words; an encoder-only model's, the
+        whole sentence between [CLS] and [SEP], each blank's word hidden behind [MASK]."""
+        words = tokenize(self.sentence)
+        if self.model.encoder_only:
+            return masked(words, self.blanks)
+        return tuple(words[: self.encoder_words])
 
     @property
     def target_tokens(self) -> tuple[str, ...]:
-        """The decoder's input: the remaining words wrapped in <start> … <end>."""
+        """The decoder's input: the remaining words wrapped in <start> … <end> (none: encoder-only)."""
+        if self.model.encoder_only:
+            return ()
         return (START, *tokenize(self.sentence)[self.encoder_words :], END)
+
+    @property
+    def answers(self) -> tuple[str | None, ...]:
+        """Per row of the encoder-only model's input, the word hidden there, None where none is."""
+        if not self.model.encoder_only:
+            return ()
+        return answers(tokenize(self.sentence), self.blanks)
+
+    @property
+    def sentences(self) -> list[list[str]]:
+        """Each sentence a fill-mask model learns from, as words: the config's, then each dataset
+        pair's two texts read as one sentence."""
+        more = [tokenize(f"{s} {t}") for s, t in self.training.dataset]
+        return [tokenize(self.sentence), *more]
 
     @property
     def pairs(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """What training learns: (source tokens, decoder tokens) for the sentence, then the dataset."""
+        if self.model.encoder_only:  # one stack: each sentence feeds the encoder, no decoder
+            return [(masked(words, ()), ()) for words in self.sentences]
         if self.model.decoder_only:  # no encoder: the whole pair feeds the decoder
             more = [((), (START, *tokenize(s), *tokenize(t), END)) for s, t in self.training.dataset]
         else:
@@ -498,6 +633,13 @@ class Config(_Checked):
         index = self.index
         return [index[t] for t in tokens]
 
+    mask_token: ClassVar[str] = MASK  # a fill-mask model's blank (a checkpoint's may be <mask>)
+
+    @property
+    def mask_id(self) -> int | None:
+        """The blank's row in the vocabulary, None when it has none."""
+        return self.index.get(self.mask_token)
+
     @property
     def index(self) -> dict[str, int]:
         """Each word's row in the embedding table, built once."""
@@ -506,6 +648,16 @@ class Config(_Checked):
             cached = {word: i for i, word in enumerate(self.vocabulary or ())}
             object.__setattr__(self, "_index", cached)
         return cached
+
+
+def masked(words: list[str], blanks: tuple[int, ...]) -> tuple[str, ...]:
+    """An encoder-only model's input: [CLS], the words with each blank hidden behind [MASK], [SEP]."""
+    return (CLS, *(MASK if i in blanks else w for i, w in enumerate(words)), SEP)
+
+
+def answers(words: list[str], blanks: tuple[int, ...]) -> tuple[str | None, ...]:
+    """Each row of ``masked(words, blanks)``: the word a blank hides there, None on every other row."""
+    return (None, *(w if i in blanks else None for i, w in enumerate(words)), None)
 
 
 class Size(typing.NamedTuple):
@@ -696,6 +848,8 @@ def _override(
         if sentence is not None:
             source_text, target_text = sentence
             encoder_words = 0 if config.model.decoder_only else len(tokenize(source_text))
+            if config.model.encoder_only:  # it reads the whole sentence
+                encoder_words = len(tokenize(f"{source_text} {target_text}"))
             listed = isinstance(data, dict) and "vocabulary" in data
             config = dataclasses.replace(
                 config,

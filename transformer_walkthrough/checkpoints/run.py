@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..config import MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelConfig, estimate_size
+from ..config import MASK, MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelConfig, estimate_size
 from ..errors import ConfigError
 from ..model import generation
 from ..model.architecture import DECODER, ENCODER, parameters
@@ -58,6 +58,7 @@ class CheckpointConfig(Config):
     target: str = ""
     checkpoint: str = ""
     source_vocabulary: tuple[str, ...] | None = None
+    mask_token: str = MASK  # a fill-mask checkpoint's blank: [MASK] (BERT), <mask> (RoBERTa)
 
     def __post_init__(self) -> None:  # the toy's sentence rules are not a checkpoint's
         if not self.vocabulary or self.source_vocabulary == ():
@@ -109,6 +110,7 @@ def checkpoint_config(
             target=target,
             checkpoint=ckpt.source,
             source_vocabulary=tokenizer.source_vocabulary if own else None,
+            mask_token=getattr(ckpt, "mask_token", None) or MASK,
         )
     except ConfigError as err:
         raise CheckpointError(f"{ckpt.source}: {err}") from None
@@ -134,10 +136,9 @@ def checkpoint_weights(config: Config, ckpt: Checkpoint) -> Weights:
 def check_size(config: Config, source: int, target: int) -> None:
     """Refuse, before the traced pass, an input whose trace would not fit in memory or on a screen."""
     m = config.model
-    if (not m.decoder_only and source > m.max_positions) or target > m.max_positions:
-        raise CheckpointError(
-            f"the input has {max(source, target)} tokens; this model reads at most {m.max_positions}"
-        )
+    rows = m.max_positions - m.position_offset  # RoBERTa's positions start at row 2 of P
+    if (not m.decoder_only and source > rows) or target > rows:
+        raise CheckpointError(f"the input has {max(source, target)} tokens; this model reads at most {rows}")
     vocabulary = max(len(config.vocabulary_of(side)) for side in (ENCODER, DECODER))  # an upper bound
     size = estimate_size(
         m.d_model, m.num_heads, m.d_ff, m.num_encoder_layers, m.num_decoder_layers,
@@ -240,8 +241,25 @@ def walk(
 
 def walk_prompt(model: str, prompt: str, dtype: str = "float32", precision: int | None = None) -> Walk:
     """Load a decoder-only ``model`` and trace the pass over the prompt's ids, as they are: no
-    start token (GPT-2 has none), so row i predicts the token after the prompt's i-th."""
+    start token (GPT-2 has none), so row i predicts the token after the prompt's i-th. An
+    encoder-only model (BERT) reads the prompt, [CLS] … [SEP] as its tokenizer puts them, in its
+    encoder, and predicts the word at each blank."""
     ckpt, config, w, ids = load(model, prompt, dtype, precision, prompt=True)
+    m = config.model
+    if m.encoder_only:
+        if m.task == "fill-mask" and config.mask_id is None:
+            raise CheckpointError(
+                f"{ckpt.source}: its vocabulary has no {config.mask_token}, so it has no blank to fill"
+            )
+        if m.task == "fill-mask" and config.mask_id not in ids:
+            raise CheckpointError(
+                f"--prompt: {prompt!r} has no {config.mask_token}: a fill-mask model predicts the word "
+                f"hidden behind it; write {config.mask_token} where a word should be"
+            )
+        check_size(config, len(ids), 0)
+        trace = run_forward(config, w, source_ids=ids)
+        trace.weights_source = ckpt.source
+        return Walk(config, w, trace, ckpt, None)
     check_size(config, 0, len(ids))
     trace = run_forward(config, w, target_ids=ids)
     trace.weights_source = ckpt.source
@@ -297,6 +315,8 @@ def continue_prompt(loaded: Loaded, max_len: int = 20, sampling: Sampling | None
     ``generate`` does, or where the position table ends."""
     ckpt, config, w, ids = loaded
     m = config.model
+    if m.encoder_only:
+        raise generation.no_next_token(config)
     room = m.max_positions - len(ids) + 1  # the last choice is never fed back
     if room < 1:
         raise CheckpointError(f"the prompt has {len(ids)} tokens; this model reads at most {m.max_positions}")

@@ -368,10 +368,12 @@ def export(
     force: bool = False,
     worksheet: Worksheet | None = None,
     full: bool = False,
+    rerun: str = "",
 ) -> str | None:
     """Write the stages to ``target`` in the format its suffix names; return the JSON text
     instead when ``target`` is None (stdout). A document (.html, .md, .tex) may be a worksheet;
-    it summarises large matrices as the terminal does unless ``full`` (data files keep every number)."""
+    it summarises large matrices as the terminal does unless ``full`` (data files keep every number).
+    ``rerun``: the options that make the trace again, for the commands an HTML report shows."""
     suffix = "" if target is None else target.suffix.lower()
     if worksheet is not None and suffix not in DOCUMENTS:
         raise ExportError(f"a worksheet is a document: export it as {', '.join(DOCUMENTS)}")
@@ -383,8 +385,9 @@ def export(
         from ..views.documents import WRITERS, Options
 
         options = Options(
-            trace.config.display.precision, weights, None if grads is None else grads.stages, worksheet, full
-        )
+            trace.config.display.precision, weights, None if grads is None else grads.stages, worksheet, full,
+            rerun=rerun,
+        )  # fmt: skip
 
         def write_document(f: BinaryIO) -> None:
             # A piece at a time (a stage's header, a matrix row): never the whole document in memory.

@@ -9,6 +9,10 @@ description here, and nowhere else:
   (LayerNorm(x + Sublayer(x)), the paper); a pre-norm one is three, ``norm-k``, the sublayer and
   ``residual-k`` (x + Sublayer(LayerNorm(x)), GPT-2 and most models since).
 - ``num_encoder_layers: 0``: no encoder stack, and decoder layers without cross-attention.
+- ``num_decoder_layers: 0`` (``task: fill-mask``, BERT): the encoder stack alone, its rows read by
+  the output layer; one embedding stage sums the token's, the position's and the segment's rows,
+  ``embedding_norm`` puts a norm after it, ``output_transform`` a dense layer, its activation and
+  a norm before the output layer (BERT's masked-language-model head).
 - ``tie_embeddings``: one table E for both embeddings and the output layer (W = Eᵀ).
 """
 
@@ -34,8 +38,15 @@ def side_of(stage_id: str) -> str:
 
 
 def stacks(m: ModelConfig) -> tuple[str, ...]:
-    """The stacks the model has, bottom to top: both, or the decoder alone."""
+    """The stacks the model has, bottom to top: both, the decoder alone, or the encoder alone."""
+    if m.encoder_only:
+        return (ENCODER,)
     return (DECODER,) if m.decoder_only else (ENCODER, DECODER)
+
+
+def top_stack(m: ModelConfig) -> str:
+    """The stack whose rows the output layer reads: the decoder's, or an encoder-only model's encoder."""
+    return stacks(m)[-1]
 
 
 def num_layers(side: str, m: ModelConfig) -> int:
@@ -82,11 +93,27 @@ def stack_output(side: str, m: ModelConfig) -> str:
 
 def bottom(side: str, m: ModelConfig) -> list[tuple[str, str]]:
     """The stages under a stack's layers, as (id, kind): the embedding, then the positions added to
-    it (none when they are applied inside attention, ``ModelConfig.adds_positions``)."""
+    it (none when they are applied inside attention, ``ModelConfig.adds_positions``, or summed in
+    the embedding stage itself, ``sums_embeddings``), then the norm of the sum (``embedding_norm``)."""
     stages = [(stage_id(side, "embedding"), "embedding")]
-    if m.adds_positions:
+    if m.adds_positions and not m.sums_embeddings:
         stages.append((stage_id(side, "positional-encoding"), "positional-encoding"))
+    if m.embedding_norm:
+        stages.append((stage_id(side, "embedding-norm"), "embedding-norm"))
     return stages
+
+
+def head(m: ModelConfig) -> list[tuple[str, str]]:
+    """The stages above the stacks, as (id, kind): BERT's transform (``output_transform``), the
+    output layer and the softmax; none when the model only encodes (``task: encode``)."""
+    if m.task == "encode":
+        return []
+    stages = [(stage_id(OUTPUT, "transform"), "transform")] if m.output_transform else []
+    return [
+        *stages,
+        (stage_id(OUTPUT, "logits"), "logits"),
+        (stage_id(OUTPUT, "probabilities"), "probabilities"),
+    ]
 
 
 def walk(m: ModelConfig) -> Iterator[tuple[str, str]]:
@@ -102,8 +129,7 @@ def walk(m: ModelConfig) -> Iterator[tuple[str, str]]:
                 yield c.after, "residual" if c.norm else "add-norm"
         if m.has_final_norm:
             yield stage_id(side, "final-norm"), "layer-norm"
-    yield stage_id(OUTPUT, "logits"), "logits"
-    yield stage_id(OUTPUT, "probabilities"), "probabilities"
+    yield from head(m)
 
 
 def stage_ids(config: Config) -> list[str]:

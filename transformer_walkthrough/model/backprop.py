@@ -2,12 +2,12 @@
 
 The loss is the mean cross-entropy of the next token with teacher forcing, over the decoder
 positions that have one (<start> → sleeping, sleeping → comfortably, comfortably → <end>; the
-<end> row has none). Then, as micrograd does, one loop over the stages in reverse: each stage's
-backward (beside its forward, in ``kinds``) turns dL/d(its output) into dL/d(each of its matrices);
-the gradient of each input goes to the stage it came from (``stage.sources``), and the gradient of
-each weight to the parameter it is (``stage.params``). A stage read by two others (the residual
-stream: by the sublayer and by the sum) gathers both gradients; a tied table gathers those of all
-its uses.
+<end> row has none); for a fill-mask model, of the hidden word over the blanks. Then, as
+micrograd does, one loop over the stages in reverse: each stage's backward (beside its forward,
+in ``kinds``) turns dL/d(its output) into dL/d(each of its matrices); the gradient of each input
+goes to the stage it came from (``stage.sources``), and the gradient of each weight to the
+parameter it is (``stage.params``). A stage read by two others (the residual stream: by the
+sublayer and by the sum) gathers both gradients; a tied table gathers those of all its uses.
 """
 
 from __future__ import annotations
@@ -32,7 +32,12 @@ class Backward(NamedTuple):
 
 
 def next_tokens(trace: Trace) -> np.ndarray:
-    """The target of each decoder position: the next token's id, or -1 where there is none."""
+    """The target of each row of the logits: after each decoder position, the next token's id, or
+    -1 where there is none; for a fill-mask model, the word hidden at each blank (-1 elsewhere)."""
+    if trace.config.model.encoder_only:
+        if not any(a >= 0 for a in trace.answer_ids):
+            raise WalkthroughError("nothing to learn: no blank of this input has a known word")
+        return np.array(trace.answer_ids)
     following = trace.target_ids[1:]
     return np.array([*following, -1])
 

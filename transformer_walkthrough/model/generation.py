@@ -81,6 +81,17 @@ class Step(NamedTuple):
         return self.layers[0].K.shape[1]
 
 
+def no_next_token(config: Config) -> WalkthroughError:
+    """Why an encoder-only model cannot generate: it reads the whole text at once, so no row
+    predicts what follows (its blanks are filled by ``run``)."""
+    m = config.model
+    what = "fills its blanks" if m.task == "fill-mask" else "encodes it (no output layer)"
+    return WalkthroughError(
+        f"generate: a {m.task} model (encoder-only) has no next token to choose: it sees the whole "
+        f"text at once and {what}; `walkthrough run` shows its prediction for each blank"
+    )
+
+
 def ends(eos_id: int | Collection[int] | None) -> frozenset[int]:
     """The ids that end a generation: config.json's ``eos_token_id``, one id or a list (Llama 3's
     ``<|end_of_text|>`` and ``<|eot_id|>``), or none."""
@@ -221,6 +232,8 @@ def generate_cached(
     (the prompt) and one step per token.
     """
     m = config.model
+    if m.encoder_only:
+        raise no_next_token(config)
     if not m.decoder_only:
         raise WalkthroughError(
             "generation with a key/value cache is for decoder-only models (num_encoder_layers: 0)"

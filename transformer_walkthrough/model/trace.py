@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from ..errors import StageError, close_matches
+from ..errors import StageError, close_matches, shorten
 from .architecture import ENCODER, Ref, side_of
 
 if TYPE_CHECKING:
@@ -88,6 +90,24 @@ class Matrix(NamedTuple):
         """The mask or the sinusoids: fixed numbers, so their gradient is never shown or exported."""
         return self.role in (MASK, CONSTANT)
 
+    # In a notebook: its name, shape and role as text, the report's shaded table as HTML (its
+    # numbers, not the megabytes of an array's repr).
+    def __repr__(self) -> str:
+        name = matrix_name(self.base, self.head) if self.base else "matrix"
+        r, c = self.shape
+        return f"<Matrix {name} {r}×{c} {self.role}: rows {_few(self.rows)}; cols {_few(self.cols)}>"
+
+    def _repr_html_(self) -> str:
+        from ..views.fragments import matrix_html  # the view, loaded only when a notebook asks
+
+        return matrix_html(self)
+
+
+def _few(labels: Sequence[str], n: int = 4) -> str:
+    """The first labels and the last, around "…": a repr names the rows, it does not list 50,257."""
+    shown = [*labels[: n - 1], "…", labels[-1]] if len(labels) > n else list(labels)
+    return ", ".join(shorten(label, 24) for label in shown)
+
 
 @dataclass
 class Stage:
@@ -112,7 +132,21 @@ class Stage:
     # Which stage produced each array, by id(): the trace's own table, shared (not the trace
     # itself, which would make a cycle that only the garbage collector could free).
     producers: dict[int, str] | None = field(default=None, repr=False, compare=False)
+    # The trace it belongs to, weakly (a cycle would wait for the garbage collector): shown alone
+    # in a notebook, a stage draws its place in Figure 1 and typesets its formula from it.
+    owner: Any = field(default=None, repr=False, compare=False)
     records: ClassVar[bool] = True  # a _NullStage does not: stages may skip work only shown
+
+    def __repr__(self) -> str:
+        first = itertools.islice(self.matrices.items(), 8)
+        shapes = ", ".join(f"{name} {m.shape[0]}×{m.shape[1]}" for name, m in first)
+        more = f", … ({len(self.matrices)} matrices)" if len(self.matrices) > 8 else ""
+        return f"<Stage {self.id} ({self.kind}): {shapes}{more}>"
+
+    def _repr_html_(self) -> str:
+        from ..views.fragments import stage_html
+
+        return stage_html(self, None if self.owner is None else self.owner())
 
     def rec(
         self, base: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str], role: str = ACTIVATION,
@@ -236,11 +270,12 @@ def top_k(p: np.ndarray, k: int) -> np.ndarray:  # (n,) -> (min(k, n),)
 
 
 class Prediction(NamedTuple):
-    """What the model predicts after one decoder position (or after all, for the flatten head)."""
+    """What the model predicts after one decoder position (or after all, for the flatten head), or
+    at one blank of a fill-mask model's input."""
 
     position: int | None  # None for the flatten head, which predicts once from every position
-    after: str  # the decoder input at that position
-    expected: str | None  # the true next token, where the sentence has one
+    after: str  # the decoder input at that position (fill-mask: the blank's label, [MASK])
+    expected: str | None  # the true next token (or hidden word), where the sentence has one
     top: list[tuple[str, float]]  # the most likely next tokens, most likely first
 
     @property
@@ -263,6 +298,8 @@ class Trace:
     weights_source: str | None = None  # the file the weights came from; None: drawn from the seed
     source_ids: tuple[int, ...] = ()  # the embedding rows the encoder read, one per source token
     target_ids: tuple[int, ...] = ()  # the embedding rows the decoder read, one per target token
+    segment_ids: tuple[int, ...] = ()  # each encoder token's segment (BERT's token types); (): all 0
+    answer_ids: tuple[int, ...] = ()  # fill-mask: each encoder row's hidden word, -1 where none; (): unknown
 
     _producers: dict[int, str] = field(default_factory=dict, repr=False)
 
@@ -277,7 +314,8 @@ class Trace:
         title = title or kind
         side, *layer, _ = stage_id.split(".")
         where = f"{side.capitalize()} layer {layer[0]}" if layer else side.capitalize()
-        new = Stage(stage_id, kind, f"{where} · {title}", explanation, formula, producers=self._producers)
+        new = Stage(stage_id, kind, f"{where} · {title}", explanation, formula, producers=self._producers,
+                    owner=weakref.ref(self))  # fmt: skip
         self.stages[stage_id] = new
         return new
 
@@ -304,6 +342,8 @@ class Trace:
         """
         if "output.probabilities" not in self.stages:
             return []
+        if self.config.model.encoder_only:
+            return self._blanks()
         probabilities = self["output.probabilities"]["probabilities"]
         tokens, vocabulary = self.target_tokens, self.vocabulary
         out = []
@@ -316,6 +356,38 @@ class Trace:
                 expected = None if following is None else vocabulary[following]
                 out.append(Prediction(i, tokens[i], expected, best))
         return out
+
+    def _blanks(self) -> list[Prediction]:
+        """A fill-mask model's prediction: at each blank (a row whose token is the mask token), the
+        most likely words, with the word the sentence hid there when it is known."""
+        probabilities = self["output.probabilities"]["probabilities"]
+        vocabulary, mask = self.vocabulary, self.config.mask_id
+        out = []
+        for i, token in enumerate(self.source_ids):
+            if token != mask:
+                continue
+            row = probabilities[i]
+            best = [(vocabulary[j], float(row[j])) for j in top_k(row, TOP_K).tolist()]
+            answer = self.answer_ids[i] if i < len(self.answer_ids) else -1
+            out.append(
+                Prediction(i, self.source_tokens[i], vocabulary[answer] if answer >= 0 else None, best)
+            )
+        return out
+
+    def __repr__(self) -> str:
+        m = self.config.model
+        sides = (("source", self.source_tokens), ("target", self.target_tokens))
+        inputs = [f"{side} {shorten(' '.join(tokens), 60)!r}" for side, tokens in sides if tokens]
+        weights = f"random, seed {self.config.seed}" if self.weights_source is None else self.weights_source
+        return (
+            f"<Trace {', '.join(inputs)}: {len(self)} stages, d_model {m.d_model}, {m.num_heads} heads, "
+            f"{m.num_encoder_layers} + {m.num_decoder_layers} layers; weights: {weights}>"
+        )
+
+    def _repr_html_(self) -> str:
+        from ..views.fragments import trace_html
+
+        return trace_html(self)
 
     def __getitem__(self, stage_id: str) -> Stage:
         try:

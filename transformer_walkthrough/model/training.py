@@ -10,10 +10,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
-from ..config import END, START, Config
+from ..config import END, START, Config, masked
+from ..config import answers as fill_answers
 from ..errors import WalkthroughError
 from . import generation
 from .backprop import backward
@@ -69,14 +71,36 @@ class Adam:
             p -= update[s].reshape(p.shape)
 
 
+class Example(NamedTuple):
+    """One input the model learns from, and what it should predict (``run_forward``'s ids)."""
+
+    source_ids: list[int]
+    target_ids: list[int]
+    answer_ids: list[int] | None = None  # fill-mask: the word hidden at each row, -1 elsewhere
+
+
+def examples(config: Config) -> list[Example]:
+    """What training learns from: each (source, target) pair of the sentence and the dataset,
+    teacher-forced; for a fill-mask model, each sentence with each of its words masked in turn
+    (as BERT learns, with one blank a time: the word at that row is the answer)."""
+    if not config.model.encoder_only:
+        return [Example(config.token_ids(s), config.token_ids(t)) for s, t in config.pairs]
+    out = []
+    for words in config.sentences:
+        for i in range(len(words)):
+            tokens, answers = masked(words, (i,)), fill_answers(words, (i,))
+            out.append(
+                Example(config.token_ids(tokens), [], [-1 if a is None else config.index[a] for a in answers])
+            )
+    return out
+
+
 def loss_and_gradients(config: Config, w: Weights) -> tuple[float, list[np.ndarray]]:
-    """Mean loss and gradient over the sentence and every dataset pair."""
-    pairs = config.pairs
+    """Mean loss and gradient over the examples: the sentence and every dataset pair."""
+    pairs = examples(config)
     total, grads = 0.0, [np.zeros_like(p) for p in parameters(w)]
-    for source, target in pairs:
-        trace = run_forward(
-            config, w, source_ids=config.token_ids(source), target_ids=config.token_ids(target)
-        )
+    for source, target, answer in pairs:
+        trace = run_forward(config, w, source_ids=source, target_ids=target, answer_ids=answer)
         b = backward(trace, w)
         total += b.loss
         for acc, g in zip(grads, parameters(b.weights), strict=True):
@@ -104,10 +128,11 @@ def train(
         )
     # Each step is a pass over every pair: a 1.5 MB training.dataset of 50,000 pairs made one step
     # take 97 s. The passes are bounded as the steps of one sentence are.
-    passes = steps * len(config.pairs)
+    count = len(examples(config))
+    passes = steps * count
     if passes > MAX_STEPS:
         raise WalkthroughError(
-            f"--steps: {steps:,} steps over {len(config.pairs):,} pairs (the sentence and "
+            f"--steps: {steps:,} steps over {count:,} examples (the sentence and "
             f"training.dataset) are {passes:,} passes; the limit is {MAX_STEPS:,}"
         )
     if not lr > 0:
@@ -142,9 +167,15 @@ def training_notes(losses: list[float], lr: float, config: Config, after: Trace)
     wrong = sum(p.word != p.expected for p in checked)
     if wrong:
         steps = len(losses) - 1
+        what = "blanks" if config.model.encoder_only else "next words"
         notes.append(
-            f"{wrong} of the {len(checked)} next words are still wrong after {steps} steps: it has not "
+            f"{wrong} of the {len(checked)} {what} are still wrong after {steps} steps: it has not "
             f"learned the sentence yet (try --steps {max(2 * steps, config.training.steps)})."
+        )
+    elif len(config.pairs) == 1 and config.model.encoder_only:
+        notes.append(
+            "A model that has seen one sentence has memorised it: it fills any blank of this sentence "
+            "with the word that was there, and knows nothing of any other."
         )
     elif len(config.pairs) == 1:
         notes.append(
@@ -194,6 +225,8 @@ def generate(
     distribution. Learned positions end the decoder input at ``max_positions`` tokens, so
     generation stops there too: ``generation_limit``.
     """
+    if config.model.encoder_only:
+        raise generation.no_next_token(config)
     if config.model.output_head == "flatten":
         raise WalkthroughError(
             "the flatten head is sized for one decoder length and predicts once; generation needs "

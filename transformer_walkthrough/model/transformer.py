@@ -89,12 +89,17 @@ def layer(s: Stack, i: int, x: np.ndarray, memory: np.ndarray | None) -> np.ndar
 
 
 def stack(s: Stack, ids: list[int], memory: np.ndarray | None = None) -> np.ndarray:
-    """One stack of Figure 1, bottom to top: embed, add positions, the layers, the final norm if any."""
-    x = K.embed(s.open(K.EMBEDDING, "embedding"), s.w, ids, s.tokens, s.trace.vocabulary_of(s.side), s.m)
-    if s.m.adds_positions:  # else the positions are applied inside each attention
+    """One stack of Figure 1, bottom to top: embed, add positions (and BERT's segments), the norm
+    of the sum if any, the layers, the final norm if any."""
+    m, segments = s.m, s.trace.segment_ids if s.side == ENCODER else ()
+    x = K.embed(s.open(K.EMBEDDING, "embedding"), s.w, ids, s.tokens, s.trace.vocabulary_of(s.side), m,
+                s.start, segments)  # fmt: skip
+    if m.adds_positions and not m.sums_embeddings:  # else inside each attention, or summed already
         x = K.add_positions(
-            s.open(K.POSITIONAL_ENCODING, "positional-encoding"), s.w, x, s.tokens, s.m, s.start
+            s.open(K.POSITIONAL_ENCODING, "positional-encoding"), s.w, x, s.tokens, m, s.start
         )
+    if m.embedding_norm:
+        x = K.layer_norm(s.open(K.EMBEDDING_NORM, "embedding-norm"), s.w, x, s.tokens, m)
     for i in range(num_layers(s.side, s.m)):
         x = layer(s, i, x, memory)
     if s.m.has_final_norm:
@@ -106,20 +111,29 @@ def decode(
     trace: Trace, w: Weights, m: ModelConfig, source_ids: list[int], target_ids: list[int],
     start: int = 0, cache: Any = None,
 ) -> np.ndarray:  # fmt: skip
-    """Figure 1 up to the logits: the encoder stack (if any), the decoder stack, the output layer.
+    """Figure 1 up to the logits: the encoder stack (if any), the decoder stack (if any), BERT's
+    transform (if any), the output layer.
 
-    Returns the logits, (decoder tokens, vocab). A cached generation step (``generation``) feeds
-    the new tokens alone, from position ``start``, with the cache of what came before, and gets the
-    last row's logits only: the next token's.
+    Returns the logits, (tokens of the top stack, vocab): the decoder's, or an encoder-only model's
+    encoder's; with ``task: encode`` (no output layer), the encoder's output itself. A cached
+    generation step (``generation``) feeds the new tokens alone, from position ``start``, with the
+    cache of what came before, and gets the last row's logits only: the next token's.
     """
     memory = None
     if ENCODER in stacks(m):
         memory = stack(Stack(trace, ENCODER, trace.source_tokens, w, m), source_ids)
-    y = stack(Stack(trace, DECODER, trace.target_tokens, w, m, start, cache), target_ids, memory)
-    tokens = trace.target_tokens
+    if m.encoder_only:
+        y, tokens = memory, trace.source_tokens
+    else:
+        y = stack(Stack(trace, DECODER, trace.target_tokens, w, m, start, cache), target_ids, memory)
+        tokens = trace.target_tokens
+    if m.task == "encode":
+        return y
     if cache is not None:  # a generation step needs the next token after the last row only
         y, tokens = y[-1:], tokens[-1:]
     out = Stack(trace, OUTPUT, tokens, w, m)
+    if m.output_transform:
+        y = K.transform(out.open(K.TRANSFORM, "transform"), w, y, tokens, m)
     return K.logits(out.open(K.LOGITS, "logits"), w, y, out.tokens, trace.vocabulary_of(OUTPUT), m)
 
 
@@ -128,10 +142,15 @@ def transformer(
 ) -> np.ndarray:
     """Figure 1, bottom to top, and the softmax on top.
 
-    Returns the next-token probabilities, (decoder tokens, vocab); everything is recorded into ``trace``.
+    Returns the probabilities, (tokens of the top stack, vocab): of the next token after each
+    decoder position, or of the word at each encoder position (fill-mask); with ``task: encode``,
+    the encoder's output. Everything is recorded into ``trace``.
     """
     scores = decode(trace, w, m, source_ids, target_ids)
-    rows = ("flattened",) if m.output_head == "flatten" else trace.target_tokens
+    if m.task == "encode":
+        return scores
+    rows = trace.source_tokens if m.encoder_only else trace.target_tokens
+    rows = ("flattened",) if m.output_head == "flatten" else rows
     stage = K.PROBABILITIES_KIND.open(trace, stage_id(OUTPUT, "probabilities"), m)
     return K.probabilities(stage, scores, rows, trace.vocabulary_of(OUTPUT))
 
@@ -145,6 +164,10 @@ def _ids(config: Config, ids: Sequence[int] | None, side: str) -> tuple[list[int
         if ids:
             raise WalkthroughError("source ids: a decoder-only model has no encoder to feed")
         return [], ()
+    if side == DECODER and config.model.encoder_only:
+        if ids:
+            raise WalkthroughError("target ids: an encoder-only model has no decoder to feed")
+        return [], ()
     if ids is None:
         tokens = config.source_tokens if side == ENCODER else config.target_tokens
         return config.token_ids(tokens), token_labels(tokens)
@@ -155,10 +178,11 @@ def _ids(config: Config, ids: Sequence[int] | None, side: str) -> tuple[list[int
             f"{text} ids: need 1 or more ids from 0 to {len(vocabulary) - 1}; got {bad or 'none'}"
         )
     m = config.model
-    if m.positional_encoding == "learned" and len(ids) > m.max_positions:
+    rows = m.max_positions - m.position_offset  # RoBERTa's first position reads row 2
+    if m.positional_encoding == "learned" and len(ids) > rows:
         raise WalkthroughError(
-            f"{text} ids: {len(ids)} tokens, but the learned positions have {m.max_positions} rows "
-            "(model.max_positions)"
+            f"{text} ids: {len(ids)} tokens, but the learned positions have {rows} rows "
+            "(model.max_positions" + (" − model.position_offset)" if m.position_offset else ")")
         )
     if side == DECODER and config.model.output_head == "flatten" and len(ids) != len(config.target_tokens):
         raise WalkthroughError(
@@ -167,27 +191,63 @@ def _ids(config: Config, ids: Sequence[int] | None, side: str) -> tuple[list[int
     return ids, token_labels([vocabulary[i] for i in ids])
 
 
+def _answers(
+    config: Config, source_ids: Sequence[int] | None, answer_ids: Sequence[int] | None
+) -> tuple[int, ...]:
+    """What each row of a fill-mask model should predict (-1: nothing): given, or the config's own
+    sentence's hidden words; () when unknown (a checkpoint's prompt)."""
+    if not config.model.encoder_only:
+        return ()
+    if answer_ids is None:
+        if source_ids is not None:
+            return ()
+        return tuple(-1 if a is None else config.index[a] for a in config.answers)
+    return tuple(int(a) for a in answer_ids)
+
+
 def run_forward(
     config: Config,
     weights: Weights | None = None,
     *,
     source_ids: Sequence[int] | None = None,
     target_ids: Sequence[int] | None = None,
+    segment_ids: Sequence[int] | None = None,
+    answer_ids: Sequence[int] | None = None,
 ) -> Trace:
     """The whole forward pass, every stage recorded in a Trace.
 
     By default on the config's sentence; ``source_ids`` and ``target_ids`` (rows of the encoder's
     and the decoder's vocabulary, ``config.vocabulary_of``: a checkpoint's tokenizer gives them)
-    feed any other input, of any length. Rows and columns are labelled by the tokens,
-    ``piece@position`` where a piece repeats.
+    feed any other input, of any length. An encoder-only model also reads ``segment_ids`` (each
+    token's sentence, all 0 when None) and is trained towards ``answer_ids`` (each row's hidden
+    word, -1 where there is none; the config's blanks when None). Rows and columns are labelled by
+    the tokens, ``piece@position`` where a piece repeats.
     """
     src, source_tokens = _ids(config, source_ids, ENCODER)
     tgt, target_tokens = _ids(config, target_ids, DECODER)
-    trace = Trace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt))
+    segments = _segments(config, segment_ids, len(src))
+    trace = Trace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt),
+                  segment_ids=segments, answer_ids=_answers(config, source_ids, answer_ids))  # fmt: skip
     keep_freed_memory()  # the next pass reuses this trace's memory once it is dropped: ``heap``
     w = weights if weights is not None else init_weights(config)
     transformer(trace, w, config.model, src, tgt)
     return trace
+
+
+def _segments(config: Config, segment_ids: Sequence[int] | None, n: int) -> tuple[int, ...]:
+    """Each encoder token's segment, checked against the segment table's rows; () for all 0."""
+    if segment_ids is None:
+        return ()
+    segments = tuple(int(k) for k in segment_ids)
+    rows = config.model.segments
+    if len(segments) != n or any(not 0 <= k < rows for k in segments):
+        raise WalkthroughError(
+            f"segment ids: need {n} ids from 0 to {rows - 1} (model.segments), one per token; "
+            f"got {list(segments)[:8]}"
+            if rows
+            else "segment ids: this model has no segment table (model.segments: 0)"
+        )
+    return segments
 
 
 def forward(

@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from ..model.trace import (
 from .numbers import format_value, text_widths
 from .palette import css, diverging, sequential
 from .render import View, group_of, is_shaded, label, largest, summary
+
+if TYPE_CHECKING:
+    from .clickable import Clicks
 
 Grads = dict[str, dict[str, np.ndarray]]  # stage id -> matrix name -> dL/d(matrix)
 
@@ -85,6 +88,10 @@ class Options:
     grads: Grads | None = None
     worksheet: Worksheet | None = None
     full: bool = False
+    # The HTML report: a click on a cell shows its arithmetic (``views.clickable``); ``rerun``:
+    # the options that make this trace again, for the command line a cell shows past its budget.
+    clickable: bool = True
+    rerun: str = ""
 
     def holes(self, stage_id: str, name: str) -> dict[tuple[int, int], int]:
         return {} if self.worksheet is None else self.worksheet.hidden.get((stage_id, name), {})
@@ -238,9 +245,17 @@ def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | N
         return Step(kind, tuple(cell for part in parts for cell in part))
 
     kind = stage.kind
-    if kind == "embedding" and base == "output":
+    if kind == "embedding":
         ids = trace.source_ids if stage.id.startswith("encoder") else trace.target_ids
-        return step("lookup", one(get("E"), int(ids[i]), j)) if i < len(ids) else None
+        if base == "output" and get("token"):  # encoder-only: token + segment + position
+            return step("sum", one(get("token"), i, j), one(get("segment"), i, j), one(get("position"), i, j))
+        if base in ("output", "token"):
+            return step("lookup", one(get("E"), int(ids[i]), j)) if i < len(ids) else None
+        if base == "segment":
+            return step("lookup", one(get("T"), (trace.segment_ids or (0,) * len(ids))[i], j))
+        if base == "position":
+            return step("sinusoid") if m.role == CONSTANT else None  # a learned P's row is a lookup
+        return None
     if kind == "positional-encoding":
         if base == "PE":
             return step("sinusoid") if m.role == CONSTANT else None  # a learned P's row is a lookup
@@ -278,7 +293,15 @@ def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | N
         if base == "output":
             return step("dot", row(get("concat"), i), col(get("W_O"), j), one(get("b_O"), 0, j))
         return None
-    if kind in ("add-norm", "layer-norm", "residual"):
+    if kind == "transform":
+        if base == "dense":
+            return step("dot", row(get("X"), i), col(get("W_dense"), j), one(get("b_dense"), 0, j))
+        if base == "hidden":
+            return step("activation", one(get("dense"), i, j))
+        if base == "output":
+            return step("norm", row(get("hidden"), i), one(get("gamma"), 0, j), one(get("beta"), 0, j))
+        return None
+    if kind in ("add-norm", "layer-norm", "embedding-norm", "residual"):
         if base == "sum" or (kind == "residual" and base == "output"):
             return step("sum", one(get("X"), i, j), one(get("sublayer"), i, j))
         if base == "output":
@@ -573,7 +596,9 @@ def _heading(trace: Trace, o: Options) -> tuple[str, Spans]:
     c = trace.config
     m = c.model
     title = f"transformer-walkthrough: {c.sentence}"
-    if m.num_encoder_layers:
+    if m.encoder_only:
+        inputs = f"encoder input: {' '.join(trace.source_tokens)}"
+    elif m.num_encoder_layers:
         inputs = (
             f"encoder input: {' '.join(trace.source_tokens)} · decoder input: {' '.join(trace.target_tokens)}"
         )
@@ -1114,7 +1139,8 @@ def mathml(lines: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# HTML: one self-contained file, no network, no script; matrices as heatmaps; prints well.
+# HTML: one self-contained file, no network, one inline script that only adds (views.clickable:
+# a click on a cell shows its arithmetic); matrices as heatmaps; prints well.
 # ---------------------------------------------------------------------------------------------
 
 # How a matrix is shaded. Attention weights and probabilities on the terminal's fixed scale,
@@ -1268,9 +1294,10 @@ def _html_formula(stage: Stage, trace: Trace) -> str:
     return f'<div class="formula" title="{e(stage.formula)}">{math_block}{note}</div>'
 
 
-def _html_matrix(s: Shown, kinds: set[str | None]) -> Iterator[str]:
+def _html_matrix(s: Shown, kinds: set[str | None], attributes: str = "") -> Iterator[str]:
     """A matrix as a table, a row at a time, each cell shaded as ``shading`` says (added to
-    ``kinds``, for the stage's legend); a "⋮" row and a "…" column where it is summarised."""
+    ``kinds``, for the stage's legend); a "⋮" row and a "…" column where it is summarised.
+    ``attributes`` go on its figure (the report's script finds the matrix's arithmetic by them)."""
     e = html.escape
     m, p = s.matrix, s.precision
     rows, cols = s.kept()
@@ -1287,7 +1314,7 @@ def _html_matrix(s: Shown, kinds: set[str | None]) -> Iterator[str]:
     heads = "".join("<th>…</th>" if j < 0 else f"<th>{e(m.cols[j])}</th>" for j in s.cols)
     gradient = ' class="gradient"' if s.gradient else ""
     yield (
-        f"<figure{gradient}><figcaption>{e(s.name)} "
+        f"<figure{gradient}{attributes}><figcaption>{e(s.name)} "
         f"<span>({m.shape[0]}×{m.shape[1]})</span></figcaption>"
         f'<table class="m"><thead><tr><th></th>{heads}</tr></thead><tbody>'
     )
@@ -1320,7 +1347,12 @@ def _html_cell(s: Shown, i: int, j: int, v: float, opening: str) -> str:
 
 
 def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
+    from .clickable import CSS as CLICK_CSS
+    from .clickable import Clicks
+
     e = html.escape
+    # A worksheet is never clickable: the arithmetic of a cell would give its answers away.
+    clicks = Clicks(trace, o) if o.clickable and o.worksheet is None else None
     title, facts = _heading(trace, o)
     line = "".join(f"<code>{e(text)}</code>" if code else e(text) for text, code in facts)
     nav = "".join(f'<li><a href="#{e(s.id)}">{e(s.title)}</a></li>' for s in stages)
@@ -1331,45 +1363,64 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     yield (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title)}</title>'
-        f"<style>{_CSS}</style></head><body><header><h1>{e(title)}</h1><p>{line}</p></header>"
+        f"<style>{_CSS}{CLICK_CSS if clicks else ''}</style></head><body><header><h1>{e(title)}</h1><p>{line}</p></header>"
         f'<div class="layout"><nav><strong>Stages</strong><ol>{nav}</ol></nav><main>'
     )
-    from .figure import figure_svg
-
     for stage in stages:
-        yield (
-            f'<section id="{e(stage.id)}"><div class="intro"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'
-            f'<div class="where">{figure_svg(trace, stage.id)}</div>'  # where this stage sits in Figure 1
-            f"<p>{e(stage.explanation)}</p>{_html_formula(stage, trace)}</div>"
-        )
-        kinds: set[str | None] = set()
-        for group in units(stage, o):
-            yield '<div class="matrices">'
-            for unit in group:
-                yield '<div class="unit">'
-                for shown in unit:
-                    yield from _html_matrix(shown, kinds)
-                yield "</div>"
-            yield "</div>"
-        yield f"{_legend(kinds)}</section>"
+        yield from html_stage(trace, stage, o, clicks)
     if trace.prediction:
-        rows = []
-        for p in trace.prediction:
-            right = " right" if p.expected is not None and p.word == p.expected else ""
-            top = ", ".join(f"{e(w)} {_probability(q, 2, o)}" for w, q in p.top)
-            rows.append(
-                f'<tr class="best{right}"><td>{e(p.after)}</td><td class="word">{e(p.word)}</td>'
-                f"<td>{_probability(p.probability, 3, o)}</td><td>{e(p.expected or '—')}</td><td>{_mark(p)}</td>"
-                f"<td>{top}</td></tr>"
-            )
-        yield (
-            '<section id="prediction"><h2>Prediction</h2><p>The most likely next word after each decoder position.</p>'
-            '<table class="pred"><thead><tr><th>after</th><th>predicted</th><th>p</th><th>expected</th><th></th>'
-            f"<th>top 3</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
-        )
+        yield html_prediction(trace, o)
     if o.worksheet is not None and not o.worksheet.separate_key:
         yield _html_key(trace, o.worksheet)
+    if clicks is not None:
+        yield from clicks.script()  # last: the tables it reads are all above it
     yield "</main></div></body></html>\n"
+
+
+def html_stage(trace: Trace | None, stage: Stage, o: Options, clicks: Clicks | None = None) -> Iterator[str]:
+    """A stage's section of the report: its heading, where it sits in Figure 1, its explanation,
+    formula and matrices, and the legend of their shades. Without its ``trace`` (a stage shown
+    alone) there is no map, and the formula is the plain one."""
+    from .figure import figure_svg
+
+    e = html.escape
+    where = "" if trace is None else f'<div class="where">{figure_svg(trace, stage.id)}</div>'
+    formula = (
+        f'<pre class="formula">{e(stage.formula)}</pre>' if trace is None else _html_formula(stage, trace)
+    )
+    yield (
+        f'<section id="{e(stage.id)}"><div class="intro"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'
+        f"{where}<p>{e(stage.explanation)}</p>{formula}</div>"  # where: the stage's place in Figure 1
+    )
+    kinds: set[str | None] = set()
+    for group in units(stage, o):
+        yield '<div class="matrices">'
+        for unit in group:
+            yield '<div class="unit">'
+            for shown in unit:
+                yield from _html_matrix(shown, kinds, "" if clicks is None else clicks.add(stage, shown))
+            yield "</div>"
+        yield "</div>"
+    yield f"{_legend(kinds)}</section>"
+
+
+def html_prediction(trace: Trace, o: Options) -> str:
+    """The prediction's section: the most likely next word after each position, ✓ where right."""
+    e = html.escape
+    rows = []
+    for p in trace.prediction:
+        right = " right" if p.expected is not None and p.word == p.expected else ""
+        top = ", ".join(f"{e(w)} {_probability(q, 2, o)}" for w, q in p.top)
+        rows.append(
+            f'<tr class="best{right}"><td>{e(p.after)}</td><td class="word">{e(p.word)}</td>'
+            f"<td>{_probability(p.probability, 3, o)}</td><td>{e(p.expected or '—')}</td><td>{_mark(p)}</td>"
+            f"<td>{top}</td></tr>"
+        )
+    return (
+        '<section id="prediction"><h2>Prediction</h2><p>The most likely next word after each decoder position.</p>'
+        '<table class="pred"><thead><tr><th>after</th><th>predicted</th><th>p</th><th>expected</th><th></th>'
+        f"<th>top 3</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
+    )
 
 
 def _html_key(trace: Trace, sheet: Worksheet) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..model.architecture import ENCODER, OUTPUT, bottom, connection, num_layers, stacks, stage_id, sublayers
+from ..model.architecture import ENCODER, bottom, connection, head, num_layers, stacks, stage_id, sublayers
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
@@ -43,7 +43,9 @@ SHORT = {
     "feed-forward": "ffn",
     "add-norm": "+norm",
     "layer-norm": "norm",
+    "embedding-norm": "norm",
     "residual": "+",
+    "transform": "transform",
     "logits": "linear",
     "probabilities": "softmax",
 }
@@ -140,8 +142,7 @@ def figure_lines(trace: Trace, current: str, width: int = 80) -> list[Line]:
     m = trace.config.model
     order = {sid: k for k, sid in enumerate(trace.stages)}
     columns = [_stack(side, m, order, current) for side in stacks(m)]
-    logits, probabilities = stage_id(OUTPUT, "logits"), stage_id(OUTPUT, "probabilities")
-    output = [Span("output ", LABEL), *_boxes([logits, probabilities], order, current)]
+    output = [Span("output ", LABEL), *_boxes([sid for sid, _ in head(m)], order, current)] if head(m) else []
     # The decoder's column starts at the same place on every page: as if the widest encoder row
     # held the current box's brackets.
     left = 0

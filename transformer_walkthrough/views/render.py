@@ -600,8 +600,14 @@ def mark(right: bool | None) -> Text:
 def prediction_table(trace: Trace, view: View) -> Table:
     """Per decoder position: the most likely next word, its probability, the runners-up."""
     p = view.precision
-    table = styled_table("Prediction: the most likely next word after each decoder position")
-    table.add_column(Text("after"))  # the flatten head's one row is after every token: wraps between them
+    blanks = trace.config.model.encoder_only
+    table = styled_table(
+        "Prediction: the most likely word at each blank, read from both sides"
+        if blanks
+        else "Prediction: the most likely next word after each decoder position"
+    )
+    # the flatten head's one row is after every token: it wraps between them
+    table.add_column(Text("blank" if blanks else "after"))
     table.add_column(Text("predicted"), no_wrap=True)
     table.add_column(Text("p"), justify="right", no_wrap=True)
     table.add_column(Text("expected"), no_wrap=True)
@@ -609,8 +615,13 @@ def prediction_table(trace: Trace, view: View) -> Table:
     table.add_column(Text(f"top {len(trace.prediction[0].top)}"))  # wraps between its entries only
     for pred in trace.prediction:
         right = None if pred.expected is None else pred.word == pred.expected
+        where = (
+            [f"{label(pred.after)} (pos {pred.position})"]
+            if blanks
+            else [label(w) for w in pred.after.split(" ")]
+        )
         table.add_row(
-            Entries([label(w) for w in pred.after.split(" ")], " ", LABEL),
+            Entries(where, " ", LABEL),
             Text(label(pred.word), style="bold green" if right else "bold"),
             Text(f"{pred.probability:.{max(p, 2)}f}"),
             Text(label(pred.expected or "—")),
@@ -638,6 +649,11 @@ def render_trace(
         yield from render_stage(console, stage, view, None if grads is None else grads.stages[stage.id])
     if prediction and trace.prediction:
         yield prediction_table(trace, view)
+    elif prediction and trace.config.model.task == "encode":
+        yield Text(
+            "No prediction: this model has no masked-language-model head (no output layer), so it "
+            "encodes the text and cannot fill blanks; its vectors are the last stage's output."
+        )
     if grads is not None:
         yield Text(
             f"loss = mean over the positions with a next token of −log p(next token) = {grads.loss:.6g}"
@@ -714,12 +730,13 @@ def training_table(before: Trace, after: Trace, view: View) -> Table:
     """Each decoder position's prediction before and after training, beside the true next word."""
     p = max(view.precision, 2)
     table = styled_table("Predictions before and after training")
-    for header in ("after", "expected", "before", "", "after training", ""):
+    blanks = after.config.model.encoder_only
+    for header in ("blank" if blanks else "after", "expected", "before", "", "after training", ""):
         table.add_column(Text(header), no_wrap=True)
     for old, new in zip(before.prediction, after.prediction, strict=True):
         right = None if new.expected is None else new.word == new.expected
         table.add_row(
-            Text(label(old.after), style=LABEL),
+            Text(f"{label(old.after)} (pos {old.position})" if blanks else label(old.after), style=LABEL),
             Text(label(old.expected or "—")),
             Text(f"{label(old.word)} {old.probability:.{p}f}"),
             mark(None if old.expected is None else old.word == old.expected),

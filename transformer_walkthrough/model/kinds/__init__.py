@@ -10,9 +10,9 @@ gradients to the stages they came from and the parameters' to the parameters.
     base           what a Kind is; hand: the arithmetic verify and explain share
     embedding      embedding, positional-encoding
     attention      self-attention, masked-attention, cross-attention
-    norms          add-norm, layer-norm, residual
+    norms          add-norm, layer-norm, embedding-norm, residual
     feed_forward   feed-forward
-    output         logits, probabilities
+    output         transform, logits, probabilities
 """
 
 from __future__ import annotations
@@ -27,22 +27,22 @@ from .feed_forward import (
     FEED_FORWARD,
     feed_forward,
 )
-from .norms import ADD_NORM, LAYER_NORM, RESIDUAL, add_norm, layer_norm, residual
-from .output import LOGITS, PROBABILITIES_KIND, logits, probabilities
+from .norms import ADD_NORM, EMBEDDING_NORM, LAYER_NORM, RESIDUAL, add_norm, layer_norm, residual
+from .output import LOGITS, PROBABILITIES_KIND, TRANSFORM, logits, probabilities, transform
 
 # Every kind of stage, in the order they first appear in a forward pass: the one table keyed by kind.
 KINDS: dict[str, Kind] = {
     k.id: k
     for k in (
-        EMBEDDING, POSITIONAL_ENCODING, LAYER_NORM, SELF_ATTENTION, ADD_NORM, RESIDUAL, FEED_FORWARD,
-        MASKED_ATTENTION, CROSS_ATTENTION, LOGITS, PROBABILITIES_KIND,
+        EMBEDDING, POSITIONAL_ENCODING, EMBEDDING_NORM, LAYER_NORM, SELF_ATTENTION, ADD_NORM, RESIDUAL,
+        FEED_FORWARD, MASKED_ATTENTION, CROSS_ATTENTION, TRANSFORM, LOGITS, PROBABILITIES_KIND,
     )
 }  # fmt: skip
 
 __all__ = [
     "ACTIVATIONS_BY_HAND", "ACTIVATION_FORMULAS", "ACTIVATION_LATEX", "ADD_NORM", "CROSS_ATTENTION",
-    "EMBEDDING", "FEED_FORWARD", "KINDS", "LAYER_NORM", "LOGITS", "MASKED_ATTENTION",
-    "POSITIONAL_ENCODING", "PROBABILITIES_KIND", "RESIDUAL", "SELF_ATTENTION", "Grads", "Kind",
-    "Sizes", "Spec", "add_norm", "add_positions", "attend", "embed", "feed_forward", "layer_norm",
-    "logits", "probabilities", "residual",
+    "EMBEDDING", "EMBEDDING_NORM", "FEED_FORWARD", "KINDS", "LAYER_NORM", "LOGITS", "MASKED_ATTENTION",
+    "POSITIONAL_ENCODING", "PROBABILITIES_KIND", "RESIDUAL", "SELF_ATTENTION", "TRANSFORM", "Grads",
+    "Kind", "Sizes", "Spec", "add_norm", "add_positions", "attend", "embed", "feed_forward",
+    "layer_norm", "logits", "probabilities", "residual", "transform",
 ]  # fmt: skip

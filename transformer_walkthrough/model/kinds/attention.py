@@ -536,6 +536,11 @@ def _scaled(m: ModelConfig) -> str:
 def _explanation(text: str, kv: str, masked: bool) -> Callable[[ModelConfig], str]:
     def explanation(m: ModelConfig) -> str:
         said = text
+        if m.encoder_only:
+            said += (
+                " No mask: every token sees every token, those after it too, so a blank is read "
+                "from both sides (BERT; a decoder's masked attention sees only the past)."
+            )
         if masked and m.sliding_window is not None:
             w = m.sliding_window
             said += (

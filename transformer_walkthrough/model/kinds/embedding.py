@@ -1,4 +1,5 @@
-"""The bottom of each stack: each token's row of E, then the positions added to it."""
+"""The bottom of each stack: each token's row of E, then the positions added to it (in the same
+stage for an encoder-only model, with the segment's row, as BERT's embeddings), then a norm."""
 
 from __future__ import annotations
 
@@ -25,26 +26,76 @@ if TYPE_CHECKING:
 
 
 def embed(stage: Stage, w: Weights, ids: list[int], tokens: tuple[str, ...], vocabulary: tuple[str, ...],
-          m: ModelConfig) -> np.ndarray:  # fmt: skip
-    """Look up each token's row of E (times √d_model when the config scales, as the paper §3.4)."""
-    E = stage.weight("E", w.take(stage, "E"), vocabulary, dims(m.d_model))
+          m: ModelConfig, start: int = 0, segment_ids: tuple[int, ...] = ()) -> np.ndarray:  # fmt: skip
+    """Look up each token's row of E (times √d_model when the config scales, as the paper §3.4).
+
+    An encoder-only model (``m.sums_embeddings``, BERT) adds here, in BERT's order, each token's
+    segment row of T (``segment_ids``, all 0 when not given) and its position's row: of P from
+    row ``position_offset`` (RoBERTa starts at 2), or the sinusoids."""
+    D = dims(m.d_model)
+    E = stage.weight("E", w.take(stage, "E"), vocabulary, D)
     # math.sqrt gives a Python float, which keeps float32 arrays float32 (a NumPy float64 would not).
     x = E[ids] * math.sqrt(m.d_model) if m.scale_embeddings else E[ids]
-    stage.cache = ids
-    return stage.out("output", x, tokens, dims(m.d_model))
+    stage.cache = (ids, segment_ids or (0,) * len(ids), start)
+    if not m.sums_embeddings:
+        return stage.out("output", x, tokens, D)
+    x = stage.rec("token", x, tokens, D)
+    if m.segments:
+        T = stage.weight("T", w.take(stage, "T"), tuple(f"segment {k}" for k in range(m.segments)), D)
+        x = x + stage.rec("segment", T[list(stage.cache[1])], tokens, D)
+    rows = slice(m.position_offset + start, m.position_offset + start + len(ids))
+    if m.positional_encoding == "learned":
+        P = stage.weight("P", w.take(stage, "P"), _p_rows(m), D)
+        position = stage.rec("position", P[rows], positions(tokens, start), D)
+    else:
+        table = F.positional_encoding(
+            rows.stop, m.d_model, x.dtype, m.positional_encoding == "sinusoidal-halves"
+        )
+        position = stage.rec("position", table[rows], positions(tokens, start), D, CONSTANT)
+    return stage.out("output", x + position, tokens, D)
+
+
+def _p_rows(m: ModelConfig) -> tuple[str, ...]:
+    """The labels of P's rows: the position each serves (``pos 0``), and, before RoBERTa's offset,
+    the rows that no position reads (``row 0 (unread)``)."""
+    o = m.position_offset
+    return tuple(f"row {k} (unread)" if k < o else f"pos {k - o}" for k in range(m.max_positions))
 
 
 def embed_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
-    """Each row of E gathers the gradients of the positions that looked it up."""
+    """Each row of E (and of T) gathers the gradients of the positions that looked it up; each
+    position's row of P gets its own position's."""
+    ids, segment_ids, start = stage.cache
     dE = np.zeros_like(p["E"])
     # np.add.at, not dE[ids] += …: a token used twice (the the) must add both gradients.
-    np.add.at(dE, stage.cache, d_out * (math.sqrt(m.d_model) if m.scale_embeddings else 1.0))
-    return Grads({"E": dE, "output": d_out}, {"E": dE})
+    np.add.at(dE, ids, d_out * (math.sqrt(m.d_model) if m.scale_embeddings else 1.0))
+    params = {"E": dE}
+    if "T" in p:
+        params["T"] = np.zeros_like(p["T"])
+        np.add.at(params["T"], list(segment_ids), d_out)
+    if "P" in p:
+        params["P"] = np.zeros_like(p["P"])
+        first = m.position_offset + start
+        params["P"][first : first + len(d_out)] = d_out
+    shown = {"token": d_out, "segment": d_out, "position": d_out, "output": d_out, **params}
+    return Grads({name: shown[name] for name in stage.matrices}, params)
 
 
 def embed_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
-    rows = stage["E"][list(trace.ids(stage.id))] * (math.sqrt(m.d_model) if m.scale_embeddings else 1)
+    ids, n = list(trace.ids(stage.id)), len(stage["output"])
+    rows = stage["E"][ids] * (math.sqrt(m.d_model) if m.scale_embeddings else 1)
     what = "output equals the tokens' rows of E" + (" times √d_model" if m.scale_embeddings else "")
+    if not m.sums_embeddings:
+        return [Check(stage.id, what, gap(stage["output"], rows))]
+    if "T" in stage:
+        rows = rows + stage["T"][list(trace.segment_ids or (0,) * n)]
+        what += ", plus each one's segment row of T"
+    if "P" in stage:
+        rows = rows + stage["P"][m.position_offset : m.position_offset + n]
+        what += f", plus rows {m.position_offset}… of P"
+    else:
+        rows = rows + sinusoid_by_hand(n, m.d_model, m.positional_encoding == "sinusoidal-halves")
+        what += ", plus the sinusoids recomputed by sin and cos"
     return [Check(stage.id, what, gap(stage["output"], rows))]
 
 
@@ -52,35 +103,119 @@ def explain_lookup(c: Cell, trace: Trace) -> list[str]:
     m = trace.config.model
     row = trace.ids(c.stage.id)[c.i]
     e = float(c.stage["E"][row, c.j])
-    line = f"output[{c.i}, {c.j}] = E[{c.row!s} (row {row} of E), {c.j}] = {c.f(e)}"
+    line = f"{c.name}[{c.i}, {c.j}] = E[{c.row!s} (row {row} of E), {c.j}] = {c.f(e)}"
     if m.scale_embeddings:
         line += f", times √d_model = {c.f(math.sqrt(m.d_model))}: {c.f(c.value)}"
     return [f"The token {c.row!r} looks up its row of the embedding table E.", line]
 
 
+def explain_segment(c: Cell, trace: Trace) -> list[str]:
+    k = (trace.segment_ids or (0,) * len(c.stage["output"]))[c.i]
+    return [
+        f"The token {c.row!r} is in sentence {k} (segment {k}): it takes row {k} of the segment table T.",
+        f"segment[{c.i}, {c.j}] = T[segment {k}, {c.j}] = {c.f(c.value)}"
+        + ("   (one sentence: every token is in segment 0)" if not trace.segment_ids else ""),
+    ]
+
+
+def explain_position_row(c: Cell, trace: Trace) -> list[str]:
+    m = trace.config.model
+    if "P" not in c.stage:
+        return explain_positional(c, trace)
+    o = m.position_offset
+    line = f"position[{c.i}, {c.j}] = P[{o + c.i}, {c.j}] = {c.f(c.value)}: position {c.i} reads row {o + c.i} of P"
+    why = (
+        f"  (rows 0…{o - 1} of P are never read by a sentence: RoBERTa numbers positions from "
+        f"padding_idx + 1 = {o}, so that the padding token's row is its own)"
+        if o
+        else "  (a learned weight, trained like any other; no formula makes it)"
+    )
+    return [line, why]
+
+
+def explain_embedding(c: Cell, trace: Trace) -> list[str]:
+    """A cell of output: the row of E alone, or (encoder-only) the sum of the three rows."""
+    if "token" not in c.stage:
+        return explain_lookup(c, trace)
+    parts = [
+        (name, float(c.stage[name][c.i, c.j])) for name in ("token", "segment", "position") if name in c.stage
+    ]
+    terms = " + ".join(f"{name} {c._factor(v)}" for name, v in parts)
+    return [
+        "output = token + segment + position: the token's row of E, its sentence's of T, its position's",
+        f"  output[{c.i}, {c.j}] = {terms} = {c.f(c.value)}",
+    ]
+
+
+def _embedding_formula(m: ModelConfig) -> str:
+    scaled = "·√d_model" if m.scale_embeddings else ""
+    tied = (
+        ""
+        if not m.tie_embeddings
+        else "\n    (E is also the output layer's table, W = Eᵀ: tied)"
+        if m.decoder_only or m.encoder_only
+        else "\n    (E is the one table of both stacks and of the output layer: tied)"
+    )
+    if not m.sums_embeddings:
+        return f"output[i] = E[token_i]{scaled}" + tied
+    lines = [f"token[i] = E[token_i]{scaled}"]
+    if m.segments:
+        lines.append("segment[i] = T[segment_i]    (the sentence token i is in: 0 for the first)")
+    if m.positional_encoding == "learned":
+        lines.append(
+            f"position[i] = P[{m.position_offset} + i]" if m.position_offset else "position[i] = P[i]"
+        )
+    else:
+        lines.append("position[i] = the sinusoids of position i (§3.5)")
+    lines.append("output = token" + (" + segment" if m.segments else "") + " + position")
+    return "\n".join(lines) + tied
+
+
+def _embedding_latex(m: ModelConfig) -> list[str]:
+    scaled = r" \cdot \sqrt{d_\mathrm{model}}" if m.scale_embeddings else ""
+    if not m.sums_embeddings:
+        return [r"\mathrm{output}_i &= E[\mathrm{token}_i]" + scaled]
+    segment = r" + T[\mathrm{segment}_i]" if m.segments else ""
+    position = rf"P[{m.position_offset} + i]" if m.position_offset else "P[i]"
+    if m.positional_encoding != "learned":
+        position = r"PE_i"
+    return [r"\mathrm{output}_i &= E[\mathrm{token}_i]" + scaled + segment + " + " + position]
+
+
+def _embedding_params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
+    specs = {"E": Spec((sizes.vocab, m.d_model), "embedding")}
+    if m.sums_embeddings and m.segments:
+        specs["T"] = Spec((m.segments, m.d_model), "positions")  # BERT draws every table N(0, 0.02²)
+    if m.sums_embeddings and m.positional_encoding == "learned":
+        specs["P"] = Spec((m.max_positions, m.d_model), "positions")
+    return specs
+
+
 EMBEDDING = Kind(
     "embedding",
     "embedding",
-    said("Each token looks up its row of the embedding table E, a vector of d_model numbers."),
     lambda m: (
-        "output[i] = E[token_i]"
-        + ("·√d_model" if m.scale_embeddings else "")
+        "Each token looks up its row of the embedding table E, a vector of d_model numbers"
         + (
-            ""
-            if not m.tie_embeddings
-            else "\n    (E is also the output layer's table, W = Eᵀ: tied)"
-            if m.decoder_only
-            else "\n    (E is the one table of both stacks and of the output layer: tied)"
+            ", and adds its segment's row of T and its position's row: one vector per token, as BERT's "
+            "embeddings sum them."
+            if m.sums_embeddings and m.segments
+            else ", and adds its position's row: one vector per token."
+            if m.sums_embeddings
+            else "."
         )
     ),
-    lambda m: [
-        r"\mathrm{output}_i &= E[\mathrm{token}_i]"
-        + (r" \cdot \sqrt{d_\mathrm{model}}" if m.scale_embeddings else "")
-    ],
+    _embedding_formula,
+    _embedding_latex,
     embed_backward,
     embed_second,
-    {"output": explain_lookup},
-    params=lambda m, sizes: {"E": Spec((sizes.vocab, m.d_model), "embedding")},
+    {
+        "output": explain_embedding,
+        "token": explain_lookup,
+        "segment": explain_segment,
+        "position": explain_position_row,
+    },
+    params=_embedding_params,
 )
 
 

@@ -1,8 +1,8 @@
 """Residual connections and their norm: add & norm (post-norm), or norm, then add (pre-norm).
 
-The norm is one piece that three kinds call: ``add-norm`` (Norm(X + sublayer), the paper),
-``layer-norm`` (before a pre-norm sublayer, or on top of a stack) and, with no norm at all,
-``residual`` (X + sublayer, the pre-norm sum). ``model.norm`` says which norm: LayerNorm (the
+The norm is one piece that four kinds call: ``add-norm`` (Norm(X + sublayer), the paper),
+``layer-norm`` (before a pre-norm sublayer, or on top of a stack), ``embedding-norm`` (of the
+embeddings' sum, BERT) and, with no norm at all, ``residual`` (X + sublayer, the pre-norm sum). ``model.norm`` says which norm: LayerNorm (the
 paper) or RMSNorm (no mean subtracted, no beta); the stage ids and kinds are the same for both.
 """
 
@@ -272,6 +272,23 @@ LAYER_NORM = Kind(
     lambda m: (
         f"Each row is {norm_of(m).row}, before a sublayer in a pre-norm model or on top of a stack "
         "(model.final_norm)."
+    ),
+    lambda m: norm_of(m).formula("X"),
+    lambda m: [norm_of(m).latex("X")],
+    layer_norm_backward,
+    layer_norm_second,
+    {"output": explain_norm},
+    params=_norm_params,
+    tex=NORM_TEX,
+)
+
+
+EMBEDDING_NORM = Kind(
+    "embedding-norm",
+    lambda m: "embedding norm" if m.norm == "layernorm" else f"embedding {norm_of(m).name}",
+    lambda m: (
+        f"Each token's summed embedding is {norm_of(m).row}, before the first layer "
+        "(BERT: the layers then read vectors of a steady size, whatever the tables' scales)."
     ),
     lambda m: norm_of(m).formula("X"),
     lambda m: [norm_of(m).latex("X")],

@@ -1,4 +1,5 @@
-"""The output layer: a logit for every word, then the probabilities."""
+"""The output layer: a logit for every word, then the probabilities; before it, for BERT's
+masked-language-model head, a transform (dense layer, activation, norm)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,111 @@ import numpy as np
 
 from .. import functional as F
 from ..trace import PROBABILITIES, Stage, dims
-from .base import Arrays, Grads, Kind, Sizes, Spec, said
+from .base import Arrays, Grads, Kind, Sizes, Spec
+from .feed_forward import activation_by_hand, activation_formula, activation_latex, activation_lines
 from .hand import Check, gap, linear, mm, softmax_cell, softmax_rows
+from .norms import NORM_TEX, norm_of, normalize, normalize_backward, normalize_by_hand
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
     from ...views.explain import Cell
     from ..trace import Trace
     from ..weights import Weights
+
+
+# ---------------------------------------------------------------------------------------------
+# The transform of BERT's head: output = Norm(act(X·W_dense + b_dense)), the same for every row.
+# ---------------------------------------------------------------------------------------------
+
+
+def transform(stage: Stage, w: Weights, x: np.ndarray, tokens: tuple[str, ...], m: ModelConfig) -> np.ndarray:
+    """Norm(act(x·W_dense + b_dense)): BERT's masked-language-model head, before the output layer."""
+    D = dims(m.d_model)
+    stage.input("X", x, tokens, D)
+    W = stage.weight("W_dense", w.take(stage, "W_dense"), D, D)
+    b = stage.weight("b_dense", w.take(stage, "b_dense"), ("b_dense",), D).ravel()
+    dense = stage.rec("dense", F.linear(x, W, b), tokens, D)
+    hidden = stage.rec("hidden", F.ACTIVATIONS[m.activation](dense), tokens, D)
+    return normalize(stage, w, hidden, tokens, m)
+
+
+def transform_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
+    """Back through the norm, the activation and the dense layer, in turn."""
+    d_hidden, d_norm = normalize_backward(d_out, stage["hidden"], p, m)
+    d_dense = F.activation_backward(d_hidden, stage["dense"], m.activation)
+    dx, dW, db = F.linear_backward(d_dense, stage["X"], p["W_dense"])
+    params = {"W_dense": dW, "b_dense": db, **d_norm}
+    shown = {"X": dx, "dense": d_dense, "hidden": d_hidden, "output": d_out}
+    shown |= {name: g[None] if g.ndim == 1 else g for name, g in params.items()}
+    return Grads({name: shown[name] for name in stage.matrices}, params)
+
+
+def transform_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
+    dense = mm(stage["X"], stage["W_dense"]) + stage["b_dense"]
+    hidden = activation_by_hand(dense, m.activation)
+    out = normalize_by_hand(hidden, stage, m)
+    worst = max(gap(stage["dense"], dense), gap(stage["hidden"], hidden), gap(stage["output"], out))
+    return [
+        Check(stage.id, f"dense, hidden = {m.activation}(dense) and its {norm_of(m).name} recomputed", worst)
+    ]
+
+
+def explain_dense(c: Cell, trace: Trace) -> list[str]:
+    return linear(
+        c, f"dense = X·W_dense + b_dense: row {c.i} of X ({c.row}) times column {c.j} of W_dense",
+        c.stage["X"][c.i], c.stage["W_dense"][:, c.j], "b_dense",
+    )  # fmt: skip
+
+
+def explain_transformed_hidden(c: Cell, trace: Trace) -> list[str]:
+    m = trace.config.model
+    return activation_lines(c, float(c.stage["dense"][c.i, c.j]), "dense", "hidden = ", c.value, m.activation)
+
+
+def explain_transformed(c: Cell, trace: Trace) -> list[str]:
+    m = trace.config.model
+    return norm_of(m).explain(c, "hidden", m.layer_norm_eps)
+
+
+def _transform_params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
+    d = m.d_model
+    norm = {name: Spec((d,), {"gamma": "ones", "beta": "zeros"}[name]) for name in norm_of(m).params}
+    return {"W_dense": Spec((d, d), "xavier"), "b_dense": Spec((d,), "bias", d), **norm}
+
+
+TRANSFORM = Kind(
+    "transform",
+    "masked-language-model transform",
+    lambda m: (
+        "Before the output layer, each position's vector goes through one more dense layer, its "
+        f"activation and {norm_of(m).a} (BERT's masked-language-model head): the encoder's last "
+        "layer serves every task, this layer turns it towards predicting words."
+    ),
+    lambda m: (
+        "dense = X·W_dense + b_dense\n"
+        + f"hidden = {activation_formula(m.activation, 'dense')}\n"
+        + norm_of(m).formula("hidden")
+    ),
+    lambda m: [
+        r"\mathrm{dense} &= X W_\mathrm{dense} + b_\mathrm{dense}",
+        r"\mathrm{hidden} &= " + activation_latex(m.activation, r"\mathrm{dense}"),
+        norm_of(m).latex(r"\mathrm{hidden}"),
+    ],
+    transform_backward,
+    transform_second,
+    {"dense": explain_dense, "hidden": explain_transformed_hidden, "output": explain_transformed},
+    params=_transform_params,
+    tex={
+        **NORM_TEX,
+        "W_dense": r"W_{{\mathrm{{dense}}}}",
+        "b_dense": r"b_{{\mathrm{{dense}}}}",
+    },  # str.format
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The output layer and the softmax.
+# ---------------------------------------------------------------------------------------------
 
 
 def logits(stage: Stage, w: Weights, y: np.ndarray, tokens: tuple[str, ...], vocabulary: tuple[str, ...],
@@ -106,6 +204,9 @@ LOGITS = Kind(
         "One linear layer turns all the decoder positions' vectors, laid end to end as one row, into "
         "one score (logit) for every word of the vocabulary."
         if m.output_head == "flatten"
+        else "One linear layer turns each position's vector into a score (logit) for every word of "
+        "the vocabulary: at a blank ([MASK]), for the word hidden there."
+        if m.encoder_only
         else "One linear layer turns each decoder position's vector into a score (logit) for every "
         "word of the vocabulary."
     ),
@@ -137,8 +238,11 @@ def explain_copied(c: Cell, trace: Trace) -> list[str]:
 PROBABILITIES_KIND = Kind(
     "probabilities",
     "softmax over the vocabulary",
-    said(
-        "Softmax turns each row of logits into probabilities that sum to 1; the most likely "
+    lambda m: (
+        "Softmax turns each row of logits into probabilities that sum to 1; at a blank, the most "
+        "likely word is the prediction for the word hidden there."
+        if m.encoder_only
+        else "Softmax turns each row of logits into probabilities that sum to 1; the most likely "
         "word is the prediction for the next token."
     ),
     lambda m: "probabilities = softmax(logits)    (row-wise)",
