@@ -22,9 +22,11 @@ from transformer_walkthrough.errors import WalkthroughError
 from transformer_walkthrough.model import functional as F
 from transformer_walkthrough.model.generation import Reading, generate, generated_ids
 from transformer_walkthrough.model.sampling import (
+    TIED_RUNS,
     Sampling,
     cumulative,
     draw,
+    ranked,
     sample,
     temperature,
     top_k_mask,
@@ -139,6 +141,22 @@ def test_top_p_always_keeps_the_most_likely_and_never_a_zero() -> None:
     assert np.flatnonzero(top_p_mask(logits, 1.0)).tolist() == [0, 1, 3]  # probability 0: removed
     for p in (1e-9, 0.5, 0.99, 1.0):
         np.testing.assert_array_equal(top_p_mask(logits, p), their_top_p(logits, p))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    logits=arrays(np.float64, st.integers(1, 300), elements=st.integers(-3, 3).map(float))
+    | arrays(np.float32, st.integers(1, 300), elements=st.floats(-5, 5, width=32))
+)
+def test_the_ranking_is_a_stable_sort_from_the_most_likely(logits) -> None:
+    """Ties in id order, as argmax picks; drawn with few values (many runs of ties) and many."""
+    np.testing.assert_array_equal(ranked(logits), np.argsort(-logits, kind="stable"))
+
+
+def test_the_ranking_of_many_runs_of_ties_and_of_one() -> None:
+    many = np.repeat(np.arange(TIED_RUNS + 5, dtype=float), 2)[::-1].copy()  # past the limit: the stable sort
+    np.testing.assert_array_equal(ranked(many), np.argsort(-many, kind="stable"))
+    assert ranked(np.zeros(1000)).tolist() == list(range(1000))
 
 
 # --- the whole chain, on drawn logits ------------------------------------------------------------
