@@ -8,6 +8,9 @@ temporary folder. One process, the same weights, the same threads (benchmarks/ba
 as the median of its runs, taken in turns:
   forward     a 10-token prompt: run_forward (every matrix recorded) vs GPT2LMHeadModel, eager
   generate    20 new tokens after it: generate_cached vs transformers' greedy generate (its cache)
+  sampled     the same, drawn at temperature 0.8 from the top p = 0.9 (every step's arithmetic
+              kept for the table): generate_cached vs generate(do_sample=True, top_k=0), and
+              against our own greedy generation (what the draw costs)
   vocabulary  ByteLevelBPETokenizer(folder): tokenizer.json's 50,257 tokens and their labels
   memory      peak RSS of a fresh process that loads the checkpoint and runs the traced forward,
               against the size of model.safetensors
@@ -16,7 +19,7 @@ as the median of its runs, taken in turns:
               transformers, loading the model and its tokenizer and running one forward; taken
               in turns, the median of --e2e-rounds
 Targets: forward <= 1.0x, generate <= 1.0x, vocabulary <= 0.2 s, memory <= 1.5x the checkpoint,
-end to end <= 0.5x.
+end to end <= 0.5x; sampling has none (measured).
 """
 
 from __future__ import annotations
@@ -133,6 +136,7 @@ def main() -> int:
         load_gpt2,
     )
     from transformer_walkthrough.model.generation import generate_cached, generated_ids
+    from transformer_walkthrough.model.sampling import Sampling
     from transformer_walkthrough.model.transformer import run_forward
 
     torch.set_num_threads(THREADS)
@@ -173,6 +177,17 @@ def main() -> int:
     def ours_generate() -> list[int]:
         return generated_ids(generate_cached(config, w, ids, NEW_TOKENS))
 
+    def theirs_sampled() -> list[int]:
+        with torch.inference_mode():
+            out = reference.generate(
+                prompt, attention_mask=mask, do_sample=True, temperature=0.8, top_p=0.9, top_k=0, num_beams=1,
+                max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=ckpt.eos_token_id,
+            )  # fmt: skip
+        return out[0].tolist()
+
+    def ours_sampled() -> list[int]:
+        return generated_ids(generate_cached(config, w, ids, NEW_TOKENS, sampling=Sampling(0.8, None, 0.9)))
+
     ours, expected = ours_generate(), theirs_generate()
     same = ours == expected
     trace = run_forward(config, w, target_ids=ids)
@@ -184,6 +199,8 @@ def main() -> int:
             "transformers forward": theirs_forward,
             "ours generate": ours_generate,
             "transformers generate": theirs_generate,
+            "ours sampled": ours_sampled,
+            "transformers sampled": theirs_sampled,
             "vocabulary": lambda: ByteLevelBPETokenizer(folder),
         },
         args.rounds,
@@ -211,6 +228,9 @@ def main() -> int:
     print(f"logits: max |ours - transformers| = {gap:.1e}; the same {NEW_TOKENS} greedy tokens: {same}")
     print(f"  forward, 10 tokens, full trace vs eager   {forward}  (<= 1.0)")
     print(f"  generate {NEW_TOKENS}, cache vs greedy generate  {generate}  (<= 1.0)")
+    sampled = ratio("ours sampled", "transformers sampled")
+    print(f"  sampled {NEW_TOKENS}, T 0.8 top-p 0.9, vs generate  {sampled}")
+    print(f"  sampled vs our greedy (the draw's cost)   {ratio('ours sampled', 'ours generate')}")
     print(f"  vocabulary, 50,257 tokens and labels      {t['vocabulary'] * 1e3:8.1f} ms  (<= 200)")
     print(f"  peak RSS {peak / mib:,.0f} MiB = {peak / size:.2f}x the checkpoint (<= 1.5)")
     print(f"  peak RSS after the imports ({before / mib:,.0f} MiB): {(peak - before) / size:.2f}x")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from transformer_walkthrough.model.generation import Reading, generate, generated_ids
+from transformer_walkthrough.model.sampling import Sampling
 from transformer_walkthrough.model.trace import top_k
 
 
@@ -59,8 +60,8 @@ def test_a_banned_id_is_never_chosen_even_when_most_likely() -> None:
     assert [s.chosen for s in steps] == [2, 2, 2]
     assert steps[0].top == ((2, 0.2), (0, 0.1), (3, 0.1))  # the banned id is not among the top
     for seed in range(20):
-        rng = np.random.default_rng(seed)
-        assert 1 not in generated_ids(generate(fixed(P), [0], 5, k=3, rng=rng, banned=lambda s: {1}))[1:]
+        drawn = generate(fixed(P), [0], 5, sampling=Sampling(top_k=3, seed=seed), banned=lambda s: {1})
+        assert 1 not in generated_ids(drawn)[1:]
     # a ban that depends on the sequence: 2 may not follow 2
     steps = generate(fixed(P), [0], 3, banned=lambda sequence: [1, 2] if sequence[-1] == 2 else [1])
     assert [s.chosen for s in steps] == [2, 0, 2]
@@ -81,7 +82,7 @@ def test_generation_stops_after_the_end_token() -> None:
 
 def test_sampling_draws_from_the_top_k_and_repeats_with_its_seed() -> None:
     def run(seed: int, k: int) -> list[int]:
-        return generated_ids(generate(fixed(P), [0], 30, k=k, rng=np.random.default_rng(seed)))
+        return generated_ids(generate(fixed(P), [0], 30, sampling=Sampling(top_k=k, seed=seed)))
 
     assert run(7, 2) == run(7, 2)
     assert set(run(7, 2)[1:]) == {1, 2}  # 30 draws from ids 1 and 2 (0.75 and 0.25) see both
@@ -90,6 +91,7 @@ def test_sampling_draws_from_the_top_k_and_repeats_with_its_seed() -> None:
 
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_sampled_steps_show_their_top_k(k: int) -> None:
-    steps = generate(fixed(P), [0], 4, k=k, rng=np.random.default_rng(0))
+    steps = generate(fixed(P), [0], 4, sampling=Sampling(top_k=k, seed=0))
     for s in steps:
-        assert len(s.top) == k and s.chosen in [i for i, _ in s.top]
+        assert s.drawn is not None and len(s.drawn.kept) == k and s.chosen in s.drawn.kept
+        assert s.top == ((1, 0.6), (2, 0.2), (0, 0.1))  # the model's own top 3, whatever is drawn

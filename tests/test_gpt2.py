@@ -40,6 +40,7 @@ from transformer_walkthrough.config import Config, ModelConfig
 from transformer_walkthrough.errors import WalkthroughError
 from transformer_walkthrough.model.architecture import parameters
 from transformer_walkthrough.model.generation import compare, generate_cached, generated_ids
+from transformer_walkthrough.model.sampling import Sampling
 from transformer_walkthrough.model.trace import token_labels
 from transformer_walkthrough.model.transformer import init_weights, run_forward
 
@@ -285,14 +286,15 @@ def test_top_k_sampling_is_seeded_and_stays_in_the_top_k(gpt2):
     prompt = ckpt.tokenizer.encode("The cat")
 
     def run(seed: int, k: int) -> list:
-        return generate_cached(config, w, prompt, 12, top_k=k, sample=True, seed=seed)
+        return generate_cached(config, w, prompt, 12, sampling=Sampling(top_k=k, seed=seed))
 
     first = run(7, 5)
     assert generated_ids(first) == generated_ids(run(7, 5))
     assert any(generated_ids(run(seed, 5)) != generated_ids(first) for seed in range(8, 12))
     for s in first:
-        assert len(s.top) == 5 and s.chosen in [i for i, _ in s.top]
-        assert [p for _, p in s.top] == sorted((p for _, p in s.top), reverse=True)
+        kept = s.drawn.kept
+        assert sorted(kept) == sorted(np.argsort(-s.logits)[:5]) and s.chosen in kept  # no ties here
+        assert list(s.drawn.q) == sorted(s.drawn.q, reverse=True)
     assert generated_ids(run(3, 1)) == generated_ids(generate_cached(config, w, prompt, 12))
     assert max(compare(config, w, first)) <= 1e-12
 
@@ -331,8 +333,8 @@ def test_generation_refuses_what_it_cannot_do(gpt2):
             generate_cached(config, w, bad, 3)
         assert "prompt ids" in _one_line(err)
     with pytest.raises(WalkthroughError) as err:
-        generate_cached(config, w, [1], 3, top_k=0)
-    assert "--top-k" in _one_line(err)
+        generate_cached(config, w, [1], 3, sampling=Sampling(top_k=len(config.vocabulary) + 1))
+    assert "--top-k: must be 1 to" in _one_line(err)
 
 
 def test_an_untied_output_layer_is_its_own_matrix(gpt2, tmp_path):

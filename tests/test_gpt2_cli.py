@@ -232,8 +232,8 @@ def test_the_wrong_input_is_refused_before_the_weights_are_read(runner, gpt2, tm
     [
         (["--head", "3"], "--head: this model has heads 1 to 2, got 3"),
         (["--layer", "2"], "--layer: this model has layers 0 to 1, got 2"),
-        (["--top-k", "0"], "--top-k: must be 1 to"),
-        (["--seed", "3"], "--seed with --prompt seeds the sampling: give --top-k K too"),
+        (["--top-k", "0"], "--top-k: must be 1 or more, got 0"),
+        (["--seed", "3"], "--seed with --model seeds the draw: give --temperature T (above 0), --top-k K"),
         (["--max-len", "0"], "--max-len: must be a positive integer"),
     ],
 )
@@ -245,6 +245,6 @@ def test_bad_generation_options_are_one_line_exit_2(runner, gpt2, args, message)
 
 
 def test_cache_options_need_a_prompt(runner):
-    result = _cli(runner, "generate", "--top-k", "3")
+    result = _cli(runner, "generate", "--layer", "0")
     assert result.exit_code == 2
-    assert result.output.strip() == "error: --top-k is for --model with --prompt (the key/value cache)"
+    assert result.output.strip() == "error: --layer is for --model with --prompt (the key/value cache)"

@@ -13,6 +13,7 @@ them, so ``walkthrough --help`` stays as fast as typer itself. A ``WalkthroughEr
 anywhere below becomes one line on stderr and exit code 2.
 """
 
+import dataclasses
 import functools
 import inspect
 import os
@@ -41,8 +42,11 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 if TYPE_CHECKING:
     from .model.backprop import Backward
+    from .model.generation import Step
+    from .model.sampling import Sampling
     from .model.trace import Stage, Trace
     from .model.transformer import Weights
+    from .views.render import View
 
 
 class OneLineUsageError(UsageError):  # type: ignore[misc,valid-type]
@@ -904,6 +908,39 @@ def train(
 
 
 MAX_GENERATED = 512  # tokens: a model that never says <end> stops here
+GenerateSeedOption = Annotated[
+    Optional[int],
+    typer.Option(
+        help="Seed for the draw of --temperature, --top-k, --top-p; for the toy also of its weights.",
+        show_default=False,
+    ),
+]
+
+
+def _sampling(
+    temperature: float | None, top_k: int | None, top_p: float | None, seed: int | None
+) -> "Sampling | None":
+    """The draw that --temperature, --top-k and --top-p ask for (None: greedy, the default); an
+    option that would change nothing is refused, so that no one believes it did something."""
+    from .model.sampling import Sampling
+
+    if temperature is None and top_k is None and top_p is None:
+        return None
+    sampling = Sampling(1.0 if temperature is None else temperature, top_k, top_p, seed or 0)
+    cuts = [name for name, value in (("--top-k", top_k), ("--top-p", top_p)) if value is not None]
+    if sampling.greedy and cuts:
+        raise WalkthroughError(
+            f"{cuts[0]} does nothing at --temperature 0: greedy takes the most likely token; drop one"
+        )
+    return sampling
+
+
+def _draw_seed(sampling: "Sampling | None", seed: int | None) -> None:
+    """A checkpoint's --seed seeds the draw alone: refused when nothing is drawn."""
+    if seed is not None and (sampling is None or sampling.greedy):
+        raise WalkthroughError(
+            "--seed with --model seeds the draw: give --temperature T (above 0), --top-k K or --top-p P too"
+        )
 
 
 @app.command()
@@ -911,18 +948,33 @@ MAX_GENERATED = 512  # tokens: a model that never says <end> stops here
 @model_options("model", "source", "dtype", "prompt")  # no --target: generation makes its own
 def generate(
     config: ConfigOption = None,
-    seed: SeedOption = None,
+    seed: GenerateSeedOption = None,
     weights: WeightsOption = None,
     max_len: Annotated[int, typer.Option(help="Stop after this many tokens if <end> never comes.")] = 20,
     compare: Annotated[
         bool, typer.Option("--compare", help="Show each step beside the same row of one teacher-forced pass.")
     ] = False,
     checkpoint: ModelOptions = TOY,
+    temperature: Annotated[
+        Optional[float],
+        typer.Option(
+            help="Draw each token from softmax(logits / T): below 1 sharper, above 1 flatter; 0 is greedy.",
+            show_default=False,
+        ),
+    ] = None,
     top_k: Annotated[
         Optional[int],
         typer.Option(
             "--top-k",
-            help="With --prompt: draw each token from the K most likely, seeded by --seed (default: greedy).",
+            help="Draw from the K most likely tokens (and any tied with the K-th).",
+            show_default=False,
+        ),
+    ] = None,
+    top_p: Annotated[
+        Optional[float],
+        typer.Option(
+            "--top-p",
+            help="Draw from the fewest most likely tokens whose probabilities add up to P or more.",
             show_default=False,
         ),
     ] = None,
@@ -934,8 +986,9 @@ def generate(
         int, typer.Option(help="With --prompt: the head whose attention over the cache is shown (1 is A1).")
     ] = 1,
 ) -> None:
-    """Greedy decoding from <start>, one token at a time, until <end>; with --prompt, a decoder-only
-    checkpoint's continuation, its key/value cache growing by one row a step."""
+    """Greedy decoding from <start>, one token at a time, until <end> (or a seeded draw: --temperature,
+    --top-k, --top-p); with --prompt, a decoder-only checkpoint's continuation, its key/value cache
+    growing by one row a step."""
     from .compare.checks import TOLERANCE
     from .config import END, load_config
     from .model.generation import repeated
@@ -949,6 +1002,7 @@ def generate(
         raise WalkthroughError(f"--max-len: at most {MAX_GENERATED}, got {max_len}")
     if max_len <= 0:
         raise WalkthroughError(f"--max-len: must be a positive integer, got {max_len}")
+    sampling = _sampling(temperature, top_k, top_p, seed)
     model = checkpoint.checked() if checkpoint.model or checkpoint.prompt or checkpoint.dtype else None
     if checkpoint.model is None and checkpoint.source is not None:
         raise WalkthroughError(
@@ -957,16 +1011,18 @@ def generate(
         )
     if model is not None and model.prompt is not None:
         _no_toy_options(config, None, weights)
-        _continue(model, max_len, top_k, seed, layer, head, compare)
+        _draw_seed(sampling, seed)
+        _continue(model, max_len, sampling, layer, head, compare)
         return
-    cached = [name for name, v in (("--top-k", top_k), ("--layer", layer)) if v is not None]
-    if cached or head != 1:
-        raise WalkthroughError(f"{[*cached, '--head'][0]} is for --model with --prompt (the key/value cache)")
+    if layer is not None or head != 1:
+        option = "--layer" if layer is not None else "--head"
+        raise WalkthroughError(f"{option} is for --model with --prompt (the key/value cache)")
     if model is not None:
         from .checkpoints.run import translate
 
-        _no_toy_options(config, seed, weights)
-        translation = translate(model.model, model.source, model.dtype, max_len)
+        _no_toy_options(config, None, weights)
+        _draw_seed(sampling, seed)
+        translation = translate(model.model, model.source, model.dtype, max_len, sampling)
         steps, teacher_forced = translation.steps, translation.teacher_forced
         settings = teacher_forced.config
         said = f"{printable(translation.source)} → {printable(translation.text)}"
@@ -974,7 +1030,9 @@ def generate(
         settings = load_config(config, seed=seed)
         w = load_weights(settings, weights) if weights is not None else init_weights(settings)
         repeats = UNTRAINED_REPEATS if weights is None else None  # the seed's random weights only
-        steps, teacher_forced = decode(settings, w, max_len, repeats)
+        if sampling is not None:  # the toy's one seed: its weights' (unless --weights) and the draw's
+            sampling = dataclasses.replace(sampling, seed=settings.seed)
+        steps, teacher_forced = decode(settings, w, max_len, repeats, sampling)
         words = teacher_forced.vocabulary
         prompt = " ".join(settings.source_tokens) or words[steps[0].ids[0]]  # decoder-only: <start>
         said = f"{prompt} → {' '.join(words[s.chosen] for s in steps)}"
@@ -987,6 +1045,7 @@ def generate(
         origin = weights_origin(settings.seed, None if weights is None else printable(str(weights)))
     out.note(f"weights: {origin}")
     out.show(generation_table(steps, vocabulary, view))
+    _show_sampling(out, steps, vocabulary, sampling, view)
     out.paragraph(said)
     limit = generation_limit(settings, max_len)
     if model is None and weights is None and repeated(steps) == UNTRAINED_REPEATS and len(steps) < limit:
@@ -1016,11 +1075,28 @@ def generate(
     )
 
 
+def _show_sampling(
+    out: Terminal, steps: "list[Step]", vocabulary: tuple[str, ...], sampling: "Sampling | None", view: "View"
+) -> None:
+    """After the generation table: each draw's arithmetic, or why --temperature 0 drew nothing."""
+    from .views.render import sampling_note, sampling_table
+
+    if sampling is None:
+        return
+    if sampling.greedy:
+        out.line(
+            "--temperature 0 is greedy: as T → 0, softmax(logits / T) puts all the probability on the "
+            "largest logit, so each step takes the most likely token and nothing is drawn."
+        )
+        return
+    out.show(sampling_table(steps, vocabulary, sampling, view))
+    out.line(sampling_note(sampling))
+
+
 def _continue(
     checkpoint: ModelArgs,
     max_len: int,
-    top_k: int | None,
-    seed: int | None,
+    sampling: "Sampling | None",
     layer: int | None,
     head: int,
     compare: bool,
@@ -1031,11 +1107,9 @@ def _continue(
     from .compare.checks import TOLERANCE
     from .model.generation import compare as against_full_pass
     from .model.generation import generated_ids
-    from .model.trace import TOP_K, token_labels, weights_origin
-    from .views.render import View, cache_comparison_table, cached_generation_table
+    from .model.trace import token_labels, weights_origin
+    from .views.render import View, cache_comparison_table, cached_generation_table, how_drawn
 
-    if seed is not None and top_k is None:
-        raise WalkthroughError("--seed with --prompt seeds the sampling: give --top-k K too")
     loaded = load(checkpoint.model, checkpoint.prompt or "", checkpoint.dtype, prompt=True)
     m = loaded.config.model
     layer = m.num_decoder_layers - 1 if layer is None else layer
@@ -1043,19 +1117,20 @@ def _continue(
         raise WalkthroughError(f"--layer: this model has layers 0 to {m.num_decoder_layers - 1}, got {layer}")
     if not 1 <= head <= m.num_heads:
         raise WalkthroughError(f"--head: this model has heads 1 to {m.num_heads}, got {head}")
-    sample = top_k is not None
-    done = continue_prompt(loaded, max_len, top_k if sample else TOP_K, sample, seed or 0)
+    done = continue_prompt(loaded, max_len, sampling)
     vocabulary = done.config.vocabulary or ()
     ids = generated_ids(done.steps)
     rows = token_labels([vocabulary[i] for i in ids])
     out = Terminal()
     out.note(f"weights: {weights_origin(done.config.seed, printable(done.checkpoint.source))}")
     view = View(precision=done.config.display.precision)
-    out.show(cached_generation_table(done.steps, vocabulary, rows, layer, head, view, top_k is not None))
+    drawn = sampling is not None and not sampling.greedy
+    out.show(cached_generation_table(done.steps, vocabulary, rows, layer, head, view, drawn))
+    _show_sampling(out, done.steps, vocabulary, sampling, view)
     n, fed = len(done.prompt_ids), len(ids) - 1
     continuation = done.checkpoint.tokenizer.decode(ids[n:])
     out.continuation(checkpoint.prompt or "", continuation)
-    how = f"drawn from the top {top_k} (seed {seed or 0})" if top_k is not None else "greedy"
+    how = "greedy" if sampling is None else how_drawn(sampling)
     heads = (
         "head" if m.kv_heads == m.num_heads
         else f"key/value head ({m.kv_heads}, each read by {m.num_heads // m.kv_heads} query heads)"

@@ -12,8 +12,9 @@ A Marian checkpoint may have two vocabularies (``separate_vocabs``: ``vocab.json
 source's pieces (``source_vocabulary``: its tokens, the rows of its E) and the decoder, the output
 layer and generation the target's (``vocabulary``).
 
-Without a target text, the model first translates the source greedily (``generate``), and the
-pass is walked on its own translation: ``decoder_start`` followed by the tokens it chose.
+Without a target text, the model first translates the source greedily (``generate``; ``translate``
+may sample instead), and the pass is walked on its own translation: ``decoder_start`` followed by
+the tokens it chose.
 
 A decoder-only checkpoint (GPT-2) reads a prompt instead: its ids are the decoder's input as they
 are (``walk_prompt``), each row predicting the token after it; ``continue_prompt`` writes what
@@ -33,7 +34,8 @@ from ..errors import ConfigError
 from ..model import generation
 from ..model.architecture import DECODER, ENCODER, parameters
 from ..model.generation import Step, ends, full_passes, generate_cached, generated_ids
-from ..model.trace import TOP_K, Trace
+from ..model.sampling import Sampling
+from ..model.trace import Trace
 from ..model.transformer import run_forward
 from ..model.weights import Weights
 from .checkpoint import Checkpoint, load_checkpoint
@@ -162,17 +164,23 @@ def banned(ckpt: Checkpoint, sequence: list[int]) -> set[int]:
 
 
 def generate(
-    config: Config, w: Weights, ckpt: Checkpoint, source_ids: list[int], max_len: int
+    config: Config,
+    w: Weights,
+    ckpt: Checkpoint,
+    source_ids: list[int],
+    max_len: int,
+    sampling: Sampling | None = None,
 ) -> tuple[list[Step], list[int]]:
-    """Greedy decoding from ``decoder_start_token_id``: the most likely token, fed back, until ``</s>``.
+    """Greedy decoding from ``decoder_start_token_id``: the most likely token, fed back, until ``</s>``;
+    with ``sampling``, a seeded draw instead (``generation.generate``).
 
-    As ``transformers``' ``generate(num_beams=1, do_sample=False)``: the bad words of config.json
-    are never chosen, and the ``max_len``-th token is ``forced_eos_token_id`` when it is set.
-    Returns the steps and the decoder's full input, ``[start, t1, …, </s>]``.
+    As ``transformers``' ``generate(num_beams=1, do_sample=False)`` (or ``do_sample=True``): the bad
+    words of config.json are never chosen, and the ``max_len``-th token is ``forced_eos_token_id``
+    when it is set. Returns the steps and the decoder's full input, ``[start, t1, …, </s>]``.
     """
     read = full_passes(config, w, source_ids)
     steps = generation.generate(
-        read, [ckpt.decoder_start_token_id], max_len, eos_id=ckpt.eos_token_id,
+        read, [ckpt.decoder_start_token_id], max_len, sampling=sampling, eos_id=ckpt.eos_token_id,
         banned=lambda sequence: banned(ckpt, sequence), forced_end=ckpt.forced_eos_token_id,
     )  # fmt: skip
     return steps, generated_ids(steps)
@@ -259,7 +267,7 @@ def walk_prompt(model: str, prompt: str, dtype: str = "float32", precision: int 
 
 
 class Translation(NamedTuple):
-    """Greedy decoding of a checkpoint, and the teacher-forced pass to compare it with."""
+    """Greedy (or sampled) decoding of a checkpoint, and the teacher-forced pass to compare it with."""
 
     steps: list[Step]
     teacher_forced: Trace  # over [start, t1, …] without the last token: row i is step i
@@ -268,12 +276,21 @@ class Translation(NamedTuple):
     ids: list[int]  # the decoder's input: decoder_start, then each chosen token
 
 
-def translate(model: str, source: str, dtype: str = "float32", max_len: int = MAX_TRANSLATION) -> Translation:
-    """``generate`` on the source text, then one teacher-forced pass over what it chose."""
+def translate(
+    model: str,
+    source: str,
+    dtype: str = "float32",
+    max_len: int = MAX_TRANSLATION,
+    sampling: Sampling | None = None,
+) -> Translation:
+    """``generate`` on the source text (greedy, or drawn by ``sampling``), then one teacher-forced
+    pass over what it chose."""
     ckpt, config, w, source_ids = load(model, source, dtype)
+    if sampling is not None:
+        sampling.check(len(config.vocabulary))  # before any pass
     max_len = min(max_len, config.model.max_positions - 1)
     check_size(config, len(source_ids), max_len + 1)
-    steps, sequence = generate(config, w, ckpt, source_ids, max_len)
+    steps, sequence = generate(config, w, ckpt, source_ids, max_len, sampling)
     text = ckpt.tokenizer.decode(sequence[1:])
     config = dataclasses.replace(config, target=text)
     trace = run_forward(config, w, source_ids=source_ids, target_ids=sequence[:-1])
@@ -292,12 +309,10 @@ class Continuation(NamedTuple):
     cut: bool  # stopped because the position table has no more rows, not by --max-len or eos
 
 
-def continue_prompt(
-    loaded: Loaded, max_len: int = 20, top_k: int = TOP_K, sample: bool = False, seed: int = 0
-) -> Continuation:
+def continue_prompt(loaded: Loaded, max_len: int = 20, sampling: Sampling | None = None) -> Continuation:
     """Up to ``max_len`` tokens after the prompt of ``loaded`` (``load(…, prompt=True)``): greedy,
-    or drawn from the ``top_k`` (``sample``, seeded); stops after ``<|endoftext|>`` (eos), as
-    transformers' ``generate`` does, or where the position table ends."""
+    or drawn as ``sampling`` says (seeded); stops after ``<|endoftext|>`` (eos), as transformers'
+    ``generate`` does, or where the position table ends."""
     ckpt, config, w, ids = loaded
     m = config.model
     if m.encoder_only:
@@ -307,9 +322,7 @@ def continue_prompt(
         raise CheckpointError(f"the prompt has {len(ids)} tokens; this model reads at most {m.max_positions}")
     new = min(max_len, room)
     check_size(config, 0, len(ids) + new - 1)
-    steps = generate_cached(
-        config, w, ids, new, top_k=top_k, sample=sample, seed=seed, eos_id=ckpt.eos_token_id
-    )
+    steps = generate_cached(config, w, ids, new, sampling=sampling, eos_id=ckpt.eos_token_id)
     config = dataclasses.replace(config, target=ckpt.tokenizer.decode(generated_ids(steps)))
     cut = new < max_len and len(steps) == new and steps[-1].chosen not in ends(ckpt.eos_token_id)
     return Continuation(steps, config, w, ckpt, ids, cut)

@@ -1,6 +1,7 @@
-"""Generation, one token at a time: one loop (``generate``) takes the next token's distribution from
-a reader (a whole pass over everything so far, ``full_passes``, or a key/value cache) and applies
-transformers' rules: banned ids, a forced end at the limit, greedy or seeded top-k, a stop at eos.
+"""Generation, one token at a time: one loop (``generate``) takes the next token's logits and
+distribution from a reader (a whole pass over everything so far, ``full_passes``, or a key/value
+cache) and applies transformers' rules: banned ids, a forced end at the limit, greedy or a seeded
+draw (``sampling``: temperature, top-k, top-p), a stop at eos.
 
 With the cache (``generate_cached``), a decoder-only model computes at each step only the new
 token's query, key and value.
@@ -31,8 +32,9 @@ from ..errors import WalkthroughError
 from . import functional as F
 from .architecture import DECODER, OUTPUT, stage_id
 from .kinds.attention import attended
+from .sampling import Draw, Sampling, sample
 from .trace import TOP_K, NullTrace, token_labels, top_k
-from .transformer import decode, forward, run_forward
+from .transformer import decode, forward_logits, run_forward
 from .weights import Weights
 
 
@@ -52,7 +54,7 @@ class Reading(NamedTuple):
     ids: tuple[int, ...]  # the tokens fed: everything so far, or with a cache the prompt, then one
     positions: tuple[int, ...]  # their positions in the sequence
     probabilities: np.ndarray  # (vocab,): the distribution of the next token, from the last position
-    logits: np.ndarray | None = None  # (vocab,): its scores, where the reader keeps them (the cache)
+    logits: np.ndarray | None = None  # (vocab,): its scores, softmax(logits) = probabilities
     layers: tuple[LayerStep, ...] = ()  # each layer's attention over the cache; () without one
 
 
@@ -60,7 +62,8 @@ Reader = Callable[[list[int]], Reading]  # the sequence so far -> what the model
 
 
 class Step(NamedTuple):
-    """One step of generation: a ``Reading`` (its fields, in order), then the top k and the choice."""
+    """One step of generation: a ``Reading`` (its fields, in order), then the top k, the choice and
+    how it was drawn."""
 
     index: int  # 0 for the prompt (or <start>), then 1, 2, …
     ids: tuple[int, ...]
@@ -68,8 +71,9 @@ class Step(NamedTuple):
     probabilities: np.ndarray
     logits: np.ndarray | None
     layers: tuple[LayerStep, ...]
-    top: tuple[tuple[int, float], ...]  # (id, probability), most likely first: the top k allowed
-    chosen: int  # the next token: the most likely allowed, or a draw from the top k
+    top: tuple[tuple[int, float], ...]  # (id, probability), most likely first: the TOP_K allowed
+    chosen: int  # the next token: the most likely allowed, or the one drawn
+    drawn: Draw | None = None  # the sampling's arithmetic; None when greedy
 
     @property
     def cache_rows(self) -> int:
@@ -101,8 +105,7 @@ def generate(
     sequence: Sequence[int],
     max_new: int,
     *,
-    k: int = TOP_K,
-    rng: np.random.Generator | None = None,
+    sampling: Sampling | None = None,
     eos_id: int | Collection[int] | None = None,
     banned: Callable[[list[int]], Iterable[int]] = lambda sequence: (),
     forced_end: int | None = None,
@@ -112,30 +115,45 @@ def generate(
 
     The rules of transformers' ``generate``, in its order: the ``banned`` ids of the sequence so far
     are never chosen; the last token allowed is ``forced_end`` when one is given; then the most
-    likely (greedy: the first in id order on a tie, as ``argmax``), or with ``rng`` a draw from the
-    ``k`` most likely, renormalised. Stops after ``eos_id`` (one id or several, ``ends``) is chosen,
-    and with ``repeats`` once one token has been chosen that many times in a row (``repeated``:
-    not transformers' rule, the toy's untrained weights' stop).
+    likely (greedy: the first in id order on a tie, as ``argmax``), or with ``sampling`` a draw
+    (``sampling.sample``: temperature, top-k, top-p, one uniform number from ``default_rng`` of its
+    seed, so that a seed always gives the same tokens). Stops after ``eos_id`` (one id or several,
+    ``ends``) is chosen, and with ``repeats`` once one token has been chosen that many times in a
+    row (``repeated``: not transformers' rule, the toy's untrained weights' stop).
     """
     stop = ends(eos_id)
     sequence = [int(i) for i in sequence]
+    drawing = sampling is not None and not sampling.greedy
+    rng = np.random.default_rng(sampling.seed) if drawing else None
     steps: list[Step] = []
     for index in range(max_new):
         reading = read(sequence)
         p = reading.probabilities
-        allowed = p.copy()
-        allowed[list(banned(sequence))] = -np.inf
+        if index == 0 and sampling is not None:
+            sampling.check(p.size)
+        ruled_out = np.zeros(p.size, dtype=bool)
+        ruled_out[list(banned(sequence))] = True
         if forced_end is not None and index == max_new - 1:
-            allowed[np.arange(p.size) != forced_end] = -np.inf
-        ranked = top_k(allowed, k)
+            ruled_out[np.arange(p.size) != forced_end] = True
+        allowed = np.where(ruled_out, -np.inf, p)
+        ranked = top_k(allowed, TOP_K)
         best = ranked[allowed[ranked] > -np.inf]
-        q = allowed[best]
-        chosen = int(ranked[0]) if rng is None else int(rng.choice(best, p=q / q.sum()))
-        steps.append(Step(index, *reading, tuple((int(j), float(p[j])) for j in best), chosen))
+        drawn = None
+        if rng is not None:
+            # A reader that keeps only the distribution: log p is a set of logits of it (softmax(log p) = p).
+            logits = reading.logits if reading.logits is not None else _log(p)
+            drawn = sample(np.where(ruled_out, -np.inf, logits), sampling, rng)  # type: ignore[arg-type]
+        chosen = int(ranked[0]) if drawn is None else drawn.chosen
+        steps.append(Step(index, *reading, tuple((int(j), float(p[j])) for j in best), chosen, drawn))
         sequence.append(chosen)
         if chosen in stop or (repeats is not None and repeated(steps) >= repeats):
             break
     return steps
+
+
+def _log(p: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):  # a probability of 0 is a logit of −∞
+        return np.log(p)
 
 
 def repeated(steps: Sequence[Step]) -> int:
@@ -149,12 +167,13 @@ def repeated(steps: Sequence[Step]) -> int:
 
 
 def full_passes(config: Config, w: Weights, source_ids: Sequence[int] = ()) -> Reader:
-    """A reader without a cache: each step one whole forward pass (``forward``, nothing recorded)
-    over the encoder's ``source_ids`` and the sequence so far; its last row is the distribution."""
+    """A reader without a cache: each step one whole forward pass (``forward_logits``, nothing
+    recorded) over the encoder's ``source_ids`` and the sequence so far; its last row is the next
+    token's logits."""
 
     def read(sequence: list[int]) -> Reading:
-        last = forward(config, w, source_ids, sequence)[-1]
-        return Reading(tuple(sequence), tuple(range(len(sequence))), last)
+        last = forward_logits(config, w, source_ids, sequence)[-1]
+        return Reading(tuple(sequence), tuple(range(len(sequence))), F.softmax(last), last)
 
     return read
 
@@ -205,14 +224,12 @@ def generate_cached(
     prompt: Sequence[int],
     max_new: int,
     *,
-    top_k: int = 5,
-    sample: bool = False,
-    seed: int = 0,
+    sampling: Sampling | None = None,
     eos_id: int | Collection[int] | None = None,
 ) -> list[Step]:
     """Generate up to ``max_new`` tokens after ``prompt`` (ids) with a key/value cache: greedy, or
-    with ``sample`` a draw from the ``top_k`` seeded by ``seed`` (``generate``'s rules); stops after
-    ``eos_id``. Returns step 0 (the prompt) and one step per token.
+    with ``sampling`` a seeded draw (``generate``'s rules); stops after ``eos_id``. Returns step 0
+    (the prompt) and one step per token.
     """
     m = config.model
     if m.encoder_only:
@@ -229,8 +246,8 @@ def generate_cached(
         raise WalkthroughError(f"prompt ids: need 1 or more ids from 0 to {vocab - 1}")
     if max_new < 1:
         raise WalkthroughError(f"--max-len: must be a positive integer, got {max_new}")
-    if not 1 <= top_k <= vocab:
-        raise WalkthroughError(f"--top-k: must be 1 to {vocab}, got {top_k}")
+    if sampling is not None:
+        sampling.check(vocab)  # before the prompt's pass
     total = len(prompt) + max_new - 1  # the last choice is never fed back
     if m.positional_encoding == "learned" and total > m.max_positions:
         raise WalkthroughError(
@@ -250,8 +267,7 @@ def generate_cached(
         positions = tuple(range(start, start + len(ids)))
         return Reading(tuple(ids), positions, F.softmax(logits), logits, tuple(cache.seen))  # type: ignore[arg-type]
 
-    rng = np.random.default_rng(seed) if sample else None
-    return generate(read, prompt, max_new, k=top_k, rng=rng, eos_id=eos_id)
+    return generate(read, prompt, max_new, sampling=sampling, eos_id=eos_id)
 
 
 def generated_ids(steps: Sequence[Step]) -> list[int]:

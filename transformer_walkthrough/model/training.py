@@ -20,6 +20,7 @@ from ..errors import WalkthroughError
 from . import generation
 from .backprop import backward
 from .generation import Step, full_passes, generated_ids
+from .sampling import Sampling
 from .trace import Trace
 from .transformer import Weights, run_forward
 
@@ -209,10 +210,15 @@ def generation_limit(config: Config, max_len: int) -> int:
 
 
 def generate(
-    config: Config, w: Weights, max_len: int = 20, repeats: int | None = None
+    config: Config,
+    w: Weights,
+    max_len: int = 20,
+    repeats: int | None = None,
+    sampling: Sampling | None = None,
 ) -> tuple[list[Step], Trace]:
-    """Greedy decoding from <start>: feed the decoder its own output until it says <end> (or, with
-    ``repeats``, has chosen one token that many times in a row: ``UNTRAINED_REPEATS``).
+    """Greedy decoding from <start> (or with ``sampling`` a seeded draw): feed the decoder its own
+    output until it says <end> (or, with ``repeats``, has chosen one token that many times in a
+    row: ``UNTRAINED_REPEATS``).
 
     Returns the steps (``generation.generate``, one whole pass a step) and the teacher-forced trace
     of the final decoder input, whose row i is, thanks to the causal mask, exactly step i's
@@ -231,6 +237,7 @@ def generate(
     source = config.token_ids(config.source_tokens)
     start, end = config.token_ids((START, END))
     read = full_passes(config, w, source)
-    steps = generation.generate(read, [start], generation_limit(config, max_len), eos_id=end, repeats=repeats)
+    limit = generation_limit(config, max_len)
+    steps = generation.generate(read, [start], limit, sampling=sampling, eos_id=end, repeats=repeats)
     fed = generated_ids(steps)[:-1] if steps[-1].chosen == end else generated_ids(steps)  # <end> is not
     return steps, run_forward(config, w, source_ids=source, target_ids=fed)

@@ -261,3 +261,16 @@ def forward(
     tgt, target_tokens = _ids(config, target_ids, DECODER)
     null = NullTrace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt))
     return transformer(null, weights, config.model, src, tgt)
+
+
+def forward_logits(
+    config: Config,
+    weights: Weights,
+    source_ids: Sequence[int] | None = None,
+    target_ids: Sequence[int] | None = None,
+) -> np.ndarray:
+    """``forward`` up to the output layer: the logits (decoder tokens, vocab), which sampling divides by T."""
+    src, source_tokens = _ids(config, source_ids, ENCODER)
+    tgt, target_tokens = _ids(config, target_ids, DECODER)
+    null = NullTrace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt))
+    return decode(null, weights, config.model, src, tgt)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ..compare.diff import StageDiff
     from ..model.backprop import Backward
     from ..model.generation import Comparison, Step
+    from ..model.sampling import Draw, Sampling
 
 LABEL = "bold cyan"
 TITLE = "bold"
@@ -746,14 +747,15 @@ def training_table(before: Trace, after: Trace, view: View) -> Table:
 
 
 def generation_table(steps: list[Step], vocabulary: tuple[str, ...], view: View) -> Table:
-    """Each step of greedy decoding: what the decoder saw, its last row's best words, the choice
-    (``vocabulary`` labels the ids)."""
+    """Each step of decoding: what the decoder saw, its last row's best words, the choice
+    (``vocabulary`` labels the ids); greedy, or drawn (``sampling_table`` shows how)."""
     p = max(view.precision, 2)
-    table = styled_table("Greedy decoding: the decoder's own output fed back, one token at a time")
+    how = "Sampling" if steps[0].drawn is not None else "Greedy decoding"
+    table = styled_table(f"{how}: the decoder's own output fed back, one token at a time")
     table.add_column(Text("step"), justify="right", no_wrap=True)
     table.add_column(Text("decoder input"))
     table.add_column(Text(f"top {len(steps[0].top)} of the last row"))
-    table.add_column(Text("chosen"), no_wrap=True)
+    table.add_column(Text("chosen" if steps[0].drawn is None else "drawn"), no_wrap=True)
     for i, s in enumerate(steps):
         table.add_row(
             Text(str(i)),
@@ -762,6 +764,144 @@ def generation_table(steps: list[Step], vocabulary: tuple[str, ...], view: View)
             Text(label(vocabulary[s.chosen]), style="bold"),
         )
     return table
+
+
+SHOWN_CANDIDATES = 4  # kept candidates listed per step (and the drawn one, wherever it is)
+
+
+def sampling_table(steps: list[Step], vocabulary: tuple[str, ...], sampling: Sampling, view: View) -> Table:
+    """How each token was drawn (``sampling.sample``), step by step: how many tokens were kept,
+    and the kept candidates, most likely first, with their logit, the logit divided by T, the
+    renormalised probability q and its running sum Σ q; the drawn one marked with the uniform
+    number u, which fell between the Σ q above it and its own. With top-p, also p = softmax(logit/T)
+    over what top-k kept and its running sum, which top-p reads: the kept ones run until Σ p
+    reaches p, and the next one (shown, "cut") is the first it removed. Past ``SHOWN_CANDIDATES``
+    a row says how many more were kept and the probability they share.
+
+    Ten columns of numbers do not fit 80 at the usual three spaces apart: this table has two."""
+    precision = max(view.precision, 2)
+    table = styled_table(f"How each token was drawn: {settings(sampling)}; {len(vocabulary)} tokens")
+    table.padding, table.pad_edge = (0, 1, 0, 0), False
+    p_columns = ["p", "Σ p"] if sampling.top_p is not None else []
+    for header in ["step", "kept", "candidate", "logit", "logit/T", *p_columns, "q", "Σ q"]:
+        table.add_column(Text(header), justify="left" if header == "candidate" else "right", no_wrap=True)
+    table.add_column(Text("draw u"), no_wrap=True)
+    for s in steps:
+        if s.drawn is None:  # greedy: nothing was drawn
+            continue
+        rows = draw_rows(s, s.drawn, vocabulary, precision, sampling.temperature)
+        for n, row in enumerate(rows):
+            style = "bold" if row[-1].startswith("◀") else "dim" if row[-1] == "cut" else ""
+            table.add_row(
+                *(
+                    Text(c, style=style if k in (2, len(row) - 1) or style == "dim" else "")
+                    for k, c in enumerate(row)
+                ),
+                end_section=n == len(rows) - 1,
+            )
+    return table
+
+
+def draw_rows(s: Step, d: Draw, vocabulary: tuple[str, ...], precision: int, T: float) -> list[list[str]]:
+    """One step's rows of ``sampling_table``: the first kept candidates, the drawn one, how many
+    more were kept, and under top-p the first token it cut."""
+    logits = s.logits if s.logits is not None else d.scaled * T
+    digits = precision + 1
+    around = draw_digits(d, digits)  # u and the two sums around it: enough digits to tell them apart
+    p_sum = None if d.p is None else np.cumsum(d.p[d.kept])
+
+    def row(j: int, p_total: float | None, *rest: str) -> list[str]:
+        p_cells = [] if d.p is None else [f"{d.p[j]:.{digits}f}", f"{p_total:.{digits}f}"]
+        return ["", "", label(vocabulary[j], 12), format_value(float(logits[j]), precision),
+                format_value(float(d.scaled[j]), precision), *p_cells, *rest]  # fmt: skip
+
+    shown = list(range(min(SHOWN_CANDIDATES, d.kept.size)))
+    if d.index >= len(shown):
+        shown.append(d.index)
+    rows: list[list[str]] = []
+    blank = [""] * (2 if d.p is not None else 0)
+    for n, i in enumerate(shown):
+        if n and i != shown[n - 1] + 1:
+            rows.append(["", "", "⋮", "", "", *blank, "", "", ""])
+        mark = f"◀ {d.u:.{around}f}" if i == d.index else ""
+        p_total = None if p_sum is None else float(p_sum[i])
+        total = f"{d.cumulative[i]:.{around if i in (d.index - 1, d.index) else digits}f}"
+        rows.append(row(int(d.kept[i]), p_total, f"{d.q[i]:.{digits}f}", total, mark))
+    more = d.kept.size - 1 - shown[-1]
+    if more:
+        q_rest = f"{d.q[shown[-1] + 1 :].sum():.{digits}f}"
+        rows.append(["", "", f"… {more} more", "", "", *blank, q_rest, f"{1:.{digits}f}", ""])
+    cut = first_cut(d)
+    if cut is not None and p_sum is not None and d.p is not None:
+        rows.append(row(cut, float(p_sum[-1] + d.p[cut]), "", "", "cut"))
+    rows[0][:2] = [str(s.index), str(d.kept.size)]
+    return rows
+
+
+def first_cut(d: Draw) -> int | None:
+    """The most likely token that top-p removed (ties: the lowest id), None when it removed none."""
+    if d.p is None:
+        return None
+    removed = d.p.copy()
+    removed[d.kept] = -1.0
+    j = int(np.argmax(removed))
+    return j if removed[j] > 0 else None
+
+
+def draw_digits(d: Draw, digits: int) -> int:
+    """The digits after the point at which u reads apart from the running sums around it, so that
+    "Σ q before ≤ u < Σ q" can be checked on the screen (rounding keeps the order; equal strings hide it)."""
+    before = d.cumulative[d.index - 1] if d.index else 0.0
+    while digits < 17 and f"{d.u:.{digits}f}" in (
+        f"{before:.{digits}f}",
+        f"{d.cumulative[d.index]:.{digits}f}",
+    ):
+        digits += 1
+    return digits
+
+
+def sampling_note(sampling: Sampling) -> str:
+    """The sentence under ``sampling_table``: what each column is, in the warpers' order."""
+    T = f"{sampling.temperature:g}"
+    steps = [f"the logits are divided by T = {T}"]
+    if sampling.top_k is not None:
+        steps.append(f"top-k keeps the {sampling.top_k} largest (and any tied with the last)")
+    if sampling.top_p is not None:
+        over = " over what top-k kept" if sampling.top_k is not None else ""
+        steps.append(
+            f"top-p keeps the most likely until their Σ p reaches {sampling.top_p:g} "
+            f"(p = softmax(logits / {T}){over}); the first it removed is shown, cut"
+        )
+    return (
+        f"Each token {how_drawn(sampling)}: {'; '.join(steps)}; q is the softmax over the kept. "
+        "A uniform u from the seed fell between the Σ q above the drawn token and its own: the same "
+        "seed draws the same u's, so writes the same text."
+    )
+
+
+def settings(sampling: Sampling) -> str:
+    """The sampling options, short: "T = 0.7, top-k 5, top-p 0.9, seed 3"."""
+    parts = [f"T = {sampling.temperature:g}"]
+    if sampling.top_k is not None:
+        parts.append(f"top-k {sampling.top_k}")
+    if sampling.top_p is not None:
+        parts.append(f"top-p {sampling.top_p:g}")
+    return ", ".join([*parts, f"seed {sampling.seed}"])
+
+
+def how_drawn(sampling: Sampling) -> str:
+    """The draw in words: "drawn at temperature 0.7 from the top 5, then the top p = 0.9 (seed 3)";
+    greedy at temperature 0."""
+    if sampling.greedy:
+        return "greedy (--temperature 0)"
+    said = "drawn" if sampling.temperature == 1 else f"drawn at temperature {sampling.temperature:g}"
+    if sampling.top_k is not None:
+        said += f" from the top {sampling.top_k}"
+    if sampling.top_p is not None:
+        said += (", then" if sampling.top_k is not None else " from") + f" the top p = {sampling.top_p:g}"
+    if sampling.top_k is None and sampling.top_p is None:
+        said += " from every token"
+    return f"{said} (seed {sampling.seed})"
 
 
 def comparison_table(steps: list[Step], teacher_forced: Trace) -> tuple[Table, float]:
@@ -891,7 +1031,8 @@ def cached_generation_table(
 ) -> Table:
     """Each step of generation with the key/value cache: the tokens fed and their positions, the
     cache's size, where the newest token's query looked (layer ``layer``, head ``head`` counted from
-    1 as in A1: its three largest weights), the top k next tokens and the choice.
+    1 as in A1: its three largest weights), the top k next tokens (the model's own distribution)
+    and the choice, ``sampled`` or not (``sampling_table`` shows the draws).
 
     ``vocabulary`` labels ids; ``rows`` labels the keys' positions (``token_labels`` of the whole
     sequence, so that a repeated token is told apart by its position, ``·the@4``).
@@ -902,8 +1043,8 @@ def cached_generation_table(
     table.add_column(Text("fed @ position"))
     table.add_column(Text("K, V"), no_wrap=True)
     table.add_column(Text(f"A{head} of layer {layer}: largest"))
-    table.add_column(Text(f"top {len(steps[0].top)} next" + (" (sampled)" if sampled else "")))
-    table.add_column(Text("chosen"), no_wrap=True)
+    table.add_column(Text(f"top {len(steps[0].top)} next"))
+    table.add_column(Text("drawn" if sampled else "chosen"), no_wrap=True)
     for s in steps:
         cached = s.layers[layer]
         # the key/value head that query head ``head`` reads (itself, unless heads share them)
