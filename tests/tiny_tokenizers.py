@@ -246,8 +246,9 @@ def llama2_style(folder: Path, legacy_layout: bool, legacy: bool = False) -> Tin
     return Tiny(len(spec["model"]["vocab"]), 1, 2)
 
 
-def _gpt2_bpe(vocab_size: int, specials: list[str]) -> Any:
-    """GPT-2's byte-level BPE (its own regex, ByteLevel decoder) trained on CORPUS with ``specials``."""
+def _gpt2_bpe(vocab_size: int, specials: list[str], corpus: list[str] | None = None) -> Any:
+    """GPT-2's byte-level BPE (its own regex, ByteLevel decoder) trained on ``corpus`` (CORPUS) with
+    ``specials``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -259,7 +260,7 @@ def _gpt2_bpe(vocab_size: int, specials: list[str]) -> Any:
         special_tokens=specials,
         show_progress=False,
     )
-    tok.train_from_iterator(CORPUS, trainer)
+    tok.train_from_iterator(CORPUS if corpus is None else corpus, trainer)
     return tok
 
 
@@ -343,12 +344,15 @@ def bert_style(
     lower: bool = True,
     with_tokenizer_json: bool = True,
     config: dict | None = None,
+    corpus: list[str] | None = None,
+    vocab_size: int = 300,
 ) -> Tiny:
-    """bert-base's layout: WordPiece (``##`` continuations) trained with a BertNormalizer of
-    ``lower``, ``[PAD]``, two ``[unused]``, ``[UNK]``, ``[CLS]``, ``[SEP]``, ``[MASK]`` first, a
-    TemplateProcessing ``[CLS] $A [SEP]``; vocab.txt always (one token a line, as the hub's),
-    tokenizer.json when ``with_tokenizer_json``; tokenizer_config.json as transformers 4.x saved
-    it for bert-base-(un)cased, or ``config`` as it is (distilbert-base-uncased's is
+    """bert-base's layout: WordPiece (``##`` continuations) trained on ``corpus`` (BERT_CORPUS) to
+    at most ``vocab_size`` tokens with a BertNormalizer of ``lower``, ``[PAD]``, two ``[unused]``,
+    ``[UNK]``, ``[CLS]``, ``[SEP]``, ``[MASK]`` first, a TemplateProcessing ``[CLS] $A [SEP]``;
+    vocab.txt always (one token a line, as the hub's), tokenizer.json when
+    ``with_tokenizer_json``; tokenizer_config.json as transformers 4.x saved it for
+    bert-base-(un)cased, or ``config`` as it is (distilbert-base-uncased's is
     ``{"do_lower_case": true}``). ``bos`` is ``[CLS]``, ``eos`` ``[SEP]``."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
@@ -358,8 +362,10 @@ def bert_style(
     tok.normalizer = normalizers.BertNormalizer(lowercase=lower)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=300, special_tokens=BERT_SPECIALS, show_progress=False)
-    tok.train_from_iterator(BERT_CORPUS, trainer)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=BERT_SPECIALS, show_progress=False
+    )
+    tok.train_from_iterator(BERT_CORPUS if corpus is None else corpus, trainer)
     cls, sep = BERT_SPECIALS.index("[CLS]"), BERT_SPECIALS.index("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS]:0 $A:0 [SEP]:0",
@@ -394,8 +400,11 @@ def bert_style(
     return Tiny(len(vocab), cls, sep)
 
 
-def roberta_style(folder: Path, with_tokenizer_json: bool = True) -> Tiny:
-    """roberta-base's layout: byte-level BPE as GPT-2's, ``<s>`` ``<pad>`` ``</s>`` ``<unk>`` at
+def roberta_style(
+    folder: Path, with_tokenizer_json: bool = True, corpus: list[str] | None = None, vocab_size: int = 360
+) -> Tiny:
+    """roberta-base's layout: byte-level BPE as GPT-2's (trained on ``corpus``, CORPUS by default,
+    to ``vocab_size`` tokens before ``<mask>``), ``<s>`` ``<pad>`` ``</s>`` ``<unk>`` at
     0–3 and ``<mask>`` last, a RobertaProcessing post-processor (``<s> $A </s>``); vocab.json and
     merges.txt always, tokenizer.json when ``with_tokenizer_json``; tokenizer_config.json as
     transformers 4.x saved roberta-base's, ``<mask>`` with ``lstrip``."""
@@ -403,7 +412,7 @@ def roberta_style(folder: Path, with_tokenizer_json: bool = True) -> Tiny:
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tok = _gpt2_bpe(360, ["<s>", "<pad>", "</s>", "<unk>"])
+    tok = _gpt2_bpe(vocab_size, ["<s>", "<pad>", "</s>", "<unk>"], corpus)
     mask = tok.get_vocab_size()
     tok.add_special_tokens(["<mask>"])  # then made lstrip below, as roberta-base's
     tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True)

@@ -35,8 +35,8 @@ class Tokenizer(Protocol):
 class Checkpoint(Protocol):
     """A converted checkpoint, whatever its family."""
 
-    family: str  # config.json's model_type: "marian", "gpt2", "llama", "mistral", "qwen2"
-    encoder_decoder: bool  # True: --source (and --target); False (GPT-2): --prompt
+    family: str  # config.json's model_type: "marian", "gpt2", "llama", "mistral", "qwen2", "bert", …
+    encoder_decoder: bool  # True: --source (and --target); False (GPT-2, BERT): --prompt
     model: dict[str, Any]  # keys of ModelConfig
     weights: dict[str, np.ndarray]  # our parameter names (architecture.parameters)
     tokenizer: Tokenizer
@@ -66,13 +66,23 @@ def _llama(folder: Path, dtype: str, name: str | None) -> Checkpoint:
     return load_llama(folder, dtype, name)
 
 
+def _bert(folder: Path, dtype: str, name: str | None) -> Checkpoint:
+    from .bert import load_bert
+
+    return load_bert(folder, dtype, name)
+
+
 # model_type -> the family's loader. A family is one line here (and its hub files in hub.py).
 LOADERS: dict[str, Callable[[Path, str, str | None], Checkpoint]] = {
     "marian": _marian, "gpt2": _gpt2, "llama": _llama, "mistral": _llama, "qwen2": _llama,
+    "bert": _bert, "roberta": _bert, "distilbert": _bert,
 }  # fmt: skip
-# model_type -> what the family reads: an encoder's text (--source) or a decoder-only prompt (--prompt);
-# known before the weights are read, so that the wrong option costs nothing.
-ENCODER_DECODER = {"marian": True, "gpt2": False, "llama": False, "mistral": False, "qwen2": False}
+# model_type -> what the family reads: an encoder's text (--source) or a prompt (--prompt: a
+# decoder-only model's, or an encoder-only one's sentence with its blanks); known before the
+# weights are read, so that the wrong option costs nothing.
+ENCODER_DECODER = {"marian": True, "gpt2": False, "llama": False, "mistral": False, "qwen2": False,
+                   "bert": False, "roberta": False, "distilbert": False}  # fmt: skip
+ENCODER_ONLY = frozenset({"bert", "roberta", "distilbert"})  # what --prompt is to them: a sentence
 
 
 def model_type(folder: Path) -> str:
@@ -102,8 +112,9 @@ def load_checkpoint(path_or_id: str, dtype: str = "float32", prompt: bool | None
                 f"{path_or_id} is an encoder-decoder model ({kind}): give --source TEXT (and --target), "
                 "not --prompt"
             )
+        only = "an encoder-only" if kind in ENCODER_ONLY else "a decoder-only"
         raise CheckpointError(
-            f"{path_or_id} is a decoder-only model ({kind}): give --prompt TEXT, not --source/--target"
+            f"{path_or_id} is {only} model ({kind}): give --prompt TEXT, not --source/--target"
         )
     return check_special_ids(LOADERS[kind](folder, dtype, name), folder)
 

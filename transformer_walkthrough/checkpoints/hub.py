@@ -9,12 +9,13 @@ from pathlib import Path
 from ..files.regular import read_regular
 from .errors import CheckpointError
 
-# What a Marian, GPT-2 or Llama folder needs, and nothing else (the hub's opus-mt and gpt2 repos also
-# hold TensorFlow, Flax and Rust weights of the same size, which a download must not fetch).
+# What a Marian, GPT-2, Llama or BERT folder needs, and nothing else (the hub's opus-mt, gpt2 and
+# bert-base repos also hold TensorFlow, Flax and Rust weights of the same size, which a download
+# must not fetch). vocab.txt: BERT's WordPiece vocabulary, all that some bert-base folders have.
 CONFIG_AND_TOKENIZER = (
     "config.json", "generation_config.json", "tokenizer_config.json",
     "source.spm", "target.spm", "vocab.json", "target_vocab.json", "tokenizer.json",
-    "merges.txt", "special_tokens_map.json",
+    "merges.txt", "special_tokens_map.json", "vocab.txt",
 )  # fmt: skip
 # In order of preference: one safetensors file, the index of a sharded one, torch's format.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")

@@ -1,0 +1,468 @@
+"""A BERT, RoBERTa or DistilBERT checkpoint converted to this project's parameter names and layout.
+
+The three are one architecture, the encoder of Figure 1 alone, with the conventions the config
+names, each read from ``config.json`` rather than assumed: learned positions (``P``) and, for BERT
+and RoBERTa, a segment table (``T``, ``type_vocab_size`` rows; every token of one sentence reads
+row 0) added to the token's row of ``E``, a LayerNorm on that sum (``embedding_norm``), post-norm
+layers (``LayerNorm(x + Sublayer(x))``, the paper's) with GELU in the feed-forward, attention
+without a mask (every token sees every token), and a masked-language-model head: ``dense`` →
+GELU → LayerNorm (``output_transform``), then ``W = Eᵀ`` (tied) plus a bias of its own.
+
+- ``bert``: positions from 0. ``BertForMaskedLM``'s files (``save_pretrained``) name every tensor
+  ``bert.…`` and the head ``cls.predictions.…``; the hub's bert-base-* are ``BertForPreTraining``
+  files, which also carry ``bert.pooler.dense`` and ``cls.seq_relationship`` (the next-sentence
+  head, read from the pooled ``[CLS]``): both accepted, their shapes checked, not shown (they
+  predict no token). Older files name the LayerNorms' parameters ``LayerNorm.gamma`` and
+  ``LayerNorm.beta``, which transformers renames to ``weight`` and ``bias``; so does this.
+- ``roberta``: BERT with another tokenizer (byte-level BPE, ``<s> … </s>``, ``<mask>``), one
+  segment row, the head ``lm_head.dense/layer_norm/decoder`` + ``lm_head.bias`` — and its positions
+  start at ``padding_idx + 1``: fairseq numbers tokens from the pad id on, so with
+  ``pad_token_id`` 1 the first token (``<s>``) reads row 2 of ``P``, and rows 0 and 1 are never
+  read by a sentence. ``position_offset`` says so, and a sentence may have
+  ``max_position_embeddings - 2`` tokens, not ``max_position_embeddings``. (transformers also gives
+  a ``<pad>`` inside the text the pad's position and does not count it; this project numbers every
+  token, so a prompt should not hold the pad token.) Its head's GELU is always the erf form
+  (``RobertaLMHead`` calls ``gelu``, whatever ``hidden_act`` says): another ``hidden_act`` is
+  refused rather than given two activations.
+- ``distilbert``: no segment table, 6 layers of other names (``attention.q_lin/k_lin/v_lin/out_lin``,
+  ``sa_layer_norm``, ``ffn.lin1/lin2``, ``output_layer_norm``), the head ``vocab_transform``,
+  ``vocab_layer_norm``, ``vocab_projector`` (whose own bias is the output bias), config keys
+  ``dim``, ``n_heads``, ``hidden_dim``, ``n_layers``, ``activation``, and every LayerNorm's eps
+  fixed at 1e-12 (transformers ignores any eps in its config). ``sinusoidal_pos_embds`` only says
+  how the table was first filled: the file stores it as weights, transformers reads it from there,
+  and so does this (it is shown as the learned ``P`` it is).
+
+A plain ``BertModel``/``RobertaModel``/``DistilBertModel`` file (no prefix, no head) converts with
+``task: encode``: the encoder alone, no output stages; it cannot fill a blank.
+
+The projections are ``nn.Linear``, stored ``(out, in)`` and applied as ``x·Wᵀ``: each is
+transposed to this project's ``(in, out)``, and query, key and value are set side by side as
+``W_QKV = [W_Q | W_K | W_V]`` (head h: the h-th block of d_k columns of each third). Buffers of
+older files (``embeddings.position_ids``, ``embeddings.token_type_ids``: the positions 0, 1, 2, …
+and the segment 0 of every token) are shape-checked and not used: the model makes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+
+from ..config import HF_ACTIVATIONS  # hidden_act's names for ours
+from ..model.architecture import ENCODER, OUTPUT, post_norm, stage_id
+from .bpe import BPETokenizer
+from .budget import Budget, out_of_memory
+from .errors import CheckpointError
+from .jsonfile import shown
+from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
+from .wordpiece import WordPieceTokenizer
+
+FAMILIES = ("bert", "roberta", "distilbert")
+NAMES = {"bert": "BERT", "roberta": "RoBERTa", "distilbert": "DistilBERT"}
+
+# Each family's config defaults (transformers 5's BertConfig, RobertaConfig, DistilBertConfig), for
+# the keys an older config.json leaves out.
+_BERT_LIKE: dict[str, Any] = {
+    "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072, "num_hidden_layers": 12,
+    "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+    "tie_word_embeddings": True, "position_embedding_type": "absolute", "is_decoder": False,
+    "add_cross_attention": False,
+}  # fmt: skip
+CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
+    "bert": {**_BERT_LIKE, "vocab_size": 30522, "pad_token_id": 0},
+    "roberta": {**_BERT_LIKE, "vocab_size": 50265, "pad_token_id": 1},
+    "distilbert": {
+        "vocab_size": 30522, "dim": 768, "n_heads": 12, "hidden_dim": 3072, "n_layers": 6,
+        "max_position_embeddings": 512, "activation": "gelu", "pad_token_id": 0,
+        "tie_word_embeddings": True, "sinusoidal_pos_embds": False,
+    },
+}  # fmt: skip
+# Each family's config.json keys for the sizes this converter reads, by what they mean.
+KEYS: dict[str, dict[str, str]] = {
+    family: {
+        "d_model": "hidden_size", "num_heads": "num_attention_heads", "d_ff": "intermediate_size",
+        "layers": "num_hidden_layers", "activation": "hidden_act",
+    }
+    for family in ("bert", "roberta")
+} | {
+    "distilbert": {
+        "d_model": "dim", "num_heads": "n_heads", "d_ff": "hidden_dim", "layers": "n_layers",
+        "activation": "activation",
+    }
+}  # fmt: skip
+DISTILBERT_EPS = 1e-12  # nn.LayerNorm(config.dim, eps=1e-12) in every DistilBERT module
+
+
+class Layout(NamedTuple):
+    """Where a family keeps each tensor: modules (a ``.weight`` and a ``.bias``) under the base
+    model's prefix (``bert.``) for the body, top-level for the head."""
+
+    body: str  # the base model's prefix in a head model's file
+    layer: str  # layer n's modules, "{}" for n
+    word: str
+    position: str
+    segment: str | None  # None: no segment table (DistilBERT)
+    embedding_norm: str
+    query: str
+    key: str
+    value: str
+    attention_out: str
+    norm_1: str
+    ff_in: str
+    ff_out: str
+    norm_2: str
+    transform: str  # the MLM head's dense layer
+    transform_norm: str
+    decoder: str  # the head's output layer: its weight is E (tied), its bias the output bias
+    bias: str | None  # the head's own bias parameter, which transformers ties to decoder.bias
+    pooler: bool  # the file may hold the body's pooler.dense (d, d): accepted, not shown
+    next_sentence: bool  # … and the next-sentence head cls.seq_relationship (2, d): accepted, not shown
+    buffers: tuple[str, ...]  # under the body: (1, max_position_embeddings) integer buffers
+
+
+_BODY = dict(
+    word="embeddings.word_embeddings", position="embeddings.position_embeddings",
+    segment="embeddings.token_type_embeddings", embedding_norm="embeddings.LayerNorm",
+    layer="encoder.layer.{}.", query="attention.self.query", key="attention.self.key",
+    value="attention.self.value", attention_out="attention.output.dense",
+    norm_1="attention.output.LayerNorm", ff_in="intermediate.dense", ff_out="output.dense",
+    norm_2="output.LayerNorm", buffers=("embeddings.position_ids", "embeddings.token_type_ids"),
+)  # fmt: skip
+LAYOUTS = {
+    "bert": Layout(
+        body="bert.", transform="cls.predictions.transform.dense",
+        transform_norm="cls.predictions.transform.LayerNorm", decoder="cls.predictions.decoder",
+        bias="cls.predictions.bias", pooler=True, next_sentence=True, **_BODY,
+    ),
+    "roberta": Layout(
+        body="roberta.", transform="lm_head.dense", transform_norm="lm_head.layer_norm",
+        decoder="lm_head.decoder", bias="lm_head.bias", pooler=True, next_sentence=False,
+        **_BODY,
+    ),
+    "distilbert": Layout(
+        body="distilbert.", word="embeddings.word_embeddings",
+        position="embeddings.position_embeddings", segment=None, embedding_norm="embeddings.LayerNorm",
+        layer="transformer.layer.{}.", query="attention.q_lin", key="attention.k_lin",
+        value="attention.v_lin", attention_out="attention.out_lin", norm_1="sa_layer_norm",
+        ff_in="ffn.lin1", ff_out="ffn.lin2", norm_2="output_layer_norm", transform="vocab_transform",
+        transform_norm="vocab_layer_norm", decoder="vocab_projector", bias=None, pooler=False,
+        next_sentence=False,
+        buffers=("embeddings.position_ids",),
+    ),
+}  # fmt: skip
+
+
+@dataclass
+class BertCheckpoint:
+    """A BERT-family checkpoint in this project's terms (the fields of ``checkpoint.Checkpoint``).
+
+    Nothing is generated: no start token, no end token, nothing banned or forced. ``mask_token``
+    and ``mask_id`` are the blank the prompt holds (``[MASK]``, RoBERTa's ``<mask>``);
+    ``mlm_head`` says whether the file has the head that fills it (``task: fill-mask``) or is
+    the encoder alone (``task: encode``).
+    """
+
+    family: str  # config.json's model_type: "bert", "roberta", "distilbert"
+    model: dict[str, Any]
+    weights: dict[str, np.ndarray]
+    tokenizer: BPETokenizer
+    pad_token_id: int | None
+    mask_token: str | None
+    mask_id: int | None
+    mlm_head: bool
+    source: str
+    decoder_start_token_id: None = None
+    eos_token_id: None = None
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    forced_eos_token_id: int | None = None
+    encoder_decoder: ClassVar[bool] = False  # input: --prompt
+
+
+def load_bert(path: str | Path, dtype: str | np.dtype = "float32", name: str | None = None) -> BertCheckpoint:
+    """The BERT, RoBERTa or DistilBERT checkpoint in folder ``path``, converted; ``name`` (a hub id)
+    is used in ``source``.
+
+    What reading and converting allocate is charged to one ``Budget`` before it is allocated."""
+    folder = Path(path)
+    with out_of_memory(folder):
+        return _load(folder, float_dtype(dtype), name)
+
+
+def _load(folder: Path, dtype: np.dtype, name: str | None) -> BertCheckpoint:
+    config = read_config(folder)
+    family = config["model_type"]
+    budget = Budget()
+    tensors, file = read_weights(folder, budget)
+    where = f"{folder / file}"
+    weights, head = _convert(tensors, config, dtype, where, budget)
+    if head and family == "roberta" and config["hidden_act"] != "gelu":
+        raise CheckpointError(
+            f"{folder / 'config.json'}: hidden_act is {shown(config['hidden_act'])}, but RoBERTa's MLM "
+            "head always uses gelu: two activations in one model are not supported"
+        )
+    reader = BPETokenizer if family == "roberta" else WordPieceTokenizer
+    tokenizer = reader(folder, size=config["vocab_size"])
+    if head and tokenizer.mask_id is None:
+        raise CheckpointError(
+            f"{folder}: the tokenizer has no mask token (tokenizer_config.json's mask_token, in its "
+            "vocabulary): a fill-mask model needs the blank it fills"
+        )
+    offset = config["pad_token_id"] + 1 if family == "roberta" else 0
+    model = {
+        "d_model": config["d_model"],
+        "num_heads": config["num_heads"],
+        "d_ff": config["d_ff"],
+        "num_encoder_layers": config["layers"],
+        "num_decoder_layers": 0,
+        "task": "fill-mask" if head else "encode",
+        "segments": config["segments"],
+        "embedding_norm": True,
+        "output_transform": head,
+        "position_offset": offset,
+        "norm_first": False,
+        "final_norm": False,
+        "activation": HF_ACTIVATIONS[config["activation"]],
+        "positional_encoding": "learned",
+        "max_positions": config["max_position_embeddings"],
+        "tie_embeddings": head and config["tie_word_embeddings"],
+        "output_bias": True,
+        "attention_bias": True,
+        "scale_embeddings": False,
+        "layer_norm_eps": config["eps"],
+    }
+    return BertCheckpoint(
+        family=family,
+        model=model,
+        weights=weights,
+        tokenizer=tokenizer,
+        pad_token_id=config["pad_token_id"],
+        mask_token=tokenizer.mask_token,
+        mask_id=tokenizer.mask_id,
+        mlm_head=head,
+        source=f"{name or folder} ({file})",
+    )
+
+
+def _positive_int(config: dict[str, Any], key: str, path: Path) -> int:
+    value = config[key]
+    if type(value) is not int or value < 1:
+        raise CheckpointError(f"{path}: {key} is {shown(value)}, not a positive integer")
+    return value
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """config.json with its family's defaults filled in, every value this converter uses checked.
+
+    Adds, whatever the family calls them: ``d_model``, ``num_heads``, ``d_ff``, ``layers``,
+    ``activation`` (the config's name for it), ``segments`` (rows of T: 0 for DistilBERT) and
+    ``eps``."""
+    path = folder / "config.json"
+    raw = read_config_json(folder)
+    family = raw.get("model_type")
+    if family not in FAMILIES:  # a list or a dict is not in a tuple of strings: no hashing needed
+        raise CheckpointError(
+            f"{path}: model_type is {shown(family)}; this converter reads {', '.join(FAMILIES)}"
+        )
+    config = {
+        **CONFIG_DEFAULTS[family],
+        **{k: v for k, v in raw.items() if v is not None or k == "pad_token_id"},
+    }
+    for ours, theirs in KEYS[family].items():
+        config[ours] = config[theirs]
+    sizes = [KEYS[family][k] for k in ("d_model", "num_heads", "d_ff", "layers")]
+    for key in ("vocab_size", "max_position_embeddings", *sizes):
+        _positive_int(config, key, path)
+    d, heads = config["d_model"], config["num_heads"]
+    if d % heads:
+        raise CheckpointError(
+            f"{path}: {KEYS[family]['d_model']} ({d}) is not divisible by "
+            f"{KEYS[family]['num_heads']} ({heads})"
+        )
+    activation = config["activation"]
+    if not isinstance(activation, str) or activation not in HF_ACTIVATIONS:  # a list is not hashable
+        raise CheckpointError(
+            f"{path}: {KEYS[family]['activation']} {shown(activation)} is not supported "
+            f"(supported: {', '.join(HF_ACTIVATIONS)})"
+        )
+    if type(config["tie_word_embeddings"]) is not bool:
+        raise CheckpointError(
+            f"{path}: tie_word_embeddings is {shown(config['tie_word_embeddings'])}, not true or false"
+        )
+    pad = config["pad_token_id"]
+    if pad is not None and (type(pad) is not int or pad < 0):
+        raise CheckpointError(f"{path}: pad_token_id is {shown(pad)}, not a token id")
+    if family == "distilbert":
+        config["segments"], config["eps"] = 0, DISTILBERT_EPS
+        return config
+    _bert_like(config, path)
+    return config
+
+
+def _bert_like(config: dict[str, Any], path: Path) -> None:
+    """BERT's and RoBERTa's own keys checked: the segment table, the eps, what is refused."""
+    family = config["model_type"]
+    config["segments"] = _positive_int(config, "type_vocab_size", path)
+    eps = config["layer_norm_eps"]
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
+        raise CheckpointError(f"{path}: layer_norm_eps is {shown(eps)}, not a small positive number")
+    config["eps"] = float(eps)
+    kind = config["position_embedding_type"]
+    if kind != "absolute":
+        raise CheckpointError(
+            f"{path}: position_embedding_type is {shown(kind)}: only 'absolute' (a learned table P) "
+            "is supported"
+        )
+    for key, what in (("is_decoder", "a causal mask (BERT as a decoder)"),
+                      ("add_cross_attention", "cross-attention layers")):  # fmt: skip
+        if config[key] is not False:
+            raise CheckpointError(f"{path}: {key} is {shown(config[key])}: {what} are not supported")
+    if family == "roberta":
+        pad = config["pad_token_id"]
+        if pad is None:
+            raise CheckpointError(
+                f"{path}: pad_token_id is null, but RoBERTa's positions start at pad_token_id + 1"
+            )
+        if pad + 1 >= config["max_position_embeddings"]:
+            raise CheckpointError(
+                f"{path}: pad_token_id is {pad}: RoBERTa's positions start at pad_token_id + 1 = {pad + 1}, "
+                f"past the {config['max_position_embeddings']} rows of the position table"
+            )
+
+
+def _norm_names(module: str, names: set[str]) -> tuple[str, str]:
+    """A LayerNorm's two tensors: ``weight`` and ``bias``, or the ``gamma`` and ``beta`` of older
+    files (transformers renames ``LayerNorm.gamma``/``LayerNorm.beta``; only modules so named)."""
+    if module.endswith("LayerNorm") and f"{module}.gamma" in names and f"{module}.weight" not in names:
+        return f"{module}.gamma", f"{module}.beta"
+    return f"{module}.weight", f"{module}.bias"
+
+
+def _convert(
+    tensors: Mapping[str, np.ndarray], config: dict[str, Any], dtype: np.dtype, where: str, budget: Budget
+) -> tuple[dict[str, np.ndarray], bool]:
+    """Our named weights from the family's tensors, every shape checked against config.json first,
+    and the layers and the memory counted before the first is made. Returns them and whether the
+    file has the MLM head."""
+    family = config["model_type"]
+    L = LAYOUTS[family]
+    d, d_ff, vocab = config["d_model"], config["d_ff"], config["vocab_size"]
+    n_pos, layers = config["max_position_embeddings"], config["layers"]
+    names = set(tensors)
+    # A head model's file (save_pretrained of *ForMaskedLM, the hub's BertForPreTraining) names its
+    # body bert.…; a base model's file (BertModel) has no prefix. One layout per file.
+    body = L.body if any(n.startswith(L.body) for n in names) else ""
+    check_layers(names, f"{body}{L.layer}{L.query}.weight", KEYS[family]["layers"], layers, where)
+    taker = Taker(tensors, where)
+    taker.charge(budget, dtype)
+    take = taker.take
+
+    def cast(theirs: str, shape: tuple[int, ...]) -> np.ndarray:
+        return np.ascontiguousarray(take(theirs, shape), dtype=dtype)
+
+    def linear(module: str, d_in: int, d_out: int, w: str, b: str) -> dict[str, np.ndarray]:
+        """nn.Linear's (out, in) weight as our (in, out) ``w``, and its bias as ``b``."""
+        W = np.ascontiguousarray(take(f"{module}.weight", (d_out, d_in)).T, dtype=dtype)
+        return {w: W, b: cast(f"{module}.bias", (d_out,))}
+
+    def norm(module: str) -> dict[str, np.ndarray]:
+        gamma, beta = _norm_names(module, names)
+        return {"gamma": cast(gamma, (d,)), "beta": cast(beta, (d,))}
+
+    def qkv(layer: str) -> dict[str, np.ndarray]:
+        """W_QKV = [W_Q | W_K | W_V], b_QKV = [b_Q | b_K | b_V], filled in place: no joined copy."""
+        W, b = np.empty((d, 3 * d), dtype=dtype), np.empty(3 * d, dtype=dtype)
+        for third, module in enumerate((L.query, L.key, L.value)):
+            W[:, third * d : (third + 1) * d] = take(f"{layer}{module}.weight", (d, d)).T
+            b[third * d : (third + 1) * d] = take(f"{layer}{module}.bias", (d,))
+        return {"W_QKV": W, "b_QKV": b}
+
+    E = take(f"{body}{L.word}.weight", (vocab, d))
+    stages: dict[str, dict[str, np.ndarray]] = {
+        stage_id(ENCODER, "embedding"): {
+            "E": np.ascontiguousarray(E, dtype=dtype),
+            "P": cast(f"{body}{L.position}.weight", (n_pos, d)),
+            **({"T": cast(f"{body}{L.segment}.weight", (config["segments"], d))} if L.segment else {}),
+        },
+        stage_id(ENCODER, "embedding-norm"): norm(body + L.embedding_norm),
+    }
+    for n in range(layers):
+        p = body + L.layer.format(n)
+        stages[stage_id(ENCODER, "self-attention", n)] = qkv(p) | linear(
+            p + L.attention_out, d, d, "W_O", "b_O"
+        )
+        stages[post_norm(ENCODER, n, 1).after] = norm(p + L.norm_1)
+        stages[stage_id(ENCODER, "feed-forward", n)] = linear(p + L.ff_in, d, d_ff, "W_1", "b_1") | linear(
+            p + L.ff_out, d_ff, d, "W_2", "b_2"
+        )
+        stages[post_norm(ENCODER, n, 2).after] = norm(p + L.norm_2)
+    head = f"{L.transform}.weight" in names
+    if head:
+        stages[stage_id(OUTPUT, "transform")] = linear(L.transform, d, d, "W_dense", "b_dense") | norm(
+            L.transform_norm
+        )
+        stages[stage_id(OUTPUT, "logits")] = _output_layer(take, names, L, E, config, dtype, where, body)
+    weights = {f"{stage}/{local}": w for stage, params in stages.items() for local, w in params.items()}
+    for buffer in L.buffers:  # older files: the positions 0, 1, … and segment 0, made by the model here
+        if body + buffer in names:
+            take(body + buffer, (1, n_pos))  # its shape checked, its values not used
+    # The hub's BertForPreTraining files: the pooler (tanh of a dense layer on [CLS]) and the
+    # next-sentence head on it; they predict no token, so they are not shown.
+    others = [(f"{body}pooler.dense", d)] * L.pooler + [("cls.seq_relationship", 2)] * L.next_sentence
+    for module, rows in others:
+        if f"{module}.weight" in names or f"{module}.bias" in names:
+            take(f"{module}.weight", (rows, d))  # the shapes checked, the values not used
+            take(f"{module}.bias", (rows,))
+    taker.refuse_unused(NAMES[family])
+    for key, w in weights.items():
+        if not np.isfinite(w).all():
+            raise CheckpointError(f"{where}: {key} holds NaN or infinite values")
+    return weights, head
+
+
+def _output_layer(
+    take: Any, names: set[str], L: Layout, E: np.ndarray, config: dict[str, Any], dtype: np.dtype,
+    where: str, body: str,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """The output layer's W (only when not tied: W = Eᵀ otherwise) and b.
+
+    The head's forward applies ``decoder`` (nn.Linear, with a bias). Tied (``tie_word_embeddings``),
+    transformers makes ``decoder.weight`` the embedding table and ``decoder.bias`` the head's own
+    ``bias``: a file may hold either or both, and both must then agree. Untied, ``decoder`` is its
+    own layer, and the head's ``bias`` (if the file has it) is not used."""
+    vocab, d = config["vocab_size"], config["d_model"]
+    tied = config["tie_word_embeddings"]
+    weight, bias = f"{L.decoder}.weight", f"{L.decoder}.bias"
+    out: dict[str, np.ndarray] = {}
+    if weight in names:
+        W = take(weight, (vocab, d))
+        if tied and not np.array_equal(W, E):
+            raise CheckpointError(
+                f"{where}: {weight} differs from {body}{L.word}.weight, which config.json says it is "
+                "(tie_word_embeddings)"
+            )
+        if not tied:
+            out["W"] = np.ascontiguousarray(W.T, dtype=dtype)
+    elif not tied:
+        raise CheckpointError(f"{where}: missing tensor {weight} (tie_word_embeddings is false)")
+    if L.bias is None:  # DistilBERT: the projector's own bias, tied or not
+        b = take(bias, (vocab,))
+    elif tied:  # one parameter under two names: either, or both when they agree
+        present = [n for n in (L.bias, bias) if n in names] or [L.bias]
+        b, *other = (take(n, (vocab,)) for n in present)
+        if other and not np.array_equal(b, other[0]):
+            raise CheckpointError(
+                f"{where}: {bias} differs from {L.bias}, which transformers ties it to (tie_word_embeddings)"
+            )
+    else:
+        if bias not in names:
+            raise CheckpointError(
+                f"{where}: missing tensor {bias} (tie_word_embeddings is false: the output layer's own bias)"
+            )
+        b = take(bias, (vocab,))
+        if L.bias in names:
+            take(L.bias, (vocab,))  # in transformers' model, but not in its forward: shape checked only
+    out["b"] = np.ascontiguousarray(b, dtype=dtype)
+    return out
