@@ -74,3 +74,13 @@ def marian_separate(tmp_path_factory):
     from tests.tiny_marian import build_separate
 
     return build_separate(tmp_path_factory.mktemp("marian-separate"))
+
+
+@pytest.fixture(scope="session")
+def bert_family(tmp_path_factory):
+    """Tiny BERT, RoBERTa and DistilBERT checkpoints (tests/tiny_bert.py), three trained to fill the
+    blank, and bert's weights untied, as the hub's BertForPreTraining file, and as a plain BertModel."""
+    pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
+    from tests.tiny_bert import build_all
+
+    return build_all(tmp_path_factory.mktemp("bert"))

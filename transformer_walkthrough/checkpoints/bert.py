@@ -315,10 +315,10 @@ def _bert_like(config: dict[str, Any], path: Path) -> None:
             f"{path}: position_embedding_type is {shown(kind)}: only 'absolute' (a learned table P) "
             "is supported"
         )
-    for key, what in (("is_decoder", "a causal mask (BERT as a decoder)"),
-                      ("add_cross_attention", "cross-attention layers")):  # fmt: skip
+    for key, what in (("is_decoder", "BERT as a decoder (a causal mask) is"),
+                      ("add_cross_attention", "cross-attention layers are")):  # fmt: skip
         if config[key] is not False:
-            raise CheckpointError(f"{path}: {key} is {shown(config[key])}: {what} are not supported")
+            raise CheckpointError(f"{path}: {key} is {shown(config[key])}: {what} not supported")
     if family == "roberta":
         pad = config["pad_token_id"]
         if pad is None:
