@@ -1112,6 +1112,10 @@ def _continue(
 
     loaded = load(checkpoint.model, checkpoint.prompt or "", checkpoint.dtype, prompt=True)
     m = loaded.config.model
+    if m.encoder_only:  # said before --layer is checked: it counts decoder layers, of which BERT has none
+        from .model.generation import no_next_token
+
+        raise no_next_token(loaded.config)
     layer = m.num_decoder_layers - 1 if layer is None else layer
     if not 0 <= layer < m.num_decoder_layers:
         raise WalkthroughError(f"--layer: this model has layers 0 to {m.num_decoder_layers - 1}, got {layer}")
