@@ -54,6 +54,24 @@ def _one_line(err: pytest.ExceptionInfo) -> str:
     return message
 
 
+def test_the_blocked_transpose_is_the_transpose():
+    """nn.Linear's weights are transposed a block of rows at a time: the same numbers, any shape
+    (rows past one block, a last block cut short), cast to the dtype asked, and into a strided
+    destination (W_QKV's thirds)."""
+    from transformer_walkthrough.checkpoints.tensors import TRANSPOSE_ROWS, transpose_into, transposed
+
+    a = np.arange(2 * TRANSPOSE_ROWS + 7, dtype=np.float32).reshape(-1, 1) * 10 + np.arange(5)
+    for dtype in (np.float32, np.float64):
+        t = transposed(a, np.dtype(dtype))
+        assert t.dtype == dtype and t.flags.c_contiguous and t.shape == (5, 2 * TRANSPOSE_ROWS + 7)
+        assert t[3, 300] == 3003.0
+        np.testing.assert_array_equal(t, a.T)
+    out = np.zeros((5, 3 * a.shape[0]), np.float64)
+    transpose_into(out[:, a.shape[0] : 2 * a.shape[0]], a)
+    np.testing.assert_array_equal(out[:, a.shape[0] : 2 * a.shape[0]], a.T)
+    assert not out[:, : a.shape[0]].any() and not out[:, 2 * a.shape[0] :].any()
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_token_ids_and_the_mask_equal_auto_tokenizer(bert_family, name):
     folder = bert_family[name]

@@ -57,7 +57,15 @@ from .bpe import BPETokenizer
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
 from .jsonfile import shown
-from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
+from .tensors import (
+    Taker,
+    check_layers,
+    float_dtype,
+    read_config_json,
+    read_weights,
+    transpose_into,
+    transposed,
+)
 from .wordpiece import WordPieceTokenizer
 
 FAMILIES = ("bert", "roberta", "distilbert")
@@ -364,8 +372,10 @@ def _convert(
 
     def linear(module: str, d_in: int, d_out: int, w: str, b: str) -> dict[str, np.ndarray]:
         """nn.Linear's (out, in) weight as our (in, out) ``w``, and its bias as ``b``."""
-        W = np.ascontiguousarray(take(f"{module}.weight", (d_out, d_in)).T, dtype=dtype)
-        return {w: W, b: cast(f"{module}.bias", (d_out,))}
+        return {
+            w: transposed(take(f"{module}.weight", (d_out, d_in)), dtype),
+            b: cast(f"{module}.bias", (d_out,)),
+        }
 
     def norm(module: str) -> dict[str, np.ndarray]:
         gamma, beta = _norm_names(module, names)
@@ -375,7 +385,7 @@ def _convert(
         """W_QKV = [W_Q | W_K | W_V], b_QKV = [b_Q | b_K | b_V], filled in place: no joined copy."""
         W, b = np.empty((d, 3 * d), dtype=dtype), np.empty(3 * d, dtype=dtype)
         for third, module in enumerate((L.query, L.key, L.value)):
-            W[:, third * d : (third + 1) * d] = take(f"{layer}{module}.weight", (d, d)).T
+            transpose_into(W[:, third * d : (third + 1) * d], take(f"{layer}{module}.weight", (d, d)))
             b[third * d : (third + 1) * d] = take(f"{layer}{module}.bias", (d,))
         return {"W_QKV": W, "b_QKV": b}
 
@@ -444,7 +454,7 @@ def _output_layer(
                 "(tie_word_embeddings)"
             )
         if not tied:
-            out["W"] = np.ascontiguousarray(W.T, dtype=dtype)
+            out["W"] = transposed(W, dtype)
     elif not tied:
         raise CheckpointError(f"{where}: missing tensor {weight} (tie_word_embeddings is false)")
     if L.bias is None:  # DistilBERT: the projector's own bias, tied or not
