@@ -157,8 +157,7 @@ LAYOUTS = {
         value="attention.v_lin", attention_out="attention.out_lin", norm_1="sa_layer_norm",
         ff_in="ffn.lin1", ff_out="ffn.lin2", norm_2="output_layer_norm", transform="vocab_transform",
         transform_norm="vocab_layer_norm", decoder="vocab_projector", bias=None, pooler=False,
-        next_sentence=False,
-        buffers=("embeddings.position_ids",),
+        next_sentence=False, buffers=("embeddings.position_ids",),
     ),
 }  # fmt: skip
 
@@ -204,13 +203,16 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> BertCheckpoint:
     family = config["model_type"]
     budget = Budget()
     tensors, file = read_weights(folder, budget)
-    where = f"{folder / file}"
-    weights, head = _convert(tensors, config, dtype, where, budget)
-    if head and family == "roberta" and config["hidden_act"] != "gelu":
+    if (
+        family == "roberta"
+        and config["hidden_act"] != "gelu"
+        and f"{LAYOUTS[family].transform}.weight" in tensors
+    ):
         raise CheckpointError(
             f"{folder / 'config.json'}: hidden_act is {shown(config['hidden_act'])}, but RoBERTa's MLM "
             "head always uses gelu: two activations in one model are not supported"
         )
+    weights, head = _convert(tensors, config, dtype, f"{folder / file}", budget)
     reader = BPETokenizer if family == "roberta" else WordPieceTokenizer
     tokenizer = reader(folder, size=config["vocab_size"])
     if head and tokenizer.mask_id is None:
