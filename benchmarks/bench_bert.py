@@ -16,6 +16,10 @@ run of each against the best of its peer, and the median over turns of the two w
   2 step       `walkthrough step --model DIR --prompt … --stage self-attention --layer 11`, a fresh
                process, stdout to a pipe, vs `python -c` importing transformers, loading the
                checkpoint and its tokenizer and running one forward (the attention of layer 11)
+Beside 1, the forward's matrix products alone (per layer W_QKV, W_O, W_1, W_2; then the head's
+W_dense and the tied output layer, Eᵀ), NumPy on our (in, out) weights against
+torch.nn.functional.linear on transformers' (out, in) ones, q/k/v apart as it runs them: how much of
+the gap is the BLAS, and how much of our forward is anything but products.
 Targets: 1 <= 1.0x, 2 <= 0.5x. The first line names the host (base.host_line).
 """
 
@@ -82,6 +86,46 @@ def make_checkpoint(folder: Path) -> None:
     bert_base_tokenizer(folder)
     torch.manual_seed(0)
     transformers.BertForMaskedLM(transformers.BertConfig(**SHAPE)).save_pretrained(folder)
+
+
+def products(w: object, reference: object, n: int) -> tuple[object, object]:
+    """The forward's matrix products on random rows of its shapes: NumPy's and torch's (see above)."""
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(0)
+    x, h = (
+        rng.standard_normal((n, k)).astype(np.float32)
+        for k in (SHAPE["hidden_size"], SHAPE["intermediate_size"])
+    )
+    ours = []
+    for i in range(SHAPE["num_hidden_layers"]):
+        attn, ffn = f"encoder.{i}.self-attention", f"encoder.{i}.feed-forward"
+        ours += [(x, w[f"{attn}/W_QKV"]), (x, w[f"{attn}/W_O"]), (x, w[f"{ffn}/W_1"]), (h, w[f"{ffn}/W_2"])]
+    ours += [(x, w["output.transform/W_dense"]), (x, w["encoder.embedding/E"].T)]
+    xt, ht = torch.from_numpy(x), torch.from_numpy(h)
+    theirs = []
+    for layer in reference.bert.encoder.layer:  # type: ignore[attr-defined]
+        a = layer.attention
+        theirs += [(xt, a.self.query.weight), (xt, a.self.key.weight), (xt, a.self.value.weight)]
+        theirs += [
+            (xt, a.output.dense.weight),
+            (xt, layer.intermediate.dense.weight),
+            (ht, layer.output.dense.weight),
+        ]
+    head = reference.cls.predictions  # type: ignore[attr-defined]
+    theirs += [(xt, head.transform.dense.weight), (xt, head.decoder.weight)]
+
+    def numpy_products() -> None:
+        for a, b in ours:
+            a @ b
+
+    def torch_products() -> None:
+        with torch.no_grad():
+            for a, b in theirs:
+                torch.nn.functional.linear(a, b)
+
+    return numpy_products, torch_products
 
 
 def cli(folder: Path, command: str, *extra: str) -> list[str]:
@@ -151,8 +195,11 @@ def main() -> int:
     dtypes = sorted({str(m.values.dtype) for stage in trace for m in stage.matrices.values()})
     del trace
 
+    numpy_products, torch_products = products(w, reference, N_PROMPT)
     turns = best_times(
         {
+            "NumPy products": numpy_products,
+            "torch products": torch_products,
             "ours forward": lambda: run_forward(config, w, source_ids=ids),
             "transformers forward": theirs_forward,
             "transformers attentions": theirs_attentions,
@@ -187,6 +234,9 @@ def main() -> int:
     )
     print(f"1 forward, full trace vs eager               {forward}  (<= 1.0)")
     print(f"  vs eager with output_attentions=True       {attentions}")
+    share = t["NumPy products"] / t["ours forward"]
+    print(f"  its products alone, NumPy vs torch linear  {ratio('NumPy products', 'torch products')}")
+    print(f"  (the products are {share:.0%} of our traced forward)")
     s, th = min(e2e["step"]), min(e2e["theirs"])
     print(f"2 step --stage self-attention --layer {LAYER} vs python -c transformers: "
           f"{s:.2f} s vs {th:.2f} s: {s / th:.2f}x (best of {args.e2e_rounds})  (<= 0.5)")  # fmt: skip
