@@ -56,7 +56,10 @@ def test_run_shows_the_sentence_framed_and_the_blank_filled(runner, bert_family,
     assert "encoder.1.self-attention" in out and "output.transform" in out and "decoder." not in out
     prediction = out[out.index("Prediction") :]
     blank = next(line for line in prediction.splitlines() if "(pos 4)" in line)
-    assert re.search(r"\s·?sleeping\s+0\.9\d", blank), blank  # the trained fill, its probability
+    shown = re.search(r"\s(·?sleeping)\s+(\d\.\d\d)\s", blank)  # the trained fill, its probability
+    assert shown, blank
+    p = trace["output.probabilities"]["probabilities"][4, trace.vocabulary_of("output").index(shown[1])]
+    assert abs(float(shown[2]) - p) <= 0.005 + 1e-9 and p > 0.9, (shown[2], p)
     if name == "roberta":
         assert "P[2 + i]" in out  # RoBERTa's positions start at padding_idx + 1, shown
 
