@@ -180,6 +180,8 @@ CASES = {
     "too long": ("bert", None, "the cat [MASK] " * 11, f"this model reads at most {POSITIONS}"),
     "too long for RoBERTa's offset": ("roberta", None, "The<mask>" * 16 + " cat",
                                       f"this model reads at most {POSITIONS}"),
+    "a pad inside RoBERTa's text": ("roberta", None, "The cat <pad> is <mask> comfortably.",
+                                    "holds <pad> (the pad token): RoBERTa gives a pad no position"),
     "relative positions": ("bert", _config_edit(position_embedding_type="relative_key_query"), None,
                            "position_embedding_type is 'relative_key_query': only 'absolute'"),
     "missing tensor": ("bert", _tensor_edit(lambda t: {k: t[k] for k in t if k != "cls.predictions.bias"}),

@@ -256,6 +256,13 @@ def walk_prompt(model: str, prompt: str, dtype: str = "float32", precision: int 
                 f"--prompt: {prompt!r} has no {config.mask_token}: a fill-mask model predicts the word "
                 f"hidden behind it; write {config.mask_token} where a word should be"
             )
+        pad = ckpt.pad_token_id
+        if m.position_offset and pad in ids:  # RoBERTa numbers its positions past the padding
+            raise CheckpointError(
+                f"--prompt: {prompt!r} holds {config.vocabulary[pad]} (the pad token): RoBERTa gives a pad "
+                "no position and counts the tokens after it without it; this walkthrough reads "
+                "unpadded text: remove it"
+            )
         check_size(config, len(ids), 0)
         trace = run_forward(config, w, source_ids=ids)
         trace.weights_source = ckpt.source
