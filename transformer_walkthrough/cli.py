@@ -510,7 +510,10 @@ def _show(
 
     out = Terminal()
     view = out.view(trace.config.display.precision, full, heatmap, shared_scale)
-    ending = any(s.kind == "probabilities" for s in stages)
+    # the prediction after the probabilities; after the last stage of a model that has none
+    ending = any(s.kind == "probabilities" for s in stages) or (
+        trace.config.model.task == "encode" and bool(stages) and stages[-1] is list(trace)[-1]
+    )
     out.show_all(
         render_trace(out.console, trace, stages, view, prediction=ending, grads=grads, show_map=show_map)
     )

@@ -163,7 +163,10 @@ def _embedding_formula(m: ModelConfig) -> str:
         lines.append("segment[i] = T[segment_i]    (the sentence token i is in: 0 for the first)")
     if m.positional_encoding == "learned":
         lines.append(
-            f"position[i] = P[{m.position_offset} + i]" if m.position_offset else "position[i] = P[i]"
+            f"position[i] = P[{m.position_offset} + i]    (RoBERTa: positions count from padding_idx + 1; "
+            f"rows 0…{m.position_offset - 1} are never read)"
+            if m.position_offset
+            else "position[i] = P[i]"
         )
     else:
         lines.append("position[i] = the sinusoids of position i (§3.5)")
