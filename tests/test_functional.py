@@ -168,6 +168,26 @@ def test_erf_matches_math_erf_to_four_ulp_on_every_interval() -> None:
     assert _ulps(got, expected).max() <= 4  # 3 at worst, about 4e-16 relative
 
 
+def test_erf32_is_within_four_float32_ulp_of_math_erf() -> None:
+    """The float32 evaluation, against the C library's erf rounded to float32, every interval and
+    seam; and float32 GELU against float64's rounded."""
+    from transformer_walkthrough.model.erf import erf32
+
+    seams = np.nextafter(np.float32([0.46875, 4.0]), [[0], [np.inf]]).ravel()
+    grid = np.concatenate(
+        [np.linspace(-30, 30, 200_001), np.geomspace(1e-38, 30, 20_001), seams, [0.46875, 4.0]]
+    )
+    grid = np.concatenate([grid, -grid]).astype(np.float32)
+    expected = np.array([math.erf(v) for v in grid.astype(np.float64)]).astype(np.float32)
+    got = erf32(grid)
+    assert got.dtype == np.float32 and np.all(np.sign(got) == np.sign(expected))
+    assert np.abs(got.view(np.int32).astype(np.int64) - expected.view(np.int32)).max() <= 4
+    edges = erf32(np.float32([0.0, -0.0, np.inf, -np.inf, np.nan]))
+    assert edges[0] == 0 and np.signbit(edges[1]) and (edges[2], edges[3]) == (1, -1) and np.isnan(edges[4])
+    x = np.linspace(-8, 8, 4001, dtype=np.float32)
+    np.testing.assert_allclose(F.gelu(x), F.gelu(x.astype(np.float64)), rtol=1e-6, atol=1e-7)
+
+
 def test_erf_by_hand_at_its_edges() -> None:
     from transformer_walkthrough.model.erf import erf
 

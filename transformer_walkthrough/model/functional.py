@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .erf import erf
+from .erf import erf, erf32
 
 
 def row_sums(x: np.ndarray) -> np.ndarray:
@@ -324,7 +324,9 @@ def relu(x: np.ndarray) -> np.ndarray:
 
 
 def normal_cdf(x: np.ndarray) -> np.ndarray:
-    """Φ(x) = (1 + erf(x/√2))/2, the standard normal's CDF, in x's dtype."""
+    """Φ(x) = (1 + erf(x/√2))/2, the standard normal's CDF, in x's dtype (float32 in float32)."""
+    if x.dtype == np.float32:
+        return 0.5 * (1.0 + erf32(x * np.float32(1 / math.sqrt(2.0))))
     return 0.5 * (1.0 + erf(x * (1 / math.sqrt(2.0))).astype(x.dtype))
 
 
