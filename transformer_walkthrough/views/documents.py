@@ -40,6 +40,7 @@ from ..model.trace import (
 from .numbers import format_value, text_widths
 from .palette import css, diverging, sequential
 from .render import View, group_of, is_shaded, label, largest, summary
+from .sections import SECTIONS_CSS, report_sections
 
 Grads = dict[str, dict[str, np.ndarray]]  # stage id -> matrix name -> dL/d(matrix)
 
@@ -1326,12 +1327,20 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     nav = "".join(f'<li><a href="#{e(s.id)}">{e(s.title)}</a></li>' for s in stages)
     if trace.prediction:
         nav += '<li><a href="#prediction">Prediction</a></li>'
+    # The whole report (not a selection, not a worksheet) ends on the lens and the attention overview.
+    extras = (
+        report_sections(trace, o.precision, o.full)
+        if o.worksheet is None and len(stages) == len(trace)
+        else []
+    )
+    nav += "".join(f'<li><a href="#{anchor}">{e(title)}</a></li>' for anchor, title, _ in extras)
+    css = _CSS + (SECTIONS_CSS if extras else "")
     if o.worksheet is not None:
         nav += '<li><a href="#answers">Answer key</a></li>'
     yield (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title)}</title>'
-        f"<style>{_CSS}</style></head><body><header><h1>{e(title)}</h1><p>{line}</p></header>"
+        f"<style>{css}</style></head><body><header><h1>{e(title)}</h1><p>{line}</p></header>"
         f'<div class="layout"><nav><strong>Stages</strong><ol>{nav}</ol></nav><main>'
     )
     from .figure import figure_svg
@@ -1367,6 +1376,8 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
             '<table class="pred"><thead><tr><th>after</th><th>predicted</th><th>p</th><th>expected</th><th></th>'
             f"<th>top 3</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
         )
+    for _, _, section in extras:
+        yield section
     if o.worksheet is not None and not o.worksheet.separate_key:
         yield _html_key(trace, o.worksheet)
     yield "</main></div></body></html>\n"
