@@ -393,7 +393,7 @@ def _input_of(command: str, kwargs: dict[str, object]) -> str:
 
 # Text arguments that are words, checked for bytes that are not UTF-8; paths (export's PATH,
 # --model's folder) are the file system's bytes and are fine as they are.
-TEXT_ARGUMENTS = ("source", "target", "prompt", "stage", "matrix", "cell", "cells")
+TEXT_ARGUMENTS = ("source", "target", "prompt", "stage", "matrix", "cell", "cells", "explain", "token")
 
 
 def check_arguments(kwargs: dict[str, object]) -> None:
@@ -845,7 +845,7 @@ def lens(
         ),
     ] = None,
     digits: Annotated[int, typer.Option(help="With --explain: digits after the decimal point.")] = 4,
-    full: FullOption = False,
+    full: Annotated[bool, typer.Option("--full", help="Every position, however wide the table.")] = False,
     checkpoint: ModelOptions = TOY,
 ) -> None:
     """The logit lens: what the model would predict after each decoder layer, at every position."""
