@@ -66,12 +66,13 @@ def masked(stage: Stage) -> np.ndarray | None:
     return None
 
 
-def who_attends(stage: Stage) -> str:
-    """What the rows and the columns are, read from the stage: its side, and whether it has a mask."""
+def who_attends(stage: Stage, mask: str = MASKED) -> str:
+    """What the rows and the columns are, read from the stage: its side, and whether it has a mask
+    (its cells drawn as ``mask``)."""
     if side_of(stage.id) == ENCODER:
         return "self-attention: queries and keys are the encoder's tokens (the source)"
     if masked(stage) is not None:
-        return "masked self-attention: queries and keys are the decoder's tokens; · a later key, masked"
+        return f"masked self-attention: queries and keys are the decoder's tokens; {mask} a later key, masked"
     return (
         "cross-attention: queries are the decoder's tokens, keys the encoder's output (the source's tokens)"
     )
@@ -198,7 +199,7 @@ def legend(glyphs: Glyphs, view: View) -> Text:
     else:
         marks = ", ".join(
             f"{'blank' if s == ' ' else s} {q}"
-            for s, q in zip(glyphs.shades, ("0", "¼", "½", "¾", "1"), strict=True)
+            for s, q in zip(glyphs.shades, ("0", "1/4", "1/2", "3/4", "1"), strict=True)
         )
         out.append(f"{marks} (a weight's nearest quarter)")
     out.append(f"; {glyphs.mask} masked", style="dim")
@@ -219,7 +220,7 @@ def overview(
         if head is not None:
             heads = [(name, m) for name, m in heads if m.head == head]
         first = heads[0][1]
-        yield paragraph(f"{who_attends(stage)}.", view.width, style="dim")
+        yield paragraph(f"{who_attends(stage, glyphs.mask)}.", view.width, style="dim")
         keys = [f"{j} {label(first.cols[j], HEAD_LABEL)}" for j in kept(first.shape[1]) if j >= 0]
         yield Text("\n".join(pack([f"keys (columns): {keys[0]}", *keys[1:]], ", ", view.width)), style="dim")
         n_q, n_k = first.shape
