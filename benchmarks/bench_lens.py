@@ -11,7 +11,9 @@ lens        A random GPT-2-small-shaped checkpoint (bench_gpt2.make_checkpoint: 
                         positions through ln_f and the 768 × 50,257 output layer, and the softmax
               command   what `walkthrough lens` does once the checkpoint is loaded: the forward,
                         the lens and the table laid out (to a null console)
-            Target: lens <= 1.5x the forward.
+            And end to end, fresh processes each: `walkthrough lens --model DIR --prompt …` against
+            `walkthrough stages` with the same options (the same loading and traced forward, nothing
+            projected). Target: lens <= 1.5x the forward.
 attention   The paper's base size (benchmarks/base.py: 6 + 6 layers, 8 heads, 64 + 64 tokens):
             the overview of all 18 attention stages' 144 heads laid out and printed to a null
             console, plain (a pipe) and coloured (truecolor); and `walkthrough attention` end to
@@ -98,24 +100,27 @@ def attention_times(rounds: int) -> tuple[float, float, float, int]:
     return best[False], best[True], time.perf_counter() - start, lines
 
 
-def end_to_end(rounds: int) -> tuple[float, float]:
-    """Median seconds of `walkthrough attention` and `walkthrough stages` on the base config, in turns."""
+def fresh_processes(commands: dict[str, list[str]], rounds: int) -> dict[str, float]:
+    """Median seconds of each command in a fresh process, output to a pipe, taken in turns."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(rounds):
+        for name, args in commands.items():
+            start = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-m", "transformer_walkthrough", *args], capture_output=True, check=True
+            )
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def end_to_end(rounds: int) -> dict[str, float]:
+    """`walkthrough attention` and `walkthrough stages` on the base config (``fresh_processes``)."""
     from transformer_walkthrough.config import config_to_yaml
 
     with tempfile.TemporaryDirectory(prefix="bench-lens-") as folder:
         config = Path(folder) / "base.yaml"
         config.write_text(config_to_yaml(base_config()), encoding="utf-8")
-        commands = {
-            name: [sys.executable, "-m", "transformer_walkthrough", name, "-c", str(config)]
-            for name in ("attention", "stages")
-        }
-        times: dict[str, list[float]] = {name: [] for name in commands}
-        for _ in range(rounds):
-            for name, command in commands.items():
-                start = time.perf_counter()
-                subprocess.run(command, capture_output=True, check=True)
-                times[name].append(time.perf_counter() - start)
-    return statistics.median(times["attention"]), statistics.median(times["stages"])
+        return fresh_processes({name: [name, "-c", str(config)] for name in ("attention", "stages")}, rounds)
 
 
 def main() -> int:
@@ -149,6 +154,14 @@ def main() -> int:
         f"  forward + lens + table             {t['command'] * 1e3:7.1f} ms: {command:.2f}x the forward "
         f"(middle half {quartiles(turn_ratios(turns, 'command', 'forward'))})"
     )
+    e2e = fresh_processes(
+        {name: [name, "--model", str(folder), "--prompt", PROMPT] for name in ("lens", "stages")},
+        args.e2e_rounds,
+    )
+    print(
+        f"  end to end: walkthrough lens {e2e['lens']:.2f} s vs walkthrough stages {e2e['stages']:.2f} s "
+        f"(the same start-up, loading and traced forward): {e2e['lens'] / e2e['stages']:.2f}x"
+    )
     if temporary is not None:
         temporary.cleanup()
 
@@ -157,10 +170,11 @@ def main() -> int:
     print(f"  overview printed, plain            {plain:7.3f} s  ({lines:,} lines)  (<= 1 s)")
     print(f"  overview printed, coloured         {coloured:7.3f} s  (<= 1 s)")
     print(f"  the traced forward it reads        {forward:7.3f} s")
-    ours, stages = end_to_end(args.e2e_rounds)
+    e2e = end_to_end(args.e2e_rounds)
     print(
-        f"  end to end: walkthrough attention {ours:.2f} s vs walkthrough stages {stages:.2f} s "
-        f"(the same start-up and forward pass): the overview adds {ours - stages:.2f} s"
+        f"  end to end: walkthrough attention {e2e['attention']:.2f} s vs walkthrough stages "
+        f"{e2e['stages']:.2f} s (the same start-up and forward pass): the overview adds "
+        f"{e2e['attention'] - e2e['stages']:.2f} s"
     )
     return 0
 
