@@ -260,7 +260,7 @@ def test_report_in_a_real_browser(tmp_path: Path) -> None:
         shot = base64.b64decode(driver("GET", "/screenshot"))
     finally:
         driver.close()
-    assert ids == [s.id for s in trace] + ["prediction"]  # every stage, rendered, in order
+    assert ids == [s.id for s in trace] + ["prediction", "lens", "attention"]  # every stage, in order
     assert "<start> sleeping comfortably <end>" in text  # escaped tokens read as text
     assert masked == 18
     assert [entry for entry in logs if entry["level"] in ("SEVERE", "ERROR")] == []

@@ -40,6 +40,7 @@ from ..model.trace import (
 from .numbers import format_value, text_widths
 from .palette import css, diverging, sequential
 from .render import View, group_of, is_shaded, label, largest, summary
+from .sections import SECTIONS_CSS, report_sections
 
 if TYPE_CHECKING:
     from .clickable import Clicks
@@ -1358,18 +1359,28 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     nav = "".join(f'<li><a href="#{e(s.id)}">{e(s.title)}</a></li>' for s in stages)
     if trace.prediction:
         nav += '<li><a href="#prediction">Prediction</a></li>'
+    # The whole report (not a selection, not a worksheet) ends on the lens and the attention overview.
+    extras = (
+        report_sections(trace, o.precision, o.full)
+        if o.worksheet is None and len(stages) == len(trace)
+        else []
+    )
+    nav += "".join(f'<li><a href="#{anchor}">{e(title)}</a></li>' for anchor, title, _ in extras)
+    css = _CSS + (SECTIONS_CSS if extras else "")
     if o.worksheet is not None:
         nav += '<li><a href="#answers">Answer key</a></li>'
     yield (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title)}</title>'
-        f"<style>{_CSS}{CLICK_CSS if clicks else ''}</style></head><body><header><h1>{e(title)}</h1><p>{line}</p></header>"
+        f"<style>{css}{CLICK_CSS if clicks else ''}</style></head><body><header><h1>{e(title)}</h1><p>{line}</p></header>"
         f'<div class="layout"><nav><strong>Stages</strong><ol>{nav}</ol></nav><main>'
     )
     for stage in stages:
         yield from html_stage(trace, stage, o, clicks)
     if trace.prediction:
         yield html_prediction(trace, o)
+    for _, _, section in extras:
+        yield section
     if o.worksheet is not None and not o.worksheet.separate_key:
         yield _html_key(trace, o.worksheet)
     if clicks is not None:

@@ -1,0 +1,351 @@
+"""The attention overview: every layer's and every head's attention weights at a glance.
+
+A head is a small picture of its weights A_h — rows the queries, columns the keys — one shaded
+cell a weight, and beside each row its strongest link (query token → key token, weight): bertviz's
+model view and Inspectus's layer × head grid, in a terminal. Plain output (a pipe, a file,
+NO_COLOR) draws a weight as a character, `` ░▒▓█`` for 0 to 1 by quarters, so that a pipe still
+reads; a colour terminal shades the cell on the fixed 0–1 scale of every attention weight
+(``palette.sequential``). A key the mask hides is ``·``. Longer than 24 tokens, a head shows its
+first and last 12 queries and keys around a ``⋮`` row and a ``…`` column.
+
+Which matrices are attention weights, and which cells the mask hides, is read from the roles
+they were recorded with (``trace.ATTENTION``, ``trace.MASK``), never from their names.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+from rich.cells import cell_len
+from rich.color import Color
+from rich.console import RenderableType
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+
+from ..errors import StageError
+from ..model.architecture import ENCODER, side_of
+from ..model.trace import ATTENTION, MASK, Matrix, Stage, Trace
+from .palette import sequential, sequential_256
+from .render import ELLIPSIS, LABEL, TITLE, MatrixBlock, View, label, layout, pack, paragraph
+
+MAX_TOKENS = 24  # queries and keys a head shows; past it the first and last HALF of each
+HALF = MAX_TOKENS // 2
+SHADES = " ░▒▓█"  # 0, ¼, ½, ¾, 1: a weight's nearest quarter, as plain text draws it
+ASCII_SHADES = " .+*#"  # the same on a stream without block characters
+MASKED, ASCII_MASKED = "·", "-"
+HEAD_LABEL = 12  # characters of a token beside a row or in a link
+
+
+def attention_heads(stage: Stage) -> list[tuple[str, Matrix]]:
+    """The stage's attention weights, head by head, as recorded (A1, A2, …): by their role."""
+    return [(name, m) for name, m in stage.matrices.items() if m.role == ATTENTION]
+
+
+def strongest(A: np.ndarray) -> np.ndarray:  # (n_q, n_k) -> (n_q,)
+    """Each query's strongest link: the key it gives the largest weight (the first of equals)."""
+    return A.argmax(axis=1)
+
+
+def kept(n: int, limit: int = MAX_TOKENS) -> list[int]:
+    """The indices shown of n queries (or keys): all, or the first and last limit/2 around a -1."""
+    if n <= limit:
+        return list(range(n))
+    half = limit // 2
+    return [*range(half), -1, *range(n - half, n)]
+
+
+def masked(stage: Stage) -> np.ndarray | None:
+    """Which cells the mask hides (−∞ in M): (n_q, n_k) booleans, or None for a stage without a mask."""
+    for m in stage.matrices.values():
+        if m.role == MASK:
+            return np.isneginf(m.values)
+    return None
+
+
+def who_attends(stage: Stage, mask: str = MASKED) -> str:
+    """What the rows and the columns are, read from the stage: its side, and whether it has a mask
+    (its cells drawn as ``mask``)."""
+    if side_of(stage.id) == ENCODER:
+        return "self-attention: queries and keys are the encoder's tokens (the source)"
+    if masked(stage) is not None:
+        return f"masked self-attention: queries and keys are the decoder's tokens; {mask} a later key, masked"
+    return (
+        "cross-attention: queries are the decoder's tokens, keys the encoder's output (the source's tokens)"
+    )
+
+
+def attention_stages(
+    trace: Trace, names: Sequence[str] = (), layer: int | None = None, head: int | None = None
+) -> list[Stage]:
+    """The stages with attention weights, in order, narrowed to ``names`` (kinds or ids, as ``step``
+    takes them) and ``layer``; checks ``head`` (from 1) against the heads they have."""
+    every = [s for s in trace if attention_heads(s)]
+    kinds = {s.kind for s in every}
+    for name in names:
+        if name not in kinds and name not in {s.id for s in every}:
+            trace.select([name])  # an unknown stage: its own message, with the near names
+            listed = ", ".join(sorted(kinds))
+            raise StageError(f"--stage {name}: not an attention stage; the attention kinds here are {listed}")
+    chosen = [s for s in every if not names or s.kind in names or s.id in names]
+    if layer is not None:
+        layers = sorted({s.layer for s in every if s.layer is not None})
+        if layer not in layers:
+            raise StageError(f"--layer: this model has layers {layers[0]} to {layers[-1]}, got {layer}")
+        chosen = [s for s in chosen if s.layer == layer]
+        if not chosen:
+            raise StageError(f"--layer {layer}: no stage {', '.join(names)} in layer {layer}")
+    if head is not None:
+        heads = max(len(attention_heads(s)) for s in chosen)
+        if not 1 <= head <= heads:
+            raise StageError(f"--head: this model has heads 1 to {heads}, got {head}")
+    return chosen
+
+
+class Glyphs:
+    """How a weight is drawn: a character (plain), or a shaded background (colour)."""
+
+    def __init__(self, view: View, coloured: bool) -> None:
+        self.coloured = coloured
+        self.shades = ASCII_SHADES if view.ascii else SHADES
+        self.mask = ASCII_MASKED if view.ascii else MASKED
+        self.gap = "~" if view.ascii else ELLIPSIS  # the column of the keys left out
+        self.rows_gap = ":" if view.ascii else "⋮"
+        self.eight_bit = view.colors == "256"
+        self._styles: dict[int, Style] = {}
+
+    def cell(self, w: float, hidden: bool) -> Segment:
+        """One weight as two characters (a terminal's cell is twice as tall as it is wide)."""
+        if hidden:
+            return Segment(" " + self.mask, _DIM)
+        if not math.isfinite(w):
+            return Segment("??")
+        if not self.coloured:
+            return Segment(self.shades[round(min(max(w, 0.0), 1.0) * 4)] * 2)
+        step = round(min(max(w, 0.0), 1.0) * 20)  # the report's 21 shades: each style made once
+        style = self._styles.get(step)
+        if style is None:
+            p = step / 20
+            bg = Color.from_ansi(sequential_256(p)) if self.eight_bit else Color.from_rgb(*sequential(p))
+            style = self._styles[step] = Style(bgcolor=bg)
+        return Segment("  ", style)
+
+
+_DIM = Style(dim=True)
+_LABEL_STYLE, _TITLE_STYLE = Style.parse(LABEL), Style.parse(TITLE)
+
+
+def head_block(
+    name: str, matrix: Matrix, hidden: np.ndarray | None, glyphs: Glyphs, digits: int
+) -> MatrixBlock:
+    """One head: its name, the key indices over the grid, each query's row of weights and its
+    strongest link (→ key, weight)."""
+    A = matrix.values
+    n_q, n_k = A.shape
+    rows, cols = kept(n_q), kept(n_k)
+    best = strongest(A)
+    queries = {i: label(matrix.rows[i], HEAD_LABEL) for i in rows if i >= 0}
+    q_width = max([cell_len(t) for t in queries.values()] + [1])
+    links = {
+        i: f"→ {label(matrix.cols[best[i]], HEAD_LABEL)} {A[i, best[i]]:.{digits}f}" for i in rows if i >= 0
+    }
+    grid_width = 2 * len(cols)
+    width = q_width + 2 + grid_width + 2 + max(cell_len(t) for t in links.values())
+    size = f"  ({n_q}×{n_k})" if -1 in rows or -1 in cols else ""
+    title = f"head {matrix.head} · {name}{size}"
+    width = max(width, cell_len(title))
+    header = "".join(glyphs.gap + " " if j < 0 else f"{j % 10:>2}" for j in cols)
+
+    def pad(line: list[Segment], used: int) -> list[Segment]:
+        return [*line, Segment(" " * (width - used))] if used < width else line
+
+    lines = [
+        pad([Segment(title, _TITLE_STYLE)], cell_len(title)),
+        pad([Segment(" " * (q_width + 2)), Segment(header, _DIM)], q_width + 2 + grid_width),
+    ]
+    for i in rows:
+        if i < 0:
+            lines.append(pad([Segment(glyphs.rows_gap.ljust(q_width), _LABEL_STYLE)], q_width))
+            continue
+        text = queries[i]
+        line = [Segment(text + " " * (q_width - cell_len(text) + 2), _LABEL_STYLE)]
+        values = A[i].tolist()
+        mask_row = None if hidden is None else hidden[i].tolist()
+        cells = [
+            Segment(glyphs.gap + " ") if j < 0 else glyphs.cell(values[j], bool(mask_row and mask_row[j]))
+            for j in cols
+        ]
+        if not glyphs.coloured:  # one run of text: a pipe's line is one segment
+            line.append(Segment("".join(c.text for c in cells)))
+        else:
+            line += cells
+        line.append(Segment("  " + links[i]))
+        lines.append(pad(line, q_width + 2 + grid_width + 2 + cell_len(links[i])))
+    return MatrixBlock(width, lines)
+
+
+def legend(glyphs: Glyphs, view: View) -> Text:
+    """What a cell's character or colour means."""
+    out = Text()
+    out.append("shading: ", style="dim")
+    if glyphs.coloured:
+        out.append("0 ")
+        for p in (0.0, 0.1, 0.25, 0.5, 0.75, 1.0):
+            out.append("  ", glyphs.cell(p, False).style)
+        out.append(" 1 attention weights, the fixed scale of every matrix A")
+    else:
+        marks = ", ".join(
+            f"{'blank' if s == ' ' else s} {q}"
+            for s, q in zip(glyphs.shades, ("0", "1/4", "1/2", "3/4", "1"), strict=True)
+        )
+        out.append(f"{marks} (a weight's nearest quarter)")
+    out.append(f"; {glyphs.mask} masked", style="dim")
+    return out
+
+
+def overview(
+    trace: Trace, stages: list[Stage], head: int | None, view: View, coloured: bool
+) -> Iterator[RenderableType]:
+    """Every chosen stage's heads (or only ``head``), each a ``head_block``, packed side by side."""
+    glyphs = Glyphs(view, coloured)
+    digits = max(view.precision, 2)
+    yield legend(glyphs, view)
+    for stage in stages:
+        yield Text("")
+        yield Text.assemble((stage.title, TITLE), ("  " + stage.id, "dim"))
+        heads = attention_heads(stage)
+        if head is not None:
+            heads = [(name, m) for name, m in heads if m.head == head]
+        first = heads[0][1]
+        yield paragraph(f"{who_attends(stage, glyphs.mask)}.", view.width, style="dim")
+        keys = [f"{j} {label(first.cols[j], HEAD_LABEL)}" for j in kept(first.shape[1]) if j >= 0]
+        yield Text("\n".join(pack([f"keys (columns): {keys[0]}", *keys[1:]], ", ", view.width)), style="dim")
+        n_q, n_k = first.shape
+        if n_q > MAX_TOKENS or n_k > MAX_TOKENS:
+            yield paragraph(
+                f"{n_q} queries × {n_k} keys: the first and last {HALF} of each are shown (⋮, …); "
+                f"walkthrough step -s {stage.id} shows every weight.",
+                view.width,
+                style="dim",
+            )
+        hidden = masked(stage)
+        yield from layout(
+            [(None, [head_block(name, m, hidden, glyphs, digits)]) for name, m in heads], view.width
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The report's "Attention" section: every layer × every head, one click enlarges a head.
+# ---------------------------------------------------------------------------------------------
+
+OVERVIEW_CSS = """
+.att-wrap { overflow-x: auto; }
+table.att-grid { border-collapse: collapse; }
+table.att-grid > thead th, table.att-grid > tbody > tr > th { color: var(--accent);
+  font: 600 12px/1.3 ui-monospace, monospace; padding: 2px 8px; text-align: left; white-space: nowrap; }
+table.att-grid > tbody > tr > th small { display: block; color: var(--muted); font-weight: normal; }
+table.att-grid > tbody > tr > td { padding: 4px; vertical-align: top; }
+figure.att { margin: 0; }
+figure.att > a { display: inline-block; border: 1px solid var(--line); line-height: 0; color: inherit;
+  text-decoration: none; }
+figure.att > a:focus, figure.att > a:hover { outline: 2px solid var(--accent); }
+table.hm { border-collapse: collapse; }
+table.hm td { width: var(--cell, 5px); height: var(--cell, 5px); padding: 0; font-size: 0; }
+table.hm td.mk { background: #e4e7ee; }
+table.hm td.gap { background: #fff; }
+table.hm th, figure.att figcaption, figure.att .close { display: none; }
+figure.att:target { position: fixed; top: 4vh; left: 4vw; right: 4vw; bottom: 4vh; z-index: 10;
+  overflow: auto; background: #fff; border: 1px solid var(--line); box-shadow: 0 8px 40px rgba(0, 0, 0, .25);
+  padding: 1rem 1.4rem; }
+figure.att:target > a { border: 0; line-height: 1.3; }
+figure.att:target table.hm td { width: auto; height: auto; padding: 2px 5px;
+  font: 11px/1.3 ui-monospace, monospace; text-align: right; border: 1px solid #fff; }
+figure.att:target table.hm th { display: table-cell; color: var(--accent);
+  font: 600 11px/1.3 ui-monospace, monospace; padding: 2px 5px; text-align: left; white-space: nowrap; }
+figure.att:target table.hm thead th { text-align: right; }
+figure.att:target figcaption { display: block; margin: 0 0 .6rem; font-weight: 600; }
+figure.att:target .close { display: inline-block; float: right; font-weight: normal; }
+figure.att:target ol.links { display: block; }
+ol.links { display: none; columns: 2; font: 12px/1.5 ui-monospace, monospace; margin: .8rem 0 0; }
+@media print { figure.att:target { position: static; box-shadow: none; }
+  table.att-grid { break-inside: avoid; } }
+"""
+
+
+THUMBNAIL = 96  # px: the side of a head's picture in the grid, before it is enlarged
+
+
+def _anchor(stage: Stage, head: int) -> str:
+    return f"att-{stage.id}-{head}"
+
+
+def _heatmap(trace: Trace, stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None) -> str:
+    """One head's weights as a table of shaded cells (the report's ``g0`` … ``g20``), its labels and
+    numbers there for the enlarged view only; its strongest links below."""
+    from .documents import _STEPS
+
+    e = html.escape
+    A = m.values
+    rows, cols = kept(A.shape[0]), kept(A.shape[1])
+    best = strongest(A)
+    heads = "".join("<th>…</th>" if j < 0 else f"<th>{e(m.cols[j])}</th>" for j in cols)
+    body = []
+    for i in rows:
+        if i < 0:
+            body.append("<tr><th>⋮</th>" + '<td class="gap"></td>' * len(cols) + "</tr>")
+            continue
+        cells = []
+        for j in cols:
+            if j < 0:
+                cells.append('<td class="gap">…</td>')
+            elif hidden is not None and hidden[i, j]:
+                cells.append('<td class="mk">·</td>')
+            else:
+                w = float(A[i, j])
+                shade = round(min(max(w, 0.0), 1.0) * _STEPS) if math.isfinite(w) else 0
+                cells.append(f'<td class="g{shade}">{w:.2f}</td>')
+        body.append(f"<tr><th>{e(m.rows[i])}</th>{''.join(cells)}</tr>")
+    links = "".join(
+        f"<li>{e(m.rows[i])} → {e(m.cols[best[i]])} {A[i, best[i]]:.2f}</li>" for i in range(A.shape[0])
+    )
+    anchor = _anchor(stage, m.head or 0)
+    cell = max(4, min(16, THUMBNAIL // max(len(rows), len(cols))))  # px: a thumbnail of about 96 px
+    return (
+        f'<figure class="att" id="{e(anchor)}"><figcaption>{e(stage.title)} · head {m.head} ({e(name)}) '
+        f'<code>{e(stage.id)}</code><a class="close" href="#attention">close ✕</a></figcaption>'
+        f'<a href="#{e(anchor)}" title="{e(stage.id)} · head {m.head} ({e(name)}): click to enlarge">'
+        f'<table class="hm" style="--cell: {cell}px"><thead><tr><th></th>{heads}</tr></thead>'
+        f'<tbody>{"".join(body)}</tbody></table></a><ol class="links">{links}</ol></figure>'
+    )
+
+
+def attention_section(trace: Trace) -> str:
+    """The "Attention" section of the HTML report: a row per attention stage, a column per head,
+    each a small heatmap that one click (a link to its own id: CSS ``:target``) enlarges, with its
+    labels, its numbers and every row's strongest link; no script."""
+    e = html.escape
+    stages = [s for s in trace if attention_heads(s)]
+    if not stages:
+        return ""
+    most = max(len(attention_heads(s)) for s in stages)
+    heads = "".join(f"<th>head {h}</th>" for h in range(1, most + 1))
+    rows = []
+    for stage in stages:
+        hidden = masked(stage)
+        cells = "".join(
+            f"<td>{_heatmap(trace, stage, name, m, hidden)}</td>" for name, m in attention_heads(stage)
+        )
+        what = who_attends(stage).split(":")[0]
+        rows.append(f"<tr><th>{e(stage.id)}<small>{e(what)}</small></th>{cells}</tr>")
+    return (
+        '<section id="attention"><h2>Attention, every layer and head<code>walkthrough attention</code></h2>'
+        "<p>Each head's attention weights A: rows the queries, columns the keys, shaded from 0 (white) to 1 "
+        "(green) on the fixed scale of every attention weight; a key the mask hides is grey. Click (or focus "
+        f"and press Enter on) a head to enlarge it, with its tokens, its weights and each query's strongest "
+        f"link; longer than {MAX_TOKENS} tokens, the first and last {HALF} queries and keys are shown.</p>"
+        f'<div class="att-wrap"><table class="att-grid"><thead><tr><th></th>{heads}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div></section>"
+    )

@@ -1,0 +1,37 @@
+"""The report's sections after the prediction: the logit lens and the attention overview.
+
+``documents.iter_html`` asks for them in one call (``report_sections``) when it writes the whole
+report — not a selection of stages, not a worksheet, whose hidden cells the lens or a heatmap
+would give away; each section is its own module's (``lens``, ``overview``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import WalkthroughError
+from .lens import LENS_CSS, lens_section
+from .overview import OVERVIEW_CSS, attention_section
+
+if TYPE_CHECKING:
+    from ..model.trace import Trace
+
+SECTIONS_CSS = LENS_CSS + OVERVIEW_CSS  # added to the report's stylesheet when the sections are in it
+
+
+def report_sections(trace: Trace, precision: int, full: bool) -> list[tuple[str, str, str]]:
+    """(anchor, title in the navigation, HTML) of each section the trace has: the lens (none for
+    the flatten head, which reads every position at once) and the attention overview."""
+    from ..model.lens import logit_lens
+
+    sections = []
+    try:
+        lens = logit_lens(trace)
+    except WalkthroughError:
+        lens = None
+    if lens is not None:
+        sections.append(("lens", "Logit lens", lens_section(trace, lens, precision, full)))
+    attention = attention_section(trace)
+    if attention:
+        sections.append(("attention", "Attention, every layer and head", attention))
+    return sections
