@@ -250,6 +250,16 @@ def _segments(config: Config, segment_ids: Sequence[int] | None, n: int) -> tupl
     return segments
 
 
+def _unrecorded(
+    config: Config, source_ids: Sequence[int] | None, target_ids: Sequence[int] | None
+) -> tuple[NullTrace, list[int], list[int]]:
+    """A trace that records nothing, over the checked ids (``_ids``), and the ids."""
+    src, source_tokens = _ids(config, source_ids, ENCODER)
+    tgt, target_tokens = _ids(config, target_ids, DECODER)
+    null = NullTrace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt))
+    return null, src, tgt
+
+
 def forward(
     config: Config,
     weights: Weights,
@@ -257,9 +267,7 @@ def forward(
     target_ids: Sequence[int] | None = None,
 ) -> np.ndarray:
     """The same arithmetic with nothing recorded: just the next-token probabilities."""
-    src, source_tokens = _ids(config, source_ids, ENCODER)
-    tgt, target_tokens = _ids(config, target_ids, DECODER)
-    null = NullTrace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt))
+    null, src, tgt = _unrecorded(config, source_ids, target_ids)
     return transformer(null, weights, config.model, src, tgt)
 
 
@@ -270,7 +278,5 @@ def forward_logits(
     target_ids: Sequence[int] | None = None,
 ) -> np.ndarray:
     """``forward`` up to the output layer: the logits (decoder tokens, vocab), which sampling divides by T."""
-    src, source_tokens = _ids(config, source_ids, ENCODER)
-    tgt, target_tokens = _ids(config, target_ids, DECODER)
-    null = NullTrace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt))
+    null, src, tgt = _unrecorded(config, source_ids, target_ids)
     return decode(null, weights, config.model, src, tgt)
