@@ -1,10 +1,12 @@
 """The logit lens: equal to projecting the recorded stage outputs by hand, its last layer equal to the
-model's own logits (and, for GPT-2, every layer equal to transformers' hidden states through ln_f and
-lm_head), its table, its --position view, explain on a cell, the report's section, and bad input."""
+model's own logits (and, for GPT-2 and the BERT family, every layer equal to transformers' hidden
+states through ln_f and lm_head, or the masked-language-model head), its table, its --position view,
+explain on a cell, the report's section, and bad input."""
 
 from __future__ import annotations
 
 import html
+import math
 import re
 from pathlib import Path
 
@@ -33,28 +35,39 @@ LAYER_OUTPUTS = {
     "llama-style.yaml": ["decoder.0.residual-2", "decoder.1.residual-2"],
     "marian-style.yaml": ["decoder.0.add-norm-3"],
     "longer-sentence.yaml": ["decoder.0.add-norm-3"],
+    "bert-style.yaml": ["encoder.0.add-norm-2", "encoder.1.add-norm-2"],  # the encoder: no decoder
 }
+ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _norm_by_hand(x: np.ndarray, stage, m) -> np.ndarray:
+    """LayerNorm (mean and population variance) or RMSNorm (mean square), with the stage's gamma
+    (and beta)."""
+    gamma = stage["gamma"][0]
+    if m.norm == "layernorm":
+        mean = x.mean(axis=1, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+        return (x - mean) / np.sqrt(var + m.layer_norm_eps) * gamma + stage["beta"][0]
+    return x / np.sqrt((x**2).mean(axis=1, keepdims=True) + m.layer_norm_eps) * gamma
 
 
 def _by_hand(trace: Trace, stages: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Every layer's logits and probabilities, recomputed from the trace with plain NumPy: the final
-    norm written out (LayerNorm's mean and population variance, or RMSNorm's mean square), x·W + b,
-    and the softmax as exp(z − max) / Σ."""
+    norm written out, BERT's transform (x·W_dense + b_dense, GELU as x·(1 + erf(x/√2))/2 with
+    ``math.erf``, LayerNorm), x·W + b, and the softmax as exp(z − max) / Σ."""
     m = trace.config.model
+    side = "encoder" if m.encoder_only else "decoder"
     out = trace["output.logits"]
     W, b = out["W"], out["b"][0] if "b" in out else 0.0
     logits, probabilities = [], []
     for sid in stages:
         x = trace[sid]["output"].astype(np.float64)
         if m.has_final_norm:
-            top = trace["decoder.final-norm"]
-            gamma = top["gamma"][0]
-            if m.norm == "layernorm":
-                mean = x.mean(axis=1, keepdims=True)
-                var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
-                x = (x - mean) / np.sqrt(var + m.layer_norm_eps) * gamma + top["beta"][0]
-            else:
-                x = x / np.sqrt((x**2).mean(axis=1, keepdims=True) + m.layer_norm_eps) * gamma
+            x = _norm_by_hand(x, trace[f"{side}.final-norm"], m)
+        if m.output_transform:
+            top = trace["output.transform"]
+            dense = np.einsum("id,de->ie", x, top["W_dense"]) + top["b_dense"][0]
+            x = _norm_by_hand(dense * (1 + ERF(dense / np.sqrt(2)).astype(np.float64)) / 2, top, m)
         z = np.einsum("id,dv->iv", x, W) + b
         e = np.exp(z - z.max(axis=1, keepdims=True))
         logits.append(z)
@@ -66,8 +79,11 @@ def _by_hand(trace: Trace, stages: list[str]) -> tuple[np.ndarray, np.ndarray]:
 def test_the_lens_equals_projecting_the_recorded_outputs_by_hand(name: str) -> None:
     trace = run_forward(load_config(ROOT / "configs" / name))
     lens = logit_lens(trace)
+    m = trace.config.model
     assert list(lens.stages) == LAYER_OUTPUTS[name]
-    assert lens.norm == ("decoder.final-norm" if trace.config.model.has_final_norm else None)
+    assert lens.side == ("encoder" if m.encoder_only else "decoder")
+    assert lens.norm == (f"{lens.side}.final-norm" if m.has_final_norm else None)
+    assert lens.transform == ("output.transform" if m.output_transform else None)
     logits, probabilities = _by_hand(trace, LAYER_OUTPUTS[name])
     assert np.abs(lens.logits - logits).max() <= 1e-12
     assert np.abs(lens.probabilities - probabilities).max() <= 1e-12
@@ -77,8 +93,13 @@ def test_the_lens_equals_projecting_the_recorded_outputs_by_hand(name: str) -> N
     # its last layer is the model's own prediction
     assert np.abs(lens.logits[-1] - trace["output.logits"]["logits"]).max() <= 1e-12
     assert np.abs(lens.probabilities[-1] - trace["output.probabilities"]["probabilities"]).max() <= 1e-12
-    # the next token at each position: the sentence's
-    assert lens.expected == (*trace.target_ids[1:], None)
+    if m.encoder_only:  # the word at each position: the one read there, and at the blank the hidden one
+        config = trace.config
+        words = [config.index[w] for w in ("[CLS]", "the", "cat", "is", "sleeping", "comfortably", "[SEP]")]
+        assert lens.expected == tuple(words) and lens.tokens == trace.source_tokens
+        assert trace.source_ids[4] == config.mask_id and lens.ids == trace.source_ids
+    else:  # the next token at each position: the sentence's
+        assert lens.expected == (*trace.target_ids[1:], None) and lens.ids == trace.target_ids
 
 
 def test_top_tokens_and_rank_by_hand() -> None:
@@ -117,6 +138,49 @@ def test_gpt2_every_layer_equals_transformers_hidden_states_through_ln_f_and_lm_
     assert np.abs(lens.probabilities[-1] - trace["output.probabilities"]["probabilities"]).max() <= 1e-12
 
 
+def _mlm_head(reference, name: str):
+    """transformers' masked-language-model head of each family: hidden states -> logits."""
+    if name == "bert":
+        return reference.cls  # BertOnlyMLMHead: transform (dense, GELU, LayerNorm), then the decoder
+    if name == "roberta":
+        return reference.lm_head  # dense, GELU, LayerNorm, decoder
+    import torch.nn.functional as functional  # DistilBERT's head is four modules of the model itself
+
+    return lambda h: reference.vocab_projector(
+        reference.vocab_layer_norm(functional.gelu(reference.vocab_transform(h)))
+    )
+
+
+@pytest.mark.parametrize("name", ["bert", "roberta", "distilbert"])
+def test_bert_family_every_layer_equals_transformers_hidden_states_through_the_mlm_head(
+    bert_family, name: str
+) -> None:
+    import torch
+    import transformers
+
+    from transformer_walkthrough.checkpoints.run import walk_prompt
+
+    folder = bert_family[name]
+    mask = transformers.AutoTokenizer.from_pretrained(folder).mask_token
+    trace = walk_prompt(str(folder), f"The cat is {mask} comfortably.", "float64").trace
+    lens = logit_lens(trace)
+    reference = transformers.AutoModelForMaskedLM.from_pretrained(
+        folder, dtype=torch.float64, attn_implementation="eager"
+    ).eval()
+    assert lens.side == "encoder" and lens.transform == "output.transform" and lens.norm is None
+    assert lens.layers == reference.config.num_hidden_layers if name != "distilbert" else lens.layers == 2
+    with torch.no_grad():
+        out = reference(torch.tensor([list(trace.source_ids)]), output_hidden_states=True)
+        head = _mlm_head(reference, name)
+        expected = [head(h)[0].numpy() for h in out.hidden_states[1:]]  # [n + 1]: layer n's output
+    for layer in range(lens.layers):
+        assert np.abs(lens.logits[layer] - expected[layer]).max() <= 1e-9, (name, layer)
+    assert np.abs(lens.logits[-1] - out.logits[0].numpy()).max() <= 1e-9
+    blank = trace.source_ids.index(trace.config.mask_id)
+    assert lens.expected[blank] is None  # a prompt's blank: the hidden word is not known
+    assert all(lens.expected[i] == t for i, t in enumerate(trace.source_ids) if i != blank)
+
+
 def test_gpt2_float32_last_layer_equals_the_models_logits(gpt2) -> None:
     from transformer_walkthrough.checkpoints.run import walk_prompt
 
@@ -137,7 +201,7 @@ def test_explain_a_lens_cell_names_the_stage_the_norm_and_the_column_and_adds_up
     text = "\n".join(lines)
     assert lines[0].startswith(f"logit lens · layer 0, position 2 ({trace.target_tokens[2]}) · p({word}) = ")
     assert "the output of decoder.0.residual-2, row 2" in text
-    assert "LayerNorm(x), with the gamma and beta of decoder.final-norm" in text
+    assert "LayerNorm(X), X = x, with the gamma and beta of decoder.final-norm" in text
     assert f"column {token} ({word}) of output.logits's W" in text and "W = Eᵀ, tied" in text
     # the numbers it shows are the lens's own: the logit's sum, the softmax's quotient
     z = float(lens.logits[layer, position, token])
@@ -152,6 +216,34 @@ def test_explain_a_lens_cell_names_the_stage_the_norm_and_the_column_and_adds_up
     assert "The last layer's lens is the model's own prediction" in "\n".join(other)
     plain = "\n".join(explain_lens(run_forward(Config()), logit_lens(run_forward(Config())), 0, 1))
     assert "no final norm" in plain and "the output of decoder.0.add-norm-3, row 1 (sleeping)" in plain
+
+
+def test_explain_a_bert_lens_cell_goes_through_the_transform_with_its_own_numbers() -> None:
+    trace = run_forward(load_config(ROOT / "configs" / "bert-style.yaml"))
+    lens = logit_lens(trace)
+    layer, position = 0, 4  # the blank
+    token = trace.config.index["sleeping"]
+    lines = explain_lens(trace, lens, layer, position, token=token, digits=6)
+    text = "\n".join(lines)
+    assert lines[0].startswith(
+        f"logit lens · layer 0, position 4 ([MASK]) · p(sleeping) = {lens.probabilities[0, 4, token]:.6f}"
+    )
+    assert "What the model would predict at [MASK] if it stopped after encoder layer 0" in text
+    assert "the output of encoder.0.add-norm-2, row 4 ([MASK])" in text
+    assert "BERT's transform (output.transform) of X = x: dense layer, activation, norm" in text
+    # the transform's column j, by hand: the dense sum, GELU's Φ, the norm: the values it prints are these
+    top = trace["output.transform"]
+    x = lens.residual[layer, position]
+    j = int(re.search(r"y\[(\d+)\], the largest term", text)[1])
+    dense = float(x @ top["W_dense"][:, j] + top["b_dense"][0, j])
+    assert f"+ b_dense[{j}] " in text and text.count(f"= {dense:.6f}".replace("-", "−")) >= 1
+    y = lens.read[layer, position]
+    assert f"= {y[j]:.6f}".replace("-", "−") in text
+    z = float(lens.logits[layer, position, token])
+    assert any(line.rstrip().endswith(f"= {z:.6f}".replace("-", "−")) for line in lines)
+    assert "encoder.embedding/E" in text and "+ b[" in text  # tied W = Eᵀ, and BERT's output bias
+    assert "The word hidden here: sleeping" in text
+    assert "The word here: is" in "\n".join(explain_lens(trace, lens, 1, 3))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,7 +319,7 @@ def test_lens_explain_through_the_cli(runner: CliRunner) -> None:
     assert "column 1 (<end>) of output.logits's W" in out
 
 
-def test_lens_on_every_checkpoint_family(runner: CliRunner, gpt2, marian, llama_family) -> None:
+def test_lens_on_every_checkpoint_family(runner: CliRunner, gpt2, marian, llama_family, bert_family) -> None:
     gpt = _ok(runner, "lens", "--model", str(gpt2[0]["saved"]), "--prompt", "The cat is", "--full")
     assert "decoder.final-norm" in gpt and "layer 1 " in gpt
     translated = runner.invoke(
@@ -239,6 +331,30 @@ def test_lens_on_every_checkpoint_family(runner: CliRunner, gpt2, marian, llama_
         runner, "lens", "--model", str(llama_family["llama"]), "--prompt", "The cat", "--position", "1"
     )
     assert "Logit lens at position 1" in llama and "decoder.final-norm" in llama
+    from transformer_walkthrough.checkpoints.run import walk_prompt
+
+    folder = bert_family["bert"]
+    trace = walk_prompt(str(folder), "The cat is [MASK] comfortably.").trace
+    lens = logit_lens(trace)
+    bert = _ok(runner, "lens", "--model", str(folder), "--prompt", "The cat is [MASK] comfortably.", "--full")
+    lines = bert.splitlines()
+    assert "Logit lens: the most likely word at each position, after each layer" in bert
+    flat = " ".join(bert.split())  # the sentence under the table wraps at the width
+    assert "encoder.0.add-norm-2" in flat and "BERT's transform (output.transform)" in flat
+    header = next(line for line in lines if line.lstrip().startswith("after"))
+    assert header.split() == ["after", *trace.source_tokens]
+    last = next(k for k, line in enumerate(lines) if line.lstrip().startswith(f"layer {lens.layers - 1} "))
+    best = lens.top(1)[-1, :, 0]
+    assert lines[last].split()[2:] == [trace.vocabulary[t] for t in best]
+    words = next(line for line in lines if line.lstrip().startswith("true word")).split()[2:]
+    blank = trace.source_ids.index(trace.config.mask_id)
+    assert words[blank] == "—" and words[:blank] == [trace.vocabulary[t] for t in trace.source_ids[:blank]]
+    # a BertModel with no head has nothing to turn its layers into words
+    encoder = runner.invoke(app, ["lens", "--model", str(bert_family["bert-encoder"]), "--prompt", "The cat"])
+    assert encoder.exit_code == 2 and encoder.stdout == ""
+    assert (
+        encoder.stderr.count("\n") == 1 and "this model has no output layer (task: encode)" in encoder.stderr
+    )
 
 
 @pytest.mark.parametrize(
@@ -254,6 +370,14 @@ def test_lens_on_every_checkpoint_family(runner: CliRunner, gpt2, marian, llama_
         (["--explain", "0,1", "--token", "dog"], "--token 'dog' is not in the vocabulary"),
         (["--token", "cat"], "--token says which token --explain explains"),
         (["-c", str(ROOT / "configs" / "article-flatten.yaml")], "the flatten head's W reads every position"),
+        (
+            ["-c", str(ROOT / "configs" / "bert-style.yaml"), "--position", "7"],
+            "--position: the encoder has positions 0 to 6, got 7",
+        ),
+        (
+            ["-c", str(ROOT / "configs" / "bert-style.yaml"), "--explain", "2,0"],
+            "--explain: the encoder has layers 0 to 1, got 2",
+        ),
     ],
 )
 def test_lens_bad_input_is_one_line_and_exit_code_2(runner: CliRunner, args: list[str], message: str) -> None:

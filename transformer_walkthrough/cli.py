@@ -874,7 +874,8 @@ def lens(
     full: Annotated[bool, typer.Option("--full", help="Every position, however wide the table.")] = False,
     checkpoint: ModelOptions = TOY,
 ) -> None:
-    """The logit lens: what the model would predict after each decoder layer, at every position."""
+    """The logit lens: what the model would predict after each layer (the decoder's; BERT's encoder's), at
+    every position."""
     if top_k is not None and top_k < 1:
         raise WalkthroughError(f"--top-k: must be 1 or more, got {top_k}")
     if position is not None and position < 0:
@@ -913,7 +914,7 @@ def lens(
         note = shown.left_out(found, columns)
         if note:
             out.line(f"({note})")
-    out.line(f"The lens: {shown.where(found)}. {shown.reading(trace)}")
+    out.line(f"The lens: {shown.where(found)}. {shown.reading(trace, found)}")
 
 
 @app.command()

@@ -1,76 +1,98 @@
 """The logit lens (nostalgebraist, 2020): what the model would predict if it stopped after layer N.
 
-After each decoder layer, every position's residual stream is put through what sits on top of the
-stack — the final norm when the model has one (``ModelConfig.has_final_norm``), then the output
-layer and the softmax — as if the layers above it were not there:
+After each layer of the top stack — the decoder's, or an encoder-only model's encoder (BERT) —
+every position's residual stream is put through what sits on top of that stack, as if the layers
+above it were not there: the final norm when the model has one (``ModelConfig.has_final_norm``),
+BERT's transform (``output_transform``), then the output layer and the softmax:
 
-    lens_N = softmax(Norm(x_N)·W + b)          x_N: the output of decoder layer N, (n, d_model)
+    lens_N = softmax(Top(x_N)·W + b)        x_N: the output of layer N, (n, d_model)
+                                            Top: the final norm, or BERT's transform, or nothing
 
 The last layer's lens is the model's own prediction; the ones below it show when the answer forms.
 In the encoder–decoder the lens reads the decoder's layers: the encoder's output is never turned
 into words (each cross-attention reads it), and its rows are the source's tokens, not next tokens.
+In BERT a row is not a next token but the word at that position: at a blank, the hidden word.
 
-Everything is computed from a recorded trace, with the model's own pieces: each layer's output is
-the stage after its last sublayer (``architecture.connection(...).after``), the norm is
-``norms.norm_of(m).forward`` with the final norm's recorded gamma (and beta), the output layer is
-``functional.linear`` with the logits stage's recorded W (and b), as ``kinds.output`` computes it.
+Everything is computed from a recorded trace, and with the model's own stage functions: each
+layer's output is the stage after its last sublayer (``architecture.connection(...).after``); the
+top is ``transformer.final_norm``, ``transformer.output_layer`` and ``transformer.softmax`` run
+again on those rows, fed the very arrays the trace recorded (``Recorded``), into a trace of their
+own under the model's stage ids (``Lens.top``): ``explain`` reads a lens cell from it.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from ..errors import WalkthroughError
-from . import functional as F
-from .architecture import DECODER, OUTPUT, connection, num_layers, stage_id, sublayers
-from .kinds.norms import norm_of
-from .trace import top_k
+from .architecture import DECODER, ENCODER, OUTPUT, connection, num_layers, stage_id, sublayers, top_stack
+from .trace import Trace, top_k
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
-    from .trace import Trace
+    from .trace import Stage
 
 LOGITS = stage_id(OUTPUT, "logits")
-FINAL_NORM = stage_id(DECODER, "final-norm")
+TRANSFORM = stage_id(OUTPUT, "transform")
+PROBABILITIES = stage_id(OUTPUT, "probabilities")
 
 
-def layer_outputs(m: ModelConfig) -> list[str]:
-    """The stage whose output is the residual stream after each decoder layer, bottom to top: the
-    residual connection (or add & norm) around the layer's last sublayer."""
-    last = len(sublayers(DECODER, m))
-    return [connection(DECODER, i, last, m).after for i in range(num_layers(DECODER, m))]
+def layer_outputs(m: ModelConfig, side: str = DECODER) -> list[str]:
+    """The stage whose output is the residual stream after each layer of ``side``, bottom to top:
+    the residual connection (or add & norm) around the layer's last sublayer."""
+    last = len(sublayers(side, m))
+    return [connection(side, i, last, m).after for i in range(num_layers(side, m))]
 
 
-def project(
-    x: np.ndarray, normalize: Callable[[np.ndarray], np.ndarray] | None, W: np.ndarray, b: np.ndarray | None
-) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    """Norm(x)·W + b and its softmax, row by row; x: (rows, d_model), W: (d_model, vocab), b: (vocab,).
+class Recorded:
+    """The parameters a trace recorded, handed out as ``Weights.take`` hands out a model's: what
+    the lens runs on top of each layer is the model's own stage functions with the very arrays the
+    forward pass used (a vector was recorded as one row: every caller ravels it)."""
 
-    ``normalize`` is the final norm with its parameters (rows -> rows), or None for a stack without
-    one. Returns (the normed rows or None, the logits, the probabilities). All layers' rows go in
-    one product: a (layers·n, d) by (d, vocab) product runs at the machine's GEMM speed, where one
-    per layer would read W from memory once a layer.
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+
+    def take(self, stage: Stage, local: str) -> np.ndarray:
+        used = self.trace[stage.id]
+        stage.params[local] = used.params[local]  # the same parameter: tied W = Eᵀ stays tied
+        return used[local]
+
+
+def run_top(trace: Trace, x: np.ndarray, tokens: tuple[str, ...]) -> Trace:
+    """What sits on top of the top stack, run again on the rows x (rows, d_model) labelled
+    ``tokens``: the final norm (if any), BERT's transform (if any), the output layer, the softmax.
+
+    Recorded into a trace of its own, with the stage ids of ``trace``'s own top (decoder.final-norm,
+    output.transform, output.logits, output.probabilities); the lens reads its arrays and
+    ``explain`` its cells. All rows go through at once: a (layers·n, d) by (d, vocab) product runs
+    at the machine's GEMM speed, where one per layer would read W from memory once a layer.
     """
-    normed = None if normalize is None else normalize(x)
-    logits = F.linear(x if normed is None else normed, W, b)
-    return normed, logits, F.softmax(logits)
+    from .transformer import Stack, final_norm, output_layer, softmax  # transformer imports the kinds
+
+    m, w = trace.config.model, Recorded(trace)
+    top = Trace(trace.config, trace.source_tokens, trace.target_tokens, weights_source=trace.weights_source)
+    y = final_norm(Stack(top, top_stack(m), tokens, w, m), x)  # type: ignore[arg-type]
+    softmax(top, m, output_layer(top, w, m, y, tokens), tokens)  # type: ignore[arg-type]
+    return top
 
 
 class Lens(NamedTuple):
-    """The logit lens of one trace: for each decoder layer, each position's next-token distribution."""
+    """The logit lens of one trace: for each layer of the top stack, each position's distribution
+    over the vocabulary (the next token's; in an encoder-only model, the word's at that position)."""
 
+    side: str  # the stack whose layers are read: the decoder, or an encoder-only model's encoder
     stages: tuple[str, ...]  # per layer, the stage whose output was read (decoder.N.residual-2)
     norm: str | None  # the final norm's stage (decoder.final-norm), or None: no final norm
+    transform: str | None  # BERT's transform before the output layer (output.transform), or None
     output: str  # the stage whose W (and b) project to the vocabulary: output.logits
-    tokens: tuple[str, ...]  # the decoder's positions (their tokens' labels)
+    tokens: tuple[str, ...]  # the positions (their tokens' labels)
+    ids: tuple[int, ...]  # the token read at each position (its embedding row)
     vocabulary: tuple[str, ...]
-    expected: tuple[int | None, ...]  # per position, the id of the token that really comes next
+    expected: tuple[int | None, ...]  # per position, the id of the token that really belongs there
     residual: np.ndarray  # (layers, n, d_model): x_N, as recorded
-    normed: np.ndarray | None  # (layers, n, d_model): Norm(x_N), or None without a final norm
+    read: np.ndarray | None  # (layers, n, d_model): Top(x_N), what W reads; None with nothing on top
     logits: np.ndarray  # (layers, n, vocab)
     probabilities: np.ndarray  # (layers, n, vocab)
 
@@ -103,49 +125,61 @@ def top_tokens(p: np.ndarray, k: int) -> np.ndarray:
     return np.stack([top_k(row, k) for row in rows]).reshape(*p.shape[:-1], min(k, p.shape[-1]))
 
 
-def _norm(forward: Callable[..., np.ndarray], params: dict[str, np.ndarray], eps: float,
-          x: np.ndarray) -> np.ndarray:  # fmt: skip
-    return forward(x, params, eps)
-
-
 def expected_tokens(trace: Trace) -> tuple[int | None, ...]:
-    """The token that really follows each decoder position: the next one fed (the toy's sentence,
-    a prompt's next token, the translation's next piece); None after the last."""
+    """The token that really belongs at each position of the top stack: after a decoder position
+    the next one fed (the toy's sentence, a prompt's next token, the translation's next piece),
+    None after the last; at an encoder-only model's blank the word hidden there (None when it is
+    not known, a checkpoint's prompt), elsewhere the word read there."""
+    m = trace.config.model
+    if m.encoder_only:
+        answers = trace.answer_ids
+        return tuple(
+            (answers[i] if answers[i] >= 0 else None) if i < len(answers) and token == trace.config.mask_id
+            else None if token == trace.config.mask_id
+            else token
+            for i, token in enumerate(trace.source_ids)
+        )  # fmt: skip
     ids = trace.target_ids
     return tuple(ids[i + 1] if i + 1 < len(ids) else None for i in range(len(trace.target_tokens)))
 
 
 def logit_lens(trace: Trace) -> Lens:
-    """The lens of every decoder layer, computed from what ``trace`` recorded (see the module)."""
+    """The lens of every layer of the top stack, computed from what ``trace`` recorded (see the module)."""
     m = trace.config.model
     if m.output_head == "flatten":
         raise WalkthroughError(
             "the logit lens reads each position alone, and the flatten head's W reads every position "
             "at once (output_head: flatten): use output_head: per-position"
         )
-    stages = layer_outputs(m)
+    if m.task == "encode":
+        raise WalkthroughError(
+            "the logit lens turns each layer's output into words, and this model has no output layer "
+            "(task: encode)"
+        )
+    side = top_stack(m)
+    stages = layer_outputs(m, side)
     if not stages:
-        raise WalkthroughError("the logit lens reads the decoder's layers, and this model has none")
+        raise WalkthroughError(f"the logit lens reads the {side}'s layers, and this model has none")
     residual = np.stack([trace[s][trace[s].output] for s in stages])  # (layers, n, d)
     layers, n, d = residual.shape
-    normalize = None
-    if m.has_final_norm:
-        norm, top = norm_of(m), trace[FINAL_NORM]
-        params = {name: top[name].ravel() for name in norm.params}  # gamma (and beta), (d_model,)
-        normalize = functools.partial(_norm, norm.forward, params, m.layer_norm_eps)
-    out = trace[LOGITS]
-    b = out["b"].ravel() if "b" in out else None
-    normed, logits, probabilities = project(residual.reshape(layers * n, d), normalize, out["W"], b)
+    tokens = trace.source_tokens if side == ENCODER else trace.target_tokens
+    top = run_top(trace, residual.reshape(layers * n, d), tokens * layers)  # row N·n + i: layer N, position i
+    norm = stage_id(side, "final-norm") if m.has_final_norm else None
+    transform = TRANSFORM if m.output_transform else None
+    logits, probabilities = top[LOGITS]["logits"], top[PROBABILITIES]["probabilities"]
     vocab = logits.shape[1]
     return Lens(
+        side,
         tuple(stages),
-        FINAL_NORM if normalize is not None else None,
+        norm,
+        transform,
         LOGITS,
-        trace.target_tokens,
+        tokens,
+        trace.source_ids if side == ENCODER else trace.target_ids,
         trace.vocabulary_of(OUTPUT),
         expected_tokens(trace),
         residual,
-        None if normed is None else normed.reshape(layers, n, d),
+        top[LOGITS]["X"].reshape(layers, n, d) if norm or transform else None,
         logits.reshape(layers, n, vocab),
         probabilities.reshape(layers, n, vocab),
     )

@@ -24,7 +24,10 @@ from .heap import keep_freed_memory
 from .trace import NullTrace, Stage, Trace, token_labels
 from .weights import Weights, init_weights, load_weights
 
-__all__ = ["Weights", "forward", "init_weights", "load_weights", "run_forward", "transformer"]
+__all__ = [
+    "Weights", "final_norm", "forward", "init_weights", "load_weights", "output_layer", "run_forward",
+    "softmax", "transformer",
+]  # fmt: skip
 
 Sublayer = Callable[[Stage, np.ndarray], np.ndarray]  # (its stage, its input) -> its output
 
@@ -102,9 +105,32 @@ def stack(s: Stack, ids: list[int], memory: np.ndarray | None = None) -> np.ndar
         x = K.layer_norm(s.open(K.EMBEDDING_NORM, "embedding-norm"), s.w, x, s.tokens, m)
     for i in range(num_layers(s.side, s.m)):
         x = layer(s, i, x, memory)
-    if s.m.has_final_norm:
-        x = K.layer_norm(s.open(K.LAYER_NORM, "final-norm"), s.w, x, s.tokens, s.m)
-    return x
+    return final_norm(s, x)
+
+
+def final_norm(s: Stack, x: np.ndarray) -> np.ndarray:
+    """The norm on top of a stack, when the model has one (``ModelConfig.has_final_norm``: a
+    pre-norm stack's last residual is never normed otherwise); else x itself."""
+    if not s.m.has_final_norm:
+        return x
+    return K.layer_norm(s.open(K.LAYER_NORM, "final-norm"), s.w, x, s.tokens, s.m)
+
+
+def output_layer(
+    trace: Trace, w: Weights, m: ModelConfig, y: np.ndarray, tokens: tuple[str, ...]
+) -> np.ndarray:
+    """The top of Figure 1 up to the logits: BERT's transform (if any), then the output layer, on
+    the rows y of the top stack (its tokens ``tokens``). Returns the logits, (rows, vocab)."""
+    out = Stack(trace, OUTPUT, tokens, w, m)
+    if m.output_transform:
+        y = K.transform(out.open(K.TRANSFORM, "transform"), w, y, tokens, m)
+    return K.logits(out.open(K.LOGITS, "logits"), w, y, tokens, trace.vocabulary_of(OUTPUT), m)
+
+
+def softmax(trace: Trace, m: ModelConfig, scores: np.ndarray, rows: tuple[str, ...]) -> np.ndarray:
+    """The softmax on top: each row of logits into probabilities over the vocabulary."""
+    stage = K.PROBABILITIES_KIND.open(trace, stage_id(OUTPUT, "probabilities"), m)
+    return K.probabilities(stage, scores, rows, trace.vocabulary_of(OUTPUT))
 
 
 def decode(
@@ -131,10 +157,7 @@ def decode(
         return y
     if cache is not None:  # a generation step needs the next token after the last row only
         y, tokens = y[-1:], tokens[-1:]
-    out = Stack(trace, OUTPUT, tokens, w, m)
-    if m.output_transform:
-        y = K.transform(out.open(K.TRANSFORM, "transform"), w, y, tokens, m)
-    return K.logits(out.open(K.LOGITS, "logits"), w, y, out.tokens, trace.vocabulary_of(OUTPUT), m)
+    return output_layer(trace, w, m, y, tokens)
 
 
 def transformer(
@@ -151,8 +174,7 @@ def transformer(
         return scores
     rows = trace.source_tokens if m.encoder_only else trace.target_tokens
     rows = ("flattened",) if m.output_head == "flatten" else rows
-    stage = K.PROBABILITIES_KIND.open(trace, stage_id(OUTPUT, "probabilities"), m)
-    return K.probabilities(stage, scores, rows, trace.vocabulary_of(OUTPUT))
+    return softmax(trace, m, scores, rows)
 
 
 def _ids(config: Config, ids: Sequence[int] | None, side: str) -> tuple[list[int], tuple[str, ...]]:

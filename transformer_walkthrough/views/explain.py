@@ -133,14 +133,14 @@ def explain(
     else:
         head = f"{stage.id} · {name}[{c.row}, {c.col}] = {name}[{i}, {j}] = {c.f(c.value)}"
     try:
-        return [head, *_explainer(stage, name)(c, trace)]
+        return [head, *explainer(stage, name)(c, trace)]
     except OverflowError:  # a LayerNorm's variance of numbers near 1e200, say: too large for a float
         raise StageError(
             f"{stage.id} {name}[{i}, {j}]: the numbers of this cell are too large to show their arithmetic"
         ) from None
 
 
-def _explainer(stage: Stage, name: str) -> Callable[[Cell, Trace], list[str]]:
+def explainer(stage: Stage, name: str) -> Callable[[Cell, Trace], list[str]]:
     """The kind's explainer for the matrix's base name; a weight, or an input the kind says nothing
     particular about, is explained the same way in every kind."""
     matrix = stage.matrices[name]

@@ -2,8 +2,9 @@
 arithmetic of one cell (``explain``), and the report's "Lens" section.
 
 The numbers come from ``model.lens``; this module only lays them out. A cell is the most likely
-next token after that layer at that position, and its probability, shaded on the fixed 0–1 scale
-of every probability (``palette.sequential``); ✓ marks the token that really comes next.
+next token after that layer at that position (in an encoder-only model, the most likely word at
+that position), and its probability, shaded on the fixed 0–1 scale of every probability
+(``palette.sequential``); ✓ marks the token that really belongs there (``Lens.expected``).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import StageError
-from ..model.architecture import DECODER, stage_id
+from ..model.architecture import DECODER, ENCODER
 from ..model.kinds.hand import linear
 from ..model.kinds.norms import norm_of
-from ..model.lens import Lens
-from ..model.trace import ACTIVATION, INPUT, PROBABILITIES, WEIGHT, Stage, Trace, dims
+from ..model.lens import PROBABILITIES as PROBABILITIES_ID
+from ..model.lens import Lens, run_top
+from ..model.trace import Trace
 from .palette import sequential, sequential_256
 from .render import ELLIPSIS, LABEL, Entries, View, label, mark, styled_table, summarise
 
@@ -44,18 +46,36 @@ def _digits(view: View) -> int:
 
 
 def where(lens: Lens) -> str:
-    """What was projected, through what: the sentence above the table."""
-    norm = f"the final norm ({lens.norm}), " if lens.norm else ""
+    """What was projected, through what: the sentence under the table."""
     read = " and ".join(lens.stages) if lens.layers <= 2 else f"{lens.stages[0]}, …, {lens.stages[-1]}"
+    through = [f"the final norm ({lens.norm})"] if lens.norm else []
+    through += [f"BERT's transform ({lens.transform})"] if lens.transform else []
+    through.append(f"the output layer ({lens.output})")
     none = "" if lens.norm else " (the model has no final norm)"
     return (
-        f"each position's residual stream after each decoder layer (the output of {read}) put through "
-        f"{norm}the output layer ({lens.output}) and the softmax{none}"
+        f"each position's residual stream after each {lens.side} layer (the output of {read}) put through "
+        f"{', '.join(through)} and the softmax{none}"
+    )
+
+
+def expected_row(lens: Lens) -> str:
+    """The name of the table's last row, the tokens that ✓ marks: the next one after a decoder
+    position, the true word at an encoder-only model's (the hidden one at a blank)."""
+    return "next token" if lens.side == DECODER else "true word"
+
+
+def marks(lens: Lens) -> str:
+    """What ✓ marks, as a sentence."""
+    if lens.side == DECODER:
+        return "✓ marks the token that really comes next."
+    return (
+        "✓ marks the true word: at a blank, the word hidden there (when it is known); elsewhere, the "
+        "word read there, which the model sees."
     )
 
 
 def _cell_lines(lens: Lens, top: np.ndarray, layer: int, i: int, digits: int) -> list[tuple[str, str, bool]]:
-    """A cell's lines as (token, probability, whether it is the next token); the top token alone
+    """A cell's lines as (token, probability, whether it is the expected token); the top token alone
     takes two lines, token over probability, so that a column is as narrow as its longest token."""
     return [
         (
@@ -99,12 +119,17 @@ def lens_table(lens: Lens, view: View, k: int = 1) -> tuple[RenderableType, list
         max(cell_len(headers[i]), cell_len(nexts[i]), *(width(*line) for row in cells for line in row[i]))
         for i in range(n)
     ]
-    first = max(len(f"layer {lens.layers - 1}"), len("next token"))
+    first = max(len(f"layer {lens.layers - 1}"), len(expected_row(lens)))
     ellipsis = "..." if view.ascii else ELLIPSIS
     costs = [w + TABLE_GAP for w in widths]
     budget = view.width - first - TABLE_GAP
     shown = list(range(n)) if view.full else summarise(costs, budget, len(ellipsis) + TABLE_GAP)
-    table = styled_table("Logit lens: the most likely next token after each layer, at each position")
+    what = (
+        "next token after each layer, at each position"
+        if lens.side == DECODER
+        else "word at each position, after each layer"
+    )
+    table = styled_table(f"Logit lens: the most likely {what}")
     table.add_column(Text("after"), no_wrap=True)
     for i in shown:
         table.add_column(Text(ellipsis if i < 0 else headers[i]), no_wrap=True)
@@ -128,7 +153,9 @@ def lens_table(lens: Lens, view: View, k: int = 1) -> tuple[RenderableType, list
             row.append(cell)
         table.add_row(*row)
     table.add_section()
-    table.add_row(Text("next token", style=LABEL), *(Text(ellipsis if i < 0 else nexts[i]) for i in shown))
+    table.add_row(
+        Text(expected_row(lens), style=LABEL), *(Text(ellipsis if i < 0 else nexts[i]) for i in shown)
+    )
     if view.full:
         return AtWidth(table, first + sum(costs) + 2 * TABLE_GAP), shown
     return table, shown
@@ -145,14 +172,21 @@ def left_out(lens: Lens, shown: list[int]) -> str | None:
 
 
 def position_table(lens: Lens, position: int, k: int, view: View) -> Table:
-    """One position's k most likely next tokens after each layer; with the token that really comes
-    next, its probability and its rank in every layer (where the answer forms)."""
+    """One position's k most likely next tokens after each layer (an encoder-only model's: words at
+    that position); with the token that really belongs there, its probability and its rank in every
+    layer (where the answer forms)."""
     p = _digits(view)
     top = lens.top(k)[:, position]
     expected = lens.expected[position]
     after = label(lens.tokens[position])
     title = f"Logit lens at position {position} ({after})"
-    if expected is None:
+    if lens.side == ENCODER:
+        hidden = expected is None or lens.ids[position] != expected
+        title += (
+            ", a blank: the word hidden there is not known" if expected is None
+            else f": the word {'hidden ' if hidden else ''}there is {label(lens.vocabulary[expected])}"
+        )  # fmt: skip
+    elif expected is None:
         title += ", the last: no next token is known"
     else:
         title += f": the next token is {label(lens.vocabulary[expected])}"
@@ -200,7 +234,7 @@ def parse_lens_cell(spec: str, lens: Lens) -> tuple[int, int]:
             f"--explain: the layer {layer_text!r} is not a number (0 to {lens.layers - 1})"
         ) from None
     if not 0 <= layer < lens.layers:
-        raise StageError(f"--explain: the decoder has layers 0 to {lens.layers - 1}, got {layer}")
+        raise StageError(f"--explain: the {lens.side} has layers 0 to {lens.layers - 1}, got {layer}")
     if position_text in lens.tokens:
         return layer, lens.tokens.index(position_text)
     try:
@@ -208,7 +242,7 @@ def parse_lens_cell(spec: str, lens: Lens) -> tuple[int, int]:
     except ValueError:
         raise StageError(
             f"--explain: {position_text!r} is not a position (0 to {len(lens.tokens) - 1}) nor a token of "
-            "the decoder's input"
+            f"the {lens.side}'s input"
         ) from None
     check_position(position, lens, "--explain")
     return layer, position
@@ -217,7 +251,7 @@ def parse_lens_cell(spec: str, lens: Lens) -> tuple[int, int]:
 def check_position(position: int, lens: Lens, option: str = "--position") -> None:
     n = len(lens.tokens)
     if not 0 <= position < n:
-        raise StageError(f"{option}: the decoder has positions 0 to {n - 1}, got {position}")
+        raise StageError(f"{option}: the {lens.side} has positions 0 to {n - 1}, got {position}")
 
 
 def token_id(text: str, lens: Lens) -> int:
@@ -232,108 +266,118 @@ def token_id(text: str, lens: Lens) -> int:
     )
 
 
-def lens_stage(trace: Trace, lens: Lens, layer: int) -> Stage:
-    """The lens of ``layer`` as a stage of its own, with every matrix the cell's arithmetic reads:
-    the layer's output X, the final norm's gamma (and beta) and its result, the output layer's W
-    (and b), the logits and the probabilities. Not part of the trace: made for ``explain``'s cells."""
-    m = trace.config.model
-    rows = lens.tokens
-    D = dims(m.d_model)
-    stage = Stage(stage_id(DECODER, "lens", layer), "lens", f"Decoder layer {layer} · logit lens", "", "")
-    stage.rec("x", lens.residual[layer], rows, D, INPUT)
-    stage.sources["x"] = lens.stages[layer]
+def _on_top(top: Trace, lens: Lens, position: int, j: int, digits: int, all_terms: bool) -> list[str]:
+    """Column j of what the output layer reads, by hand, through each stage on top of the stack in
+    turn, with the kinds' own explainers on the lens's rerun of them (``model.lens.run_top``)."""
+    from .explain import Cell, explainer
+
+    steps = []
     if lens.norm is not None:
-        top = trace[lens.norm]
-        for name in norm_of(m).params:
-            stage.rec(name, top[name], (name,), D, WEIGHT)
-        stage.rec("normed", lens.normed[layer], rows, D)  # type: ignore[index]
-    out = trace[lens.output]
-    stage.rec("W", out["W"], D, lens.vocabulary, WEIGHT)
-    if "b" in out:
-        stage.rec("b", out["b"], ("b",), lens.vocabulary, WEIGHT)
-    stage.rec("logits", lens.logits[layer], rows, lens.vocabulary, ACTIVATION)
-    stage.rec("probabilities", lens.probabilities[layer], rows, lens.vocabulary, PROBABILITIES)
-    return stage
+        norm = top[lens.norm]
+        params = " and ".join(norm.params)
+        name = norm_of(top.config.model).name
+        what = f"{name}(X), X = x, with the {params} of {lens.norm} (the model's own final norm)"
+        steps.append((what, norm, ("output",)))
+    if lens.transform is not None:
+        X = "the norm's output" if steps else "x"
+        what = f"BERT's transform ({lens.transform}) of X = {X}: dense layer, activation, norm"
+        steps.append((what, top[lens.transform], ("dense", "hidden", "output")))
+    lines = []
+    for what, stage, names in steps:
+        lines.append(f"  {what}:")
+        for name in names:
+            cell = Cell(stage, name, position, j, digits, all_terms)
+            lines += [f"    {line}" for line in explainer(stage, name)(cell, top)]
+    return lines
 
 
 def explain_lens(
     trace: Trace, lens: Lens, layer: int, position: int, token: int | None = None, digits: int = 4,
     all_terms: bool = False,
 ) -> list[str]:  # fmt: skip
-    """The arithmetic of one lens cell: which stage's output, which norm, which column of W, and the
-    softmax; ``token`` defaults to the cell's most likely one."""
+    """The arithmetic of one lens cell: which stage's output, what sits on top of the stack (the
+    final norm, BERT's transform), which column of W, and the softmax; ``token`` defaults to the
+    cell's most likely one. The top is run again on the layer's rows (``model.lens.run_top``) and
+    each of its stages explained by its own kind."""
     from .explain import MAX_DIGITS, Cell
 
     if not 0 <= digits <= MAX_DIGITS:
         raise StageError(f"--digits: must be 0 to {MAX_DIGITS}, got {digits}")
     m = trace.config.model
     t = int(lens.top(1)[layer, position, 0]) if token is None else token
-    stage = lens_stage(trace, lens, layer)
-    c = Cell(stage, "probabilities", position, t, digits, all_terms)
+    top = run_top(trace, lens.residual[layer], lens.tokens)
+    c = Cell(top[PROBABILITIES_ID], "probabilities", position, t, digits, all_terms)
     word, after = c.col, c.row
     expected = lens.expected[position]
+    predicts = f"at {after}" if lens.side == ENCODER else f"after {after}"
     lines = [
         f"logit lens · layer {layer}, position {position} ({after}) · p({word}) = {c.f(c.value)}, "
         f"rank {lens.rank(layer, position, t)} of {len(lens.vocabulary)}",
-        f"What the model would predict after {after} if it stopped after decoder layer {layer}: the residual "
-        "stream there, put through what sits on top of the stack, as if the layers above were not there.",
+        f"What the model would predict {predicts} if it stopped after {lens.side} layer {layer}: the "
+        "residual stream there, put through what sits on top of the stack, as if the layers above were "
+        "not there.",
         f"1. x = the output of {lens.stages[layer]}, row {position} ({after}): the residual stream after "
         f"layer {layer} ({m.d_model} numbers)",
     ]
-    x = stage["x"][position]
+    x = lens.residual[layer, position]
     lines.append("  x = " + c.sum_of([c.f(v) for v in x.tolist()]).replace(" + ", ", "))
-    y = x
-    W = stage["W"]
-    if lens.norm is not None:
-        norm = norm_of(m)
-        y = stage["normed"][position]
+    out = top[lens.output]
+    y, W = out["X"][position], out["W"]
+    if lens.norm is None and lens.transform is None:
+        lines.append(
+            "2. nothing on top: this model's last layer feeds the output layer directly (no final norm), "
+            "so x itself is projected"
+        )
+    else:
         terms = y * W[:, t]
         j = int(np.argmax(np.abs(terms))) if np.isfinite(terms).all() else 0
-        params = " and ".join(norm.params)
         lines.append(
-            f"2. y = {norm.name}(x), with the {params} of {lens.norm} (the model's own final norm); y[{j}], "
-            "the largest term of the logit below, by hand:"
+            f"2. y = what sits on top of the stack, applied to x; y[{j}], the largest term of the logit "
+            "below, by hand:"
         )
-        norm_cell = Cell(stage, "normed", position, j, digits, all_terms)
-        lines += ["  " + line for line in norm.explain(norm_cell, "x", m.layer_norm_eps)]
+        lines += _on_top(top, lens, position, j, digits, all_terms)
         lines.append("  y = " + c.sum_of([c.f(v) for v in y.tolist()]).replace(" + ", ", "))
-    else:
-        lines.append(
-            "2. no final norm: this model's last layer feeds the output layer directly, so x itself is "
-            "projected"
-        )
-    ref = trace[lens.output].params.get("W")
+    ref = out.params.get("W")
     tied = (
         f" (W = Eᵀ, tied: column {word} of W is row {word} of E, {ref.name})"
         if ref is not None and ref.transposed
         else ""
     )
-    logit = Cell(stage, "logits", position, t, digits, all_terms)
-    b = " + b" if "b" in stage else ""
-    which = "y" if lens.norm else "x"
+    logit = Cell(out, "logits", position, t, digits, all_terms)
+    b = " + b" if "b" in out else ""
+    which = "x" if lens.read is None else "y"
     intro = f"3. logit = {which}·W[:, {word}]{b}: column {t} ({word}) of {lens.output}'s W{tied}"
     lines += linear(logit, intro, y, W[:, t], "b")
-    row = stage["logits"][position]
-    top = float(np.max(row))
-    exps = np.exp(row.astype(np.float64) - top)
+    row = out["logits"][position]
+    peak = float(np.max(row))
+    exps = np.exp(row.astype(np.float64) - peak)
     total = math.fsum(exps.tolist())
     lines += [
         f"4. p = softmax of the {len(row)} logits of this position: "
-        f"p[{word}] = e^(logit − m) / Σ_k e^(logit_k − m), m = the largest logit, {c.f(top)}",
-        f"  e^({c.f(float(row[t]))} − {c._factor(top)}) = {c.f(float(exps[t]))}; "
+        f"p[{word}] = e^(logit − m) / Σ_k e^(logit_k − m), m = the largest logit, {c.f(peak)}",
+        f"  e^({c.f(float(row[t]))} − {c._factor(peak)}) = {c.f(float(exps[t]))}; "
         f"Σ_k = {c.sum_of([c.f(v) for v in exps.tolist()])} = {c.f(total)}",
         f"  p[{word}] = {c.f(float(exps[t]))} / {c.f(total)} = {c.f(c.value)}",
     ]
     if layer == lens.layers - 1:
+        own = float(trace[PROBABILITIES_ID]["probabilities"][position, t])
         lines.append(
-            "The last layer's lens is the model's own prediction: output.probabilities"
-            f"[{after}, {word}] = {c.f(float(trace['output.probabilities']['probabilities'][position, t]))}."
+            f"The last layer's lens is the model's own prediction: output.probabilities[{after}, {word}] = "
+            f"{c.f(own)}."
         )
     if expected is not None:
         q = float(lens.probabilities[layer, position, expected])
         rank = lens.rank(layer, position, expected)
-        lines.append(f"Next in the input: {lens.vocabulary[expected]}, p = {c.f(q)} here, rank {rank}.")
+        what = _expected_sentence(lens, position)
+        lines.append(f"{what}: {lens.vocabulary[expected]}, p = {c.f(q)} here, rank {rank}.")
     return lines
+
+
+def _expected_sentence(lens: Lens, position: int) -> str:
+    """What the ✓ token is at ``position``, as the start of a sentence."""
+    if lens.side == DECODER:
+        return "Next in the input"
+    return "The word here" if lens.ids[position] == lens.expected[position] else "The word hidden here"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,7 +437,7 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
         else f"<td>{e('—' if lens.expected[i] is None else lens.vocabulary[lens.expected[i]])}</td>"
         for i in shown
     )
-    rows.append(f'<tr class="next"><th>next token</th>{nexts}</tr>')
+    rows.append(f'<tr class="next"><th>{expected_row(lens)}</th>{nexts}</tr>')
     note = ""
     if -1 in shown:
         note = (
@@ -403,9 +447,10 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
     swatches = "".join(f'<span class="g{k}"></span>' for k in range(0, _STEPS + 1, 4))
     return (
         '<section id="lens"><h2>Logit lens<code>walkthrough lens</code></h2>'
-        f"<p>What the model would predict if it stopped after each decoder layer: {e(where(lens))}. "
-        f"Each cell is the most likely next token and its probability (hover for the top {HTML_TOP}); "
-        "✓ marks the token that really comes next. The last layer's row is the model's own prediction.</p>"
+        f"<p>What the model would predict if it stopped after each {lens.side} layer: {e(where(lens))}. "
+        f"Each cell is the most likely {'next token' if lens.side == DECODER else 'word there'} and its "
+        f"probability (hover for the top {HTML_TOP}); {marks(lens)} The last layer's row is the model's "
+        "own prediction.</p>"
         f'<div class="lens-wrap"><table class="lens"><thead><tr><th>after</th>{heads}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>{note}"
         f'<p class="legend">Shading — probabilities: 0 {swatches} 1, the fixed scale of every '
@@ -414,11 +459,14 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
     )
 
 
-def reading(trace: Trace) -> str:
-    """How to read the table for this model: what the lens reads, and its last row."""
-    said = "The last layer's row is the model's own prediction; ✓ marks the token that really comes next."
-    if trace.config.model.decoder_only:
+def reading(trace: Trace, lens: Lens) -> str:
+    """How to read the table for this model: what the lens reads, what ✓ marks, and its last row."""
+    said = f"The last layer's row is the model's own prediction; {marks(lens)}"
+    m = trace.config.model
+    if m.decoder_only:
         return said
+    if m.encoder_only:
+        return f"In an encoder-only model a row is the word at its position, not the next one. {said}"
     return (
         "In the encoder–decoder the lens reads the decoder's layers: the encoder's output is never turned "
         f"into words (each cross-attention reads it). {said}"
