@@ -410,3 +410,84 @@ def test_report_has_the_lens_section_shaded_by_probability() -> None:
     # a selection of stages, or a worksheet, has neither the lens nor the attention overview
     part = to_html(trace, trace.select(["masked-attention"]))
     assert 'id="lens"' not in part and 'id="attention"' not in part
+
+
+# ---------------------------------------------------------------------------------------------
+# The Markdown and LaTeX documents end on the lens too.
+# ---------------------------------------------------------------------------------------------
+
+
+def _md_lens_rows(md: str) -> list[list[str]]:
+    """The cells of the "Logit lens" section's table, row by row (the header first, no rule)."""
+    section = md[md.index("\n## Logit lens\n") :]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
+
+
+@pytest.mark.parametrize("name", ["standard.yaml", "bert-style.yaml", "gpt-style.yaml"])
+def test_markdown_ends_on_the_lens_with_its_numbers(name: str) -> None:
+    from transformer_walkthrough.views.documents import to_markdown, worksheet
+
+    trace = run_forward(load_config(ROOT / "configs" / name))
+    _, probabilities = _by_hand(trace, LAYER_OUTPUTS[name])
+    md = to_markdown(trace, list(trace))
+    assert md.index("\n## Prediction\n") < md.index("\n## Logit lens\n")
+    header, *layers, expected = _md_lens_rows(md)
+    tokens = trace.source_tokens if trace.config.model.encoder_only else trace.target_tokens
+    assert header == ["after", *(f"`{t}`" for t in tokens)]
+    assert len(layers) == len(LAYER_OUTPUTS[name])
+    truth = logit_lens(trace).expected
+    for layer, row in enumerate(layers):
+        assert row[0] == f"layer {layer}"
+        for i, cell in enumerate(row[1:]):
+            t = int(np.argmax(probabilities[layer, i]))
+            mark = " ✓" if truth[i] == t else ""
+            assert cell == f"**`{trace.vocabulary[t]}`** {probabilities[layer, i, t]:.2f}{mark}", (layer, i)
+    assert expected[1:] == ["—" if t is None else f"`{trace.vocabulary[t]}`" for t in truth]
+    assert expected[0] == ("true word" if trace.config.model.encoder_only else "next token")
+    # a selection of stages, or a worksheet, does not end on it: its last row is the prediction
+    attention = next(s.kind for s in trace if "attention" in s.kind)
+    assert "## Logit lens" not in to_markdown(trace, trace.select([attention]))
+    sheet = to_markdown(trace, list(trace), worksheet=worksheet(trace, list(trace), exercise=2))
+    assert "?1" in sheet and "## Logit lens" not in sheet
+
+
+def test_documents_summarise_a_long_lens_and_full_keeps_it() -> None:
+    from transformer_walkthrough.views.documents import to_latex, to_markdown
+
+    config = load_config(ROOT / "configs" / "standard.yaml")
+    trace = run_forward(config, target_ids=[k % 7 for k in range(20)])
+    header, *_ = _md_lens_rows(to_markdown(trace, list(trace)))
+    assert header[1:] == [*(f"`{t}`" for t in trace.target_tokens[:8]), "…",
+                          *(f"`{t}`" for t in trace.target_tokens[12:])]  # fmt: skip
+    md = to_markdown(trace, list(trace))
+    assert "Positions 8 to 11 are left out of 20 (…); export with --full to keep them." in md
+    assert len(_md_lens_rows(to_markdown(trace, list(trace), full=True))[0]) == 21
+    latex = to_latex(trace, list(trace))
+    assert "Positions 8 to 11 are left out of 20 (\\ldots{}); export with -{}-full" in latex
+    assert "\\begin{tabular}{l" + "l" * 17 + "}" in latex
+    assert "\\begin{tabular}{l" + "l" * 20 + "}" in to_latex(trace, list(trace), full=True)
+
+
+def test_latex_lens_compiles_and_reads_back(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.test_documents import compile_latex, need, overfull
+    from transformer_walkthrough.views.documents import to_latex
+
+    trace = run_forward(load_config(ROOT / "configs" / "bert-style.yaml"))
+    lens = logit_lens(trace)
+    log, pdf = compile_latex(to_latex(trace, list(trace)), tmp_path)
+    assert not overfull(log)
+    text = subprocess.run(
+        [need("pdftotext"), "-layout", str(pdf), "-"], capture_output=True, text=True
+    ).stdout
+    section = text[text.index("Logit lens") :]
+    best = lens.top(1)[..., 0]
+    for layer in range(lens.layers):
+        row = next(line for line in section.splitlines() if line.strip().startswith(f"layer {layer} "))
+        shown = [
+            f"{trace.vocabulary[t]} {lens.probabilities[layer, i, t]:.2f}" for i, t in enumerate(best[layer])
+        ]
+        assert " ".join(row.split()[2:]).replace(" ✓", "") == " ".join(shown), row
+    assert "true word" in section and "[MASK]" in section

@@ -37,12 +37,14 @@ from ..model.trace import (
     Stage,
     Trace,
 )
+from .lens import lens_latex, lens_markdown
 from .numbers import format_value, text_widths
 from .palette import css, diverging, sequential
 from .render import View, group_of, is_shaded, label, largest, summary
-from .sections import SECTIONS_CSS, report_sections
+from .sections import SECTIONS_CSS, report_sections, whole_lens
 
 if TYPE_CHECKING:
+    from ..model.lens import Lens
     from .clickable import Clicks
 
 Grads = dict[str, dict[str, np.ndarray]]  # stage id -> matrix name -> dL/d(matrix)
@@ -729,8 +731,16 @@ def iter_markdown(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str
                 f"| {_md_label(p.after)} | **{_md_label(p.word)}** | {_probability(p.probability, d, o)} "
                 f"| {expected} | {_mark(p)} | {top} |\n"
             )
+    if lens := _document_lens(trace, stages, o):
+        yield lens_markdown(lens, o.precision, o.full)
     if o.worksheet is not None and not o.worksheet.separate_key:
         yield from _md_key(trace, o.worksheet)
+
+
+def _document_lens(trace: Trace, stages: list[Stage], o: Options) -> Lens | None:
+    """The logit lens that a whole document ends on; None for a selection of stages or a worksheet
+    (whose hidden cells the lens would give away: its last row is the prediction), as the report."""
+    return whole_lens(trace) if o.worksheet is None and len(stages) == len(trace) else None
 
 
 def _md_key(trace: Trace, sheet: Worksheet) -> Iterator[str]:
@@ -921,6 +931,8 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
                 f"{tex(p.expected or '—')} & {tex(_mark(p))} & {top} \\\\\n"
             )
         yield "\\end{tabularx}\n"
+    if lens := _document_lens(trace, stages, o):
+        yield lens_latex(lens, o.precision, o.full)
     if o.worksheet is not None and not o.worksheet.separate_key:
         yield "\n\\clearpage\n"
         yield from _tex_key(trace, o.worksheet)

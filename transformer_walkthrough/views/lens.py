@@ -409,7 +409,7 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
     p = max(precision, 2)
     n = len(lens.tokens)
     half = HTML_POSITIONS // 2
-    shown = list(range(n)) if full or n <= HTML_POSITIONS else [*range(half), -1, *range(n - half, n)]
+    shown = kept_positions(n, HTML_POSITIONS, full)
     top = lens.top(HTML_TOP)
     heads = "".join("<th>…</th>" if i < 0 else f"<th>{e(lens.tokens[i])}</th>" for i in shown)
     rows = []
@@ -457,6 +457,121 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
         "probability.</p>"
         "</section>"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The Markdown and LaTeX documents' "Logit lens" section: the same table, as text.
+# ---------------------------------------------------------------------------------------------
+
+DOCUMENT_LABEL = 24  # characters of a token in a document's cell or header
+
+
+DOCUMENT_POSITIONS = 16  # columns of a document's lens table; past it the first and last 8 (--full: all)
+
+
+def kept_positions(n: int, most: int, full: bool) -> list[int]:
+    """The positions a document's table shows: all (``full``, or n ≤ ``most``), else the first and
+    the last most/2 around a -1, the "…". A Markdown viewer scrolls a wide table and LaTeX's \\fit
+    shrinks it to the line, so a document keeps a fixed number rather than what fits a width."""
+    half = most // 2
+    return list(range(n)) if full or n <= most else [*range(half), -1, *range(n - half, n)]
+
+
+def _left_out_sentence(lens: Lens, shown: list[int]) -> str | None:
+    if -1 not in shown:
+        return None
+    at = shown.index(-1)
+    first, last = shown[at - 1] + 1, shown[at + 1] - 1
+    which = f"Position {first} is" if first == last else f"Positions {first} to {last} are"
+    return f"{which} left out of {len(lens.tokens)} (…); export with --full to keep them."
+
+
+def _about(lens: Lens) -> str:
+    """The paragraph over a document's table: what was projected, and how to read a cell."""
+    cell = "next token" if lens.side == DECODER else "word there"
+    return (
+        f"What the model would predict if it stopped after each {lens.side} layer: {where(lens)}. Each "
+        f"cell is the most likely {cell} and its probability; {marks(lens)} The last layer's row is the "
+        "model's own prediction (walkthrough lens shows the top k of one position, and explains a cell)."
+    )
+
+
+def lens_markdown(lens: Lens, precision: int = 2, full: bool = False) -> str:
+    """The Markdown document's "Logit lens" section: layers × positions, the top token (in code, as
+    every token) and its probability in each cell, ✓ by the expected one; past ``DOCUMENT_POSITIONS``
+    positions, the first and the last (all with ``full``)."""
+    from .documents import _md_label, _md_text
+
+    p = max(precision, 2)
+    shown = kept_positions(len(lens.tokens), DOCUMENT_POSITIONS, full)
+    top = lens.top(1)[..., 0]
+
+    def word(t: int | None) -> str:
+        return "—" if t is None else _md_label(label(lens.vocabulary[t], DOCUMENT_LABEL))
+
+    heads = ["…" if i < 0 else _md_label(label(lens.tokens[i], DOCUMENT_LABEL)) for i in shown]
+    lines = [
+        "\n## Logit lens\n",
+        f"{_md_text(_about(lens))}\n",
+        "| after | " + " | ".join(heads) + " |",
+        "|---|" + "---|" * len(shown),
+    ]
+    for layer in range(lens.layers):
+        cells = []
+        for i in shown:
+            if i < 0:
+                cells.append("…")
+                continue
+            t = int(top[layer, i])
+            right = " ✓" if lens.expected[i] == t else ""
+            cells.append(f"**{word(t)}** {lens.probabilities[layer, i, t]:.{p}f}{right}")
+        lines.append(f"| layer {layer} | " + " | ".join(cells) + " |")
+    last = " | ".join("…" if i < 0 else word(lens.expected[i]) for i in shown)
+    lines.append(f"| {expected_row(lens)} | {last} |")
+    if note := _left_out_sentence(lens, shown):
+        lines.append(f"\n{_md_text(note)}")
+    return "\n".join(lines) + "\n"
+
+
+def lens_latex(lens: Lens, precision: int = 2, full: bool = False) -> str:
+    """The LaTeX document's "Logit lens" section: the same table as a tabular, shrunk to the line
+    when it must be (the document's ``\\fit``)."""
+    from .documents import tex
+
+    p = max(precision, 2)
+    shown = kept_positions(len(lens.tokens), DOCUMENT_POSITIONS, full)
+    top = lens.top(1)[..., 0]
+
+    def word(t: int | None) -> str:
+        return "---" if t is None else tex(label(lens.vocabulary[t], DOCUMENT_LABEL))
+
+    heads = [r"\ldots" if i < 0 else rf"\texttt{{{tex(label(lens.tokens[i], DOCUMENT_LABEL))}}}"
+             for i in shown]  # fmt: skip
+    rows = []
+    for layer in range(lens.layers):
+        cells = []
+        for i in shown:
+            if i < 0:
+                cells.append(r"\ldots")
+                continue
+            t = int(top[layer, i])
+            right = r" $\checkmark$" if lens.expected[i] == t else ""
+            cells.append(rf"\textbf{{{word(t)}}} {lens.probabilities[layer, i, t]:.{p}f}{right}")
+        rows.append(rf"layer {layer} & " + " & ".join(cells) + r" \\")
+    last = " & ".join(r"\ldots" if i < 0 else word(lens.expected[i]) for i in shown)
+    out = [
+        "\n\\section*{Logit lens}\n",
+        tex(_about(lens)) + "\\par\n",
+        "\\fit{\\begin{tabular}{l" + "l" * len(shown) + "}\n",
+        "after & " + " & ".join(heads) + r" \\ \hline" + "\n",
+        "\n".join(rows) + "\n",
+        rf"\hline {tex(expected_row(lens))} & {last} \\" + "\n",
+        "\\end{tabular}}\n",
+    ]
+    if note := _left_out_sentence(lens, shown):
+        typed = tex(note).replace("--", "-{}-")  # "--full" as typed, not TeX's en dash
+        out.append(f"{{\\small {typed}}}\\par\n")
+    return "".join(out)
 
 
 def reading(trace: Trace, lens: Lens) -> str:

@@ -2,7 +2,8 @@
 
 ``documents.iter_html`` asks for them in one call (``report_sections``) when it writes the whole
 report — not a selection of stages, not a worksheet, whose hidden cells the lens or a heatmap
-would give away; each section is its own module's (``lens``, ``overview``).
+would give away; each section is its own module's (``lens``, ``overview``). The Markdown and
+LaTeX documents end on the lens alone (``whole_lens``): a heatmap has no text form worth reading.
 """
 
 from __future__ import annotations
@@ -14,21 +15,28 @@ from .lens import LENS_CSS, lens_section
 from .overview import OVERVIEW_CSS, attention_section
 
 if TYPE_CHECKING:
+    from ..model.lens import Lens
     from ..model.trace import Trace
 
 SECTIONS_CSS = LENS_CSS + OVERVIEW_CSS  # added to the report's stylesheet when the sections are in it
 
 
+def whole_lens(trace: Trace) -> Lens | None:
+    """The trace's logit lens, or None for a model it cannot read (the flatten head, which reads
+    every position at once; an encoder with no output layer): a document then has no lens section."""
+    from ..model.lens import logit_lens
+
+    try:
+        return logit_lens(trace)
+    except WalkthroughError:
+        return None
+
+
 def report_sections(trace: Trace, precision: int, full: bool) -> list[tuple[str, str, str]]:
     """(anchor, title in the navigation, HTML) of each section the trace has: the lens (none for
     the flatten head, which reads every position at once) and the attention overview."""
-    from ..model.lens import logit_lens
-
     sections = []
-    try:
-        lens = logit_lens(trace)
-    except WalkthroughError:
-        lens = None
+    lens = whole_lens(trace)
     if lens is not None:
         sections.append(("lens", "Logit lens", lens_section(trace, lens, precision, full)))
     attention = attention_section(trace)
