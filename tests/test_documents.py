@@ -40,7 +40,7 @@ def need(program: str) -> str:
 
 def test_markdown_tables(trace: Trace) -> None:
     md = to_markdown(trace, list(trace), 2)
-    assert md.count("\n## ") == len(trace) + 2  # the stages, the contents and the prediction
+    assert md.count("\n## ") == len(trace) + 3  # the stages, the contents, the prediction, the lens
     for stage in trace:
         assert f"## {stage.id} {stage.title}" in md
     # the mask: header, alignment row, and -inf as −∞ in the masked cells

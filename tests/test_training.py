@@ -171,6 +171,17 @@ def test_train_names_its_output_whole_whatever_its_path(runner: CliRunner, tmp_p
     assert weights.is_file()
 
 
+def test_train_says_what_to_run_with_the_weights_and_the_config(runner: CliRunner, tmp_path: Path) -> None:
+    # a fill-mask model fills its blanks with `run`; it has nothing to generate
+    config = Path(__file__).resolve().parents[1] / "configs" / "bert-style.yaml"
+    weights = tmp_path / "bert.npz"
+    result = runner.invoke(app, ["train", "-c", str(config), "--steps", "2", "--output", str(weights)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {weights}: walkthrough run -c {config} --weights {weights}" in result.stdout.splitlines()
+    again = runner.invoke(app, ["run", "-c", str(config), "--weights", str(weights)])
+    assert again.exit_code == 0, again.output
+
+
 def test_cli_backward_shows_and_exports_every_gradient(runner: CliRunner) -> None:
     out = invoke(runner, "step", "--stage", "masked-attention", "--backward").stdout
     for name in ("dL/dA1  (4×4)", "dL/dS1+M  (4×4)", "dL/dW_Q1  (4×2)", "dL/dconcat  (4×4)"):

@@ -1018,7 +1018,10 @@ def train(
     if target is not None:
         write_atomic(target, lambda f: np.savez(f, **w.arrays, **words), force)
         shown = printable(str(target))
-        out.say(f"wrote {shown}: walkthrough generate --weights {shown}")
+        # what to do with them: a fill-mask model fills its blanks (run); every other generates
+        again = "run" if settings.model.encoder_only else "generate"
+        given = f" -c {printable(str(config))}" if config is not None else ""
+        out.say(f"wrote {shown}: walkthrough {again}{given} --weights {shown}")
         if initial is not None:
             out.say(f"what training changed: walkthrough diff -w {printable(str(initial))} -w {shown}")
     else:
