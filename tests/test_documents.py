@@ -67,7 +67,7 @@ def test_latex_writes_large_numbers_as_powers_of_ten() -> None:
 def test_latex_structure(trace: Trace) -> None:
     doc = to_latex(trace, list(trace), 2)
     assert doc.startswith("\\documentclass") and doc.rstrip().endswith("\\end{document}")
-    assert doc.count("\\section*{") == len(trace) + 1
+    assert doc.count("\\section*{") == len(trace) + 2  # the stages, the prediction, the logit lens
     assert doc.count("\\labelled{") == sum(len(s.matrices) for s in trace)
     assert doc.count("\\begin{align*}") == len(trace)
     assert "\\underset{4\\times4}{S_{1}+M}" in doc and "-\\infty" in doc

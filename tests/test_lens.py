@@ -491,3 +491,21 @@ def test_latex_lens_compiles_and_reads_back(tmp_path: Path) -> None:
         ]
         assert " ".join(row.split()[2:]).replace(" ✓", "") == " ".join(shown), row
     assert "true word" in section and "[MASK]" in section
+
+
+def test_a_checkpoint_reports_lens_cell_names_the_command_that_explains_it(
+    runner: CliRunner, gpt2, tmp_path: Path
+) -> None:
+    import shlex
+
+    folder = str(gpt2[0]["saved"])
+    page = tmp_path / "report.html"
+    result = runner.invoke(app, ["export", str(page), "--model", folder, "--prompt", "The cat is"])
+    assert result.exit_code == 0, result.stderr
+    section = page.read_text(encoding="utf-8").split('<section id="lens">')[1].split("</section>")[0]
+    tips = [html.unescape(t) for t in re.findall(r'title="([^"]*)"', section)]
+    command = tips[1].split(" · ")[-1]  # layer 0, position 1
+    assert command == f"walkthrough lens --explain 0,1 --model {shlex.quote(folder)} --prompt 'The cat is'"
+    shown = runner.invoke(app, shlex.split(command)[1:])
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout.startswith("logit lens · layer 0, position 1 (")

@@ -130,15 +130,16 @@ def expected_tokens(trace: Trace) -> tuple[int | None, ...]:
     the next one fed (the toy's sentence, a prompt's next token, the translation's next piece),
     None after the last; at an encoder-only model's blank the word hidden there (None when it is
     not known, a checkpoint's prompt), elsewhere the word read there."""
-    m = trace.config.model
-    if m.encoder_only:
-        answers = trace.answer_ids
-        return tuple(
-            (answers[i] if answers[i] >= 0 else None) if i < len(answers) and token == trace.config.mask_id
-            else None if token == trace.config.mask_id
-            else token
-            for i, token in enumerate(trace.source_ids)
-        )  # fmt: skip
+    if trace.config.model.encoder_only:
+        mask, answers = trace.config.mask_id, trace.answer_ids
+
+        def word(i: int, token: int) -> int | None:
+            if token != mask:
+                return token  # a word read there: the model sees it
+            answer = answers[i] if i < len(answers) else -1
+            return answer if answer >= 0 else None  # a blank: the word hidden there, when known
+
+        return tuple(word(i, token) for i, token in enumerate(trace.source_ids))
     ids = trace.target_ids
     return tuple(ids[i + 1] if i + 1 < len(ids) else None for i in range(len(trace.target_tokens)))
 
@@ -163,7 +164,8 @@ def logit_lens(trace: Trace) -> Lens:
     residual = np.stack([trace[s][trace[s].output] for s in stages])  # (layers, n, d)
     layers, n, d = residual.shape
     tokens = trace.source_tokens if side == ENCODER else trace.target_tokens
-    top = run_top(trace, residual.reshape(layers * n, d), tokens * layers)  # row N·n + i: layer N, position i
+    # every layer's rows at once: row N·n + i is layer N, position i
+    top = run_top(trace, residual.reshape(layers * n, d), tokens * layers)
     norm = stage_id(side, "final-norm") if m.has_final_norm else None
     transform = TRANSFORM if m.output_transform else None
     logits, probabilities = top[LOGITS]["logits"], top[PROBABILITIES]["probabilities"]

@@ -1373,7 +1373,7 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
         nav += '<li><a href="#prediction">Prediction</a></li>'
     # The whole report (not a selection, not a worksheet) ends on the lens and the attention overview.
     extras = (
-        report_sections(trace, o.precision, o.full)
+        report_sections(trace, o.precision, o.full, o.rerun)
         if o.worksheet is None and len(stages) == len(trace)
         else []
     )

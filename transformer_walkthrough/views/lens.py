@@ -400,9 +400,11 @@ table.lens tr.next td { background: none; color: var(--muted); border-top: 1px s
 """
 
 
-def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = False) -> str:
+def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = False, rerun: str = "") -> str:
     """The "Lens" section of the HTML report: the table of layers × positions, each cell shaded by
-    its probability on the report's fixed 0–1 scale (the classes ``g0`` … ``g20`` of ``documents``)."""
+    its probability on the report's fixed 0–1 scale (the classes ``g0`` … ``g20`` of ``documents``);
+    each cell's tooltip its top 5 and the command that explains it, with ``rerun``'s options (the
+    config, weights, checkpoint and prompt that make this trace again)."""
     from .documents import _STEPS  # the report's fixed scale, in steps of 1/_STEPS
 
     e = html.escape
@@ -411,6 +413,7 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
     half = HTML_POSITIONS // 2
     shown = kept_positions(n, HTML_POSITIONS, full)
     top = lens.top(HTML_TOP)
+    again = f" {rerun}" if rerun else ""
     heads = "".join("<th>…</th>" if i < 0 else f"<th>{e(lens.tokens[i])}</th>" for i in shown)
     rows = []
     for layer in range(lens.layers):
@@ -425,7 +428,7 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
             tip = ", ".join(
                 f"{lens.vocabulary[t]} {lens.probabilities[layer, i, t]:.{p}f}" for t in top[layer, i]
             )
-            tip = f"top {top.shape[2]}: {tip} · walkthrough lens --explain {layer},{i}"
+            tip = f"top {top.shape[2]}: {tip} · walkthrough lens --explain {layer},{i}{again}"
             shade = round(min(max(q, 0.0), 1.0) * _STEPS) if math.isfinite(q) else 0
             cls = f"g{shade}" + (" right" if right else "")
             word = f"<b>{e(lens.vocabulary[best])}</b> {q:.{p}f}{' ✓' if right else ''}"

@@ -32,13 +32,13 @@ def whole_lens(trace: Trace) -> Lens | None:
         return None
 
 
-def report_sections(trace: Trace, precision: int, full: bool) -> list[tuple[str, str, str]]:
+def report_sections(trace: Trace, precision: int, full: bool, rerun: str = "") -> list[tuple[str, str, str]]:
     """(anchor, title in the navigation, HTML) of each section the trace has: the lens (none for
     the flatten head, which reads every position at once) and the attention overview."""
     sections = []
     lens = whole_lens(trace)
     if lens is not None:
-        sections.append(("lens", "Logit lens", lens_section(trace, lens, precision, full)))
+        sections.append(("lens", "Logit lens", lens_section(trace, lens, precision, full, rerun)))
     attention = attention_section(trace)
     if attention:
         sections.append(("attention", "Attention, every layer and head", attention))
