@@ -168,7 +168,8 @@ def test_bert_family_every_layer_equals_transformers_hidden_states_through_the_m
         folder, dtype=torch.float64, attn_implementation="eager"
     ).eval()
     assert lens.side == "encoder" and lens.transform == "output.transform" and lens.norm is None
-    assert lens.layers == reference.config.num_hidden_layers if name != "distilbert" else lens.layers == 2
+    layers = reference.config.n_layers if name == "distilbert" else reference.config.num_hidden_layers
+    assert lens.layers == layers
     with torch.no_grad():
         out = reference(torch.tensor([list(trace.source_ids)]), output_hidden_states=True)
         head = _mlm_head(reference, name)
@@ -228,7 +229,7 @@ def test_explain_a_bert_lens_cell_goes_through_the_transform_with_its_own_number
     assert lines[0].startswith(
         f"logit lens · layer 0, position 4 ([MASK]) · p(sleeping) = {lens.probabilities[0, 4, token]:.6f}"
     )
-    assert "What the model would predict at [MASK] if it stopped after encoder layer 0" in text
+    assert "What the model would predict at position 4 ([MASK]) if it stopped after encoder layer 0" in text
     assert "the output of encoder.0.add-norm-2, row 4 ([MASK])" in text
     assert "BERT's transform (output.transform) of X = x: dense layer, activation, norm" in text
     # the transform's column j, by hand: the dense sum, GELU's Φ, the norm: the values it prints are these
@@ -378,6 +379,10 @@ def test_lens_on_every_checkpoint_family(runner: CliRunner, gpt2, marian, llama_
             ["-c", str(ROOT / "configs" / "bert-style.yaml"), "--explain", "2,0"],
             "--explain: the encoder has layers 0 to 1, got 2",
         ),
+        (
+            ["-c", str(ROOT / "configs" / "bert-style.yaml"), "--explain", "0,dog"],
+            "--explain: 'dog' is not a position (0 to 6) nor a token of the encoder's input",
+        ),
     ],
 )
 def test_lens_bad_input_is_one_line_and_exit_code_2(runner: CliRunner, args: list[str], message: str) -> None:
@@ -509,3 +514,36 @@ def test_a_checkpoint_reports_lens_cell_names_the_command_that_explains_it(
     shown = runner.invoke(app, shlex.split(command)[1:])
     assert shown.exit_code == 0, shown.stderr
     assert shown.stdout.startswith("logit lens · layer 0, position 1 (")
+
+
+def test_explain_names_a_repeated_token_by_its_position(runner: CliRunner, tmp_path: Path) -> None:
+    # two blanks: both rows read [MASK], labelled [MASK]@2 and [MASK]@4 (trace.token_labels)
+    config = tmp_path / "two-blanks.yaml"
+    text = (ROOT / "configs" / "bert-style.yaml").read_text(encoding="utf-8")
+    config.write_text(text.replace("blanks: [3]", "blanks: [1, 3]"), encoding="utf-8")
+    result = runner.invoke(app, ["lens", "-c", str(config), "--explain", "0,[MASK]"])
+    assert result.exit_code == 2 and result.stdout == "" and result.stderr.count("\n") == 1
+    assert "'[MASK]' is at 2 positions: give one of [MASK]@2, [MASK]@4, or its position" in result.stderr
+    shown = _ok(runner, "lens", "-c", str(config), "--explain", "0,[MASK]@4")
+    assert shown.startswith("logit lens · layer 0, position 4 ([MASK]@4) · p(")
+    assert "The word hidden here: sleeping" in shown
+
+
+def test_explain_with_a_final_norm_and_the_transform_writes_out_every_row_it_reads(tmp_path: Path) -> None:
+    # a pre-norm BERT: the encoder ends on a final norm, then BERT's transform reads that norm's row
+    config = tmp_path / "pre-norm-bert.yaml"
+    text = (ROOT / "configs" / "bert-style.yaml").read_text(encoding="utf-8")
+    config.write_text(text.replace("model:\n", "model:\n  norm_first: true\n"), encoding="utf-8")
+    trace = run_forward(load_config(config))
+    lens = logit_lens(trace)
+    assert lens.norm == "encoder.final-norm" and lens.transform == "output.transform"
+    _, probabilities = _by_hand(trace, ["encoder.0.residual-2", "encoder.1.residual-2"])
+    assert np.abs(lens.probabilities - probabilities).max() <= 1e-12
+    lines = explain_lens(trace, lens, 0, 2, digits=6)
+    text = "\n".join(lines)
+    assert "LayerNorm(X), X = x, with the gamma and beta of encoder.final-norm" in text
+    assert "BERT's transform (output.transform) of X = the final norm's output" in text
+    m = trace.config.model
+    normed = _norm_by_hand(lens.residual[0, 2:3].astype(np.float64), trace["encoder.final-norm"], m)
+    row = ", ".join(f"{v:.6f}".replace("-", "−") for v in normed[0])
+    assert f"    output = {row}" in lines  # every number the transform's dense layer then reads

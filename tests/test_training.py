@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import jsonschema
@@ -167,7 +168,9 @@ def test_train_names_its_output_whole_whatever_its_path(runner: CliRunner, tmp_p
     weights = folder / "w[1].npz"
     result = runner.invoke(app, ["train", "--steps", "2", "--output", str(weights)])
     assert result.exit_code == 0, result.output
-    assert f"wrote {weights}: walkthrough generate --weights {weights}" in result.stdout.splitlines()
+    # the command it names is quoted for a shell: the brackets are not a glob, the path one word
+    said = f"wrote {weights}: walkthrough generate --weights {shlex.quote(str(weights))}"
+    assert said in result.stdout.splitlines()
     assert weights.is_file()
 
 
@@ -177,9 +180,11 @@ def test_train_says_what_to_run_with_the_weights_and_the_config(runner: CliRunne
     weights = tmp_path / "bert.npz"
     result = runner.invoke(app, ["train", "-c", str(config), "--steps", "2", "--output", str(weights)])
     assert result.exit_code == 0, result.output
-    assert f"wrote {weights}: walkthrough run -c {config} --weights {weights}" in result.stdout.splitlines()
-    again = runner.invoke(app, ["run", "-c", str(config), "--weights", str(weights)])
+    command = f"walkthrough run --config {shlex.quote(str(config))} --weights {shlex.quote(str(weights))}"
+    assert f"wrote {weights}: {command}" in result.stdout.splitlines()
+    again = runner.invoke(app, shlex.split(command)[1:])  # the command it names runs as said
     assert again.exit_code == 0, again.output
+    assert "[MASK] (pos 4)" in again.stdout
 
 
 def test_cli_backward_shows_and_exports_every_gradient(runner: CliRunner) -> None:

@@ -1018,10 +1018,10 @@ def train(
     if target is not None:
         write_atomic(target, lambda f: np.savez(f, **w.arrays, **words), force)
         shown = printable(str(target))
-        # what to do with them: a fill-mask model fills its blanks (run); every other generates
+        # what to do with them, quoted for a shell: a fill-mask model fills its blanks (run); every
+        # other model generates
         again = "run" if settings.model.encoder_only else "generate"
-        given = f" -c {printable(str(config))}" if config is not None else ""
-        out.say(f"wrote {shown}: walkthrough {again}{given} --weights {shown}")
+        out.say(f"wrote {shown}: walkthrough {again} {_rerun(config, None, target, None)}")
         if initial is not None:
             out.say(f"what training changed: walkthrough diff -w {printable(str(initial))} -w {shown}")
     else:

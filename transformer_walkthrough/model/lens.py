@@ -131,15 +131,8 @@ def expected_tokens(trace: Trace) -> tuple[int | None, ...]:
     None after the last; at an encoder-only model's blank the word hidden there (None when it is
     not known, a checkpoint's prompt), elsewhere the word read there."""
     if trace.config.model.encoder_only:
-        mask, answers = trace.config.mask_id, trace.answer_ids
-
-        def word(i: int, token: int) -> int | None:
-            if token != mask:
-                return token  # a word read there: the model sees it
-            answer = answers[i] if i < len(answers) else -1
-            return answer if answer >= 0 else None  # a blank: the word hidden there, when known
-
-        return tuple(word(i, token) for i, token in enumerate(trace.source_ids))
+        mask = trace.config.mask_id  # at a blank, the word hidden there; elsewhere the word read
+        return tuple(trace.answer(i) if token == mask else token for i, token in enumerate(trace.source_ids))
     ids = trace.target_ids
     return tuple(ids[i + 1] if i + 1 < len(ids) else None for i in range(len(trace.target_tokens)))
 

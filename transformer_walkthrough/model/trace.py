@@ -368,11 +368,17 @@ class Trace:
                 continue
             row = probabilities[i]
             best = [(vocabulary[j], float(row[j])) for j in top_k(row, TOP_K).tolist()]
-            answer = self.answer_ids[i] if i < len(self.answer_ids) else -1
+            answer = self.answer(i)
             out.append(
-                Prediction(i, self.source_tokens[i], vocabulary[answer] if answer >= 0 else None, best)
+                Prediction(i, self.source_tokens[i], None if answer is None else vocabulary[answer], best)
             )
         return out
+
+    def answer(self, i: int) -> int | None:
+        """The word a fill-mask sentence hid at encoder row i (its id); None where none is known:
+        not a blank, or a checkpoint's prompt, whose blanks hide nothing we know."""
+        answer = self.answer_ids[i] if i < len(self.answer_ids) else -1
+        return answer if answer >= 0 else None
 
     def __repr__(self) -> str:
         m = self.config.model

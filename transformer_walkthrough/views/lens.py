@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.cells import cell_len
@@ -29,6 +30,9 @@ from ..model.lens import Lens, run_top
 from ..model.trace import Trace
 from .palette import sequential, sequential_256
 from .render import ELLIPSIS, LABEL, Entries, View, label, mark, styled_table, summarise
+
+if TYPE_CHECKING:
+    from .explain import Cell
 
 CELL_LABEL = 14  # characters of a token in a cell of the table: a 1.6 MB piece must not widen it
 TABLE_GAP = 3  # what a column of ``styled_table`` costs beyond its text (its padding)
@@ -98,8 +102,9 @@ class AtWidth:
 
 
 def lens_table(lens: Lens, view: View, k: int = 1) -> tuple[RenderableType, list[int]]:
-    """Rows the layers, columns the positions; each cell the k most likely next tokens and their
-    probabilities, ✓ by the one that really comes next. Positions that do not fit the width are
+    """Rows the layers, columns the positions; each cell the k most likely tokens there (the next
+    token's, or an encoder-only model's word at that position) and their probabilities, ✓ by the
+    one that really belongs there (``Lens.expected``). Positions that do not fit the width are
     summarised around a "…" column (all with ``view.full``). Returns the table and the positions
     shown (-1 for the "…")."""
     digits = _digits(view)
@@ -161,14 +166,27 @@ def lens_table(lens: Lens, view: View, k: int = 1) -> tuple[RenderableType, list
     return table, shown
 
 
-def left_out(lens: Lens, shown: list[int]) -> str | None:
-    """The sentence under a summarised table: which positions the "…" stands for."""
+def positions_left_out(lens: Lens, shown: list[int]) -> str | None:
+    """Which positions the "…" of a summarised table stands for: "positions 3 to 4 are left out
+    of 7 (…)"; None when every position is shown."""
     if -1 not in shown:
         return None
     at = shown.index(-1)
     first, last = shown[at - 1] + 1, shown[at + 1] - 1
     which = f"position {first} is" if first == last else f"positions {first} to {last} are"
-    return f"{which} left out of {len(lens.tokens)} (…): --position N shows one whole, --full every one"
+    return f"{which} left out of {len(lens.tokens)} (…)"
+
+
+def left_out(lens: Lens, shown: list[int]) -> str | None:
+    """The sentence under the terminal's summarised table: what is left out, and how to see it."""
+    which = positions_left_out(lens, shown)
+    return None if which is None else f"{which}: --position N shows one whole, --full every one"
+
+
+def document_left_out(lens: Lens, shown: list[int]) -> str | None:
+    """The sentence under a document's summarised table (the report's, the Markdown's, the LaTeX's)."""
+    which = positions_left_out(lens, shown)
+    return None if which is None else f"{which[0].upper()}{which[1:]}; export with --full to keep them."
 
 
 def position_table(lens: Lens, position: int, k: int, view: View) -> Table:
@@ -240,6 +258,14 @@ def parse_lens_cell(spec: str, lens: Lens) -> tuple[int, int]:
     try:
         position = int(position_text)
     except ValueError:
+        labelled = {f"{position_text}@{i}" for i in range(len(lens.tokens))}
+        labelled |= {f"{position_text} ({i})" for i in range(len(lens.tokens))}
+        repeated = [token for token in lens.tokens if token in labelled]
+        if repeated:  # a piece that repeats is labelled by its position too (``trace.token_labels``)
+            raise StageError(
+                f"--explain: {position_text!r} is at {len(repeated)} positions: give one of "
+                f"{', '.join(repeated)}, or its position"
+            ) from None
         raise StageError(
             f"--explain: {position_text!r} is not a position (0 to {len(lens.tokens) - 1}) nor a token of "
             f"the {lens.side}'s input"
@@ -266,9 +292,10 @@ def token_id(text: str, lens: Lens) -> int:
     )
 
 
-def _on_top(top: Trace, lens: Lens, position: int, j: int, digits: int, all_terms: bool) -> list[str]:
+def _on_top(top: Trace, lens: Lens, position: int, j: int, c: Cell) -> list[str]:
     """Column j of what the output layer reads, by hand, through each stage on top of the stack in
-    turn, with the kinds' own explainers on the lens's rerun of them (``model.lens.run_top``)."""
+    turn, with the kinds' own explainers on the lens's rerun of them (``model.lens.run_top``); a
+    stage that feeds another has its whole row written out, every number the next one reads."""
     from .explain import Cell, explainer
 
     steps = []
@@ -279,15 +306,18 @@ def _on_top(top: Trace, lens: Lens, position: int, j: int, digits: int, all_term
         what = f"{name}(X), X = x, with the {params} of {lens.norm} (the model's own final norm)"
         steps.append((what, norm, ("output",)))
     if lens.transform is not None:
-        X = "the norm's output" if steps else "x"
+        X = "the final norm's output" if steps else "x"
         what = f"BERT's transform ({lens.transform}) of X = {X}: dense layer, activation, norm"
         steps.append((what, top[lens.transform], ("dense", "hidden", "output")))
     lines = []
-    for what, stage, names in steps:
+    for k, (what, stage, names) in enumerate(steps):
         lines.append(f"  {what}:")
         for name in names:
-            cell = Cell(stage, name, position, j, digits, all_terms)
+            cell = Cell(stage, name, position, j, c.digits, c.all_terms)
             lines += [f"    {line}" for line in explainer(stage, name)(cell, top)]
+        if k + 1 < len(steps):  # the next stage reads all of this row, not column j alone
+            row = stage[stage.output][position].tolist()
+            lines.append(f"    {stage.output} = " + c.sum_of([c.f(v) for v in row]).replace(" + ", ", "))
     return lines
 
 
@@ -309,7 +339,7 @@ def explain_lens(
     c = Cell(top[PROBABILITIES_ID], "probabilities", position, t, digits, all_terms)
     word, after = c.col, c.row
     expected = lens.expected[position]
-    predicts = f"at {after}" if lens.side == ENCODER else f"after {after}"
+    predicts = f"at position {position} ({after})" if lens.side == ENCODER else f"after {after}"
     lines = [
         f"logit lens · layer {layer}, position {position} ({after}) · p({word}) = {c.f(c.value)}, "
         f"rank {lens.rank(layer, position, t)} of {len(lens.vocabulary)}",
@@ -335,7 +365,7 @@ def explain_lens(
             f"2. y = what sits on top of the stack, applied to x; y[{j}], the largest term of the logit "
             "below, by hand:"
         )
-        lines += _on_top(top, lens, position, j, digits, all_terms)
+        lines += _on_top(top, lens, position, j, c)
         lines.append("  y = " + c.sum_of([c.f(v) for v in y.tolist()]).replace(" + ", ", "))
     ref = out.params.get("W")
     tied = (
@@ -410,7 +440,6 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
     e = html.escape
     p = max(precision, 2)
     n = len(lens.tokens)
-    half = HTML_POSITIONS // 2
     shown = kept_positions(n, HTML_POSITIONS, full)
     top = lens.top(HTML_TOP)
     again = f" {rerun}" if rerun else ""
@@ -441,12 +470,8 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
         for i in shown
     )
     rows.append(f'<tr class="next"><th>{expected_row(lens)}</th>{nexts}</tr>')
-    note = ""
-    if -1 in shown:
-        note = (
-            f'<p class="left-out">Positions {half} to {n - half - 1} of {n} are left out; export with --full '
-            "to keep them.</p>"
-        )
+    note = document_left_out(lens, shown)
+    note = "" if note is None else f'<p class="left-out">{e(note)}</p>'
     swatches = "".join(f'<span class="g{k}"></span>' for k in range(0, _STEPS + 1, 4))
     return (
         '<section id="lens"><h2>Logit lens<code>walkthrough lens</code></h2>'
@@ -480,15 +505,6 @@ def kept_positions(n: int, most: int, full: bool) -> list[int]:
     return list(range(n)) if full or n <= most else [*range(half), -1, *range(n - half, n)]
 
 
-def _left_out_sentence(lens: Lens, shown: list[int]) -> str | None:
-    if -1 not in shown:
-        return None
-    at = shown.index(-1)
-    first, last = shown[at - 1] + 1, shown[at + 1] - 1
-    which = f"Position {first} is" if first == last else f"Positions {first} to {last} are"
-    return f"{which} left out of {len(lens.tokens)} (…); export with --full to keep them."
-
-
 def _about(lens: Lens) -> str:
     """The paragraph over a document's table: what was projected, and how to read a cell."""
     cell = "next token" if lens.side == DECODER else "word there"
@@ -500,9 +516,9 @@ def _about(lens: Lens) -> str:
 
 
 def lens_markdown(lens: Lens, precision: int = 2, full: bool = False) -> str:
-    """The Markdown document's "Logit lens" section: layers × positions, the top token (in code, as
-    every token) and its probability in each cell, ✓ by the expected one; past ``DOCUMENT_POSITIONS``
-    positions, the first and the last (all with ``full``)."""
+    """The Markdown document's "Logit lens" section: layers × positions, the top token (a code span,
+    as every token of the document) and its probability in each cell, ✓ by the expected one; past
+    ``DOCUMENT_POSITIONS`` positions, the first and the last (all with ``full``)."""
     from .documents import _md_label, _md_text
 
     p = max(precision, 2)
@@ -531,25 +547,27 @@ def lens_markdown(lens: Lens, precision: int = 2, full: bool = False) -> str:
         lines.append(f"| layer {layer} | " + " | ".join(cells) + " |")
     last = " | ".join("…" if i < 0 else word(lens.expected[i]) for i in shown)
     lines.append(f"| {expected_row(lens)} | {last} |")
-    if note := _left_out_sentence(lens, shown):
+    if note := document_left_out(lens, shown):
         lines.append(f"\n{_md_text(note)}")
     return "\n".join(lines) + "\n"
 
 
 def lens_latex(lens: Lens, precision: int = 2, full: bool = False) -> str:
-    """The LaTeX document's "Logit lens" section: the same table as a tabular, shrunk to the line
-    when it must be (the document's ``\\fit``)."""
+    """The LaTeX document's "Logit lens" section: the same table as a tabular, every token in
+    typewriter as typed, shrunk to the line when it must be (the document's ``\\fit``)."""
     from .documents import tex
 
     p = max(precision, 2)
     shown = kept_positions(len(lens.tokens), DOCUMENT_POSITIONS, full)
     top = lens.top(1)[..., 0]
 
-    def word(t: int | None) -> str:
-        return "---" if t is None else tex(label(lens.vocabulary[t], DOCUMENT_LABEL))
+    def typed(piece: str) -> str:  # a token as typed: typewriter, "--" two hyphens, not a dash
+        return rf"\texttt{{{tex(label(piece, DOCUMENT_LABEL)).replace('--', '-{}-')}}}"
 
-    heads = [r"\ldots" if i < 0 else rf"\texttt{{{tex(label(lens.tokens[i], DOCUMENT_LABEL))}}}"
-             for i in shown]  # fmt: skip
+    def word(t: int | None) -> str:
+        return "---" if t is None else typed(lens.vocabulary[t])
+
+    heads = [r"\ldots" if i < 0 else typed(lens.tokens[i]) for i in shown]
     rows = []
     for layer in range(lens.layers):
         cells = []
@@ -571,7 +589,7 @@ def lens_latex(lens: Lens, precision: int = 2, full: bool = False) -> str:
         rf"\hline {tex(expected_row(lens))} & {last} \\" + "\n",
         "\\end{tabular}}\n",
     ]
-    if note := _left_out_sentence(lens, shown):
+    if note := document_left_out(lens, shown):
         typed = tex(note).replace("--", "-{}-")  # "--full" as typed, not TeX's en dash
         out.append(f"{{\\small {typed}}}\\par\n")
     return "".join(out)
