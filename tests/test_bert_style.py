@@ -177,6 +177,52 @@ def test_cli_run_ends_with_the_blank_and_generate_refuses(runner: CliRunner) -> 
     assert "fill-mask model (encoder-only) has no next token" in result.output
 
 
+def test_your_own_sentence_is_source_alone_and_the_configs_blank_hides_its_word(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    from transformer_walkthrough.model.lens import logit_lens
+
+    # the same sentence written in a config file: what --source must equal
+    written = tmp_path / "dog.yaml"
+    text = BERT_PATH.read_text(encoding="utf-8")
+    written.write_text(text.replace("The cat is sleeping comfortably.", "the dog is barking loudly"), "utf-8")
+    trace = run_forward(load_config(written))
+    assert trace.source_tokens == ("[CLS]", "the", "dog", "is", "[MASK]", "loudly", "[SEP]")
+    lens = logit_lens(trace)
+    result = runner.invoke(
+        app, ["lens", "-c", str(BERT_PATH), "--source", "the dog is barking loudly", "--full"]
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert next(line for line in lines if line.lstrip().startswith("after")).split()[1:] == list(
+        trace.source_tokens
+    )
+    for layer in range(lens.layers):
+        at = next(k for k, line in enumerate(lines) if line.lstrip().startswith(f"layer {layer} "))
+        words = [trace.vocabulary[t] for t in lens.top(1)[layer, :, 0]]
+        assert lines[at].split()[2:] == words
+        assert [n for n in lines[at + 1].split() if n != "✓"] == [
+            f"{lens.probabilities[layer, i, t]:.2f}" for i, t in enumerate(lens.top(1)[layer, :, 0])
+        ]
+    assert next(line for line in lines if "true word" in line).split()[2:][4] == "barking"  # the hidden word
+    run = runner.invoke(app, ["run", "-c", str(BERT_PATH), "--source", "the dog is barking loudly"])
+    assert run.exit_code == 0 and "[MASK] (pos 4)   " in run.stdout and "barking" in run.stdout
+    for args, message in [
+        (
+            ["--source", "the dog is barking", "--target", "loudly"],
+            "--target: an encoder-only model has no decoder",
+        ),
+        (
+            ["--source", "the dog"],
+            "blanks: 3 is no word of the sentence (0 to 1) (given on the command line)",
+        ),
+        (["--target", "barking"], "the toy needs both --source"),
+    ]:
+        bad = runner.invoke(app, ["run", "-c", str(BERT_PATH), *args])
+        assert bad.exit_code == 2 and bad.stdout == "" and bad.stderr.count("\n") == 1, bad.stderr
+        assert message in bad.stderr
+
+
 def test_the_attention_has_no_mask_and_says_so() -> None:
     trace = run_forward(BERT)
     stage = trace["encoder.0.self-attention"]

@@ -168,10 +168,11 @@ DtypeOption = Annotated[
 
 
 class Sentence(NamedTuple):
-    """The toy's own words from --source and --target, instead of its config's sentence."""
+    """The toy's own words from --source and --target, instead of its config's sentence (an
+    encoder-only toy's from --source alone: its target is None)."""
 
     source: str
-    target: str
+    target: str | None
 
 
 class ModelArgs(NamedTuple):
@@ -223,15 +224,13 @@ class ModelOptions(NamedTuple):
                 raise WalkthroughError(f"{toy_only[0]} needs --model ({why})")
             if not given:
                 return None
-            if source is None or target is None or not source.strip() or not target.strip():
-                raise WalkthroughError(
-                    "the toy needs both --source (the encoder's words) and --target (the decoder's), "
-                    'e.g. --source "the dog is" --target "barking loudly"'
-                )
-            from .config import tokenize
+            from .config import NEEDS_BOTH, tokenize
 
+            # --source alone is an encoder-only toy's sentence; the config says (``_own_sentence``)
+            if source is None or not source.strip() or (target is not None and not target.strip()):
+                raise WalkthroughError(NEEDS_BOTH)
             for name, text in (("--source", source), ("--target", target)):
-                if not tokenize(text):
+                if text is not None and not tokenize(text):
                     raise WalkthroughError(
                         f"{name}: no words in {printable(text)[:40]!r} (a word is letters, digits and ')"
                     )

@@ -805,13 +805,14 @@ def load_config(
     *,
     seed: int | None = None,
     precision: int | None = None,
-    sentence: tuple[str, str] | None = None,
+    sentence: tuple[str, str | None] | None = None,
 ) -> Config:
     """Read a YAML config (the dataclasses' defaults, the article's example, when ``path`` is None)
     and apply overrides.
 
     ``sentence`` is (source, target): your own words instead of the config's sentence, the source
-    feeding the encoder (the whole feeding the decoder of a decoder-only model). The vocabulary is
+    feeding the encoder (the whole feeding the decoder of a decoder-only model; an encoder-only
+    model's is the source alone, target None: ``_own_sentence``). The vocabulary is
     built from them unless the file lists one (the default's is the article's sentence's).
 
     Only plain YAML is read (``yaml.safe_load``); any problem raises ConfigError with one line
@@ -840,20 +841,45 @@ def load_config(
     return _override(config, data, sentence, seed, precision)
 
 
+NEEDS_BOTH = (
+    "the toy needs both --source (the encoder's words) and --target (the decoder's), "
+    'e.g. --source "the dog is" --target "barking loudly"'
+)
+
+
+def _own_sentence(config: Config, source: str, target: str | None) -> tuple[str, int]:
+    """Your words instead of the config's sentence, and how many of them the encoder reads.
+
+    An encoder-decoder reads the source and decodes the target; a decoder-only model reads both
+    as one text; an encoder-only model (BERT) reads one sentence, the source alone, with the
+    config's blanks hiding its words."""
+    if config.model.encoder_only:
+        if target is not None:
+            raise ConfigError(
+                "--target: an encoder-only model has no decoder: give your sentence as --source alone "
+                "(the config's blanks hide its words)"
+            )
+        return source, len(tokenize(source))
+    if target is None:
+        raise ConfigError(NEEDS_BOTH)
+    return f"{source} {target}", 0 if config.model.decoder_only else len(tokenize(source))
+
+
 def _override(
-    config: Config, data: Any, sentence: tuple[str, str] | None, seed: int | None, precision: int | None
+    config: Config,
+    data: Any,
+    sentence: tuple[str, str | None] | None,
+    seed: int | None,
+    precision: int | None,
 ) -> Config:
     """The config with the command line's options applied (``data``: what the file said, if any)."""
     try:  # options given on the command line: the file is not to blame for them
         if sentence is not None:
-            source_text, target_text = sentence
-            encoder_words = 0 if config.model.decoder_only else len(tokenize(source_text))
-            if config.model.encoder_only:  # it reads the whole sentence
-                encoder_words = len(tokenize(f"{source_text} {target_text}"))
+            text, encoder_words = _own_sentence(config, *sentence)
             listed = isinstance(data, dict) and "vocabulary" in data
             config = dataclasses.replace(
                 config,
-                sentence=f"{source_text} {target_text}",
+                sentence=text,
                 encoder_words=encoder_words,
                 vocabulary=config.vocabulary if listed else None,
                 training=dataclasses.replace(config.training, dataset=()),  # its words are not yours
