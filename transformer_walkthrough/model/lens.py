@@ -100,6 +100,11 @@ class Lens(NamedTuple):
     def layers(self) -> int:
         return len(self.stages)
 
+    def hides(self, position: int) -> bool:
+        """Whether the token read at ``position`` hides the one that belongs there: a blank of an
+        encoder-only model (a decoder's expected token is the next one, never the one read)."""
+        return self.side == ENCODER and self.ids[position] != self.expected[position]
+
     def top(self, k: int = 1) -> np.ndarray:
         """The ids of the k most likely tokens of every cell, most likely first: (layers, n, k)."""
         return top_tokens(self.probabilities, k)

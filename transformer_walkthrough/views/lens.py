@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -199,7 +200,7 @@ def position_table(lens: Lens, position: int, k: int, view: View) -> Table:
     after = label(lens.tokens[position])
     title = f"Logit lens at position {position} ({after})"
     if lens.side == ENCODER:
-        hidden = expected is None or lens.ids[position] != expected
+        hidden = lens.hides(position)
         title += (
             ", a blank: the word hidden there is not known" if expected is None
             else f": the word {'hidden ' if hidden else ''}there is {label(lens.vocabulary[expected])}"
@@ -258,9 +259,8 @@ def parse_lens_cell(spec: str, lens: Lens) -> tuple[int, int]:
     try:
         position = int(position_text)
     except ValueError:
-        labelled = {f"{position_text}@{i}" for i in range(len(lens.tokens))}
-        labelled |= {f"{position_text} ({i})" for i in range(len(lens.tokens))}
-        repeated = [token for token in lens.tokens if token in labelled]
+        text = position_text
+        repeated = [token for i, token in enumerate(lens.tokens) if token in (f"{text}@{i}", f"{text} ({i})")]
         if repeated:  # a piece that repeats is labelled by its position too (``trace.token_labels``)
             raise StageError(
                 f"--explain: {position_text!r} is at {len(repeated)} positions: give one of "
@@ -353,7 +353,7 @@ def explain_lens(
     lines.append("  x = " + c.sum_of([c.f(v) for v in x.tolist()]).replace(" + ", ", "))
     out = top[lens.output]
     y, W = out["X"][position], out["W"]
-    if lens.norm is None and lens.transform is None:
+    if lens.read is None:
         lines.append(
             "2. nothing on top: this model's last layer feeds the output layer directly (no final norm), "
             "so x itself is projected"
@@ -407,7 +407,7 @@ def _expected_sentence(lens: Lens, position: int) -> str:
     """What the ✓ token is at ``position``, as the start of a sentence."""
     if lens.side == DECODER:
         return "Next in the input"
-    return "The word here" if lens.ids[position] == lens.expected[position] else "The word hidden here"
+    return "The word hidden here" if lens.hides(position) else "The word here"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -515,15 +515,31 @@ def _about(lens: Lens) -> str:
     )
 
 
+def document_cells(
+    lens: Lens, shown: list[int], digits: int, word: Callable[[int | None], str],
+    strong: Callable[[str], str], ellipsis: str, tick: str,
+) -> tuple[list[list[str]], list[str]]:  # fmt: skip
+    """A document's table in its own markup: each layer's cells (the top token, ``strong``, and its
+    probability, ``tick`` where it is the expected one) and the row of expected tokens, in the
+    columns ``shown`` (``ellipsis`` for the -1)."""
+    top = lens.top(1)[..., 0]
+
+    def cell(layer: int, i: int) -> str:
+        t = int(top[layer, i])
+        right = tick if lens.expected[i] == t else ""
+        return f"{strong(word(t))} {lens.probabilities[layer, i, t]:.{digits}f}{right}"
+
+    layers = [[ellipsis if i < 0 else cell(layer, i) for i in shown] for layer in range(lens.layers)]
+    return layers, [ellipsis if i < 0 else word(lens.expected[i]) for i in shown]
+
+
 def lens_markdown(lens: Lens, precision: int = 2, full: bool = False) -> str:
     """The Markdown document's "Logit lens" section: layers × positions, the top token (a code span,
     as every token of the document) and its probability in each cell, ✓ by the expected one; past
     ``DOCUMENT_POSITIONS`` positions, the first and the last (all with ``full``)."""
     from .documents import _md_label, _md_text
 
-    p = max(precision, 2)
     shown = kept_positions(len(lens.tokens), DOCUMENT_POSITIONS, full)
-    top = lens.top(1)[..., 0]
 
     def word(t: int | None) -> str:
         return "—" if t is None else _md_label(label(lens.vocabulary[t], DOCUMENT_LABEL))
@@ -535,18 +551,9 @@ def lens_markdown(lens: Lens, precision: int = 2, full: bool = False) -> str:
         "| after | " + " | ".join(heads) + " |",
         "|---|" + "---|" * len(shown),
     ]
-    for layer in range(lens.layers):
-        cells = []
-        for i in shown:
-            if i < 0:
-                cells.append("…")
-                continue
-            t = int(top[layer, i])
-            right = " ✓" if lens.expected[i] == t else ""
-            cells.append(f"**{word(t)}** {lens.probabilities[layer, i, t]:.{p}f}{right}")
-        lines.append(f"| layer {layer} | " + " | ".join(cells) + " |")
-    last = " | ".join("…" if i < 0 else word(lens.expected[i]) for i in shown)
-    lines.append(f"| {expected_row(lens)} | {last} |")
+    layers, expected = document_cells(lens, shown, max(precision, 2), word, lambda w: f"**{w}**", "…", " ✓")
+    lines += [f"| layer {layer} | " + " | ".join(cells) + " |" for layer, cells in enumerate(layers)]
+    lines.append(f"| {expected_row(lens)} | " + " | ".join(expected) + " |")
     if note := document_left_out(lens, shown):
         lines.append(f"\n{_md_text(note)}")
     return "\n".join(lines) + "\n"
@@ -557,9 +564,7 @@ def lens_latex(lens: Lens, precision: int = 2, full: bool = False) -> str:
     typewriter as typed, shrunk to the line when it must be (the document's ``\\fit``)."""
     from .documents import tex
 
-    p = max(precision, 2)
     shown = kept_positions(len(lens.tokens), DOCUMENT_POSITIONS, full)
-    top = lens.top(1)[..., 0]
 
     def typed(piece: str) -> str:  # a token as typed: typewriter, "--" two hyphens, not a dash
         return rf"\texttt{{{tex(label(piece, DOCUMENT_LABEL)).replace('--', '-{}-')}}}"
@@ -568,18 +573,13 @@ def lens_latex(lens: Lens, precision: int = 2, full: bool = False) -> str:
         return "---" if t is None else typed(lens.vocabulary[t])
 
     heads = [r"\ldots" if i < 0 else typed(lens.tokens[i]) for i in shown]
-    rows = []
-    for layer in range(lens.layers):
-        cells = []
-        for i in shown:
-            if i < 0:
-                cells.append(r"\ldots")
-                continue
-            t = int(top[layer, i])
-            right = r" $\checkmark$" if lens.expected[i] == t else ""
-            cells.append(rf"\textbf{{{word(t)}}} {lens.probabilities[layer, i, t]:.{p}f}{right}")
-        rows.append(rf"layer {layer} & " + " & ".join(cells) + r" \\")
-    last = " & ".join(r"\ldots" if i < 0 else word(lens.expected[i]) for i in shown)
+
+    def bold(w: str) -> str:
+        return rf"\textbf{{{w}}}"
+
+    layers, expected = document_cells(lens, shown, max(precision, 2), word, bold, r"\ldots", r" $\checkmark$")
+    rows = [rf"layer {layer} & " + " & ".join(cells) + r" \\" for layer, cells in enumerate(layers)]
+    last = " & ".join(expected)
     out = [
         "\n\\section*{Logit lens}\n",
         tex(_about(lens)) + "\\par\n",
