@@ -22,15 +22,15 @@ TOLERANCE = 1e-15
 
 
 def test_every_shipped_config_has_its_export_from_before() -> None:
-    assert CONFIGS == sorted(p.name.removesuffix(".json.gz") for p in BEFORE.glob("*.json.gz"))
+    assert sorted(p.name.removesuffix(".json.gz") for p in BEFORE.glob("*.json.gz")) == CONFIGS
 
 
 def _close(now: list, before: list, where: str) -> None:
     a, b = np.asarray(now, dtype=float), np.asarray(before, dtype=float)
     assert a.shape == b.shape, where
     scale = max(1.0, float(np.abs(b[np.isfinite(b)]).max(initial=0.0)))
-    same_infinities = np.array_equal(np.isinf(a), np.isinf(b)) and np.array_equal(a[np.isinf(a)], b[np.isinf(b)])
-    assert same_infinities, where
+    assert np.array_equal(np.isinf(a), np.isinf(b)), where
+    assert np.array_equal(a[np.isinf(a)], b[np.isinf(b)]), where
     finite = np.isfinite(b)
     assert np.abs(a[finite] - b[finite]).max(initial=0.0) <= TOLERANCE * scale, where
 
@@ -41,7 +41,8 @@ def test_export_equals_the_one_from_before_the_redesign(name: str, tmp_path: Pat
         before = json.load(f)
     backward = any("gradients" in s for s in before["stages"])
     out = tmp_path / "now.json"
-    args = ["export", str(out), "-c", str(ROOT / "configs" / f"{name}.yaml"), *(["--backward"] if backward else [])]
+    config = str(ROOT / "configs" / f"{name}.yaml")
+    args = ["export", str(out), "-c", config, *(["--backward"] if backward else [])]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     now = json.loads(out.read_text())
