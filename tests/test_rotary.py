@@ -182,7 +182,7 @@ def test_scaled_frequencies_equal_transformers(rope: F.RopeScaling, monkeypatch:
         assert ours[0] == plain[0] and ours[-1] == pytest.approx(plain[-1] / rope.factor, rel=1e-15)
         assert any(plain[i] / rope.factor < ours[i] < plain[i] for i in range(16))  # a blended pair
     # and the hand computation explain shows
-    from transformer_walkthrough.model.kinds.attention import frequency_by_hand
+    from transformer_walkthrough.model.kinds.hand import frequency_by_hand
 
     assert max(abs(frequency_by_hand(m, i)[0] - ours[i]) / ours[i] for i in range(16)) <= 1e-14
 

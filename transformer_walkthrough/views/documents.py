@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from ..errors import StageError, shorten
+from ..model.formula import Formula, plain_item
 from ..model.kinds import KINDS
 from ..model.trace import (
     ACTIVATION,
@@ -37,6 +38,8 @@ from ..model.trace import (
     Stage,
     Trace,
 )
+from .formulas import html_notes, latex_lines, latex_notes, tex
+from .formulas import mathml as formula_mathml
 from .lens import lens_latex, lens_markdown
 from .numbers import format_value, text_widths
 from .palette import css, diverging, sequential
@@ -643,6 +646,8 @@ def _probability(q: float, digits: int, o: Options) -> str:
 def _notes(stage: Stage) -> str:
     """The indented notes under a stage's plain formula (the flatten head's leak, a tied table),
     which its LaTeX and MathML do not say."""
+    if isinstance(stage.formula, Formula):
+        return " ".join(plain_item(n).strip() for n in stage.formula.notes)
     return " ".join(line.strip() for line in stage.formula.splitlines() if line.startswith(" "))
 
 
@@ -716,7 +721,7 @@ def iter_markdown(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str
     yield f"# {_md_text(title)}\n\n{line}\n\n## Stages\n\n"
     yield "".join(f"- [{s.id} — {s.title}](#{_md_anchor(s)})\n" for s in stages)
     for stage in stages:
-        yield f"\n## {stage.id} {stage.title}\n\n{stage.explanation}\n\n```text\n{stage.formula}\n```\n"
+        yield f"\n## {stage.id} {stage.title}\n\n{stage.explanation}\n\n```text\n{stage.formula!s}\n```\n"
         for row in units(stage, o):
             for unit in row:
                 for shown in unit:
@@ -764,15 +769,6 @@ def to_markdown(trace: Trace, stages: list[Stage], precision: int = 2, **options
 # anything wider than the line or taller than the page is shrunk to fit (\fit measures it).
 # ---------------------------------------------------------------------------------------------
 
-_TEX_SPECIAL = {
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-    "}": r"\}", "[": "{[}", "]": "{]}", "*": "{*}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}", ">": r"\textgreater{}",
-    "−": "-", "∞": r"$\infty$", "√": r"$\surd$", "ᵀ": r"$^{T}$", "⊙": r"$\odot$", "·": r"$\cdot$", "…": r"\ldots{}",
-    "→": r"$\to$", "Σ": r"$\Sigma$", "×": r"$\times$", "≤": r"$\le$", "⋮": r"$\vdots$", "—": "---", "–": "--", "±": r"$\pm$",
-    "²": r"$^{2}$", "✓": r"$\checkmark$", "✗": r"$\times$", "π": r"$\pi$", "σ": r"$\sigma$",
-    # The marks of real checkpoints' tokens: SentencePiece's word start, GPT-2's shown tab and newline.
-    "▁": r"\textvisiblespace{}", "⇥": r"$\rightarrowtail$", "↵": r"$\hookleftarrow$",
-}  # fmt: skip
 
 _TEX_PREAMBLE = r"""\documentclass[10pt]{article}
 \usepackage[T1]{fontenc}
@@ -810,13 +806,10 @@ _TEX_PREAMBLE = r"""\documentclass[10pt]{article}
 """
 
 
-def tex(text: str) -> str:
-    """Plain text as LaTeX source: specials escaped, the few symbols the walkthrough uses as math."""
-    return "".join(_TEX_SPECIAL.get(ch, ch) for ch in text)
-
-
 def tex_formula(stage: Stage, trace: Trace) -> list[str]:
-    """The stage's formula as align* lines, as its kind writes it under the trace's config."""
+    """The stage's formula as align* lines: its terms written as LaTeX, or as its kind writes them."""
+    if isinstance(stage.formula, Formula):
+        return latex_lines(stage.formula)
     return KINDS[stage.kind].latex(trace.config.model)
 
 
@@ -904,8 +897,10 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
             f"{{\\small\\ttfamily {tex(stage.id)}}}\\par\n{tex(stage.explanation)}\n"
             "\\begin{align*}\n" + " \\\\\n".join(tex_formula(stage, trace)) + "\n\\end{align*}\n"
         )
-        if notes := _notes(stage):
-            yield f"{{\\small {tex(notes)}}}\\par\n"
+        if notes := (
+            latex_notes(stage.formula) if isinstance(stage.formula, Formula) else tex(_notes(stage))
+        ):
+            yield f"{{\\small {notes}}}\\par\n"
         for group in units(stage, o, _LINE):
             for line in _tex_lines(group):
                 yield "\\fit{$\\displaystyle "
@@ -1297,6 +1292,13 @@ def _html_formula(stage: Stage, trace: Trace) -> str:
     """The kind's formula typeset in MathML, with the plain formula's notes below it; the plain
     formula itself if its LaTeX is beyond the small reader above."""
     e = html.escape
+    if isinstance(stage.formula, Formula):
+        notes = html_notes(stage.formula)
+        return (
+            f'<div class="formula" title="{e(str(stage.formula))}">{formula_mathml(stage.formula)}'
+            + (f"<p>{notes}</p>" if notes else "")
+            + "</div>"
+        )
     tex = tex_formula(stage, trace)  # outside the try: a kind without LaTeX is a bug to see, not hide
     try:
         math_block = mathml(tex)
@@ -1409,7 +1411,9 @@ def html_stage(trace: Trace | None, stage: Stage, o: Options, clicks: Clicks | N
     e = html.escape
     where = "" if trace is None else f'<div class="where">{figure_svg(trace, stage.id)}</div>'
     formula = (
-        f'<pre class="formula">{e(stage.formula)}</pre>' if trace is None else _html_formula(stage, trace)
+        f'<pre class="formula">{e(str(stage.formula))}</pre>'
+        if trace is None
+        else _html_formula(stage, trace)
     )
     yield (
         f'<section id="{e(stage.id)}"><div class="intro"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'

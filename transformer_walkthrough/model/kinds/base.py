@@ -25,6 +25,7 @@ from ..architecture import Spec
 if TYPE_CHECKING:
     from ...config import ModelConfig
     from ...views.explain import Cell
+    from ..formula import Formula
     from ..trace import Stage, Trace
     from .hand import Check
 
@@ -58,8 +59,10 @@ class Kind:
     id: str  # "masked-attention"
     title: str | Callable[[ModelConfig], str]  # shown in the header: "Decoder layer 0 · <title>"
     explanation: Callable[[ModelConfig], str]  # plain English, as true under the config
-    formula: Callable[[ModelConfig], str]  # the arithmetic under this config; lines split by "\n"
-    latex: Callable[[ModelConfig], list[str]]  # the same, as the lines of a LaTeX align*
+    formula: Callable[
+        [ModelConfig], str | Formula
+    ]  # the arithmetic under this config: as data, or lines split by "\n"
+    latex: Callable[[ModelConfig], list[str]] | None  # a str formula, as the lines of a LaTeX align*
     backward: Callable[[Stage, np.ndarray, Arrays, ModelConfig], Grads] | None
     second: Callable[[Stage, Trace, ModelConfig], list[Check]]  # verify's independent computation
     explain: Mapping[str, Explainer]  # a cell's arithmetic, by the matrix's base name

@@ -1,0 +1,630 @@
+"""The pieces of attention, each owning itself; ``PIECES`` in computing order."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from ... import formula as Fm
+from ... import functional as F
+from ...formula import Line, Note, ceil, line, note, sqrt, sym
+from ...trace import ATTENTION, CONSTANT, Stage, dims, head_dims, matrix_name, positions
+from ..base import Spec
+from ..hand import (
+    Check,
+    dot,
+    frequency_by_hand,
+    gap,
+    linear,
+    mm,
+    rotary_by_hand,
+    rotate_by_hand,
+    softmax_cell,
+    softmax_rows,
+)
+
+if TYPE_CHECKING:
+    from ....config import ModelConfig
+    from ....views.explain import Cell
+    from ...trace import Trace
+from .flow import At, Back, ByHand, Explainer, Flow, Piece, columns, kv_head, readers, rope
+
+# ---------------------------------------------------------------------------------------------
+# project: Q_h = X·W_Qh (+ b), K_g = memory·W_Kg, V_g = memory·W_Vg
+# ---------------------------------------------------------------------------------------------
+
+
+class Project(Piece):
+    """The projections to heads: one product [W_Q | W_K | W_V] in self-attention, split into heads."""
+
+    name = "project"
+    groups: ClassVar[Mapping[str, str]] = {
+        **dict.fromkeys(("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V"), "weights"),
+        **dict.fromkeys(("Q", "K", "V"), "projections"),
+    }
+    tex: ClassVar[Mapping[str, str]] = {
+        "W_Q": "W^{{Q}}_{{{h}}}", "W_K": "W^{{K}}_{{{h}}}", "W_V": "W^{{V}}_{{{h}}}",
+        "b_Q": "b^{{Q}}_{{{h}}}", "b_K": "b^{{K}}_{{{h}}}", "b_V": "b^{{V}}_{{{h}}}",
+    }  # fmt: skip
+
+    def params(self, m: ModelConfig) -> dict[str, Spec]:
+        d, q, kv = m.d_model, m.num_heads * m.d_k, m.kv_heads * m.d_k
+        specs = {"W_QKV": Spec((d, q + 2 * kv), "xavier-qkv", blocks=(q, kv, kv))}
+        if m.attention_bias:
+            specs["b_QKV"] = Spec((q + 2 * kv,), "zeros")
+        return specs
+
+    def forward(self, f: Flow) -> None:
+        m, W, b = f.m, f.p["W_QKV"], f.p.get("b_QKV")
+        q_width, kv_width = m.num_heads * m.d_k, m.kv_heads * m.d_k
+        if f.self_attention:  # queries, keys and values from one product (nanoGPT's c_attn)
+            QKV = F.linear(f.x, W, b)
+            Q, K, V = QKV[:, :q_width], QKV[:, q_width : q_width + kv_width], QKV[:, q_width + kv_width :]
+        else:  # cross-attention: queries from x, keys and values from memory
+            Q = F.linear(f.x, W[:, :q_width], None if b is None else b[:q_width])
+            KV = F.linear(f.kv, W[:, q_width:], None if b is None else b[q_width:])
+            K, V = KV[:, :kv_width], KV[:, kv_width:]
+        f.Q, f.K, f.V = (
+            F.split_heads(Q, m.num_heads),
+            F.split_heads(K, m.kv_heads),
+            F.split_heads(V, m.kv_heads),
+        )
+        f.made[""] = (f.Q, f.K)
+
+    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+        m, W, b = f.m, f.p["W_QKV"], f.p.get("b_QKV")
+        D, Dk = dims(m.d_model), dims(m.d_k, "k")
+        for which, head in [("Q", h), *([("K", g), ("V", g)] if first else [])]:
+            cols = columns(m, which, head)
+            stage.weight(f"W_{which}", W[:, cols], D, Dk, head=head, param="W_QKV")
+            if b is not None:
+                stage.weight(f"b_{which}", b[cols], (f"b_{which}{head}",), Dk, head=head, param="b_QKV")
+        Q, K = f.made[""]
+        stage.rec("Q", Q[h - 1], q, Dk, head=h)
+        if first:
+            stage.rec("K", K[g - 1], kv, Dk, head=g)
+            stage.rec("V", f.V[g - 1], kv, Dk, head=g)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        m = f.m
+        q_width = m.num_heads * m.d_k
+        d.per_head |= {"Q": d.Q, "K": d.K, "V": d.V}
+        dq, dk, dv = F.merge_heads(d.Q), F.merge_heads(d.K), F.merge_heads(d.V)
+        W = f.p["W_QKV"]
+        d.x, dW_Q, db_Q = F.linear_backward(dq, f.x, W[:, :q_width])
+        d_kv, dW_KV, db_KV = F.linear_backward(np.hstack([dk, dv]), f.kv, W[:, q_width:])
+        if f.self_attention:
+            d.x = d.x + d_kv
+        else:
+            d.kv = d_kv
+        d.params["W_QKV"] = np.hstack([dW_Q, dW_KV])
+        if "b_QKV" in f.p:
+            d.params["b_QKV"] = np.concatenate([db_Q, db_KV])
+
+    def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
+        x = stage["X"]
+        kv = stage.get("memory", x)
+
+        def bias(name: str, head: int) -> Any:
+            return stage.of(f"b_{name}", head) if stage.has(f"b_{name}", head) else 0
+
+        b.q = mm(x, stage.of("W_Q", b.h)) + bias("Q", b.h)
+        b.k = mm(kv, stage.of("W_K", b.g)) + bias("K", b.g)
+        b.v = mm(kv, stage.of("W_V", b.g)) + bias("V", b.g)
+        b.checked += [("Q", gap(stage.of("Q", b.h), b.q)), ("K", gap(stage.of("K", b.g), b.k)),
+                      ("V", gap(stage.of("V", b.g), b.v))]  # fmt: skip
+
+    def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
+        g, kv = heads_letter(m), at.kv
+
+        def plus(name: str, head: str) -> list[Fm.Term | str]:
+            return ["+", sym(f"b_{name}", head)] if m.attention_bias else []
+
+        heads = (
+            [note("(h = 1 … num_heads; g = 1 … num_kv_heads: grouped-query attention,"),
+             note("query head h reads key/value head ", sym("g"), " = ", ceil("h", "/", Fm.Num(str(m.num_heads // m.kv_heads))), ")")]
+            if g == "g" else [note("(h = 1 … num_heads)")]
+        )  # fmt: skip
+        return [
+            line(sym("Q", "h"), "=", "X", "·", sym("W_Q", "h"), *plus("Q", "h"), ",  ",
+                 sym("K", g), "=", kv, "·", sym("W_K", g), *plus("K", g), ",  ",
+                 sym("V", g), "=", kv, "·", sym("W_V", g), *plus("V", g)),
+            *heads,
+        ]  # fmt: skip
+
+    def explain_projection(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+        h, kind = self.matrix.head, self.matrix.base
+        m = trace.config.model
+        source = "memory" if kind in "KV" and "memory" in self.stage else "X"
+        lines = linear(
+            self, f"{self.name} = {source}·W_{kind}{h}: row {self.i} of {source} ({self.row}) times column {self.j} of W_{kind}{h}",
+            self.stage[source][self.i], self.stage.of(f"W_{kind}", h)[:, self.j], f"b_{kind}{h}",
+        )  # fmt: skip
+        if kind in "KV" and m.kv_heads < m.num_heads:
+            heads = ", ".join(map(str, readers(m, h)))
+            final = attended_name(self.stage, "K", h)
+            turned = f" (turned: {matrix_name(final, h)})" if kind == "K" and final != "K" else ""
+            lines.append(f"  (grouped-query attention: {m.kv_heads} key/value head{'s' if m.kv_heads > 1 else ''} "
+                         f"for {m.num_heads} query heads; query heads {heads} all read {kind}{h}{turned})")  # fmt: skip
+        return lines
+
+    explain: ClassVar[Mapping[str, Explainer]] = dict.fromkeys("QKV", explain_projection)
+
+
+# ---------------------------------------------------------------------------------------------
+# rotate: rot_Q_h = Q_h ⊙ cos + rotate_half(Q_h) ⊙ sin, likewise K (rotary positions)
+# ---------------------------------------------------------------------------------------------
+
+
+class Rotate(Piece):
+    """Rotary positions: each pair of a head's columns (i, i + d_k/2) turned by the angle pos·θ_i.
+
+    Only in self-attention: cross-attention's keys are the encoder's, whose positions its own
+    self-attention has already applied."""
+
+    name, turns = "rotate", "rot"
+    groups: ClassVar[Mapping[str, str]] = dict.fromkeys(("rot_Q", "rot_K"), "rotated")
+    tex: ClassVar[Mapping[str, str]] = {
+        "rot_Q": r"\tilde{{Q}}_{{{h}}}",
+        "rot_K": r"\tilde{{K}}_{{{h}}}",
+        "cos": r"\cos",
+        "sin": r"\sin",
+    }
+
+    def on(self, m: ModelConfig, at: At) -> bool:
+        return not m.adds_positions and not at.cross
+
+    def said(self, m: ModelConfig, at: At) -> str:
+        return (
+            " Positions enter here (rotary): each head's queries and keys are turned by an angle "
+            "that grows with their position, so a score depends on how far apart two tokens are."
+        )
+
+    def forward(self, f: Flow) -> None:
+        r = F.rotary(len(f.x), f.m.d_k, rope(f.m), f.x.dtype, f.start)
+        f.kept[self.name] = r
+        f.Q, f.K = F.apply_rotary(f.Q, r), F.apply_rotary(f.K, r)
+        f.made["rot_"] = (f.Q, f.K)
+
+    def record_before(self, stage, f, q, kv):  # type: ignore[no-untyped-def]
+        r, Dk = f.kept[self.name], dims(f.m.d_k, "k")
+        stage.rec("cos", r.cos, positions(q), Dk, CONSTANT)
+        stage.rec("sin", r.sin, positions(q), Dk, CONSTANT)
+
+    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+        Dk, (Q, K) = dims(f.m.d_k, "k"), f.made["rot_"]
+        stage.rec("rot_Q", Q[h - 1], q, Dk, head=h)
+        if first:
+            stage.rec("rot_K", K[g - 1], kv, Dk, head=g)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        r = f.kept[self.name]
+        d.per_head |= {"rot_Q": d.Q, "rot_K": d.K}
+        d.Q, d.K = F.apply_rotary_backward(d.Q, r), F.apply_rotary_backward(d.K, r)
+
+    def before(self, stage: Stage, m: ModelConfig) -> list[Check]:
+        cos, sin = rotary_by_hand(len(stage["X"]), m)
+        worst = max(gap(stage["cos"], cos), gap(stage["sin"], sin))
+        scaled = "" if m.rope_scaling == "default" else f", scaled ({m.rope_scaling})"
+        return [Check(stage.id, f"cos and sin recomputed from pos / rope_theta^(2i/d_k){scaled}", worst)]
+
+    def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
+        cos, sin = stage["cos"], stage["sin"]  # checked once, before the heads
+        b.q, b.k = rotate_by_hand(b.q, cos, sin), rotate_by_hand(b.k, cos, sin)
+        b.checked += [
+            ("rot_Q", gap(stage.of("rot_Q", b.h), b.q)),
+            ("rot_K (pair by pair)", gap(stage.of("rot_K", b.g), b.k)),
+        ]
+
+    def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
+        g, (Q, K) = heads_letter(m), entering(m, at, self)
+        return [
+            line(sym("rot_Q", "h"), "=", sym(Q, "h"), "⊙", "cos", "+", Fm.call("rotate_half", [sym(Q, "h")]), "⊙", "sin",
+                 ",  ", sym("rot_K", g), "=", sym(K, g), "⊙", "cos", "+", Fm.call("rotate_half", [sym(K, g)]), "⊙", "sin"),
+            note("(rotary: each pair of columns (i, i + d_k/2) turned by the angle pos·", THETA, ","),
+            note(THETA, f" = rope_theta^(−2i/d_k){_scaled(m)}; rotate_half(", sym("x", 1), ", ", sym("x", 2),
+                 ") = (−", sym("x", 2), ", ", sym("x", 1), "))"),
+        ]  # fmt: skip
+
+    def explain_table(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+        m = trace.config.model
+        half = m.d_k // 2
+        i = self.j % half
+        pos = self.i  # a traced pass starts at position 0
+        theta, scaled = frequency_by_hand(m, i)
+        angle = pos * theta
+        base = m.rope_theta ** (2 * i / m.d_k)
+        partner = self.j + half if self.j < half else self.j - half
+        lines = [
+            f"{self.name}[pos, j] = {self.name}(pos · θ_i), θ_i = rope_theta^(−2i/d_k), with pos = {pos}, j = {self.j}: "
+            f"pair i = {i} (column j and column j {'+' if self.j < half else '−'} d_k/2 = {partner} share the angle)",
+        ]
+        if scaled:
+            lines.append(
+                f"  θ_{i} = 1 / {m.rope_theta:g}^({2 * i}/{m.d_k}) = 1 / {self.f(base)}, {scaled}: θ_{i} = {theta:.6g}"
+            )
+            lines.append(f"  angle = {pos} · {theta:.6g} = {self.f(angle)}")
+        else:
+            lines.append(
+                f"  angle = {pos} / {m.rope_theta:g}^({2 * i}/{m.d_k}) = {pos} / {self.f(base)} = {self.f(angle)}"
+            )
+        return [
+            *lines,
+            f"  {self.name}({self.f(angle)}) = {self.f(self.value)}",
+            "  (low pairs turn fast with the position, high ones slowly; a score of two rotated vectors depends on "
+            "their positions only through the difference: rotation by a and by b leaves the angle a − b)",
+        ]
+
+    def explain_rotation(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+        h = self.matrix.head
+        source = turned_from(self.stage, self.matrix.base, h)  # Q, or what an earlier piece turned it into
+        x = self.stage.of(source, h)
+        half = x.shape[1] // 2
+        first = self.j < half
+        partner = self.j + half if first else self.j - half
+        cos, sin = float(self.stage["cos"][self.i, self.j]), float(self.stage["sin"][self.i, self.j])
+        a, b = float(x[self.i, self.j]), float(x[self.i, partner])
+        sign = "−" if first else "+"
+        name = matrix_name(source, h)
+        return [
+            f"{self.name} is {name} with each pair of columns (j, j + d_k/2) turned by its position's angle "
+            "(Hugging Face's Llama pairs column i with i + d_k/2, rotate_half; GPT-J pairs 2i with 2i+1):",
+            f"  {self.name}[{self.i}, {self.j}] = {name}[{self.i}, {self.j}]·cos {sign} {name}[{self.i}, {partner}]·sin"
+            f"  (row {self.i}, {self.row}; cos = cos[{self.i}, {self.j}], sin = sin[{self.i}, {self.j}])",
+            f"  = {self.times(a, cos)} {sign} {self.times(b, sin)} = {self.f(a * cos)} {sign} {self._factor(b * sin)} = {self.f(self.value)}",
+        ]
+
+    explain: ClassVar[Mapping[str, Explainer]] = {
+        "cos": explain_table,
+        "sin": explain_table,
+        "rot_Q": explain_rotation,
+        "rot_K": explain_rotation,
+    }
+
+
+THETA = sym("θ", "i", tex=r"\theta")  # how fast pair i turns
+
+
+def _scaled(m: ModelConfig) -> str:
+    """How θ_i is stretched past the trained length, in the formula's words ("" for none)."""
+    if m.rope_scaling == "linear":
+        return f", then / rope_factor {m.rope_factor:g}"
+    if m.rope_scaling == "llama3":
+        return f", the slow pairs' then / {m.rope_factor:g} (llama3)"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# scores: S_h = Q_h·K_gᵀ / √d_k (the last turned Q and K)
+# ---------------------------------------------------------------------------------------------
+
+
+class Scores(Piece):
+    """How well each query matches each key: Q_h·K_gᵀ, scaled by 1/√d_k (paper eq. 1). With a
+    key/value cache, this step's keys and values join the cached ones first: the queries attend
+    over the whole sequence so far."""
+
+    name = "scores"
+    groups: ClassVar[Mapping[str, str]] = {"S": "attention"}
+
+    def forward(self, f: Flow) -> None:
+        if f.cache is not None:  # the new keys join the cache turned at their positions
+            f.K, f.V = f.cache.extend(f.K, f.V)
+        Q, K, _ = F.group(f.Q, f.K, f.V)  # the h/G query heads of a group against their one key head
+        S = Q @ np.swapaxes(K, -1, -2)
+        S *= 1 / math.sqrt(f.m.d_k)  # a Python float keeps float32 float32
+        f.S = S.reshape(-1, *S.shape[2:])
+
+    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+        stage.rec("S", f.S[h - 1], q, kv, head=h)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        d.per_head["S"] = d.S
+        h, G = f.Q.shape[0], f.K.shape[0]
+        dS = d.S.reshape(G, h // G, *d.S.shape[1:])
+        Q = f.Q.reshape(G, h // G, *f.Q.shape[1:])
+        scale = 1 / math.sqrt(f.m.d_k)
+        d.Q = (dS @ f.K[:, None] * scale).reshape(f.Q.shape)
+        d.K = (np.swapaxes(dS, -1, -2) @ Q * scale).sum(axis=1)  # a shared key gathers every reader's
+
+    def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
+        b.s = np.einsum("id,jd->ij", b.q, b.k) / math.sqrt(m.d_k)
+        b.checked.append(("S", gap(stage.of("S", b.h), b.s)))
+
+    def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
+        g, (Q, K) = heads_letter(m), entering(m, at, self)
+        return [line(sym("S", "h"), "=", sym(Q, "h"), "·", sym(K, g, "T"), "/", sqrt(sym("d_k")))]
+
+    def explain_scores(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+        h = self.matrix.head
+        m = trace.config.model
+        d_k, g = m.d_k, kv_head(m, h)
+        Q, K = attended_name(self.stage, "Q", h), attended_name(self.stage, "K", g)
+        q, k = matrix_name(Q, h), matrix_name(K, g)
+        terms, total = dot(self, self.stage.of(Q, h)[self.i], self.stage.of(K, g)[self.j])
+        shared = f" (query head {h} reads key head {g})" if g != h else ""
+        return [
+            f"S{h} = {q}·{k}ᵀ / √d_k: how well query {self.i} ({self.row}) matches key {self.j} ({self.col}){shared}",
+            f"  {q}[{self.i}]·{k}[{self.j}] = {self.sum_of(terms)} = {self.f(total)}",
+            f"  divided by √d_k = √{d_k} = {self.f(math.sqrt(d_k))}: {self.f(total)} / {self.f(math.sqrt(d_k))} = {self.f(self.value)}",
+            "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
+        ]
+
+    explain: ClassVar[Mapping[str, Explainer]] = {"S": explain_scores}
+
+
+# ---------------------------------------------------------------------------------------------
+# mask: S_h + M, M of 0 and −∞ (the decoder's causal mask, a sliding window)
+# ---------------------------------------------------------------------------------------------
+
+
+class Mask(Piece):
+    """The mask M added to every head's scores: −∞ where a query may not look (a later position,
+    or one outside the sliding window). M is an input of the stage, given by the layer."""
+
+    name = "mask"
+    groups: ClassVar[Mapping[str, str]] = {"S+M": "attention"}
+    tex: ClassVar[Mapping[str, str]] = {"S+M": "S_{{{h}}}+M", "M": "M"}
+
+    def on(self, m: ModelConfig, at: At) -> bool:
+        return at.masked
+
+    def said(self, m: ModelConfig, at: At) -> str:
+        if m.sliding_window is None:
+            return ""
+        w = m.sliding_window
+        return (
+            f" With a sliding window of {w} (Mistral), M is −∞ also more than {w - 1} positions back: "
+            f"each position sees itself and the {w - 1} before it (a band, when the text is longer "
+            "than the window)."
+        )
+
+    def forward(self, f: Flow) -> None:
+        f.masked = f.S + f.mask
+
+    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+        stage.rec("S+M", f.masked[h - 1], q, kv, head=h)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        d.per_head["S+M"] = d.S  # S + M: the same gradient as S
+        d.M = d.S.sum(axis=0)  # M is added to every head's scores: it collects each head's
+
+    def before(self, stage: Stage, m: ModelConfig) -> list[Check]:
+        n, window = len(stage["X"]), m.sliding_window or len(stage["X"])
+        mask = np.array([[0.0 if i - window < j <= i else -math.inf for j in range(n)] for i in range(n)])
+        seen = "on and below the diagonal" if window >= n else f"in the band of the last {window} positions"
+        return [Check(stage.id, f"M is 0 {seen}, −∞ elsewhere", gap(stage["M"], mask))]
+
+    def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
+        b.s = b.s + stage["M"]
+        b.checked.append(("S+M", gap(stage.of("S+M", b.h), b.s)))
+
+    def explain_mask(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+        window = trace.config.model.sliding_window
+        if window is not None and self.j <= self.i - window:
+            return [
+                f"M[{self.i}, {self.j}] = −∞: column {self.j} ({self.col}) is {self.i - self.j} positions before row {self.i} ({self.row}), "
+                f"outside the sliding window of {window} (each position sees itself and the {window - 1} before it).",
+                "Added to the score it makes −∞, and softmax turns e^−∞ into a weight of exactly 0.",
+            ]
+        if self.j <= self.i:
+            within = "" if window is None else f", within the sliding window of {window}"
+            return [f"M[{self.i}, {self.j}] = 0: column {self.j} ({self.col}) is not after row {self.i} ({self.row}){within}, "
+                    "so it may be seen; adding 0 leaves the score as it is."]  # fmt: skip
+        return [
+            f"M[{self.i}, {self.j}] = −∞: column {self.j} ({self.col}) comes after row {self.i} ({self.row}), a word the decoder "
+            "must not see yet. Added to the score it makes −∞, and softmax turns e^−∞ into a weight of exactly 0.",
+        ]
+
+    def explain_masked_scores(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+        h = self.matrix.head
+        s, mask = float(self.stage.of("S", h)[self.i, self.j]), float(self.stage["M"][self.i, self.j])
+        return [
+            f"{self.name}[{self.i}, {self.j}] = S{h}[{self.i}, {self.j}] + M[{self.i}, {self.j}] = {self.f(s)} + {self._factor(mask)} = {self.f(self.value)}"
+        ]
+
+    explain: ClassVar[Mapping[str, Explainer]] = {"M": explain_mask, "S+M": explain_masked_scores}
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax, weigh, concat, project-out
+# ---------------------------------------------------------------------------------------------
+
+
+class Softmax(Piece):
+    """A_h = softmax of each row of the (masked) scores: weights that sum to 1."""
+
+    name = "softmax"
+    groups: ClassVar[Mapping[str, str]] = {"A": "attention"}
+
+    def forward(self, f: Flow) -> None:
+        f.A = F.softmax(f.S if f.masked is None else f.masked)
+
+    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+        stage.rec("A", f.A[h - 1], q, kv, ATTENTION, head=h)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        d.per_head["A"] = d.A
+        d.S = F.softmax_backward(d.A, f.A)
+
+    def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
+        b.a = softmax_rows(b.s)
+        b.checked.append(("A", gap(stage.of("A", b.h), b.a)))
+
+    def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
+        s = [sym("S", "h"), "+", sym("M")] if at.masked else [sym("S", "h")]
+        return [line(sym("A", "h"), "=", Fm.call("softmax", s), "    ", Fm.Word("(row-wise)"))]
+
+    def explain_weights(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+        h = self.matrix.head
+        base = "S+M" if self.stage.has("S+M", h) else "S"
+        return softmax_cell(self, matrix_name(base, h))
+
+    explain: ClassVar[Mapping[str, Explainer]] = {"A": explain_weights}
+
+
+class Weigh(Piece):
+    """O_h = A_h·V_g: each query's weighted mix of the value rows."""
+
+    name = "weigh"
+    groups: ClassVar[Mapping[str, str]] = {"O": "attention"}
+
+    def forward(self, f: Flow) -> None:
+        h, G = f.Q.shape[0], f.K.shape[0]
+        A = f.A.reshape(G, h // G, *f.A.shape[1:])
+        f.O = (A @ f.V[:, None]).reshape(h, f.A.shape[1], -1)
+
+    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+        d_k = f.m.d_k  # the same numbers as concat's block, kept once: in concat
+        stage.rec("O", f.concat[:, (h - 1) * d_k : h * d_k], q, dims(d_k, "k"), head=h)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        d.per_head["O"] = d.O
+        h, G = f.Q.shape[0], f.K.shape[0]
+        dO = d.O.reshape(G, h // G, *d.O.shape[1:])
+        A = f.A.reshape(G, h // G, *f.A.shape[1:])
+        d.A = (dO @ np.swapaxes(f.V[:, None], -1, -2)).reshape(f.A.shape)
+        d.V = (np.swapaxes(A, -1, -2) @ dO).sum(axis=1)  # a shared value head gathers every reader's
+
+    def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
+        b.o = mm(b.a, b.v)
+        b.checked.append(("O", gap(stage.of("O", b.h), b.o)))
+
+    def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
+        return [line(sym("O", "h"), "=", sym("A", "h"), "·", sym("V", heads_letter(m)))]
+
+    def explain_weighted_sum(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+        h = self.matrix.head
+        g = kv_head(trace.config.model, h)
+        A, V = self.stage.of("A", h), self.stage.of("V", g)
+        keys = self.stage.matrices[f"A{h}"].cols
+        terms, _ = dot(self, A[self.i], V[:, self.j])
+        return [
+            f"O{h} = A{h}·V{g}: position {self.i} ({self.row}) takes its weights A{h}[{self.i}] over the value rows",
+            "  weights: "
+            + ", ".join(f"{k} {self.f(a)}" for k, a in zip(keys, A[self.i].tolist(), strict=True)),
+            f"  O{h}[{self.i}, {self.j}] = Σ_k A{h}[{self.i}, k]·V{g}[k, {self.j}] = {self.sum_of(terms)} = {self.f(self.value)}",
+        ]
+
+    explain: ClassVar[Mapping[str, Explainer]] = {"O": explain_weighted_sum}
+
+
+class Concat(Piece):
+    """The heads' outputs side by side (the paper's Concat), head 1 leftmost."""
+
+    name = "concat"
+
+    def forward(self, f: Flow) -> None:
+        f.concat = F.merge_heads(f.O)
+
+    def record_after(self, stage, f, q):  # type: ignore[no-untyped-def]
+        stage.rec("concat", f.concat, q, head_dims(f.m.num_heads, f.m.d_k))
+
+    def backward(self, f: Flow, d: Back) -> None:
+        d.O = F.split_heads(d.concat, f.m.num_heads)
+
+    def explain_concat(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+        d_k = trace.config.model.d_k
+        h, k = self.j // d_k + 1, self.j % d_k
+        return [
+            f"concat puts the heads side by side, d_k = {d_k} columns each: column {self.j} is column {k} of head {h}",
+            f"  concat[{self.i}, {self.j}] = O{h}[{self.i}, {k}] = {self.f(float(self.stage.of('O', h)[self.i, k]))}",
+        ]
+
+    explain: ClassVar[Mapping[str, Explainer]] = {"concat": explain_concat}
+
+
+class ProjectOut(Piece):
+    """output = concat·W_O (+ b_O): the heads mixed back into d_model dimensions."""
+
+    name = "project-out"
+    tex: ClassVar[Mapping[str, str]] = {"W_O": "W^{{O}}", "b_O": "b^{{O}}"}
+
+    def params(self, m: ModelConfig) -> dict[str, Spec]:
+        specs = {"W_O": Spec((m.num_heads * m.d_k, m.d_model), "xavier")}
+        if m.attention_bias is True:  # "qkv": Qwen2's projections have biases, its W_O none
+            specs["b_O"] = Spec((m.d_model,), "zeros")
+        return specs
+
+    def forward(self, f: Flow) -> None:
+        f.output = F.linear(f.concat, f.p["W_O"], f.p.get("b_O"))
+
+    def record_after(self, stage, f, q):  # type: ignore[no-untyped-def]
+        D, Hk = dims(f.m.d_model), head_dims(f.m.num_heads, f.m.d_k)
+        stage.weight("W_O", f.p["W_O"], Hk, D)
+        if "b_O" in f.p:
+            stage.weight("b_O", f.p["b_O"], ("b_O",), D)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        d.concat, d.params["W_O"], db_O = F.linear_backward(d.output, f.concat, f.p["W_O"])
+        if "b_O" in f.p:
+            d.params["b_O"] = db_O
+
+    def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
+        b = ["+", sym("b_O")] if m.attention_bias is True else []
+        h = m.num_heads  # every head when there are few, the first and the last of many
+        shown = [sym("O", k) for k in range(1, h + 1)] if h <= 3 else [sym("O", 1), "…", sym("O", h)]
+        heads = Fm.Call("concat", tuple((t,) if isinstance(t, Fm.Sym) else (Fm.Op(t),) for t in shown))
+        return [line("output", "=", heads, "·", sym("W_O"), *b)]
+
+    def explain_output(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+        return linear(
+            self, f"output = concat·W_O: the heads mixed back into d_model dimensions; row {self.i} of concat times column {self.j} of W_O",
+            self.stage["concat"][self.i], self.stage["W_O"][:, self.j], "b_O",
+        )  # fmt: skip
+
+    explain: ClassVar[Mapping[str, Explainer]] = {"output": explain_output}
+
+
+PROJECT, ROTATE, SCORES, MASKING, SOFTMAX = Project(), Rotate(), Scores(), Mask(), Softmax()
+WEIGH, CONCAT, PROJECT_OUT = Weigh(), Concat(), ProjectOut()
+
+# Every piece of attention, in computing order; a recipe is the ones the config selects.
+PIECES: tuple[Piece, ...] = (PROJECT, ROTATE, SCORES, MASKING, SOFTMAX, WEIGH, CONCAT, PROJECT_OUT)
+
+
+def recipe(m: ModelConfig, at: At) -> tuple[Piece, ...]:
+    """The pieces of one attention stage under the config, in computing order."""
+    return tuple(p for p in PIECES if p.on(m, at))
+
+
+def heads_letter(m: ModelConfig) -> str:
+    """The key/value head's letter in a formula: g when query heads share them, else h itself."""
+    return "g" if m.kv_heads < m.num_heads else "h"
+
+
+# ---------------------------------------------------------------------------------------------
+# Which matrix of queries or keys each step reads, by the recipe's order of turning pieces.
+# ---------------------------------------------------------------------------------------------
+
+TURNS = ("", *(f"{p.turns}_" for p in PIECES if p.turns))  # "", "rot_": the order Q and K are made in
+
+
+def entering(m: ModelConfig, at: At, piece: Piece) -> tuple[str, str]:
+    """The base names of the queries and keys that reach ``piece`` under the config: the last
+    turning piece's before it (``rot_Q``, ``rot_K``), or the projections."""
+    pieces = recipe(m, at)
+    turned = [p.turns for p in pieces[: pieces.index(piece)] if p.turns]
+    prefix = f"{turned[-1]}_" if turned else ""
+    return f"{prefix}Q", f"{prefix}K"
+
+
+def attended_name(stage: Stage, base: str, head: int) -> str:
+    """The base name of the queries or keys (``base`` "Q" or "K") that head ``head``'s scores
+    multiplied: the projections, or the last turned matrix of them (``rot_Q``)."""
+    return next(f"{t}{base}" for t in reversed(TURNS) if stage.has(f"{t}{base}", head))
+
+
+def attended(stage: Stage, base: str, head: int) -> np.ndarray:
+    """The queries or keys that head ``head``'s scores multiplied (``attended_name``'s matrix)."""
+    return stage.of(attended_name(stage, base, head), head)
+
+
+def turned_from(stage: Stage, name: str, head: int) -> str:
+    """The matrix a turned one was made from: the one before it in the order of ``TURNS``."""
+    letter = name[-1]
+    earlier = TURNS[: TURNS.index(name[:-1])]
+    return next(f"{t}{letter}" for t in reversed(earlier) if stage.has(f"{t}{letter}", head))
