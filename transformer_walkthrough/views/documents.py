@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import StageError, shorten
 from ..model.formula import Formula, plain_item
 from ..model.kinds import KINDS
+from ..model.kinds.base import Step
 from ..model.trace import (
     ACTIVATION,
     CONSTANT,
@@ -212,13 +213,6 @@ DEFAULT_KINDS = ("dot", "softmax", "norm", "rotation")  # the stage's real step:
 ROW_BOUND = {"softmax": 2, "norm": 2}  # a row bound by Σ (softmax: Σ = 1; a norm: Σ (y − β)/γ = 0)
 
 
-class Step(NamedTuple):
-    """How a cell is computed: the kind of step and the cells of its stage it is computed from."""
-
-    kind: str
-    inputs: tuple[tuple[str, int, int], ...]
-
-
 def _names_of(stage: Stage) -> dict[tuple[str, int | None], str]:
     return {(m.base or name, m.head): name for name, m in stage.matrices.items()}
 
@@ -226,14 +220,13 @@ def _names_of(stage: Stage) -> dict[tuple[str, int | None], str]:
 def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | None:
     """The step that computes ``stage.name[i, j]`` and the cells it reads; None for a weight, an
     input, a constant of no formula (the mask) or a matrix this worksheet does not know."""
-    from ..model.kinds.attention import kv_head
-
     m = stage.matrices[name]
     if m.role in (WEIGHT, INPUT, MASK):
         return None
+    if (of := KINDS[stage.kind].steps.get(m.base or name)) is not None:  # the kind says it
+        return of(stage, trace, name, i, j)
     names = _names_of(stage)
-    base, head = m.base or name, m.head
-    mc = trace.config.model
+    base = m.base or name
 
     def get(b: str, h: int | None = None) -> str | None:
         return names.get((b, h))
@@ -267,37 +260,6 @@ def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | N
             return step("sinusoid") if m.role == CONSTANT else None  # a learned P's row is a lookup
         if base == "output":
             return step("sum", one(get("X"), i, j), one(get("PE"), i, j))
-        return None
-    if kind.endswith("attention"):
-        g = None if head is None else kv_head(mc, head)
-        side = get("memory") or get("X")
-        if base in ("Q", "K", "V"):
-            source = get("X") if base == "Q" else side
-            return step(
-                "dot", row(source, i), col(get(f"W_{base}", head), j), one(get(f"b_{base}", head), 0, j)
-            )
-        if base in ("rot_Q", "rot_K"):
-            plain = get(base[4:], head)
-            half = m.shape[1] // 2
-            return step("rotation", one(plain, i, j), one(plain, i, (j + half) % (2 * half)),
-                        one(get("cos"), i, j), one(get("sin"), i, j))  # fmt: skip
-        if base in ("cos", "sin"):
-            return step("sinusoid")
-        if base == "S":
-            q = get("rot_Q", head) or get("Q", head)
-            k = get("rot_K", g) or get("K", g)
-            return step("dot", row(q, i), row(k, j))
-        if base == "S+M":
-            return step("sum", one(get("S", head), i, j), one(get("M"), i, j))
-        if base == "A":
-            return step("softmax", row(get("S+M", head) or get("S", head), i))
-        if base == "O":
-            return step("dot", row(get("A", head), i), col(get("V", g), j))
-        if base == "concat":
-            h, c = divmod(j, mc.d_k)
-            return step("copy", one(get("O", h + 1), i, c))
-        if base == "output":
-            return step("dot", row(get("concat"), i), col(get("W_O"), j), one(get("b_O"), 0, j))
         return None
     if kind == "transform":
         if base == "dense":

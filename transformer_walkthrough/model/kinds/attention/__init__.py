@@ -176,7 +176,7 @@ def _kind(id: str, title: str, explanation: str, cross: bool = False, article: s
     return Kind(
         id, title, _explanation(explanation, at), _formula(at), None, attention_backward,
         attention_second, {**_merged("explain"), "memory": explain_memory}, params=_params,
-        groups=_merged("groups"), tex=_merged("tex"), article=article,
+        steps=_merged("steps"), groups=_merged("groups"), tex=_merged("tex"), article=article,
     )  # fmt: skip
 
 

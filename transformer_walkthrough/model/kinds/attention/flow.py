@@ -11,7 +11,7 @@ import numpy as np
 from ... import functional as F
 from ...formula import Line, Note
 from ...trace import Stage
-from ..base import Arrays, Spec
+from ..base import Arrays, Spec, StepOf
 from ..hand import (
     Check,
 )
@@ -145,6 +145,7 @@ class Piece:
     name = ""
     turns = ""  # a piece that turns Q and K into new matrices: their prefix ("norm", "rot")
     explain: ClassVar[Mapping[str, Explainer]] = {}
+    steps: ClassVar[Mapping[str, StepOf]] = {}  # a cell's step and the cells it reads, by base name
     tex: ClassVar[Mapping[str, str]] = {}
     groups: ClassVar[Mapping[str, str]] = {}
 

@@ -12,7 +12,7 @@ from ... import formula as Fm
 from ... import functional as F
 from ...formula import Line, Note, ceil, line, note, sqrt, sym
 from ...trace import ATTENTION, CONSTANT, Stage, dims, head_dims, matrix_name, positions
-from ..base import Spec
+from ..base import Spec, Step, StepOf, col, named, one, row, step
 from ..hand import (
     Check,
     dot,
@@ -135,23 +135,33 @@ class Project(Piece):
             *heads,
         ]  # fmt: skip
 
-    def explain_projection(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
-        h, kind = self.matrix.head, self.matrix.base
+    @staticmethod
+    def explain_projection(c: Cell, trace: Trace) -> list[str]:
+        h, kind = c.matrix.head, c.matrix.base
         m = trace.config.model
-        source = "memory" if kind in "KV" and "memory" in self.stage else "X"
+        source = "memory" if kind in "KV" and "memory" in c.stage else "X"
         lines = linear(
-            self, f"{self.name} = {source}·W_{kind}{h}: row {self.i} of {source} ({self.row}) times column {self.j} of W_{kind}{h}",
-            self.stage[source][self.i], self.stage.of(f"W_{kind}", h)[:, self.j], f"b_{kind}{h}",
+            c, f"{c.name} = {source}·W_{kind}{h}: row {c.i} of {source} ({c.row}) times column {c.j} of W_{kind}{h}",
+            c.stage[source][c.i], c.stage.of(f"W_{kind}", h)[:, c.j], f"b_{kind}{h}",
         )  # fmt: skip
         if kind in "KV" and m.kv_heads < m.num_heads:
             heads = ", ".join(map(str, readers(m, h)))
-            final = attended_name(self.stage, "K", h)
+            final = attended_name(c.stage, "K", h)
             turned = f" (turned: {matrix_name(final, h)})" if kind == "K" and final != "K" else ""
             lines.append(f"  (grouped-query attention: {m.kv_heads} key/value head{'s' if m.kv_heads > 1 else ''} "
                          f"for {m.num_heads} query heads; query heads {heads} all read {kind}{h}{turned})")  # fmt: skip
         return lines
 
     explain: ClassVar[Mapping[str, Explainer]] = dict.fromkeys("QKV", explain_projection)
+
+    @staticmethod
+    def projection_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        m = stage.matrices[name]
+        source = "X" if m.base == "Q" else named(stage, "memory") or "X"
+        W, b = named(stage, f"W_{m.base}", m.head), named(stage, f"b_{m.base}", m.head)
+        return step("dot", row(stage, source, i), col(stage, W, j), one(b, 0, j))
+
+    steps: ClassVar[Mapping[str, StepOf]] = dict.fromkeys("QKV", projection_step)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,52 +239,54 @@ class Rotate(Piece):
                  ") = (−", sym("x", 2), ", ", sym("x", 1), "))"),
         ]  # fmt: skip
 
-    def explain_table(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+    @staticmethod
+    def explain_table(c: Cell, trace: Trace) -> list[str]:
         m = trace.config.model
         half = m.d_k // 2
-        i = self.j % half
-        pos = self.i  # a traced pass starts at position 0
+        i = c.j % half
+        pos = c.i  # a traced pass starts at position 0
         theta, scaled = frequency_by_hand(m, i)
         angle = pos * theta
         base = m.rope_theta ** (2 * i / m.d_k)
-        partner = self.j + half if self.j < half else self.j - half
+        partner = c.j + half if c.j < half else c.j - half
         lines = [
-            f"{self.name}[pos, j] = {self.name}(pos · θ_i), θ_i = rope_theta^(−2i/d_k), with pos = {pos}, j = {self.j}: "
-            f"pair i = {i} (column j and column j {'+' if self.j < half else '−'} d_k/2 = {partner} share the angle)",
+            f"{c.name}[pos, j] = {c.name}(pos · θ_i), θ_i = rope_theta^(−2i/d_k), with pos = {pos}, j = {c.j}: "
+            f"pair i = {i} (column j and column j {'+' if c.j < half else '−'} d_k/2 = {partner} share the angle)",
         ]
         if scaled:
             lines.append(
-                f"  θ_{i} = 1 / {m.rope_theta:g}^({2 * i}/{m.d_k}) = 1 / {self.f(base)}, {scaled}: θ_{i} = {theta:.6g}"
+                f"  θ_{i} = 1 / {m.rope_theta:g}^({2 * i}/{m.d_k}) = 1 / {c.f(base)}, {scaled}: θ_{i} = {theta:.6g}"
             )
-            lines.append(f"  angle = {pos} · {theta:.6g} = {self.f(angle)}")
+            lines.append(f"  angle = {pos} · {theta:.6g} = {c.f(angle)}")
         else:
             lines.append(
-                f"  angle = {pos} / {m.rope_theta:g}^({2 * i}/{m.d_k}) = {pos} / {self.f(base)} = {self.f(angle)}"
+                f"  angle = {pos} / {m.rope_theta:g}^({2 * i}/{m.d_k}) = {pos} / {c.f(base)} = {c.f(angle)}"
             )
         return [
             *lines,
-            f"  {self.name}({self.f(angle)}) = {self.f(self.value)}",
+            f"  {c.name}({c.f(angle)}) = {c.f(c.value)}",
             "  (low pairs turn fast with the position, high ones slowly; a score of two rotated vectors depends on "
             "their positions only through the difference: rotation by a and by b leaves the angle a − b)",
         ]
 
-    def explain_rotation(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
-        h = self.matrix.head
-        source = turned_from(self.stage, self.matrix.base, h)  # Q, or what an earlier piece turned it into
-        x = self.stage.of(source, h)
+    @staticmethod
+    def explain_rotation(c: Cell, trace: Trace) -> list[str]:
+        h = c.matrix.head
+        source = turned_from(c.stage, c.matrix.base, h)  # Q, or what an earlier piece turned it into
+        x = c.stage.of(source, h)
         half = x.shape[1] // 2
-        first = self.j < half
-        partner = self.j + half if first else self.j - half
-        cos, sin = float(self.stage["cos"][self.i, self.j]), float(self.stage["sin"][self.i, self.j])
-        a, b = float(x[self.i, self.j]), float(x[self.i, partner])
+        first = c.j < half
+        partner = c.j + half if first else c.j - half
+        cos, sin = float(c.stage["cos"][c.i, c.j]), float(c.stage["sin"][c.i, c.j])
+        a, b = float(x[c.i, c.j]), float(x[c.i, partner])
         sign = "−" if first else "+"
         name = matrix_name(source, h)
         return [
-            f"{self.name} is {name} with each pair of columns (j, j + d_k/2) turned by its position's angle "
+            f"{c.name} is {name} with each pair of columns (j, j + d_k/2) turned by its position's angle "
             "(Hugging Face's Llama pairs column i with i + d_k/2, rotate_half; GPT-J pairs 2i with 2i+1):",
-            f"  {self.name}[{self.i}, {self.j}] = {name}[{self.i}, {self.j}]·cos {sign} {name}[{self.i}, {partner}]·sin"
-            f"  (row {self.i}, {self.row}; cos = cos[{self.i}, {self.j}], sin = sin[{self.i}, {self.j}])",
-            f"  = {self.times(a, cos)} {sign} {self.times(b, sin)} = {self.f(a * cos)} {sign} {self._factor(b * sin)} = {self.f(self.value)}",
+            f"  {c.name}[{c.i}, {c.j}] = {name}[{c.i}, {c.j}]·cos {sign} {name}[{c.i}, {partner}]·sin"
+            f"  (row {c.i}, {c.row}; cos = cos[{c.i}, {c.j}], sin = sin[{c.i}, {c.j}])",
+            f"  = {c.times(a, cos)} {sign} {c.times(b, sin)} = {c.f(a * cos)} {sign} {c._factor(b * sin)} = {c.f(c.value)}",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {
@@ -282,6 +294,29 @@ class Rotate(Piece):
         "sin": explain_table,
         "rot_Q": explain_rotation,
         "rot_K": explain_rotation,
+    }
+
+    @staticmethod
+    def rotation_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        m = stage.matrices[name]
+        source, half = named(stage, turned_from(stage, m.base, m.head), m.head), m.shape[1] // 2
+        return step(
+            "rotation",
+            one(source, i, j),
+            one(source, i, (j + half) % (2 * half)),
+            one("cos", i, j),
+            one("sin", i, j),
+        )
+
+    @staticmethod
+    def table_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        return step("sinusoid")
+
+    steps: ClassVar[Mapping[str, StepOf]] = {
+        "rot_Q": rotation_step,
+        "rot_K": rotation_step,
+        "cos": table_step,
+        "sin": table_step,
     }
 
 
@@ -338,22 +373,32 @@ class Scores(Piece):
         g, (Q, K) = heads_letter(m), entering(m, at, self)
         return [line(sym("S", "h"), "=", sym(Q, "h"), "·", sym(K, g, "T"), "/", sqrt(sym("d_k")))]
 
-    def explain_scores(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
-        h = self.matrix.head
+    @staticmethod
+    def explain_scores(c: Cell, trace: Trace) -> list[str]:
+        h = c.matrix.head
         m = trace.config.model
         d_k, g = m.d_k, kv_head(m, h)
-        Q, K = attended_name(self.stage, "Q", h), attended_name(self.stage, "K", g)
+        Q, K = attended_name(c.stage, "Q", h), attended_name(c.stage, "K", g)
         q, k = matrix_name(Q, h), matrix_name(K, g)
-        terms, total = dot(self, self.stage.of(Q, h)[self.i], self.stage.of(K, g)[self.j])
+        terms, total = dot(c, c.stage.of(Q, h)[c.i], c.stage.of(K, g)[c.j])
         shared = f" (query head {h} reads key head {g})" if g != h else ""
         return [
-            f"S{h} = {q}·{k}ᵀ / √d_k: how well query {self.i} ({self.row}) matches key {self.j} ({self.col}){shared}",
-            f"  {q}[{self.i}]·{k}[{self.j}] = {self.sum_of(terms)} = {self.f(total)}",
-            f"  divided by √d_k = √{d_k} = {self.f(math.sqrt(d_k))}: {self.f(total)} / {self.f(math.sqrt(d_k))} = {self.f(self.value)}",
+            f"S{h} = {q}·{k}ᵀ / √d_k: how well query {c.i} ({c.row}) matches key {c.j} ({c.col}){shared}",
+            f"  {q}[{c.i}]·{k}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
+            f"  divided by √d_k = √{d_k} = {c.f(math.sqrt(d_k))}: {c.f(total)} / {c.f(math.sqrt(d_k))} = {c.f(c.value)}",
             "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"S": explain_scores}
+
+    @staticmethod
+    def scores_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        h = stage.matrices[name].head
+        g = kv_head(trace.config.model, h)
+        q, k = matrix_name(attended_name(stage, "Q", h), h), matrix_name(attended_name(stage, "K", g), g)
+        return step("dot", row(stage, q, i), row(stage, k, j))
+
+    steps: ClassVar[Mapping[str, StepOf]] = {"S": scores_step}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,31 +447,39 @@ class Mask(Piece):
         b.s = b.s + stage["M"]
         b.checked.append(("S+M", gap(stage.of("S+M", b.h), b.s)))
 
-    def explain_mask(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+    @staticmethod
+    def explain_mask(c: Cell, trace: Trace) -> list[str]:
         window = trace.config.model.sliding_window
-        if window is not None and self.j <= self.i - window:
+        if window is not None and c.j <= c.i - window:
             return [
-                f"M[{self.i}, {self.j}] = −∞: column {self.j} ({self.col}) is {self.i - self.j} positions before row {self.i} ({self.row}), "
+                f"M[{c.i}, {c.j}] = −∞: column {c.j} ({c.col}) is {c.i - c.j} positions before row {c.i} ({c.row}), "
                 f"outside the sliding window of {window} (each position sees itself and the {window - 1} before it).",
                 "Added to the score it makes −∞, and softmax turns e^−∞ into a weight of exactly 0.",
             ]
-        if self.j <= self.i:
+        if c.j <= c.i:
             within = "" if window is None else f", within the sliding window of {window}"
-            return [f"M[{self.i}, {self.j}] = 0: column {self.j} ({self.col}) is not after row {self.i} ({self.row}){within}, "
+            return [f"M[{c.i}, {c.j}] = 0: column {c.j} ({c.col}) is not after row {c.i} ({c.row}){within}, "
                     "so it may be seen; adding 0 leaves the score as it is."]  # fmt: skip
         return [
-            f"M[{self.i}, {self.j}] = −∞: column {self.j} ({self.col}) comes after row {self.i} ({self.row}), a word the decoder "
+            f"M[{c.i}, {c.j}] = −∞: column {c.j} ({c.col}) comes after row {c.i} ({c.row}), a word the decoder "
             "must not see yet. Added to the score it makes −∞, and softmax turns e^−∞ into a weight of exactly 0.",
         ]
 
-    def explain_masked_scores(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
-        h = self.matrix.head
-        s, mask = float(self.stage.of("S", h)[self.i, self.j]), float(self.stage["M"][self.i, self.j])
+    @staticmethod
+    def explain_masked_scores(c: Cell, trace: Trace) -> list[str]:
+        h = c.matrix.head
+        s, mask = float(c.stage.of("S", h)[c.i, c.j]), float(c.stage["M"][c.i, c.j])
         return [
-            f"{self.name}[{self.i}, {self.j}] = S{h}[{self.i}, {self.j}] + M[{self.i}, {self.j}] = {self.f(s)} + {self._factor(mask)} = {self.f(self.value)}"
+            f"{c.name}[{c.i}, {c.j}] = S{h}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c._factor(mask)} = {c.f(c.value)}"
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"M": explain_mask, "S+M": explain_masked_scores}
+
+    @staticmethod
+    def masked_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        return step("sum", one(named(stage, "S", stage.matrices[name].head), i, j), one("M", i, j))
+
+    steps: ClassVar[Mapping[str, StepOf]] = {"S+M": masked_step}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -458,12 +511,20 @@ class Softmax(Piece):
         s = [sym("S", "h"), "+", sym("M")] if at.masked else [sym("S", "h")]
         return [line(sym("A", "h"), "=", Fm.call("softmax", s), "    ", Fm.Word("(row-wise)"))]
 
-    def explain_weights(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
-        h = self.matrix.head
-        base = "S+M" if self.stage.has("S+M", h) else "S"
-        return softmax_cell(self, matrix_name(base, h))
+    @staticmethod
+    def explain_weights(c: Cell, trace: Trace) -> list[str]:
+        h = c.matrix.head
+        base = "S+M" if c.stage.has("S+M", h) else "S"
+        return softmax_cell(c, matrix_name(base, h))
 
     explain: ClassVar[Mapping[str, Explainer]] = {"A": explain_weights}
+
+    @staticmethod
+    def weights_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        h = stage.matrices[name].head
+        return step("softmax", row(stage, named(stage, "S+M", h) or named(stage, "S", h), i))
+
+    steps: ClassVar[Mapping[str, StepOf]] = {"A": weights_step}
 
 
 class Weigh(Piece):
@@ -496,20 +557,29 @@ class Weigh(Piece):
     def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
         return [line(sym("O", "h"), "=", sym("A", "h"), "·", sym("V", heads_letter(m)))]
 
-    def explain_weighted_sum(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
-        h = self.matrix.head
+    @staticmethod
+    def explain_weighted_sum(c: Cell, trace: Trace) -> list[str]:
+        h = c.matrix.head
         g = kv_head(trace.config.model, h)
-        A, V = self.stage.of("A", h), self.stage.of("V", g)
-        keys = self.stage.matrices[f"A{h}"].cols
-        terms, _ = dot(self, A[self.i], V[:, self.j])
+        A, V = c.stage.of("A", h), c.stage.of("V", g)
+        keys = c.stage.matrices[f"A{h}"].cols
+        terms, _ = dot(c, A[c.i], V[:, c.j])
         return [
-            f"O{h} = A{h}·V{g}: position {self.i} ({self.row}) takes its weights A{h}[{self.i}] over the value rows",
+            f"O{h} = A{h}·V{g}: position {c.i} ({c.row}) takes its weights A{h}[{c.i}] over the value rows",
             "  weights: "
-            + ", ".join(f"{k} {self.f(a)}" for k, a in zip(keys, A[self.i].tolist(), strict=True)),
-            f"  O{h}[{self.i}, {self.j}] = Σ_k A{h}[{self.i}, k]·V{g}[k, {self.j}] = {self.sum_of(terms)} = {self.f(self.value)}",
+            + ", ".join(f"{k} {c.f(a)}" for k, a in zip(keys, A[c.i].tolist(), strict=True)),
+            f"  O{h}[{c.i}, {c.j}] = Σ_k A{h}[{c.i}, k]·V{g}[k, {c.j}] = {c.sum_of(terms)} = {c.f(c.value)}",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"O": explain_weighted_sum}
+
+    @staticmethod
+    def weighted_sum_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        h = stage.matrices[name].head
+        g = kv_head(trace.config.model, h)
+        return step("dot", row(stage, named(stage, "A", h), i), col(stage, named(stage, "V", g), j))
+
+    steps: ClassVar[Mapping[str, StepOf]] = {"O": weighted_sum_step}
 
 
 class Concat(Piece):
@@ -526,15 +596,23 @@ class Concat(Piece):
     def backward(self, f: Flow, d: Back) -> None:
         d.O = F.split_heads(d.concat, f.m.num_heads)
 
-    def explain_concat(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+    @staticmethod
+    def explain_concat(c: Cell, trace: Trace) -> list[str]:
         d_k = trace.config.model.d_k
-        h, k = self.j // d_k + 1, self.j % d_k
+        h, k = c.j // d_k + 1, c.j % d_k
         return [
-            f"concat puts the heads side by side, d_k = {d_k} columns each: column {self.j} is column {k} of head {h}",
-            f"  concat[{self.i}, {self.j}] = O{h}[{self.i}, {k}] = {self.f(float(self.stage.of('O', h)[self.i, k]))}",
+            f"concat puts the heads side by side, d_k = {d_k} columns each: column {c.j} is column {k} of head {h}",
+            f"  concat[{c.i}, {c.j}] = O{h}[{c.i}, {k}] = {c.f(float(c.stage.of('O', h)[c.i, k]))}",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"concat": explain_concat}
+
+    @staticmethod
+    def concat_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        h, c = divmod(j, trace.config.model.d_k)
+        return step("copy", one(named(stage, "O", h + 1), i, c))
+
+    steps: ClassVar[Mapping[str, StepOf]] = {"concat": concat_step}
 
 
 class ProjectOut(Piece):
@@ -570,13 +648,20 @@ class ProjectOut(Piece):
         heads = Fm.Call("concat", tuple((t,) if isinstance(t, Fm.Sym) else (Fm.Op(t),) for t in shown))
         return [line("output", "=", heads, "·", sym("W_O"), *b)]
 
-    def explain_output(self: Cell, trace: Trace) -> list[str]:  # type: ignore[misc]
+    @staticmethod
+    def explain_output(c: Cell, trace: Trace) -> list[str]:
         return linear(
-            self, f"output = concat·W_O: the heads mixed back into d_model dimensions; row {self.i} of concat times column {self.j} of W_O",
-            self.stage["concat"][self.i], self.stage["W_O"][:, self.j], "b_O",
+            c, f"output = concat·W_O: the heads mixed back into d_model dimensions; row {c.i} of concat times column {c.j} of W_O",
+            c.stage["concat"][c.i], c.stage["W_O"][:, c.j], "b_O",
         )  # fmt: skip
 
     explain: ClassVar[Mapping[str, Explainer]] = {"output": explain_output}
+
+    @staticmethod
+    def output_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        return step("dot", row(stage, "concat", i), col(stage, "W_O", j), one(named(stage, "b_O"), 0, j))
+
+    steps: ClassVar[Mapping[str, StepOf]] = {"output": output_step}
 
 
 PROJECT, ROTATE, SCORES, MASKING, SOFTMAX = Project(), Rotate(), Scores(), Mask(), Softmax()
