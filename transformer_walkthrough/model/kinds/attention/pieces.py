@@ -566,8 +566,7 @@ class Weigh(Piece):
         terms, _ = dot(c, A[c.i], V[:, c.j])
         return [
             f"O{h} = A{h}·V{g}: position {c.i} ({c.row}) takes its weights A{h}[{c.i}] over the value rows",
-            "  weights: "
-            + ", ".join(f"{k} {c.f(a)}" for k, a in zip(keys, A[c.i].tolist(), strict=True)),
+            "  weights: " + ", ".join(f"{k} {c.f(a)}" for k, a in zip(keys, A[c.i].tolist(), strict=True)),
             f"  O{h}[{c.i}, {c.j}] = Σ_k A{h}[{c.i}, k]·V{g}[k, {c.j}] = {c.sum_of(terms)} = {c.f(c.value)}",
         ]
 
