@@ -101,7 +101,7 @@ def test_verify_recomputes_every_rotation_and_explain_explains_every_matrix(conf
     checks = recompute(trace)
     assert all(c.ok for c in checks)
     assert any("cos and sin recomputed" in c.what for c in checks)
-    assert any("rot_Q, rot_K (pair by pair)" in c.what for c in checks)
+    assert any("rot_Q, rot_K, S" in c.what for c in checks)
     for stage_id, name in explainable(trace):
         m = trace[stage_id].matrices[name]
         assert len(explain(trace, stage_id, name, f"{m.shape[0] - 1},{m.shape[1] - 1}")) >= 2

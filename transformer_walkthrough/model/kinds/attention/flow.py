@@ -186,3 +186,8 @@ class Piece:
     def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
         """This step's lines of the stage's formula (``g``: the key/value head, h or g)."""
         return []
+
+
+def heads_letter(m: ModelConfig) -> str:
+    """The key/value head's letter in a formula: g when query heads share them, else h itself."""
+    return "g" if m.kv_heads < m.num_heads else "h"
