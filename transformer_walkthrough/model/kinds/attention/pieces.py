@@ -166,6 +166,120 @@ class Project(Piece):
 
 
 # ---------------------------------------------------------------------------------------------
+# qk-norm: norm_Q_h = gamma_Q ⊙ Q_h / √(mean(Q_h²) + eps), likewise K (Qwen3, Gemma 3, OLMoE)
+# ---------------------------------------------------------------------------------------------
+
+
+class QKNorm(Piece):
+    """An RMSNorm over each head's d_k columns of the queries and of the keys, each with its own
+    gamma (one for every query head, one for every key head), after the projection and before the
+    rotation; the cached generation keeps the normed (and rotated) keys."""
+
+    name, turns = "qk-norm", "norm"
+    groups: ClassVar[Mapping[str, str]] = dict.fromkeys(("norm_Q", "norm_K"), "normed")
+    tex: ClassVar[Mapping[str, str]] = {
+        "norm_Q": r"\hat{{Q}}_{{{h}}}", "norm_K": r"\hat{{K}}_{{{h}}}", "gamma_Q": r"\gamma^{{Q}}", "gamma_K": r"\gamma^{{K}}",
+    }  # fmt: skip
+
+    def on(self, m: ModelConfig, at: At) -> bool:
+        return m.qk_norm == "head"
+
+    def said(self, m: ModelConfig, at: At) -> str:
+        return (
+            " Each head's queries and keys are normalised first (QK-norm: an RMSNorm over the head's "
+            "d_k columns, with gammas of their own), which keeps the scores from growing with the weights."
+        )
+
+    def params(self, m: ModelConfig) -> dict[str, Spec]:
+        return {"gamma_Q": Spec((m.d_k,), "ones"), "gamma_K": Spec((m.d_k,), "ones")}
+
+    def forward(self, f: Flow) -> None:
+        f.kept[self.name] = (f.Q, f.K)
+        f.Q = F.rms_norm(f.Q, f.p["gamma_Q"], f.m.layer_norm_eps)
+        f.K = F.rms_norm(f.K, f.p["gamma_K"], f.m.layer_norm_eps)
+        f.made["norm_"] = (f.Q, f.K)
+
+    def record_before(self, stage, f, q, kv):  # type: ignore[no-untyped-def]
+        Dk = dims(f.m.d_k, "k")
+        stage.weight("gamma_Q", f.p["gamma_Q"], ("gamma_Q",), Dk)
+        stage.weight("gamma_K", f.p["gamma_K"], ("gamma_K",), Dk)
+
+    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+        Dk, (Q, K) = dims(f.m.d_k, "k"), f.made["norm_"]
+        stage.rec("norm_Q", Q[h - 1], q, Dk, head=h)
+        if first:
+            stage.rec("norm_K", K[g - 1], kv, Dk, head=g)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        Q, K = f.kept[self.name]
+        d.per_head |= {"norm_Q": d.Q, "norm_K": d.K}
+        eps = f.m.layer_norm_eps
+        d.Q, d.params["gamma_Q"] = _rms_norm_backward(d.Q, Q, f.p["gamma_Q"], eps)
+        d.K, d.params["gamma_K"] = _rms_norm_backward(d.K, K, f.p["gamma_K"], eps)
+
+    def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
+        b.q = np.array(rms_rows_by_hand(b.q, m.layer_norm_eps)) * stage["gamma_Q"][0]
+        b.k = np.array(rms_rows_by_hand(b.k, m.layer_norm_eps)) * stage["gamma_K"][0]
+        b.checked += [
+            ("norm_Q", gap(stage.of("norm_Q", b.h), b.q)),
+            ("norm_K", gap(stage.of("norm_K", b.g), b.k)),
+        ]
+
+    def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
+        g = heads_letter(m)
+        return [
+            line(sym("norm_Q", "h"), "=", sym("gamma_Q"), "⊙", sym("Q", "h"), "/", sqrt(Fm.call("mean", [sym("Q", "h", "2")]), "+", "eps"), ",  ",
+                 sym("norm_K", g), "=", sym("gamma_K"), "⊙", sym("K", g), "/", sqrt(Fm.call("mean", [sym("K", g, "2")]), "+", "eps")),
+            note("(QK-norm: an RMSNorm of each row of each head's d_k columns; mean over the d_k columns)"),
+        ]  # fmt: skip
+
+    @staticmethod
+    def explain_normed(c: Cell, trace: Trace) -> list[str]:
+        h, letter = c.matrix.head, c.matrix.base[-1]  # norm_Q -> Q
+        row_ = c.stage.of(letter, h)[c.i].tolist()
+        d, eps = len(row_), trace.config.model.layer_norm_eps
+        mean_square = math.fsum(v * v for v in row_) / d
+        root = math.sqrt(mean_square + eps)
+        gamma = float(c.stage[f"gamma_{letter}"][0, c.j])
+        x = f"{letter}{h}"
+        return [
+            f"{c.name} is {x} with each row divided by its root mean square, then scaled by gamma_{letter} "
+            "(QK-norm: an RMSNorm over the head's d_k columns, before the rotation)",
+            f"  mean({x}[{c.i}]²) = ({c.sum_of([f'{c._factor(v)}²' for v in row_])}) / {d} = {c.f(mean_square)}",
+            f"  √(mean + eps) = √({c.f(mean_square)} + {eps:g}) = {c.f(root)}",
+            f"  {x}[{c.i}, {c.j}] / √(mean + eps) = {c.f(row_[c.j])} / {c.f(root)} = {c.f(row_[c.j] / root)}",
+            f"  × gamma_{letter}[{c.j}] {c.f(gamma)} = {c.f(c.value)}",
+        ]
+
+    explain: ClassVar[Mapping[str, Explainer]] = {"norm_Q": explain_normed, "norm_K": explain_normed}
+
+    @staticmethod
+    def normed_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        m = stage.matrices[name]
+        letter = m.base[-1]
+        return step("norm", row(stage, named(stage, letter, m.head), i), one(f"gamma_{letter}", 0, j))
+
+    steps: ClassVar[Mapping[str, StepOf]] = {"norm_Q": normed_step, "norm_K": normed_step}
+
+
+def _rms_norm_backward(
+    dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``functional.rms_norm_backward`` over every head's rows at once: dx (heads, n, d_k), and
+    dgamma (d_k,) summed over the heads that share gamma."""
+    dx, _ = F.rms_norm_backward(dy, x, gamma, eps)
+    inv_rms = 1.0 / np.sqrt(np.einsum("...i,...i->...", x, x)[..., None] / x.shape[-1] + eps)
+    return dx, (dy * x * inv_rms).reshape(-1, x.shape[-1]).sum(axis=0)
+
+
+def rms_rows_by_hand(x: np.ndarray, eps: float) -> list[list[float]]:
+    """Each row divided by its root mean square, the squares summed exactly (``math.fsum``)."""
+    rows = x.tolist()
+    roots = [math.sqrt(math.fsum(v * v for v in r) / len(r) + eps) for r in rows]
+    return [[v / root for v in r] for r, root in zip(rows, roots, strict=True)]
+
+
+# ---------------------------------------------------------------------------------------------
 # rotate: rot_Q_h = Q_h ⊙ cos + rotate_half(Q_h) ⊙ sin, likewise K (rotary positions)
 # ---------------------------------------------------------------------------------------------
 
@@ -402,11 +516,11 @@ class Scores(Piece):
     steps: ClassVar[Mapping[str, StepOf]] = {"S": scores_step}
 
 
-PROJECT, ROTATE, SCORES = Project(), Rotate(), Scores()
+PROJECT, QK_NORM, ROTATE, SCORES = Project(), QKNorm(), Rotate(), Scores()
 MASKING, SOFTMAX, WEIGH, CONCAT, PROJECT_OUT = Mask(), Softmax(), Weigh(), Concat(), ProjectOut()
 
 # Every piece of attention, in computing order; a recipe is the ones the config selects.
-PIECES: tuple[Piece, ...] = (PROJECT, ROTATE, SCORES, MASKING, SOFTMAX, WEIGH, CONCAT, PROJECT_OUT)
+PIECES: tuple[Piece, ...] = (PROJECT, QK_NORM, ROTATE, SCORES, MASKING, SOFTMAX, WEIGH, CONCAT, PROJECT_OUT)
 
 
 def recipe(m: ModelConfig, at: At) -> tuple[Piece, ...]:
