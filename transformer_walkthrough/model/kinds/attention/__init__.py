@@ -40,6 +40,26 @@ from .pieces import PIECES, attended, recipe
 # ---------------------------------------------------------------------------------------------
 
 
+def attention(m: ModelConfig, x: np.ndarray, p: Arrays, memory: np.ndarray | None = None,
+              mask: np.ndarray | None = None, cache: Any = None) -> Flow:  # fmt: skip
+    """Multi-head attention as a pure function: the recipe's pieces run in turn on x (queries) and
+    memory (keys and values; x itself when None), with the parameters ``p`` by local name (W_QKV,
+    W_O, …). Returns everything the pieces computed (``Flow``); nothing is recorded."""
+    f = Flow(m, x, x if memory is None else memory, p, mask, cache, 0 if cache is None else cache.cache.rows)
+    for piece in recipe(m, At(memory is not None, mask is not None)):
+        piece.forward(f)
+    return f
+
+
+def attention_grads(f: Flow, d_output: np.ndarray) -> Back:
+    """The pieces' backward passes in reverse order, from dL/d(output) of the ``Flow`` ``attention``
+    returned: dL/dx, dL/d(memory), every parameter's gradient and every intermediate's."""
+    d = Back(output=d_output)
+    for piece in reversed(recipe(f.m, At(not f.self_attention, f.mask is not None))):
+        piece.backward(f, d)
+    return d
+
+
 def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m: ModelConfig,
            memory: np.ndarray | None = None, kv_tokens: tuple[str, ...] = (),
            mask: np.ndarray | None = None, cache: Any = None) -> np.ndarray:  # fmt: skip
@@ -52,14 +72,12 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
     """
     pieces = recipe(m, At(memory is not None, mask is not None))
     p = {local: w.take(stage, local) for piece in pieces for local in piece.params(m)}
-    kv, kv_tokens = (x, q_tokens) if memory is None else (memory, kv_tokens)
-    f = Flow(m, x, kv, p, mask, cache, 0 if cache is None else cache.cache.rows)
-    for piece in pieces:
-        piece.forward(f)
+    f = attention(m, x, p, memory, mask, cache)
     if cache is not None:
         cache.note(f)
     if not stage.records:  # nothing is kept: skip the per-head views, made only to be shown
         return f.output
+    kv_tokens = q_tokens if memory is None else kv_tokens
     stage.cache = f  # what the backward pass reads again
     stage.input("X", x, q_tokens, dims(m.d_model))
     if memory is not None:
@@ -82,11 +100,7 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
 def attention_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
     """Each piece's backward in reverse order: dL/dX (and dL/d(memory)), every parameter's gradient,
     and the gradient of every matrix the stage shows."""
-    f: Flow = stage.cache
-    d = Back(output=d_out)
-    pieces = recipe(m, At("memory" in stage, "M" in stage))
-    for piece in reversed(pieces):
-        piece.backward(f, d)
+    d = attention_grads(stage.cache, d_out)
     grads: Arrays = {"X": d.x, "concat": d.concat, "output": d_out}
     if "memory" in stage:
         grads["memory"] = d.kv
@@ -203,5 +217,5 @@ CROSS_ATTENTION = _kind(
 
 __all__ = [
     "CROSS_ATTENTION", "MASKED_ATTENTION", "PIECES", "SELF_ATTENTION", "At", "Back", "ByHand", "Flow", "Piece",
-    "attend", "attended", "attention_backward", "attention_second", "columns", "kv_head", "readers", "recipe",
+    "attend", "attended", "attention", "attention_backward", "attention_grads", "attention_second", "columns", "kv_head", "readers", "recipe",
 ]  # fmt: skip
