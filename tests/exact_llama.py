@@ -1,6 +1,6 @@
 """transformers' Llama-family models in float64 throughout, for comparisons at 1e-9 and below.
 
-transformers' Llama, Mistral and Qwen2 compute three things in float32 even when the model is
+transformers' Llama, Mistral, Qwen2 and Qwen3 compute three things in float32 even when the model is
 float64: the RMSNorm (``hidden_states.to(torch.float32)``), the rotary tables (``inv_freq`` made in
 float32 at construction, the angles in float32) and the softmax (``dtype=torch.float32``). In float64
 they therefore agree with any float64 computation to about 1e-7 only. ``float64`` replaces those
@@ -19,8 +19,11 @@ from transformers import modeling_rope_utils
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.qwen2 import modeling_qwen2
+from transformers.models.qwen3 import modeling_qwen3
 
-MODULES = {"Llama": modeling_llama, "Mistral": modeling_mistral, "Qwen2": modeling_qwen2}
+MODULES = {
+    "Llama": modeling_llama, "Mistral": modeling_mistral, "Qwen2": modeling_qwen2, "Qwen3": modeling_qwen3,
+}  # fmt: skip
 
 
 def float64(monkeypatch: pytest.MonkeyPatch) -> None:

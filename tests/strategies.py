@@ -12,6 +12,7 @@ from transformer_walkthrough.config import (
     NORMS,
     OUTPUT_HEADS,
     POSITIONAL_ENCODINGS,
+    QK_NORMS,
     ROPE_SCALINGS,
     ROTATED_POSITIONS,
     TORCH_LAYERS,
@@ -71,6 +72,7 @@ def configs(
             max_positions=draw(st.integers(len(words) + 2, 16)),
             tie_embeddings=head == "per-position" and draw(st.booleans()),
             attention_bias=draw(st.sampled_from(values("attention_bias", ATTENTION_BIASES))),
+            qk_norm=draw(st.sampled_from(values("qk_norm", QK_NORMS))),
             num_kv_heads=draw(st.sampled_from(
                 values("num_kv_heads", (None, *(g for g in range(1, num_heads + 1) if num_heads % g == 0))))),
             output_bias=draw(st.booleans()),

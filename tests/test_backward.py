@@ -7,8 +7,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from transformer_walkthrough.config import ACTIVATIONS
+from transformer_walkthrough.config import ACTIVATIONS, ModelConfig
 from transformer_walkthrough.model import functional as F
+from transformer_walkthrough.model.kinds.attention import attention, attention_grads
 
 RNG = np.random.default_rng(2017)
 
@@ -86,17 +87,17 @@ def test_multi_head_attention_backward(cross: bool) -> None:
     mask = None if cross else F.causal_mask(4)
     R = RNG.normal(size=(4, 6))
 
-    def loss() -> float:
-        kv = x if not cross else memory
-        return float(np.sum(R * F.multi_head_attention(x, kv, W_QKV, W_O, 3, mask, b_QKV, b_O).output))
+    m = ModelConfig(d_model=6, num_heads=3, attention_bias=True)
+    p = {"W_QKV": W_QKV, "W_O": W_O, "b_QKV": b_QKV, "b_O": b_O}  # the arrays check() nudges in place
 
-    r = F.multi_head_attention(x, memory, W_QKV, W_O, 3, mask, b_QKV, b_O)
-    g = F.multi_head_attention_backward(R, x, memory, W_QKV, W_O, r)
-    dx = g.x_q if cross else g.x_q + g.x_kv  # in self-attention x feeds both paths
-    for analytic, wrt in ((dx, x), (g.W_QKV, W_QKV), (g.W_O, W_O), (g.b_QKV, b_QKV), (g.b_O, b_O)):
+    def loss() -> float:
+        return float(np.sum(R * attention(m, x, p, memory if cross else None, mask).output))
+
+    g = attention_grads(attention(m, x, p, memory if cross else None, mask), R)
+    for analytic, wrt in ((g.x, x), *((g.params[name], p[name]) for name in p)):  # x feeds Q, K and V
         check(analytic, loss, wrt)
     if cross:
-        check(g.x_kv, loss, memory)
+        check(g.kv, loss, memory)
 
 
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))

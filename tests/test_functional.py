@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
+from transformer_walkthrough.config import ModelConfig
 from transformer_walkthrough.model import functional as F
+from transformer_walkthrough.model.kinds.attention import attention
 
 
 def test_softmax_by_hand() -> None:
@@ -104,7 +106,9 @@ def test_multi_head_attention_equals_heads_computed_one_by_one() -> None:
     rng = np.random.default_rng(7)
     x, memory = rng.normal(size=(4, 6)), rng.normal(size=(3, 6))
     W_Q, W_K, W_V, W_O = (rng.normal(size=(6, 6)) for _ in range(4))
-    r = F.multi_head_attention(x, memory, np.hstack([W_Q, W_K, W_V]), W_O, num_heads=3)
+    r = attention(
+        ModelConfig(d_model=6, num_heads=3), x, {"W_QKV": np.hstack([W_Q, W_K, W_V]), "W_O": W_O}, memory
+    )
     outputs = []
     for h in range(3):
         cols = slice(2 * h, 2 * h + 2)
@@ -112,7 +116,7 @@ def test_multi_head_attention_equals_heads_computed_one_by_one() -> None:
         s = q @ k.T / math.sqrt(2)
         a = np.exp(s) / np.exp(s).sum(axis=1, keepdims=True)
         outputs.append(a @ v)
-        np.testing.assert_allclose(r.heads.weights[h], a, rtol=1e-12)
+        np.testing.assert_allclose(r.A[h], a, rtol=1e-12)
     np.testing.assert_allclose(r.concat, np.hstack(outputs), rtol=1e-12)
     np.testing.assert_allclose(r.output, np.hstack(outputs) @ W_O, rtol=1e-12)
 
@@ -137,12 +141,16 @@ def test_self_attention_projects_in_one_product() -> None:
     rng = np.random.default_rng(8)
     x = rng.normal(size=(3, 4))
     W_QKV, W_O, b_QKV = rng.normal(size=(4, 12)), rng.normal(size=(4, 4)), rng.normal(size=12)
-    r = F.multi_head_attention(x, x, W_QKV, W_O, num_heads=2, b_QKV=b_QKV)
+    m, p = (
+        ModelConfig(d_model=4, num_heads=2, attention_bias="qkv"),
+        {"W_QKV": W_QKV, "W_O": W_O, "b_QKV": b_QKV},
+    )
+    r = attention(m, x, p)
     np.testing.assert_allclose(F.merge_heads(r.Q), x @ W_QKV[:, :4] + b_QKV[:4], rtol=1e-12)
     np.testing.assert_allclose(F.merge_heads(r.K), x @ W_QKV[:, 4:8] + b_QKV[4:8], rtol=1e-12)
     np.testing.assert_allclose(F.merge_heads(r.V), x @ W_QKV[:, 8:] + b_QKV[8:], rtol=1e-12)
     # a copy of x is another array: the cross-attention path, same numbers
-    other = F.multi_head_attention(x, x.copy(), W_QKV, W_O, num_heads=2, b_QKV=b_QKV)
+    other = attention(m, x, p, memory=x.copy())
     np.testing.assert_allclose(other.output, r.output, rtol=1e-12)
 
 

@@ -263,7 +263,7 @@ def test_attention_biases_when_asked() -> None:
     trace = run_forward(Config(model=ModelConfig(attention_bias=True)))
     stage = trace["encoder.0.self-attention"]
     assert stage["b_Q1"].shape == (1, 2) and stage["b_O"].shape == (1, 4)
-    assert "+ b_Qh" in stage.formula
+    assert "+ b_Qh" in str(stage.formula)
     assert "b_Q1" not in run_forward(Config())["encoder.0.self-attention"].matrices  # the article has none
 
 

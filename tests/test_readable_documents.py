@@ -17,7 +17,9 @@ from transformer_walkthrough.config import Config, ModelConfig
 from transformer_walkthrough.model.kinds import KINDS
 from transformer_walkthrough.model.trace import Trace
 from transformer_walkthrough.model.transformer import run_forward
-from transformer_walkthrough.views.documents import _STEPS, mathml, tex, to_html, to_latex, to_markdown
+from transformer_walkthrough.views.documents import _STEPS, tex, to_html, to_latex, to_markdown
+from transformer_walkthrough.views.formulas import latex_lines
+from transformer_walkthrough.views.formulas import mathml as formula_mathml
 from transformer_walkthrough.views.palette import diverging, sequential
 from transformer_walkthrough.views.render import MAX_ROWS
 
@@ -201,13 +203,13 @@ def test_header_shows_commands_as_code_not_backticks(trace: Trace) -> None:
 def test_concat_formula_lists_few_heads_and_elides_many() -> None:
     def concat(heads: int) -> str:
         m = ModelConfig(d_model=8 * heads, num_heads=heads)
-        line = KINDS["masked-attention"].latex(m)[-1]
-        assert mathml([line])  # the report typesets it
-        return line
+        formula = KINDS["masked-attention"].formula(m)
+        assert "<msqrt>" in formula_mathml(formula)  # the report typesets it
+        return latex_lines(formula)[-1]
 
     two = concat(2)
-    assert "O_{1}" in two and "O_{2}" in two and r"\cdots" not in two
+    assert "O_{1}, O_{2})" in two and r"\ldots" not in two
     three = concat(3)
-    assert all(f"O_{{{k}}}" in three for k in (1, 2, 3)) and r"\cdots" not in three
+    assert all(f"O_{{{k}}}" in three for k in (1, 2, 3)) and r"\ldots" not in three
     eight = concat(8)
-    assert r"\cdots" in eight and "O_{8}" in eight
+    assert r"O_{1}, \ldots, O_{8}" in eight

@@ -101,7 +101,7 @@ def test_verify_recomputes_every_rotation_and_explain_explains_every_matrix(conf
     checks = recompute(trace)
     assert all(c.ok for c in checks)
     assert any("cos and sin recomputed" in c.what for c in checks)
-    assert any("rot_Q, rot_K (pair by pair)" in c.what for c in checks)
+    assert any("rot_Q, rot_K, S" in c.what for c in checks)
     for stage_id, name in explainable(trace):
         m = trace[stage_id].matrices[name]
         assert len(explain(trace, stage_id, name, f"{m.shape[0] - 1},{m.shape[1] - 1}")) >= 2
@@ -182,7 +182,7 @@ def test_scaled_frequencies_equal_transformers(rope: F.RopeScaling, monkeypatch:
         assert ours[0] == plain[0] and ours[-1] == pytest.approx(plain[-1] / rope.factor, rel=1e-15)
         assert any(plain[i] / rope.factor < ours[i] < plain[i] for i in range(16))  # a blended pair
     # and the hand computation explain shows
-    from transformer_walkthrough.model.kinds.attention import frequency_by_hand
+    from transformer_walkthrough.model.kinds.hand import frequency_by_hand
 
     assert max(abs(frequency_by_hand(m, i)[0] - ours[i]) / ours[i] for i in range(16)) <= 1e-14
 

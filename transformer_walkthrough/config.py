@@ -44,6 +44,7 @@ def _doc(text: str, default: Any) -> Any:
 OUTPUT_HEADS = {"per-position": "(the paper)", "flatten": "(the article's literal step)"}
 FINAL_NORMS = ("auto", True, False)
 ATTENTION_BIASES = (False, True, "qkv")  # qkv: on the projections only, none on W_O (Qwen2)
+QK_NORMS = (False, "head")  # head: an RMSNorm of each head's queries and keys (Qwen3, Gemma 3, OLMoE)
 ACTIVATIONS = {"relu": "(the paper)", "gelu": "(erf)", "gelu-tanh": "(GPT-2)", "silu": "= x·σ(x) (Marian)"}
 FEED_FORWARDS = {
     "standard": "act(X·W_1)·W_2 (the paper)",
@@ -83,6 +84,7 @@ SWITCHES: dict[str, tuple[Any, ...]] = {
     "positional_encoding": tuple(POSITIONAL_ENCODINGS),
     "tie_embeddings": (False, True),
     "attention_bias": ATTENTION_BIASES,
+    "qk_norm": QK_NORMS,
     "output_bias": (True, False),
     "feed_forward": tuple(FEED_FORWARDS),
     "ffn_bias": (True, False),
@@ -99,6 +101,7 @@ TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
     "head_dim": (None,),  # and d_model / num_heads dimensions each
     "sliding_window": (None,),
     "attention_bias": (False, True),
+    "qk_norm": (False,),
     "positional_encoding": tuple(p for p in POSITIONAL_ENCODINGS if p not in ROTATED_POSITIONS),
     "feed_forward": ("standard",),
     "ffn_bias": (True,),  # nn.TransformerEncoderLayer's bias=False drops the LayerNorms' too
@@ -294,6 +297,11 @@ class ModelConfig(_Checked):
     attention_bias: Literal[ATTENTION_BIASES] = _doc(
         "true: attention gets biases b_Q, b_K, b_V, b_O; qkv: b_Q, b_K, b_V only (Qwen2)", False
     )
+    qk_norm: Literal[QK_NORMS] = _doc(
+        "head: an RMSNorm of each head's queries and keys (gamma_Q, gamma_K), before the rotation "
+        "(Qwen3, Gemma 3, OLMoE)",
+        False,
+    )
     layer_norm_eps: float = _doc("the norm's eps: under its square root, added to var or mean(x²)", 1.0e-5)
     dtype: Literal[tuple(DTYPES)] = _choice(DTYPES, "float64", " or ")
 
@@ -379,7 +387,11 @@ class ModelConfig(_Checked):
             f"rotary turns pairs of a head's dimensions, so each head's d_k must be even; it is {self.d_k}",
         )
         # YAML's true is Python's True, and 1 == True: only the spellings of FINAL_NORMS pass.
-        for name, values in (("final_norm", FINAL_NORMS), ("attention_bias", ATTENTION_BIASES)):
+        for name, values in (
+            ("final_norm", FINAL_NORMS),
+            ("attention_bias", ATTENTION_BIASES),
+            ("qk_norm", QK_NORMS),
+        ):
             value = getattr(self, name)
             self._require(
                 isinstance(value, (str, bool)),

@@ -128,7 +128,7 @@ def stage_to_dict(
         "kind": stage.kind,
         "title": stage.title,
         "explanation": stage.explanation,
-        "formula": stage.formula,
+        "formula": str(stage.formula),
         "sources": dict(stage.sources),
         "matrices": {name: _matrix(stage.matrices[name], numbers) for name in names},
     }

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -243,75 +242,6 @@ def group(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.n
     return Q.reshape(G, h // G, n, d_k), K[:, None], V[:, None]
 
 
-def ungroup(a: Attention) -> Attention:
-    """``group``'s result back to one row of heads, (h, n, …)."""
-    return Attention(*(None if x is None else x.reshape(-1, *x.shape[2:]) for x in a))  # type: ignore[arg-type]
-
-
-class MultiHeadAttention(NamedTuple):
-    """Every intermediate of multi-head attention; per-head arrays have the head first."""
-
-    Q: np.ndarray  # (h, n_q, d_k): the queries the scores multiply (rotated, under rotary)
-    K: np.ndarray  # (G, n_k, d_k): the keys, likewise; G = h but with grouped-query attention
-    V: np.ndarray  # (G, n_k, d_k)
-    heads: Attention  # scores, masked scores, weights (h, n_q, n_k); output (h, n_q, d_k)
-    concat: np.ndarray  # (n_q, d_model)
-    output: np.ndarray  # (n_q, d_model)
-    rotation: Rotation | None = None  # the rotary tables, when the positions are applied here
-    projected: tuple[np.ndarray, np.ndarray] | None = None  # Q and K before the rotation
-
-
-def multi_head_attention(
-    x_q: np.ndarray,
-    x_kv: np.ndarray,
-    W_QKV: np.ndarray,
-    W_O: np.ndarray,
-    num_heads: int,
-    mask: np.ndarray | None = None,
-    b_QKV: np.ndarray | None = None,
-    b_O: np.ndarray | None = None,
-    past: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
-    rotation: Rotation | None = None,
-    num_kv_heads: int | None = None,
-) -> MultiHeadAttention:
-    """MultiHead = Concat(head_1, …, head_h)·W_O, head_i = Attention(X_q·W_Qi, X_kv·W_Ki, X_kv·W_Vi).
-
-    x_q: (n_q, d_model) is where the queries come from; x_kv: (n_k, d_model) gives keys and
-    values (the same array in self-attention, the encoder output in cross-attention).
-    W_QKV: (d_model, 3·d_model) is [W_Q | W_K | W_V] side by side, so that self-attention projects
-    onto all three in one product (nanoGPT's c_attn; PyTorch's in_proj_weight, transposed). Head i
-    uses the i-th block of d_k columns of each: the paper's per-head W_i^Q (d_model, d_k).
-    W_O: (d_model, d_model); b_QKV: (3·d_model,) and b_O: (d_model,) when the model has biases.
-    ``past`` (a key/value cache) takes the new rows' K and V, (h, n_k, d_k), and gives back every
-    row's so far: the queries then attend over the whole sequence. ``rotation`` (rotary positions,
-    self-attention only: the tables of x's positions) turns each head's Q and K before the scores.
-
-    Grouped-query attention (``num_kv_heads`` G < h): W_QKV is (d_model, (h + 2G)·d_k), the h query
-    heads' blocks, then the G key heads', then the G value heads'; query head i reads key/value
-    head i // (h/G), as transformers' ``repeat_kv`` (G = 1: multi-query attention).
-    """
-    q_width = W_O.shape[0]  # h·d_k
-    kv_width = (W_QKV.shape[1] - q_width) // 2  # G·d_k
-    if x_q is x_kv:  # self-attention: queries, keys and values from one product
-        QKV = linear(x_q, W_QKV, b_QKV)
-        Q, K, V = QKV[:, :q_width], QKV[:, q_width : q_width + kv_width], QKV[:, q_width + kv_width :]
-    else:  # cross-attention: queries from x_q, keys and values from x_kv
-        Q = linear(x_q, W_QKV[:, :q_width], None if b_QKV is None else b_QKV[:q_width])
-        KV = linear(x_kv, W_QKV[:, q_width:], None if b_QKV is None else b_QKV[q_width:])
-        K, V = KV[:, :kv_width], KV[:, kv_width:]
-    groups = num_heads if num_kv_heads is None else num_kv_heads
-    Q, K, V = split_heads(Q, num_heads), split_heads(K, groups), split_heads(V, groups)
-    projected = None
-    if rotation is not None:
-        projected = (Q, K)
-        Q, K = apply_rotary(Q, rotation), apply_rotary(K, rotation)
-    if past is not None:  # the new keys join the cache rotated at their positions
-        K, V = past(K, V)
-    heads = ungroup(scaled_dot_product_attention(*group(Q, K, V), mask))
-    concat = merge_heads(heads.output)
-    return MultiHeadAttention(Q, K, V, heads, concat, linear(concat, W_O, b_O), rotation, projected)
-
-
 # The feed-forward's nonlinearity. Each takes the pre-activation and returns a new array.
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -484,52 +414,6 @@ def scaled_dot_product_attention_backward(
     dS = softmax_backward(dA, A)
     scale = 1 / math.sqrt(Q.shape[-1])
     return dS @ K * scale, np.swapaxes(dS, -1, -2) @ Q * scale, dV, dA, dS
-
-
-class MultiHeadAttentionGrads(NamedTuple):
-    x_q: np.ndarray  # (n_q, d_model)
-    x_kv: np.ndarray  # (n_k, d_model); the same gradient is added to x_q's in self-attention
-    W_QKV: np.ndarray
-    W_O: np.ndarray
-    b_QKV: np.ndarray
-    b_O: np.ndarray
-    Q: np.ndarray  # (h, n_q, d_k), and so on: every intermediate, to show
-    K: np.ndarray
-    V: np.ndarray
-    S: np.ndarray
-    A: np.ndarray
-    O: np.ndarray
-    concat: np.ndarray
-    rot_Q: np.ndarray | None = None  # under rotary, Q and K above are the projections' gradients,
-    rot_K: np.ndarray | None = None  # and these the rotated ones'
-
-
-def multi_head_attention_backward(
-    d_output: np.ndarray, x_q: np.ndarray, x_kv: np.ndarray, W_QKV: np.ndarray, W_O: np.ndarray,
-    r: MultiHeadAttention,
-) -> MultiHeadAttentionGrads:  # fmt: skip
-    """The gradients of ``multi_head_attention`` given its inputs and its forward result ``r``."""
-    q_width = W_O.shape[0]
-    h, G = r.Q.shape[0], r.K.shape[0]
-    d_concat, dW_O, db_O = linear_backward(d_output, r.concat, W_O)
-    dO = split_heads(d_concat, h)
-    Q, K, V = group(r.Q, r.K, r.V)
-    A = r.heads.weights.reshape(G, h // G, *r.heads.weights.shape[1:])
-    dQ, dK, dV, dA, dS = scaled_dot_product_attention_backward(dO.reshape(Q.shape), Q, K, V, A)
-    # A key/value head shared by h/G query heads gathers the gradients of all of them.
-    dQ, dA, dS = dQ.reshape(r.Q.shape), dA.reshape(r.heads.weights.shape), dS.reshape(r.heads.weights.shape)
-    dK, dV = dK.sum(axis=1), dV.sum(axis=1)
-    d_rot_Q = d_rot_K = None
-    if r.rotation is not None:
-        d_rot_Q, d_rot_K = dQ, dK
-        dQ, dK = apply_rotary_backward(dQ, r.rotation), apply_rotary_backward(dK, r.rotation)
-    dq, dk, dv = merge_heads(dQ), merge_heads(dK), merge_heads(dV)
-    dx_q, dW_Q, db_Q = linear_backward(dq, x_q, W_QKV[:, :q_width])
-    dx_kv, dW_KV, db_KV = linear_backward(np.hstack([dk, dv]), x_kv, W_QKV[:, q_width:])
-    return MultiHeadAttentionGrads(
-        dx_q, dx_kv, np.hstack([dW_Q, dW_KV]), dW_O, np.concatenate([db_Q, db_KV]), db_O,
-        dQ, dK, dV, dS, dA, dO, d_concat, d_rot_Q, d_rot_K,
-    )  # fmt: skip
 
 
 def feed_forward_backward(

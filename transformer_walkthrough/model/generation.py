@@ -31,7 +31,7 @@ from ..config import Config
 from ..errors import WalkthroughError
 from . import functional as F
 from .architecture import DECODER, OUTPUT, stage_id
-from .kinds.attention import attended
+from .kinds.attention import Flow, attended
 from .sampling import Draw, Sampling, sample
 from .trace import TOP_K, NullTrace, token_labels, top_k
 from .transformer import decode, forward_logits, run_forward
@@ -212,10 +212,9 @@ class LayerCache(NamedTuple):
         c.V[self.i, :, start:end] = v
         return c.K[self.i, :, :end], c.V[self.i, :, :end]
 
-    def note(self, r: F.MultiHeadAttention) -> None:
+    def note(self, f: Flow) -> None:
         """Keep what the step's attention computed, for ``compare`` and for the learner to see."""
-        scores = r.heads.scores if r.heads.masked_scores is None else r.heads.masked_scores
-        self.cache.seen[self.i] = LayerStep(r.Q, r.K, r.V, scores, r.heads.weights)
+        self.cache.seen[self.i] = LayerStep(f.Q, f.K, f.V, f.S if f.masked is None else f.masked, f.A)
 
 
 def generate_cached(

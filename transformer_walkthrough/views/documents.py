@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from ..errors import StageError, shorten
+from ..model.formula import Formula, plain_item
 from ..model.kinds import KINDS
+from ..model.kinds.base import Step
 from ..model.trace import (
     ACTIVATION,
     CONSTANT,
@@ -37,6 +39,8 @@ from ..model.trace import (
     Stage,
     Trace,
 )
+from .formulas import html_notes, latex_lines, latex_notes, tex
+from .formulas import mathml as formula_mathml
 from .lens import lens_latex, lens_markdown
 from .numbers import format_value, text_widths
 from .palette import css, diverging, sequential
@@ -209,13 +213,6 @@ DEFAULT_KINDS = ("dot", "softmax", "norm", "rotation")  # the stage's real step:
 ROW_BOUND = {"softmax": 2, "norm": 2}  # a row bound by Σ (softmax: Σ = 1; a norm: Σ (y − β)/γ = 0)
 
 
-class Step(NamedTuple):
-    """How a cell is computed: the kind of step and the cells of its stage it is computed from."""
-
-    kind: str
-    inputs: tuple[tuple[str, int, int], ...]
-
-
 def _names_of(stage: Stage) -> dict[tuple[str, int | None], str]:
     return {(m.base or name, m.head): name for name, m in stage.matrices.items()}
 
@@ -223,14 +220,13 @@ def _names_of(stage: Stage) -> dict[tuple[str, int | None], str]:
 def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | None:
     """The step that computes ``stage.name[i, j]`` and the cells it reads; None for a weight, an
     input, a constant of no formula (the mask) or a matrix this worksheet does not know."""
-    from ..model.kinds.attention import kv_head
-
     m = stage.matrices[name]
     if m.role in (WEIGHT, INPUT, MASK):
         return None
+    if (of := KINDS[stage.kind].steps.get(m.base or name)) is not None:  # the kind says it
+        return of(stage, trace, name, i, j)
     names = _names_of(stage)
-    base, head = m.base or name, m.head
-    mc = trace.config.model
+    base = m.base or name
 
     def get(b: str, h: int | None = None) -> str | None:
         return names.get((b, h))
@@ -264,37 +260,6 @@ def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | N
             return step("sinusoid") if m.role == CONSTANT else None  # a learned P's row is a lookup
         if base == "output":
             return step("sum", one(get("X"), i, j), one(get("PE"), i, j))
-        return None
-    if kind.endswith("attention"):
-        g = None if head is None else kv_head(mc, head)
-        side = get("memory") or get("X")
-        if base in ("Q", "K", "V"):
-            source = get("X") if base == "Q" else side
-            return step(
-                "dot", row(source, i), col(get(f"W_{base}", head), j), one(get(f"b_{base}", head), 0, j)
-            )
-        if base in ("rot_Q", "rot_K"):
-            plain = get(base[4:], head)
-            half = m.shape[1] // 2
-            return step("rotation", one(plain, i, j), one(plain, i, (j + half) % (2 * half)),
-                        one(get("cos"), i, j), one(get("sin"), i, j))  # fmt: skip
-        if base in ("cos", "sin"):
-            return step("sinusoid")
-        if base == "S":
-            q = get("rot_Q", head) or get("Q", head)
-            k = get("rot_K", g) or get("K", g)
-            return step("dot", row(q, i), row(k, j))
-        if base == "S+M":
-            return step("sum", one(get("S", head), i, j), one(get("M"), i, j))
-        if base == "A":
-            return step("softmax", row(get("S+M", head) or get("S", head), i))
-        if base == "O":
-            return step("dot", row(get("A", head), i), col(get("V", g), j))
-        if base == "concat":
-            h, c = divmod(j, mc.d_k)
-            return step("copy", one(get("O", h + 1), i, c))
-        if base == "output":
-            return step("dot", row(get("concat"), i), col(get("W_O"), j), one(get("b_O"), 0, j))
         return None
     if kind == "transform":
         if base == "dense":
@@ -643,6 +608,8 @@ def _probability(q: float, digits: int, o: Options) -> str:
 def _notes(stage: Stage) -> str:
     """The indented notes under a stage's plain formula (the flatten head's leak, a tied table),
     which its LaTeX and MathML do not say."""
+    if isinstance(stage.formula, Formula):
+        return " ".join(plain_item(n).strip() for n in stage.formula.notes)
     return " ".join(line.strip() for line in stage.formula.splitlines() if line.startswith(" "))
 
 
@@ -716,7 +683,7 @@ def iter_markdown(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str
     yield f"# {_md_text(title)}\n\n{line}\n\n## Stages\n\n"
     yield "".join(f"- [{s.id} — {s.title}](#{_md_anchor(s)})\n" for s in stages)
     for stage in stages:
-        yield f"\n## {stage.id} {stage.title}\n\n{stage.explanation}\n\n```text\n{stage.formula}\n```\n"
+        yield f"\n## {stage.id} {stage.title}\n\n{stage.explanation}\n\n```text\n{stage.formula!s}\n```\n"
         for row in units(stage, o):
             for unit in row:
                 for shown in unit:
@@ -764,15 +731,6 @@ def to_markdown(trace: Trace, stages: list[Stage], precision: int = 2, **options
 # anything wider than the line or taller than the page is shrunk to fit (\fit measures it).
 # ---------------------------------------------------------------------------------------------
 
-_TEX_SPECIAL = {
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-    "}": r"\}", "[": "{[}", "]": "{]}", "*": "{*}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}", ">": r"\textgreater{}",
-    "−": "-", "∞": r"$\infty$", "√": r"$\surd$", "ᵀ": r"$^{T}$", "⊙": r"$\odot$", "·": r"$\cdot$", "…": r"\ldots{}",
-    "→": r"$\to$", "Σ": r"$\Sigma$", "×": r"$\times$", "≤": r"$\le$", "⋮": r"$\vdots$", "—": "---", "–": "--", "±": r"$\pm$",
-    "²": r"$^{2}$", "✓": r"$\checkmark$", "✗": r"$\times$", "π": r"$\pi$", "σ": r"$\sigma$",
-    # The marks of real checkpoints' tokens: SentencePiece's word start, GPT-2's shown tab and newline.
-    "▁": r"\textvisiblespace{}", "⇥": r"$\rightarrowtail$", "↵": r"$\hookleftarrow$",
-}  # fmt: skip
 
 _TEX_PREAMBLE = r"""\documentclass[10pt]{article}
 \usepackage[T1]{fontenc}
@@ -810,13 +768,10 @@ _TEX_PREAMBLE = r"""\documentclass[10pt]{article}
 """
 
 
-def tex(text: str) -> str:
-    """Plain text as LaTeX source: specials escaped, the few symbols the walkthrough uses as math."""
-    return "".join(_TEX_SPECIAL.get(ch, ch) for ch in text)
-
-
 def tex_formula(stage: Stage, trace: Trace) -> list[str]:
-    """The stage's formula as align* lines, as its kind writes it under the trace's config."""
+    """The stage's formula as align* lines: its terms written as LaTeX, or as its kind writes them."""
+    if isinstance(stage.formula, Formula):
+        return latex_lines(stage.formula)
     return KINDS[stage.kind].latex(trace.config.model)
 
 
@@ -904,8 +859,10 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
             f"{{\\small\\ttfamily {tex(stage.id)}}}\\par\n{tex(stage.explanation)}\n"
             "\\begin{align*}\n" + " \\\\\n".join(tex_formula(stage, trace)) + "\n\\end{align*}\n"
         )
-        if notes := _notes(stage):
-            yield f"{{\\small {tex(notes)}}}\\par\n"
+        if notes := (
+            latex_notes(stage.formula) if isinstance(stage.formula, Formula) else tex(_notes(stage))
+        ):
+            yield f"{{\\small {notes}}}\\par\n"
         for group in units(stage, o, _LINE):
             for line in _tex_lines(group):
                 yield "\\fit{$\\displaystyle "
@@ -1297,6 +1254,13 @@ def _html_formula(stage: Stage, trace: Trace) -> str:
     """The kind's formula typeset in MathML, with the plain formula's notes below it; the plain
     formula itself if its LaTeX is beyond the small reader above."""
     e = html.escape
+    if isinstance(stage.formula, Formula):
+        notes = html_notes(stage.formula)
+        return (
+            f'<div class="formula" title="{e(str(stage.formula))}">{formula_mathml(stage.formula)}'
+            + (f"<p>{notes}</p>" if notes else "")
+            + "</div>"
+        )
     tex = tex_formula(stage, trace)  # outside the try: a kind without LaTeX is a bug to see, not hide
     try:
         math_block = mathml(tex)
@@ -1409,7 +1373,9 @@ def html_stage(trace: Trace | None, stage: Stage, o: Options, clicks: Clicks | N
     e = html.escape
     where = "" if trace is None else f'<div class="where">{figure_svg(trace, stage.id)}</div>'
     formula = (
-        f'<pre class="formula">{e(stage.formula)}</pre>' if trace is None else _html_formula(stage, trace)
+        f'<pre class="formula">{e(str(stage.formula))}</pre>'
+        if trace is None
+        else _html_formula(stage, trace)
     )
     yield (
         f'<section id="{e(stage.id)}"><div class="intro"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'

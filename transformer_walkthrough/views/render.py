@@ -501,7 +501,7 @@ def group_of(stage: Stage, name: str) -> str | None:
 
 def stage_header(stage: Stage) -> RenderableType:
     """The stage id and title as a rule, then the explanation and the formula."""
-    formula = Formula([printable(line) for line in stage.formula.splitlines()])
+    formula = Formula([printable(line) for line in str(stage.formula).splitlines()])
     return Group(
         Rule(
             Text.assemble((printable(stage.title), TITLE), ("  " + printable(stage.id), "dim")), align="left"
@@ -1002,9 +1002,9 @@ def diff_table(diffs: list[StageDiff], first: str | None) -> Table:
 def diff_stage(a: Stage, b: Stage, view: View) -> Iterator[RenderableType]:
     """Every matrix the two stages share: A, B and A − B side by side (A alone where B lacks it)."""
     yield stage_header(a)
-    if b.formula != a.formula:
+    if str(b.formula) != str(a.formula):
         yield Text("B computes it otherwise:", style="bold")
-        yield Text("\n".join(f"  {line}" for line in b.formula.splitlines()), style=FORMULA)
+        yield Text("\n".join(f"  {line}" for line in str(b.formula).splitlines()), style=FORMULA)
     for name, m in a.matrices.items():
         blocks = [matrix_block(f"{name} (A)", m, view)]
         if name in b.matrices:

@@ -25,6 +25,7 @@ from ..architecture import Spec
 if TYPE_CHECKING:
     from ...config import ModelConfig
     from ...views.explain import Cell
+    from ..formula import Formula
     from ..trace import Stage, Trace
     from .hand import Check
 
@@ -36,7 +37,10 @@ class Grads(NamedTuple):
     params: Arrays  # dL/d(parameter), by the stage's local parameter name (W_QKV, gamma, …)
 
 
-__all__ = ["Arrays", "Explainer", "Grads", "Kind", "Sizes", "Spec", "said"]
+__all__ = [
+    "Arrays", "Cells", "Explainer", "Grads", "Kind", "Sizes", "Spec", "Step", "StepOf", "col", "named", "one",
+    "row", "said", "step",
+]  # fmt: skip
 
 
 class Sizes(NamedTuple):
@@ -48,6 +52,46 @@ class Sizes(NamedTuple):
 
 Explainer = Callable[["Cell", "Trace"], list[str]]
 
+Cells = tuple[tuple[str, int, int], ...]  # (matrix name, row, column) of the stage, each
+
+
+class Step(NamedTuple):
+    """How a cell is computed: the kind of step (dot, softmax, norm, rotation, activation, sinusoid,
+    sum, lookup, copy) and the cells of its stage it is computed from (a worksheet's answer key)."""
+
+    kind: str
+    inputs: Cells = ()
+
+
+# The step of cell (i, j) of a matrix, given its stage, the trace and the matrix's name; None when
+# no worksheet asks for it (a learned position's row, a table the stage only reads).
+StepOf = Callable[["Stage", "Trace", str, int, int], "Step | None"]
+
+
+def named(stage: Stage, base: str, head: int | None = None) -> str | None:
+    """The name of matrix ``base`` of ``head`` in the stage, or None when it has none."""
+    from ..trace import matrix_name
+
+    return matrix_name(base, head) if stage.has(base, head) else None
+
+
+def row(stage: Stage, name: str | None, r: int) -> Cells:
+    """Every cell of row r of the matrix (none for no matrix)."""
+    return () if name is None else tuple((name, r, c) for c in range(stage.matrices[name].shape[1]))
+
+
+def col(stage: Stage, name: str | None, c: int) -> Cells:
+    """Every cell of column c of the matrix (none for no matrix)."""
+    return () if name is None else tuple((name, r, c) for r in range(stage.matrices[name].shape[0]))
+
+
+def one(name: str | None, r: int, c: int) -> Cells:
+    return () if name is None else ((name, r, c),)
+
+
+def step(kind: str, *parts: Cells) -> Step:
+    return Step(kind, tuple(cell for part in parts for cell in part))
+
 
 def _no_params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
     return {}
@@ -58,12 +102,14 @@ class Kind:
     id: str  # "masked-attention"
     title: str | Callable[[ModelConfig], str]  # shown in the header: "Decoder layer 0 · <title>"
     explanation: Callable[[ModelConfig], str]  # plain English, as true under the config
-    formula: Callable[[ModelConfig], str]  # the arithmetic under this config; lines split by "\n"
-    latex: Callable[[ModelConfig], list[str]]  # the same, as the lines of a LaTeX align*
+    # the arithmetic under this config: as data (``model.formula``), or lines split by "\n"
+    formula: Callable[[ModelConfig], str | Formula]
+    latex: Callable[[ModelConfig], list[str]] | None  # a str formula, as the lines of a LaTeX align*
     backward: Callable[[Stage, np.ndarray, Arrays, ModelConfig], Grads] | None
     second: Callable[[Stage, Trace, ModelConfig], list[Check]]  # verify's independent computation
     explain: Mapping[str, Explainer]  # a cell's arithmetic, by the matrix's base name
     params: Callable[[ModelConfig, Sizes], dict[str, Spec]] = _no_params  # by local name, untied
+    steps: Mapping[str, StepOf] = field(default_factory=dict)  # a cell's step, by the matrix's base name
     groups: Mapping[str, str] = field(default_factory=dict)  # base -> the row it shares per head
     tex: Mapping[str, str] = field(default_factory=dict)  # base -> its LaTeX symbol; {h}: the head
     article: str = ""  # where the article says otherwise: said on the article's toy, not on a checkpoint

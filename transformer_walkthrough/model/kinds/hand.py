@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 if TYPE_CHECKING:
+    from ...config import ModelConfig
     from ...views.explain import Cell
 
 # Largest difference that still counts as equal, as a fraction of the largest number the stage
@@ -127,3 +128,58 @@ def where_from(c: Cell) -> str:
     """Where the cell's input matrix came from: "the output of decoder.0.add-norm-1", or "given"."""
     source = c.stage.sources.get(c.name)
     return f"the output of {source}" if source else "given"
+
+
+# ---------------------------------------------------------------------------------------------
+# Rotary positions by hand: the angles with ``math``, each pair turned one cell at a time.
+# ---------------------------------------------------------------------------------------------
+
+
+def frequency_by_hand(m: ModelConfig, i: int) -> tuple[float, str]:
+    """θ_i of pair i with ``math``, and how it was scaled (the words of ``explain``)."""
+    theta = m.rope_theta ** (-2 * i / m.d_k)
+    if m.rope_scaling == "linear":
+        return theta / m.rope_factor, f"divided by rope_factor {m.rope_factor:g} (linear scaling)"
+    if m.rope_scaling == "llama3":
+        wavelength, old = 2 * math.pi / theta, m.rope_original_max_positions
+        low, high = old / m.rope_low_freq_factor, old / m.rope_high_freq_factor
+        if wavelength > low:
+            return theta / m.rope_factor, (
+                f"divided by rope_factor {m.rope_factor:g}: its wavelength 2π/θ_i = {wavelength:.6g} "
+                f"exceeds {low:g} positions (llama3)"
+            )
+        if wavelength < high:
+            return (
+                theta,
+                f"kept: its wavelength 2π/θ_i = {wavelength:.6g} is under {high:g} positions (llama3)",
+            )
+        smooth = (old / wavelength - m.rope_low_freq_factor) / (
+            m.rope_high_freq_factor - m.rope_low_freq_factor
+        )
+        return (1 - smooth) * theta / m.rope_factor + smooth * theta, (
+            f"blended: wavelength {wavelength:.6g} is between {high:g} and {low:g} positions, so "
+            f"(1 − s)·θ_i/{m.rope_factor:g} + s·θ_i with s = {smooth:.6g} (llama3)"
+        )
+    return theta, ""
+
+
+def rotary_by_hand(n: int, m: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of pos·θ_i (``frequency_by_hand``), column i and i + d_k/2 alike, with ``math``."""
+    half = m.d_k // 2
+    thetas = [frequency_by_hand(m, i)[0] for i in range(half)]
+    angles = [[pos * thetas[j % half] for j in range(m.d_k)] for pos in range(n)]
+    return (np.array([[math.cos(a) for a in row] for row in angles]),
+            np.array([[math.sin(a) for a in row] for row in angles]))  # fmt: skip
+
+
+def rotate_by_hand(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Each pair (i, i + d_k/2) of each row turned, one cell at a time:
+    x'_i = x_i·cos − x_{i+d/2}·sin, x'_{i+d/2} = x_{i+d/2}·cos + x_i·sin."""
+    n, d = x.shape
+    half = d // 2
+    out = np.empty((n, d))
+    for p in range(n):
+        for j in range(d):
+            partner, sign = (j + half, -1.0) if j < half else (j - half, 1.0)
+            out[p, j] = x[p, j] * cos[p, j] + sign * x[p, partner] * sin[p, j]
+    return out

@@ -1,0 +1,250 @@
+"""QK-norm (``qk_norm: head``): an RMSNorm over each head's d_k columns of the queries and the keys,
+each with its own gamma, after the projection and before the rotation, as Qwen3, Gemma 3 and OLMoE.
+
+The toy with it is held against transformers' own ``Qwen3ForCausalLM`` holding our weights (Qwen3
+is Llama with exactly this norm): every normed query and key, every attention weight, the residual
+stream and the logits in float64, and every parameter's gradient against autograd. Then what the
+piece owns: its recorded names, its explainer's arithmetic, verify's second computation, its
+formula in LaTeX and MathML, and the cached generation, which must keep the normed keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from transformer_walkthrough.compare.verify import recompute
+from transformer_walkthrough.config import Config, load_config
+from transformer_walkthrough.model.backprop import backward, next_tokens
+from transformer_walkthrough.model.generation import compare, generate_cached
+from transformer_walkthrough.model.kinds import KINDS
+from transformer_walkthrough.model.transformer import Weights, init_weights, run_forward
+from transformer_walkthrough.views.explain import explain
+from transformer_walkthrough.views.formulas import latex_lines
+from transformer_walkthrough.views.formulas import mathml as formula_mathml
+
+from . import exact_llama
+from .test_llama_style import LLAMA
+
+QK = dataclasses.replace(LLAMA, model=dataclasses.replace(LLAMA.model, qk_norm="head"))
+# A head of 6 columns (not d_model / num_heads = 2): the norm's mean is over six numbers.
+WIDE = dataclasses.replace(QK, model=dataclasses.replace(QK.model, head_dim=6))
+CONFIGS = {"qk-norm": QK, "qk-norm, head_dim 6": WIDE}
+STAGE = "decoder.0.masked-attention"
+
+
+def _trained_looking(config: Config) -> Weights:
+    """The seed's weights with every gamma drawn from [0.5, 1.5]: gammas of one would hide a swap
+    of gamma_Q and gamma_K, or a norm applied to the wrong side."""
+    w = init_weights(config)
+    rng = np.random.default_rng(7)
+    for name in w:
+        if re.search(r"/gamma(_Q|_K)?$", name):
+            w[name][:] = rng.uniform(0.5, 1.5, size=w[name].shape)
+    return w
+
+
+def qwen3_with(config: Config, w: Weights, dtype: torch.dtype) -> torch.nn.Module:
+    """A Qwen3ForCausalLM of the config's sizes holding our weights (nn.Linear's are (out, in))."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from transformer_walkthrough.compare.llama import rope_parameters
+
+    m = config.model
+    hf = Qwen3Config(
+        vocab_size=len(config.vocabulary), hidden_size=m.d_model, intermediate_size=m.d_ff,
+        num_hidden_layers=m.num_decoder_layers, num_attention_heads=m.num_heads,
+        num_key_value_heads=m.kv_heads, head_dim=m.d_k, rms_norm_eps=m.layer_norm_eps,
+        rope_parameters=rope_parameters(m), max_position_embeddings=4096, tie_word_embeddings=False,
+        hidden_act="silu", attention_bias=False,
+    )  # fmt: skip
+    hf._attn_implementation = "eager"
+    model = Qwen3ForCausalLM(hf).to(dtype).eval()
+    q, kv = m.num_heads * m.d_k, m.kv_heads * m.d_k
+
+    def t(a: np.ndarray) -> torch.Tensor:
+        return torch.tensor(np.ascontiguousarray(a), dtype=dtype)
+
+    sd = {"model.embed_tokens.weight": t(w["decoder.embedding/E"]),
+          "lm_head.weight": t(w["output.logits/W"].T),
+          "model.norm.weight": t(w["decoder.final-norm/gamma"])}  # fmt: skip
+    for i in range(m.num_decoder_layers):
+        a, p = f"decoder.{i}.masked-attention/", f"model.layers.{i}."
+        W = w[a + "W_QKV"]
+        sd |= {
+            p + "self_attn.q_proj.weight": t(W[:, :q].T),
+            p + "self_attn.k_proj.weight": t(W[:, q : q + kv].T),
+            p + "self_attn.v_proj.weight": t(W[:, q + kv :].T),
+            p + "self_attn.o_proj.weight": t(w[a + "W_O"].T),
+            p + "self_attn.q_norm.weight": t(w[a + "gamma_Q"]),
+            p + "self_attn.k_norm.weight": t(w[a + "gamma_K"]),
+            p + "mlp.gate_proj.weight": t(w[f"decoder.{i}.feed-forward/W_gate"].T),
+            p + "mlp.up_proj.weight": t(w[f"decoder.{i}.feed-forward/W_up"].T),
+            p + "mlp.down_proj.weight": t(w[f"decoder.{i}.feed-forward/W_down"].T),
+            p + "input_layernorm.weight": t(w[f"decoder.{i}.norm-1/gamma"]),
+            p + "post_attention_layernorm.weight": t(w[f"decoder.{i}.norm-2/gamma"]),
+        }  # fmt: skip
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    assert not unexpected and all("rotary" in k for k in missing), (missing, unexpected)
+    return model
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_forward_equals_qwen3_in_float64(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    exact_llama.float64(monkeypatch)
+    config = CONFIGS[name]
+    w = _trained_looking(config)
+    trace = run_forward(config, w)
+    model = qwen3_with(config, w, torch.float64)
+    exact_llama.inv_freq_64(model)
+    normed: dict[tuple[int, str], torch.Tensor] = {}  # (layer, "q" or "k") -> (n, heads, d_k)
+    for i, layer in enumerate(model.model.layers):
+        for which in "qk":
+            norm = getattr(layer.self_attn, f"{which}_norm")
+            norm.register_forward_hook(lambda mod, args, out, key=(i, which): normed.__setitem__(key, out[0]))
+    with torch.no_grad():
+        out = model(torch.tensor([list(trace.target_ids)]), output_attentions=True, output_hidden_states=True)
+    m = config.model
+    for i in range(m.num_decoder_layers):
+        stage = trace[f"decoder.{i}.masked-attention"]
+        for h in range(1, m.num_heads + 1):
+            assert np.max(np.abs(stage[f"norm_Q{h}"] - normed[i, "q"][:, h - 1].numpy())) <= 1e-12, (i, h)
+            assert np.max(np.abs(stage[f"A{h}"] - out.attentions[i][0, h - 1].numpy())) <= 1e-12, (i, h)
+        for g in range(1, m.kv_heads + 1):
+            assert np.max(np.abs(stage[f"norm_K{g}"] - normed[i, "k"][:, g - 1].numpy())) <= 1e-12, (i, g)
+        stream = trace[f"decoder.{i}.residual-2"]["output"]
+        assert (
+            np.max(np.abs(stream - out.hidden_states[i + 1][0].numpy())) <= 1e-12
+            or i + 1 == m.num_decoder_layers
+        )
+    assert np.max(np.abs(trace["output.logits"]["logits"] - out.logits[0].numpy())) <= 1e-10
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_gradient_equals_qwen3_autograd(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    exact_llama.float64(monkeypatch)
+    config = CONFIGS[name]
+    w = _trained_looking(config)
+    trace = run_forward(config, w)
+    ours = backward(trace, w)
+    model = qwen3_with(config, w, torch.float64)
+    exact_llama.inv_freq_64(model)
+    logits = model(torch.tensor([list(trace.target_ids)])).logits[0]
+    targets = next_tokens(trace)
+    torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(targets[:-1])).backward()
+    g = {name: p.grad.numpy() for name, p in model.named_parameters()}
+    theirs = {"decoder.embedding/E": g["model.embed_tokens.weight"], "output.logits/W": g["lm_head.weight"].T,
+              "decoder.final-norm/gamma": g["model.norm.weight"]}  # fmt: skip
+    for i in range(config.model.num_decoder_layers):
+        a, p = f"decoder.{i}.masked-attention/", f"model.layers.{i}."
+        theirs |= {
+            a + "W_QKV": np.hstack([g[p + f"self_attn.{x}_proj.weight"].T for x in "qkv"]),
+            a + "W_O": g[p + "self_attn.o_proj.weight"].T,
+            a + "gamma_Q": g[p + "self_attn.q_norm.weight"], a + "gamma_K": g[p + "self_attn.k_norm.weight"],
+            f"decoder.{i}.feed-forward/W_gate": g[p + "mlp.gate_proj.weight"].T,
+            f"decoder.{i}.feed-forward/W_up": g[p + "mlp.up_proj.weight"].T,
+            f"decoder.{i}.feed-forward/W_down": g[p + "mlp.down_proj.weight"].T,
+            f"decoder.{i}.norm-1/gamma": g[p + "input_layernorm.weight"],
+            f"decoder.{i}.norm-2/gamma": g[p + "post_attention_layernorm.weight"],
+        }  # fmt: skip
+    assert set(theirs) == set(w)  # every parameter once: Qwen3's, no more, no fewer
+    for name, grad in ours.weights.items():
+        assert np.max(np.abs(grad - theirs[name])) <= 1e-8, name
+    assert np.max(np.abs(ours.weights[f"{STAGE}/gamma_Q"])) > 1e-6  # the gammas do learn
+
+
+def test_the_stage_records_the_normed_queries_and_keys_between_projection_and_rotation() -> None:
+    trace = run_forward(QK, _trained_looking(QK))
+    names = list(trace[STAGE].matrices)
+    # 4 query heads over 2 key/value heads: K and V once per key/value head, at its first reader
+    assert names[:16] == [
+        "X", "M", "gamma_Q", "gamma_K", "cos", "sin", "W_Q1", "W_K1", "W_V1", "Q1", "K1", "V1",
+        "norm_Q1", "norm_K1", "rot_Q1", "rot_K1",
+    ]  # fmt: skip
+    assert names[-4:] == ["O4", "concat", "W_O", "output"] and "norm_K2" in names and "norm_K3" not in names
+    stage, eps = trace[STAGE], QK.model.layer_norm_eps
+    for h in range(1, 5):  # the norm by hand, row by row: gamma ⊙ q / √(mean(q²) + eps)
+        q = stage[f"Q{h}"]
+        expected = stage["gamma_Q"][0] * q / np.sqrt((q * q).mean(axis=1, keepdims=True) + eps)
+        assert np.max(np.abs(stage[f"norm_Q{h}"] - expected)) <= 1e-15
+    # the rotation turns the normed queries, not the projections
+    cos, sin = stage["cos"], stage["sin"]
+    x = stage["norm_Q2"]
+    turned = x * cos + np.concatenate([-x[:, 1:], x[:, :1]], axis=1) * sin
+    assert np.max(np.abs(stage["rot_Q2"] - turned)) <= 1e-15
+    # and the scores multiply the rotated normed queries and keys
+    assert np.max(np.abs(stage["S3"] - stage["rot_Q3"] @ stage["rot_K2"].T / math.sqrt(2))) <= 1e-15
+
+
+def test_without_qk_norm_nothing_is_recorded_and_no_gamma_exists() -> None:
+    trace = run_forward(LLAMA)
+    assert not any(n.startswith(("norm_", "gamma_")) for n in trace[STAGE].matrices)
+    assert not any("gamma_" in name for name in init_weights(LLAMA))
+
+
+def test_explain_writes_out_a_normed_cell_whose_numbers_give_its_value() -> None:
+    w = _trained_looking(WIDE)
+    trace = run_forward(WIDE, w)
+    stage = trace[STAGE]
+    lines = explain(trace, STAGE, "norm_K2", "3,4", digits=8)
+    text = "\n".join(lines)
+    k = stage["K2"][3]
+    root = math.sqrt(math.fsum(v * v for v in k) / 6 + WIDE.model.layer_norm_eps)
+    assert "QK-norm" in text and f"{root:.8f}" in text
+    assert f"{stage['gamma_K'][0, 4]:.8f}" in text
+    assert lines[-1].endswith(f"= {stage['norm_K2'][3, 4]:.8f}".replace("-", "−"))
+
+
+def test_verify_recomputes_the_normed_queries_and_keys_by_hand() -> None:
+    trace = run_forward(WIDE, _trained_looking(WIDE))
+    checks = recompute(trace)
+    assert all(c.ok for c in checks)
+    head = [c for c in checks if c.stage == STAGE and c.what.startswith("head 1:")]
+    assert len(head) == 1 and "norm_Q, norm_K" in head[0].what
+    # a wrong gamma is caught
+    trace[STAGE].matrices["norm_Q1"].values[0, 0] += 1e-6
+    assert not all(c.ok for c in recompute(trace) if c.stage == STAGE)
+
+
+def test_the_cached_generation_keeps_the_normed_keys() -> None:
+    w = _trained_looking(QK)
+    steps = generate_cached(QK, w, [0, 2, 3], 4)
+    diff = compare(QK, w, steps)
+    assert max(diff) <= 1e-12, diff
+    # the cache holds rot_K (normed, then rotated): not the rotated projections
+    cached = steps[-1].layers[0].K
+    full = run_forward(QK, w, target_ids=[i for s in steps for i in s.ids])[STAGE]
+    n = cached.shape[1]
+    assert np.max(np.abs(cached[0] - full["rot_K1"][:n])) <= 1e-12
+    assert np.max(np.abs(cached[0] - full["K1"][:n])) > 1e-3
+
+
+def test_the_formula_says_the_norm_and_typesets() -> None:
+    f = KINDS["masked-attention"].formula(WIDE.model)
+    plain = str(f)
+    assert "norm_Q_h = gamma_Q ⊙ Q_h / √(mean(Q_h²) + eps)" in plain
+    assert "rot_Q_h = norm_Q_h ⊙ cos + rotate_half(norm_Q_h) ⊙ sin" in plain
+    tex = "\n".join(latex_lines(f))
+    assert r"\hat{Q}_{h} &= \gamma^{Q} \odot Q_{h} / \sqrt{\operatorname{mean}(Q_{h}^{2}) + \epsilon}" in tex
+    assert r"\tilde{Q}_{h} &= \hat{Q}_{h} \odot \cos" in tex
+    assert '<mover accent="true"><mi>Q</mi><mo>^</mo></mover>' in formula_mathml(f)
+
+
+def test_a_config_file_switches_it_on_and_refuses_other_values(tmp_path) -> None:
+    from transformer_walkthrough.errors import WalkthroughError
+
+    path = tmp_path / "qk.yaml"
+    path.write_text(
+        "encoder_words: 0\nmodel:\n  num_encoder_layers: 0\n  num_decoder_layers: 1\n  qk_norm: head\n"
+    )
+    assert load_config(path).model.qk_norm == "head"
+    path.write_text(
+        "encoder_words: 0\nmodel:\n  num_encoder_layers: 0\n  num_decoder_layers: 1\n  qk_norm: heads\n"
+    )
+    with pytest.raises(WalkthroughError, match="qk_norm"):
+        load_config(path)

@@ -1,0 +1,221 @@
+"""Multi-head attention, self, masked self and cross: a recipe of pieces, each owning itself.
+
+    attention = project → [qk-norm] → [rotate] → scores → [mask] → softmax → weigh → concat → project-out
+
+A piece (``Piece``) is one step inside the stage. It owns everything about itself: its parameters,
+its forward (reading and writing the ``Flow`` that passes through the recipe), the matrices it
+records for each head, its backward beside its forward, verify's second computation of its step,
+the explainer of every cell it records, its formula lines, its TeX symbols and its screen group.
+The kind (``_kind``) is the recipe the config selects (``recipe``) and loops over the pieces;
+adding a step to attention adds a piece and its place in ``PIECES``, not branches through the kind.
+
+The pieces that turn the queries and keys (qk-norm, rotate) each make a new matrix of them
+(``norm_Q``, ``rot_Q``): the scores read the last one (``attended``), the explainers the one
+before (``turned_from``), both found by the recipe's order, not by spelling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...formula import Formula
+from ...trace import MASK, Stage, dims
+from ..base import Arrays, Grads, Kind, Sizes, Spec
+from ..hand import Check, gap, mm
+
+if TYPE_CHECKING:
+    from ....config import ModelConfig
+    from ....views.explain import Cell
+    from ...trace import Trace
+    from ...weights import Weights
+
+from .flow import At, Back, ByHand, Flow, Piece, columns, kv_head, readers
+from .pieces import PIECES, attended, recipe
+
+# ---------------------------------------------------------------------------------------------
+# The kind: the recipe run, recorded, differentiated and checked.
+# ---------------------------------------------------------------------------------------------
+
+
+def attention(m: ModelConfig, x: np.ndarray, p: Arrays, memory: np.ndarray | None = None,
+              mask: np.ndarray | None = None, cache: Any = None) -> Flow:  # fmt: skip
+    """Multi-head attention as a pure function: the recipe's pieces run in turn on x (queries) and
+    memory (keys and values; x itself when None), with the parameters ``p`` by local name (W_QKV,
+    W_O, …). Returns everything the pieces computed (``Flow``); nothing is recorded."""
+    f = Flow(m, x, x if memory is None else memory, p, mask, cache, 0 if cache is None else cache.cache.rows)
+    for piece in recipe(m, At(memory is not None, mask is not None)):
+        piece.forward(f)
+    return f
+
+
+def attention_grads(f: Flow, d_output: np.ndarray) -> Back:
+    """The pieces' backward passes in reverse order, from dL/d(output) of the ``Flow`` ``attention``
+    returned: dL/dx, dL/d(memory), every parameter's gradient and every intermediate's."""
+    d = Back(output=d_output)
+    for piece in reversed(recipe(f.m, At(not f.self_attention, f.mask is not None))):
+        piece.backward(f, d)
+    return d
+
+
+def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m: ModelConfig,
+           memory: np.ndarray | None = None, kv_tokens: tuple[str, ...] = (),
+           mask: np.ndarray | None = None, cache: Any = None) -> np.ndarray:  # fmt: skip
+    """Multi-head attention with queries from x and keys/values from memory (x itself when None):
+    MultiHead = Concat(head_1, …, head_h)·W_O, head_i = Attention(X·W_Qi, memory·W_Ki, memory·W_Vi).
+
+    Rows of every per-head matrix are the query tokens; columns of S, A are the key tokens. With a
+    key/value ``cache`` (one layer's, ``generation.Cache.layer``) the keys and values of x join the
+    cached ones and the queries attend over all of them; the cache notes what the step computed.
+    """
+    pieces = recipe(m, At(memory is not None, mask is not None))
+    p = {local: w.take(stage, local) for piece in pieces for local in piece.params(m)}
+    f = attention(m, x, p, memory, mask, cache)
+    if cache is not None:
+        cache.note(f)
+    if not stage.records:  # nothing is kept: skip the per-head views, made only to be shown
+        return f.output
+    kv_tokens = q_tokens if memory is None else kv_tokens
+    stage.cache = f  # what the backward pass reads again
+    stage.input("X", x, q_tokens, dims(m.d_model))
+    if memory is not None:
+        stage.input("memory", memory, kv_tokens, dims(m.d_model))
+    if mask is not None:
+        stage.rec("M", mask, q_tokens, kv_tokens, MASK)
+    for piece in pieces:
+        piece.record_before(stage, f, q_tokens, kv_tokens)
+    # Query head by query head; a key/value head where its first reader is (every head, ungrouped).
+    for h in range(1, m.num_heads + 1):
+        g = kv_head(m, h)
+        first = h == readers(m, g)[0]
+        for piece in pieces:
+            piece.record(stage, f, h, g, first, q_tokens, kv_tokens)
+    for piece in pieces:
+        piece.record_after(stage, f, q_tokens)
+    return stage.out("output", f.output, q_tokens, dims(m.d_model))
+
+
+def attention_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
+    """Each piece's backward in reverse order: dL/dX (and dL/d(memory)), every parameter's gradient,
+    and the gradient of every matrix the stage shows."""
+    d = attention_grads(stage.cache, d_out)
+    grads: Arrays = {"X": d.x, "concat": d.concat, "output": d_out}
+    if "memory" in stage:
+        grads["memory"] = d.kv
+    if "M" in stage:
+        grads["M"] = d.M
+    for constant in ("cos", "sin"):  # fixed numbers: nothing learns them, nothing is shown
+        if constant in stage:
+            grads[constant] = np.zeros_like(stage[constant])
+    for name, matrix in stage.matrices.items():
+        if name in grads:
+            continue
+        if matrix.param in ("W_QKV", "b_QKV"):  # head h's block of W_QKV or b_QKV
+            block = d.params[matrix.param][..., columns(m, matrix.base[-1], matrix.head)]
+            grads[name] = block if matrix.param == "W_QKV" else block[None]
+        elif matrix.head is not None:
+            grads[name] = d.per_head[matrix.base][matrix.head - 1]
+        else:  # a whole parameter: W_O, b_O, gamma_Q, …
+            grads[name] = d.params[matrix.base].reshape(matrix.values.shape)
+    return Grads(
+        {name: grads[name] for name in stage.matrices},  # in the stage's own order
+        {name: d.params[name] for name in p},
+    )
+
+
+def attention_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
+    """Each head recomputed from the stage's inputs and its own blocks of the weights, piece by piece
+    (einsum products, softmax one exp at a time), then the heads side by side and W_O."""
+    pieces = recipe(m, At("memory" in stage, "M" in stage))
+    checks = [c for piece in pieces for c in piece.before(stage, m)]
+    heads = []
+    for h in range(1, m.num_heads + 1):
+        b = ByHand(h, kv_head(m, h))  # g is h itself, unless query heads share their keys and values
+        for piece in pieces:
+            piece.by_hand(stage, m, b)
+        heads.append(b.o)
+        shared = f" (key/value head {b.g}, shared)" if m.kv_heads < m.num_heads else ""
+        names = [name for name, _ in b.checked]
+        checks.append(Check(stage.id, f"head {h}: {', '.join(names[:-1])} and {names[-1]} recomputed{shared}",
+                            max(diff for _, diff in b.checked)))  # fmt: skip
+    concat = np.concatenate(heads, axis=1)
+    out = mm(concat, stage["W_O"]) + (stage.get("b_O", 0))
+    checks.append(Check(stage.id, "concat sets the heads side by side; output = concat·W_O", max(
+        gap(stage["concat"], concat), gap(stage["output"], out))))  # fmt: skip
+    return checks
+
+
+def explain_memory(c: Cell, trace: Trace) -> list[str]:
+    source = c.stage.sources.get(c.name)
+    return [
+        f"memory is the encoder's output (from {source}), the same for every decoder layer: it gives the keys and values."
+    ]
+
+
+def _formula(at: At) -> Callable[[ModelConfig], Formula]:
+    def formula(m: ModelConfig) -> Formula:
+        return Formula(tuple(item for piece in recipe(m, at) for item in piece.formula(m, at)))
+
+    return formula
+
+
+def _explanation(text: str, at: At) -> Callable[[ModelConfig], str]:
+    def explanation(m: ModelConfig) -> str:
+        said = text
+        if m.encoder_only:
+            said += (
+                " No mask: every token sees every token, those after it too, so a blank is read "
+                "from both sides (BERT; a decoder's masked attention sees only the past)."
+            )
+        return said + "".join(piece.said(m, at) for piece in recipe(m, at))
+
+    return explanation
+
+
+def _params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
+    """Every piece's parameters (the mask has none: masked or not, the same), weights before biases:
+    the order they were first drawn in, which fixes the random draws."""
+    specs = [item for piece in recipe(m, At(False, False)) for item in piece.params(m).items()]
+    return dict(sorted(specs, key=lambda item: item[0].startswith("b_")))
+
+
+def _merged(attribute: str) -> dict[str, Any]:
+    return {key: value for piece in PIECES for key, value in getattr(piece, attribute).items()}
+
+
+def _kind(id: str, title: str, explanation: str, cross: bool = False, article: str = "") -> Kind:
+    at = At(cross, id == "masked-attention")
+    return Kind(
+        id, title, _explanation(explanation, at), _formula(at), None, attention_backward,
+        attention_second, {**_merged("explain"), "memory": explain_memory}, params=_params,
+        steps=_merged("steps"), groups=_merged("groups"), tex=_merged("tex"), article=article,
+    )  # fmt: skip
+
+
+SELF_ATTENTION = _kind(
+    "self-attention",
+    "multi-head self-attention",
+    "Every token scores every token (query against key), turns the scores into weights with "
+    "softmax and takes the weighted mix of their values; each head does this in its own "
+    "d_k-dimensional subspace.",
+)
+MASKED = (
+    "Self-attention where the mask M puts −∞ above the diagonal, so no position can look at "
+    "a later one: softmax turns −∞ into a weight of exactly 0."
+)
+MASKED_ATTENTION = _kind("masked-attention", "masked multi-head self-attention", MASKED)
+CROSS_ATTENTION = _kind(
+    "cross-attention",
+    "multi-head cross-attention",
+    "The decoder's tokens ask the questions (queries from X) and the encoder output answers "
+    "(keys and values from memory): this is how the source sentence reaches the decoder.",
+    cross=True,
+    article="(The article says it the other way round; that cannot work when the sentences differ in length.)",
+)
+
+__all__ = [
+    "CROSS_ATTENTION", "MASKED_ATTENTION", "PIECES", "SELF_ATTENTION", "At", "Back", "ByHand", "Flow", "Piece",
+    "attend", "attended", "attention", "attention_backward", "attention_grads", "attention_second", "columns", "kv_head", "readers", "recipe",
+]  # fmt: skip

@@ -1,0 +1,562 @@
+"""The pieces that make and turn the queries and keys (project, qk-norm, rotate), the scores that
+multiply them, and the recipe: ``PIECES`` in computing order, whose turning pieces name the queries
+and keys each later step reads (``attended_name``). The pieces after the scores are in ``mixing``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from ... import formula as Fm
+from ... import functional as F
+from ...formula import Line, Note, ceil, line, note, sqrt, sym
+from ...trace import CONSTANT, Stage, dims, matrix_name, positions
+from ..base import Spec, Step, StepOf, col, named, one, row, step
+from ..hand import (
+    Check,
+    dot,
+    frequency_by_hand,
+    gap,
+    linear,
+    mm,
+    rotary_by_hand,
+    rotate_by_hand,
+)
+
+if TYPE_CHECKING:
+    from ....config import ModelConfig
+    from ....views.explain import Cell
+    from ...trace import Trace
+from .flow import At, Back, ByHand, Explainer, Flow, Piece, columns, heads_letter, kv_head, readers, rope
+from .mixing import Concat, Mask, ProjectOut, Softmax, Weigh
+
+# ---------------------------------------------------------------------------------------------
+# project: Q_h = X·W_Qh (+ b), K_g = memory·W_Kg, V_g = memory·W_Vg
+# ---------------------------------------------------------------------------------------------
+
+
+class Project(Piece):
+    """The projections to heads: one product [W_Q | W_K | W_V] in self-attention, split into heads."""
+
+    name = "project"
+    groups: ClassVar[Mapping[str, str]] = {
+        **dict.fromkeys(("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V"), "weights"),
+        **dict.fromkeys(("Q", "K", "V"), "projections"),
+    }
+    tex: ClassVar[Mapping[str, str]] = {
+        "W_Q": "W^{{Q}}_{{{h}}}", "W_K": "W^{{K}}_{{{h}}}", "W_V": "W^{{V}}_{{{h}}}",
+        "b_Q": "b^{{Q}}_{{{h}}}", "b_K": "b^{{K}}_{{{h}}}", "b_V": "b^{{V}}_{{{h}}}",
+    }  # fmt: skip
+
+    def params(self, m: ModelConfig) -> dict[str, Spec]:
+        d, q, kv = m.d_model, m.num_heads * m.d_k, m.kv_heads * m.d_k
+        specs = {"W_QKV": Spec((d, q + 2 * kv), "xavier-qkv", blocks=(q, kv, kv))}
+        if m.attention_bias:
+            specs["b_QKV"] = Spec((q + 2 * kv,), "zeros")
+        return specs
+
+    def forward(self, f: Flow) -> None:
+        m, W, b = f.m, f.p["W_QKV"], f.p.get("b_QKV")
+        q_width, kv_width = m.num_heads * m.d_k, m.kv_heads * m.d_k
+        if f.self_attention:  # queries, keys and values from one product (nanoGPT's c_attn)
+            QKV = F.linear(f.x, W, b)
+            Q, K, V = QKV[:, :q_width], QKV[:, q_width : q_width + kv_width], QKV[:, q_width + kv_width :]
+        else:  # cross-attention: queries from x, keys and values from memory
+            Q = F.linear(f.x, W[:, :q_width], None if b is None else b[:q_width])
+            KV = F.linear(f.kv, W[:, q_width:], None if b is None else b[q_width:])
+            K, V = KV[:, :kv_width], KV[:, kv_width:]
+        f.Q, f.K, f.V = (
+            F.split_heads(Q, m.num_heads),
+            F.split_heads(K, m.kv_heads),
+            F.split_heads(V, m.kv_heads),
+        )
+        f.made[""] = (f.Q, f.K)
+
+    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+        m, W, b = f.m, f.p["W_QKV"], f.p.get("b_QKV")
+        D, Dk = dims(m.d_model), dims(m.d_k, "k")
+        for which, head in [("Q", h), *([("K", g), ("V", g)] if first else [])]:
+            cols = columns(m, which, head)
+            stage.weight(f"W_{which}", W[:, cols], D, Dk, head=head, param="W_QKV")
+            if b is not None:
+                stage.weight(f"b_{which}", b[cols], (f"b_{which}{head}",), Dk, head=head, param="b_QKV")
+        Q, K = f.made[""]
+        stage.rec("Q", Q[h - 1], q, Dk, head=h)
+        if first:
+            stage.rec("K", K[g - 1], kv, Dk, head=g)
+            stage.rec("V", f.V[g - 1], kv, Dk, head=g)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        m = f.m
+        q_width = m.num_heads * m.d_k
+        d.per_head |= {"Q": d.Q, "K": d.K, "V": d.V}
+        dq, dk, dv = F.merge_heads(d.Q), F.merge_heads(d.K), F.merge_heads(d.V)
+        W = f.p["W_QKV"]
+        d.x, dW_Q, db_Q = F.linear_backward(dq, f.x, W[:, :q_width])
+        d_kv, dW_KV, db_KV = F.linear_backward(np.hstack([dk, dv]), f.kv, W[:, q_width:])
+        if f.self_attention:
+            d.x = d.x + d_kv
+        else:
+            d.kv = d_kv
+        d.params["W_QKV"] = np.hstack([dW_Q, dW_KV])
+        if "b_QKV" in f.p:
+            d.params["b_QKV"] = np.concatenate([db_Q, db_KV])
+
+    def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
+        x = stage["X"]
+        kv = stage.get("memory", x)
+
+        def bias(name: str, head: int) -> Any:
+            return stage.of(f"b_{name}", head) if stage.has(f"b_{name}", head) else 0
+
+        b.q = mm(x, stage.of("W_Q", b.h)) + bias("Q", b.h)
+        b.k = mm(kv, stage.of("W_K", b.g)) + bias("K", b.g)
+        b.v = mm(kv, stage.of("W_V", b.g)) + bias("V", b.g)
+        b.checked += [("Q", gap(stage.of("Q", b.h), b.q)), ("K", gap(stage.of("K", b.g), b.k)),
+                      ("V", gap(stage.of("V", b.g), b.v))]  # fmt: skip
+
+    def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
+        g, kv = heads_letter(m), at.kv
+
+        def plus(name: str, head: str) -> list[Fm.Term | str]:
+            return ["+", sym(f"b_{name}", head)] if m.attention_bias else []
+
+        heads = (
+            [note("(h = 1 … num_heads; g = 1 … num_kv_heads: grouped-query attention,"),
+             note("query head h reads key/value head ", sym("g"), " = ", ceil("h", "/", Fm.Num(str(m.num_heads // m.kv_heads))), ")")]
+            if g == "g" else [note("(h = 1 … num_heads)")]
+        )  # fmt: skip
+        return [
+            line(sym("Q", "h"), "=", "X", "·", sym("W_Q", "h"), *plus("Q", "h"), ",  ",
+                 sym("K", g), "=", kv, "·", sym("W_K", g), *plus("K", g), ",  ",
+                 sym("V", g), "=", kv, "·", sym("W_V", g), *plus("V", g)),
+            *heads,
+        ]  # fmt: skip
+
+    @staticmethod
+    def explain_projection(c: Cell, trace: Trace) -> list[str]:
+        h, kind = c.matrix.head, c.matrix.base
+        m = trace.config.model
+        source = "memory" if kind in "KV" and "memory" in c.stage else "X"
+        lines = linear(
+            c, f"{c.name} = {source}·W_{kind}{h}: row {c.i} of {source} ({c.row}) times column {c.j} of W_{kind}{h}",
+            c.stage[source][c.i], c.stage.of(f"W_{kind}", h)[:, c.j], f"b_{kind}{h}",
+        )  # fmt: skip
+        if kind in "KV" and m.kv_heads < m.num_heads:
+            heads = ", ".join(map(str, readers(m, h)))
+            final = attended_name(c.stage, "K", h)
+            turned = f" (turned: {matrix_name(final, h)})" if kind == "K" and final != "K" else ""
+            lines.append(f"  (grouped-query attention: {m.kv_heads} key/value head{'s' if m.kv_heads > 1 else ''} "
+                         f"for {m.num_heads} query heads; query heads {heads} all read {kind}{h}{turned})")  # fmt: skip
+        return lines
+
+    explain: ClassVar[Mapping[str, Explainer]] = dict.fromkeys("QKV", explain_projection)
+
+    @staticmethod
+    def projection_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        m = stage.matrices[name]
+        source = "X" if m.base == "Q" else named(stage, "memory") or "X"
+        W, b = named(stage, f"W_{m.base}", m.head), named(stage, f"b_{m.base}", m.head)
+        return step("dot", row(stage, source, i), col(stage, W, j), one(b, 0, j))
+
+    steps: ClassVar[Mapping[str, StepOf]] = dict.fromkeys("QKV", projection_step)
+
+
+# ---------------------------------------------------------------------------------------------
+# qk-norm: norm_Q_h = gamma_Q ⊙ Q_h / √(mean(Q_h²) + eps), likewise K (Qwen3, Gemma 3, OLMoE)
+# ---------------------------------------------------------------------------------------------
+
+
+class QKNorm(Piece):
+    """An RMSNorm over each head's d_k columns of the queries and of the keys, each with its own
+    gamma (one for every query head, one for every key head), after the projection and before the
+    rotation; the cached generation keeps the normed (and rotated) keys."""
+
+    name, turns = "qk-norm", "norm"
+    groups: ClassVar[Mapping[str, str]] = dict.fromkeys(("norm_Q", "norm_K"), "normed")
+    tex: ClassVar[Mapping[str, str]] = {
+        "norm_Q": r"\hat{{Q}}_{{{h}}}", "norm_K": r"\hat{{K}}_{{{h}}}", "gamma_Q": r"\gamma^{{Q}}", "gamma_K": r"\gamma^{{K}}",
+    }  # fmt: skip
+
+    def on(self, m: ModelConfig, at: At) -> bool:
+        return m.qk_norm == "head"
+
+    def said(self, m: ModelConfig, at: At) -> str:
+        return (
+            " Each head's queries and keys are normalised first (QK-norm: an RMSNorm over the head's "
+            "d_k columns, with gammas of their own), which keeps the scores from growing with the weights."
+        )
+
+    def params(self, m: ModelConfig) -> dict[str, Spec]:
+        return {"gamma_Q": Spec((m.d_k,), "ones"), "gamma_K": Spec((m.d_k,), "ones")}
+
+    def forward(self, f: Flow) -> None:
+        f.kept[self.name] = (f.Q, f.K)
+        f.Q = F.rms_norm(f.Q, f.p["gamma_Q"], f.m.layer_norm_eps)
+        f.K = F.rms_norm(f.K, f.p["gamma_K"], f.m.layer_norm_eps)
+        f.made["norm_"] = (f.Q, f.K)
+
+    def record_before(self, stage, f, q, kv):  # type: ignore[no-untyped-def]
+        Dk = dims(f.m.d_k, "k")
+        stage.weight("gamma_Q", f.p["gamma_Q"], ("gamma_Q",), Dk)
+        stage.weight("gamma_K", f.p["gamma_K"], ("gamma_K",), Dk)
+
+    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+        Dk, (Q, K) = dims(f.m.d_k, "k"), f.made["norm_"]
+        stage.rec("norm_Q", Q[h - 1], q, Dk, head=h)
+        if first:
+            stage.rec("norm_K", K[g - 1], kv, Dk, head=g)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        Q, K = f.kept[self.name]
+        d.per_head |= {"norm_Q": d.Q, "norm_K": d.K}
+        eps = f.m.layer_norm_eps
+        d.Q, d.params["gamma_Q"] = _rms_norm_backward(d.Q, Q, f.p["gamma_Q"], eps)
+        d.K, d.params["gamma_K"] = _rms_norm_backward(d.K, K, f.p["gamma_K"], eps)
+
+    def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
+        b.q = np.array(rms_rows_by_hand(b.q, m.layer_norm_eps)) * stage["gamma_Q"][0]
+        b.k = np.array(rms_rows_by_hand(b.k, m.layer_norm_eps)) * stage["gamma_K"][0]
+        b.checked += [
+            ("norm_Q", gap(stage.of("norm_Q", b.h), b.q)),
+            ("norm_K", gap(stage.of("norm_K", b.g), b.k)),
+        ]
+
+    def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
+        g = heads_letter(m)
+        return [
+            line(sym("norm_Q", "h"), "=", sym("gamma_Q"), "⊙", sym("Q", "h"), "/", sqrt(Fm.call("mean", [sym("Q", "h", "2")]), "+", "eps"), ",  ",
+                 sym("norm_K", g), "=", sym("gamma_K"), "⊙", sym("K", g), "/", sqrt(Fm.call("mean", [sym("K", g, "2")]), "+", "eps")),
+            note("(QK-norm: an RMSNorm of each row of each head's d_k columns; mean over the d_k columns)"),
+        ]  # fmt: skip
+
+    @staticmethod
+    def explain_normed(c: Cell, trace: Trace) -> list[str]:
+        h, letter = c.matrix.head, c.matrix.base[-1]  # norm_Q -> Q
+        row_ = c.stage.of(letter, h)[c.i].tolist()
+        d, eps = len(row_), trace.config.model.layer_norm_eps
+        mean_square = math.fsum(v * v for v in row_) / d
+        root = math.sqrt(mean_square + eps)
+        gamma = float(c.stage[f"gamma_{letter}"][0, c.j])
+        x = f"{letter}{h}"
+        return [
+            f"{c.name} is {x} with each row divided by its root mean square, then scaled by gamma_{letter} "
+            "(QK-norm: an RMSNorm over the head's d_k columns, before the rotation)",
+            f"  mean({x}[{c.i}]²) = ({c.sum_of([f'{c._factor(v)}²' for v in row_])}) / {d} = {c.f(mean_square)}",
+            f"  √(mean + eps) = √({c.f(mean_square)} + {eps:g}) = {c.f(root)}",
+            f"  {x}[{c.i}, {c.j}] / √(mean + eps) = {c.f(row_[c.j])} / {c.f(root)} = {c.f(row_[c.j] / root)}",
+            f"  × gamma_{letter}[{c.j}] {c.f(gamma)} = {c.f(c.value)}",
+        ]
+
+    explain: ClassVar[Mapping[str, Explainer]] = {"norm_Q": explain_normed, "norm_K": explain_normed}
+
+    @staticmethod
+    def normed_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        m = stage.matrices[name]
+        letter = m.base[-1]
+        return step("norm", row(stage, named(stage, letter, m.head), i), one(f"gamma_{letter}", 0, j))
+
+    steps: ClassVar[Mapping[str, StepOf]] = {"norm_Q": normed_step, "norm_K": normed_step}
+
+
+def _rms_norm_backward(
+    dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``functional.rms_norm_backward`` over every head's rows at once: dx (heads, n, d_k), and
+    dgamma (d_k,) summed over the heads that share gamma."""
+    dx, _ = F.rms_norm_backward(dy, x, gamma, eps)
+    inv_rms = 1.0 / np.sqrt(np.einsum("...i,...i->...", x, x)[..., None] / x.shape[-1] + eps)
+    return dx, (dy * x * inv_rms).reshape(-1, x.shape[-1]).sum(axis=0)
+
+
+def rms_rows_by_hand(x: np.ndarray, eps: float) -> list[list[float]]:
+    """Each row divided by its root mean square, the squares summed exactly (``math.fsum``)."""
+    rows = x.tolist()
+    roots = [math.sqrt(math.fsum(v * v for v in r) / len(r) + eps) for r in rows]
+    return [[v / root for v in r] for r, root in zip(rows, roots, strict=True)]
+
+
+# ---------------------------------------------------------------------------------------------
+# rotate: rot_Q_h = Q_h ⊙ cos + rotate_half(Q_h) ⊙ sin, likewise K (rotary positions)
+# ---------------------------------------------------------------------------------------------
+
+
+class Rotate(Piece):
+    """Rotary positions: each pair of a head's columns (i, i + d_k/2) turned by the angle pos·θ_i.
+
+    Only in self-attention: cross-attention's keys are the encoder's, whose positions its own
+    self-attention has already applied."""
+
+    name, turns = "rotate", "rot"
+    groups: ClassVar[Mapping[str, str]] = dict.fromkeys(("rot_Q", "rot_K"), "rotated")
+    tex: ClassVar[Mapping[str, str]] = {
+        "rot_Q": r"\tilde{{Q}}_{{{h}}}",
+        "rot_K": r"\tilde{{K}}_{{{h}}}",
+        "cos": r"\cos",
+        "sin": r"\sin",
+    }
+
+    def on(self, m: ModelConfig, at: At) -> bool:
+        return not m.adds_positions and not at.cross
+
+    def said(self, m: ModelConfig, at: At) -> str:
+        return (
+            " Positions enter here (rotary): each head's queries and keys are turned by an angle "
+            "that grows with their position, so a score depends on how far apart two tokens are."
+        )
+
+    def forward(self, f: Flow) -> None:
+        r = F.rotary(len(f.x), f.m.d_k, rope(f.m), f.x.dtype, f.start)
+        f.kept[self.name] = r
+        f.Q, f.K = F.apply_rotary(f.Q, r), F.apply_rotary(f.K, r)
+        f.made["rot_"] = (f.Q, f.K)
+
+    def record_before(self, stage, f, q, kv):  # type: ignore[no-untyped-def]
+        r, Dk = f.kept[self.name], dims(f.m.d_k, "k")
+        stage.rec("cos", r.cos, positions(q), Dk, CONSTANT)
+        stage.rec("sin", r.sin, positions(q), Dk, CONSTANT)
+
+    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+        Dk, (Q, K) = dims(f.m.d_k, "k"), f.made["rot_"]
+        stage.rec("rot_Q", Q[h - 1], q, Dk, head=h)
+        if first:
+            stage.rec("rot_K", K[g - 1], kv, Dk, head=g)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        r = f.kept[self.name]
+        d.per_head |= {"rot_Q": d.Q, "rot_K": d.K}
+        d.Q, d.K = F.apply_rotary_backward(d.Q, r), F.apply_rotary_backward(d.K, r)
+
+    def before(self, stage: Stage, m: ModelConfig) -> list[Check]:
+        cos, sin = rotary_by_hand(len(stage["X"]), m)
+        worst = max(gap(stage["cos"], cos), gap(stage["sin"], sin))
+        scaled = "" if m.rope_scaling == "default" else f", scaled ({m.rope_scaling})"
+        return [Check(stage.id, f"cos and sin recomputed from pos / rope_theta^(2i/d_k){scaled}", worst)]
+
+    def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
+        cos, sin = stage["cos"], stage["sin"]  # checked once, before the heads
+        b.q, b.k = rotate_by_hand(b.q, cos, sin), rotate_by_hand(b.k, cos, sin)
+        b.checked += [
+            ("rot_Q", gap(stage.of("rot_Q", b.h), b.q)),
+            ("rot_K", gap(stage.of("rot_K", b.g), b.k)),
+        ]
+
+    def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
+        g, (Q, K) = heads_letter(m), entering(m, at, self)
+        return [
+            line(sym("rot_Q", "h"), "=", sym(Q, "h"), "⊙", "cos", "+", Fm.call("rotate_half", [sym(Q, "h")]), "⊙", "sin",
+                 ",  ", sym("rot_K", g), "=", sym(K, g), "⊙", "cos", "+", Fm.call("rotate_half", [sym(K, g)]), "⊙", "sin"),
+            note("(rotary: each pair of columns (i, i + d_k/2) turned by the angle pos·", THETA, ","),
+            note(THETA, f" = rope_theta^(−2i/d_k){_scaled(m)}; rotate_half(", sym("x", 1), ", ", sym("x", 2),
+                 ") = (−", sym("x", 2), ", ", sym("x", 1), "))"),
+        ]  # fmt: skip
+
+    @staticmethod
+    def explain_table(c: Cell, trace: Trace) -> list[str]:
+        m = trace.config.model
+        half = m.d_k // 2
+        i = c.j % half
+        pos = c.i  # a traced pass starts at position 0
+        theta, scaled = frequency_by_hand(m, i)
+        angle = pos * theta
+        base = m.rope_theta ** (2 * i / m.d_k)
+        partner = c.j + half if c.j < half else c.j - half
+        lines = [
+            f"{c.name}[pos, j] = {c.name}(pos · θ_i), θ_i = rope_theta^(−2i/d_k), with pos = {pos}, j = {c.j}: "
+            f"pair i = {i} (column j and column j {'+' if c.j < half else '−'} d_k/2 = {partner} share the angle)",
+        ]
+        if scaled:
+            lines.append(
+                f"  θ_{i} = 1 / {m.rope_theta:g}^({2 * i}/{m.d_k}) = 1 / {c.f(base)}, {scaled}: θ_{i} = {theta:.6g}"
+            )
+            lines.append(f"  angle = {pos} · {theta:.6g} = {c.f(angle)}")
+        else:
+            lines.append(
+                f"  angle = {pos} / {m.rope_theta:g}^({2 * i}/{m.d_k}) = {pos} / {c.f(base)} = {c.f(angle)}"
+            )
+        return [
+            *lines,
+            f"  {c.name}({c.f(angle)}) = {c.f(c.value)}",
+            "  (low pairs turn fast with the position, high ones slowly; a score of two rotated vectors depends on "
+            "their positions only through the difference: rotation by a and by b leaves the angle a − b)",
+        ]
+
+    @staticmethod
+    def explain_rotation(c: Cell, trace: Trace) -> list[str]:
+        h = c.matrix.head
+        source = turned_from(c.stage, c.matrix.base, h)  # Q, or what an earlier piece turned it into
+        x = c.stage.of(source, h)
+        half = x.shape[1] // 2
+        first = c.j < half
+        partner = c.j + half if first else c.j - half
+        cos, sin = float(c.stage["cos"][c.i, c.j]), float(c.stage["sin"][c.i, c.j])
+        a, b = float(x[c.i, c.j]), float(x[c.i, partner])
+        sign = "−" if first else "+"
+        name = matrix_name(source, h)
+        return [
+            f"{c.name} is {name} with each pair of columns (j, j + d_k/2) turned by its position's angle "
+            "(Hugging Face's Llama pairs column i with i + d_k/2, rotate_half; GPT-J pairs 2i with 2i+1):",
+            f"  {c.name}[{c.i}, {c.j}] = {name}[{c.i}, {c.j}]·cos {sign} {name}[{c.i}, {partner}]·sin"
+            f"  (row {c.i}, {c.row}; cos = cos[{c.i}, {c.j}], sin = sin[{c.i}, {c.j}])",
+            f"  = {c.times(a, cos)} {sign} {c.times(b, sin)} = {c.f(a * cos)} {sign} {c._factor(b * sin)} = {c.f(c.value)}",
+        ]
+
+    explain: ClassVar[Mapping[str, Explainer]] = {
+        "cos": explain_table,
+        "sin": explain_table,
+        "rot_Q": explain_rotation,
+        "rot_K": explain_rotation,
+    }
+
+    @staticmethod
+    def rotation_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        m = stage.matrices[name]
+        source, half = named(stage, turned_from(stage, m.base, m.head), m.head), m.shape[1] // 2
+        return step(
+            "rotation",
+            one(source, i, j),
+            one(source, i, (j + half) % (2 * half)),
+            one("cos", i, j),
+            one("sin", i, j),
+        )
+
+    @staticmethod
+    def table_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        return step("sinusoid")
+
+    steps: ClassVar[Mapping[str, StepOf]] = {
+        "rot_Q": rotation_step,
+        "rot_K": rotation_step,
+        "cos": table_step,
+        "sin": table_step,
+    }
+
+
+THETA = sym("θ", "i", tex=r"\theta")  # how fast pair i turns
+
+
+def _scaled(m: ModelConfig) -> str:
+    """How θ_i is stretched past the trained length, in the formula's words ("" for none)."""
+    if m.rope_scaling == "linear":
+        return f", then / rope_factor {m.rope_factor:g}"
+    if m.rope_scaling == "llama3":
+        return f", the slow pairs' then / {m.rope_factor:g} (llama3)"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# scores: S_h = Q_h·K_gᵀ / √d_k (the last turned Q and K)
+# ---------------------------------------------------------------------------------------------
+
+
+class Scores(Piece):
+    """How well each query matches each key: Q_h·K_gᵀ, scaled by 1/√d_k (paper eq. 1). With a
+    key/value cache, this step's keys and values join the cached ones first: the queries attend
+    over the whole sequence so far."""
+
+    name = "scores"
+    groups: ClassVar[Mapping[str, str]] = {"S": "attention"}
+
+    def forward(self, f: Flow) -> None:
+        if f.cache is not None:  # the new keys join the cache turned at their positions
+            f.K, f.V = f.cache.extend(f.K, f.V)
+        Q, K, _ = F.group(f.Q, f.K, f.V)  # the h/G query heads of a group against their one key head
+        S = Q @ np.swapaxes(K, -1, -2)
+        S *= 1 / math.sqrt(f.m.d_k)  # a Python float keeps float32 float32
+        f.S = S.reshape(-1, *S.shape[2:])
+
+    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+        stage.rec("S", f.S[h - 1], q, kv, head=h)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        d.per_head["S"] = d.S
+        h, G = f.Q.shape[0], f.K.shape[0]
+        dS = d.S.reshape(G, h // G, *d.S.shape[1:])
+        Q = f.Q.reshape(G, h // G, *f.Q.shape[1:])
+        scale = 1 / math.sqrt(f.m.d_k)
+        d.Q = (dS @ f.K[:, None] * scale).reshape(f.Q.shape)
+        d.K = (np.swapaxes(dS, -1, -2) @ Q * scale).sum(axis=1)  # a shared key gathers every reader's
+
+    def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
+        b.s = np.einsum("id,jd->ij", b.q, b.k) / math.sqrt(m.d_k)
+        b.checked.append(("S", gap(stage.of("S", b.h), b.s)))
+
+    def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
+        g, (Q, K) = heads_letter(m), entering(m, at, self)
+        return [line(sym("S", "h"), "=", sym(Q, "h"), "·", sym(K, g, "T"), "/", sqrt(sym("d_k")))]
+
+    @staticmethod
+    def explain_scores(c: Cell, trace: Trace) -> list[str]:
+        h = c.matrix.head
+        m = trace.config.model
+        d_k, g = m.d_k, kv_head(m, h)
+        Q, K = attended_name(c.stage, "Q", h), attended_name(c.stage, "K", g)
+        q, k = matrix_name(Q, h), matrix_name(K, g)
+        terms, total = dot(c, c.stage.of(Q, h)[c.i], c.stage.of(K, g)[c.j])
+        shared = f" (query head {h} reads key head {g})" if g != h else ""
+        return [
+            f"S{h} = {q}·{k}ᵀ / √d_k: how well query {c.i} ({c.row}) matches key {c.j} ({c.col}){shared}",
+            f"  {q}[{c.i}]·{k}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
+            f"  divided by √d_k = √{d_k} = {c.f(math.sqrt(d_k))}: {c.f(total)} / {c.f(math.sqrt(d_k))} = {c.f(c.value)}",
+            "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
+        ]
+
+    explain: ClassVar[Mapping[str, Explainer]] = {"S": explain_scores}
+
+    @staticmethod
+    def scores_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        h = stage.matrices[name].head
+        g = kv_head(trace.config.model, h)
+        q, k = matrix_name(attended_name(stage, "Q", h), h), matrix_name(attended_name(stage, "K", g), g)
+        return step("dot", row(stage, q, i), row(stage, k, j))
+
+    steps: ClassVar[Mapping[str, StepOf]] = {"S": scores_step}
+
+
+PROJECT, QK_NORM, ROTATE, SCORES = Project(), QKNorm(), Rotate(), Scores()
+MASKING, SOFTMAX, WEIGH, CONCAT, PROJECT_OUT = Mask(), Softmax(), Weigh(), Concat(), ProjectOut()
+
+# Every piece of attention, in computing order; a recipe is the ones the config selects.
+PIECES: tuple[Piece, ...] = (PROJECT, QK_NORM, ROTATE, SCORES, MASKING, SOFTMAX, WEIGH, CONCAT, PROJECT_OUT)
+
+
+def recipe(m: ModelConfig, at: At) -> tuple[Piece, ...]:
+    """The pieces of one attention stage under the config, in computing order."""
+    return tuple(p for p in PIECES if p.on(m, at))
+
+
+# ---------------------------------------------------------------------------------------------
+# Which matrix of queries or keys each step reads, by the recipe's order of turning pieces.
+# ---------------------------------------------------------------------------------------------
+
+TURNS = ("", *(f"{p.turns}_" for p in PIECES if p.turns))  # "", "rot_": the order Q and K are made in
+
+
+def entering(m: ModelConfig, at: At, piece: Piece) -> tuple[str, str]:
+    """The base names of the queries and keys that reach ``piece`` under the config: the last
+    turning piece's before it (``rot_Q``, ``rot_K``), or the projections."""
+    pieces = recipe(m, at)
+    turned = [p.turns for p in pieces[: pieces.index(piece)] if p.turns]
+    prefix = f"{turned[-1]}_" if turned else ""
+    return f"{prefix}Q", f"{prefix}K"
+
+
+def attended_name(stage: Stage, base: str, head: int) -> str:
+    """The base name of the queries or keys (``base`` "Q" or "K") that head ``head``'s scores
+    multiplied: the projections, or the last turned matrix of them (``rot_Q``)."""
+    return next(f"{t}{base}" for t in reversed(TURNS) if stage.has(f"{t}{base}", head))
+
+
+def attended(stage: Stage, base: str, head: int) -> np.ndarray:
+    """The queries or keys that head ``head``'s scores multiplied (``attended_name``'s matrix)."""
+    return stage.of(attended_name(stage, base, head), head)
+
+
+def turned_from(stage: Stage, name: str, head: int) -> str:
+    """The matrix a turned one was made from: the one before it in the order of ``TURNS``."""
+    letter = name[-1]
+    earlier = TURNS[: TURNS.index(name[:-1])]
+    return next(f"{t}{letter}" for t in reversed(earlier) if stage.has(f"{t}{letter}", head))
