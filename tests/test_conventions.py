@@ -167,7 +167,7 @@ def test_activations_by_hand(activation: str, at_one: float, at_minus_two: float
     assert np.array_equal(ffn["hidden"], F.ACTIVATIONS[activation](ffn["pre"]))
 
 
-# ---- Each convention's values are defined once (config.py); everything else is held to them ----
+# ---- Each convention's values are defined once (config/conventions.py); everything else is held to them ----
 
 
 def test_every_activation_has_a_hand_computed_value() -> None:

@@ -31,7 +31,7 @@ def as_array(values: list[list[object]]) -> np.ndarray:
 
 
 def test_the_schema_enums_are_the_configs_values(trace: Trace) -> None:
-    """The schema lists each convention's values as config.py defines them (once), and refuses others."""
+    """The schema lists each convention's values as config/conventions.py defines them, and refuses others."""
     model = schema()["properties"]["config"]["properties"]["model"]["properties"]
     hints = typing.get_type_hints(ModelConfig)
     literals = {n: typing.get_args(h) for n, h in hints.items() if typing.get_origin(h) is typing.Literal}

@@ -465,7 +465,7 @@ def test_the_switches_and_the_torch_layers_name_the_values() -> None:
 
 def test_an_unknown_feed_forward_raises_everywhere() -> None:
     trace = run_forward(model(feed_forward="gated"))
-    object.__setattr__(trace.config.model, "feed_forward", "glu")  # as if added to config.py alone
+    object.__setattr__(trace.config.model, "feed_forward", "glu")  # as if added to conventions.py alone
     m = trace.config.model
     kind = KINDS["feed-forward"]
     for describe in (kind.formula, kind.latex, kind.explanation, lambda m: kind.params(m, None)):

@@ -154,7 +154,7 @@ def test_every_norm_has_its_piece_and_its_switch() -> None:
 def test_an_unknown_norm_raises_everywhere() -> None:
     config = Config(model=ModelConfig(norm="rmsnorm"))  # its own: the value is changed in place
     trace, w = run_forward(config), init_weights(config)
-    object.__setattr__(config.model, "norm", "scalenorm")  # as if added in config.py alone
+    object.__setattr__(config.model, "norm", "scalenorm")  # as if added in conventions.py alone
     m = trace.config.model
     for kind in (KINDS["add-norm"], KINDS["layer-norm"]):
         for part in (kind.explanation, kind.formula, kind.latex):

@@ -62,7 +62,8 @@ def walk(
             raise WalkthroughError("model= needs source= (a translation model) or prompt= (decoder-only)")
         return walk_checkpoint(model, source, target, dtype, precision).trace
 
-    from .config import Config, _override, load_config
+    from .config import Config, load_config
+    from .config.yaml_io import _override
     from .model.transformer import init_weights, load_weights, run_forward
 
     if prompt is not None or dtype != "float32":

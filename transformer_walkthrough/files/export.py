@@ -447,7 +447,7 @@ def _check_latin(text: str, target: Path) -> None:
 
 def schema() -> dict[str, Any]:
     """The JSON Schema every export validates against: the file shipped as package data, with each
-    convention's values filled in from config.py's fields, where they are defined once."""
+    convention's values filled in from ModelConfig's fields (config/conventions.py defines them once)."""
     import typing
 
     from ..config import ModelConfig

@@ -1,0 +1,98 @@
+"""The conventions: every switch a model can set, and its allowed values, each with its note.
+
+``ModelConfig``'s fields (``model.py``) take their types and comments from these tables; the checks
+that a weights file was made under other switches (``SWITCHES``) and that PyTorch's layers have a
+counterpart (``TORCH_LAYERS``) read them, as every converter reads ``HF_ACTIVATIONS``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Each convention's values, defined here once, each with its note in `walkthrough config`. The
+# field's type in ModelConfig (so its check and its message) is made from them. The export schema,
+# the converters, the test strategies and every dispatch on a value (functional, kinds, verify,
+# explain, the torch reference) are tested against them (test_conventions.py, test_export.py): a
+# value added here and forgotten there fails a test, and a dispatch given a value it lacks raises.
+OUTPUT_HEADS = {"per-position": "(the paper)", "flatten": "(the article's literal step)"}
+FINAL_NORMS = ("auto", True, False)
+ATTENTION_BIASES = (False, True, "qkv")  # qkv: on the projections only, none on W_O (Qwen2)
+QK_NORMS = (False, "head")  # head: an RMSNorm of each head's queries and keys (Qwen3, Gemma 3, OLMoE)
+ACTIVATIONS = {"relu": "(the paper)", "gelu": "(erf)", "gelu-tanh": "(GPT-2)", "silu": "= x·σ(x) (Marian)"}
+FEED_FORWARDS = {
+    "standard": "act(X·W_1)·W_2 (the paper)",
+    "gated": "(act(X·W_gate) ⊙ X·W_up)·W_down (silu: SwiGLU, Llama)",
+}
+NORMS = {"layernorm": "(the paper)", "rmsnorm": "= gamma ⊙ x / √(mean(x²) + eps), no beta (T5, Llama)"}
+POSITIONAL_ENCODINGS = {
+    "sinusoidal": "(the paper)",
+    "sinusoidal-halves": "(Marian)",
+    "learned": "table P (GPT-2)",
+    "rotary": "each head's Q, K turned by pos (Llama)",
+}
+# transformers' rope_type: how rotary's frequencies are stretched past the length a model was
+# trained on (rope_factor and, for llama3, the three rope_* fields below).
+ROPE_SCALINGS = {
+    "default": "(none)",
+    "linear": "every θ_i / rope_factor",
+    "llama3": "the slow pairs' θ_i / rope_factor, the fast ones kept, a blend between (Llama 3.1)",
+}
+# What the model is trained to do, so what its output layer predicts and for which rows.
+TASKS = {
+    "next-token": "each decoder position predicts the token after it (the paper, GPT)",
+    "fill-mask": "encoder-only: each [MASK] predicts the word hidden there (BERT)",
+    "encode": "encoder-only, no output layer: the vectors alone (a checkpoint without its MLM head)",
+}
+DTYPES = {"float64": "(exact to print)", "float32": "(fast when large)"}
+# Positions applied inside attention, to the queries and keys, rather than added to the embedding:
+# such a model has no positional-encoding stage.
+ROTATED_POSITIONS: tuple[str, ...] = ("rotary",)
+
+# The switches whose parameters have other names or shapes, with their values: a --weights file
+# made under another setting of one of them is recognised, and the message says which.
+SWITCHES: dict[str, tuple[Any, ...]] = {
+    "norm_first": (False, True),
+    "norm": tuple(NORMS),
+    "final_norm": FINAL_NORMS,
+    "positional_encoding": tuple(POSITIONAL_ENCODINGS),
+    "tie_embeddings": (False, True),
+    "attention_bias": ATTENTION_BIASES,
+    "qk_norm": QK_NORMS,
+    "output_bias": (True, False),
+    "feed_forward": tuple(FEED_FORWARDS),
+    "ffn_bias": (True, False),
+    "segments": (0, 2),
+    "embedding_norm": (False, True),
+    "output_transform": (False, True),
+}
+
+# What PyTorch's own transformer layers can be (``verify --against torch``), by field: any other
+# value has no counterpart there, and is compared with transformers' models in the tests instead.
+TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
+    "output_head": ("per-position",),
+    "num_kv_heads": (None,),  # nn.MultiheadAttention: as many key/value heads as query heads
+    "head_dim": (None,),  # and d_model / num_heads dimensions each
+    "sliding_window": (None,),
+    "attention_bias": (False, True),
+    "qk_norm": (False,),
+    "positional_encoding": tuple(p for p in POSITIONAL_ENCODINGS if p not in ROTATED_POSITIONS),
+    "feed_forward": ("standard",),
+    "ffn_bias": (True,),  # nn.TransformerEncoderLayer's bias=False drops the LayerNorms' too
+    "norm": ("layernorm",),
+    "task": ("next-token",),  # encoder-only models are compared with transformers' BERT instead
+    "segments": (0,),
+    "embedding_norm": (False,),
+    "output_transform": (False,),
+    "position_offset": (0,),
+}
+
+# Hugging Face's names for our activations (config.json's activation_function), read by every
+# checkpoint converter; any other name is refused, never approximated.
+HF_ACTIVATIONS = {
+    "gelu_new": "gelu-tanh",
+    "gelu_pytorch_tanh": "gelu-tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}

@@ -1,0 +1,238 @@
+"""The ``model:`` section: the network's sizes and conventions, and the invariants between them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from .conventions import (
+    ACTIVATIONS,
+    ATTENTION_BIASES,
+    DTYPES,
+    FEED_FORWARDS,
+    FINAL_NORMS,
+    NORMS,
+    OUTPUT_HEADS,
+    POSITIONAL_ENCODINGS,
+    QK_NORMS,
+    ROPE_SCALINGS,
+    ROTATED_POSITIONS,
+    TASKS,
+)
+from .schema import Checked, choice, doc, quote
+
+
+@dataclass(frozen=True)
+class ModelConfig(Checked):
+    """The network's sizes and conventions (paper §3)."""
+
+    _section: ClassVar[str] = "model"
+
+    d_model: int = doc("width of every token vector", 4)
+    num_heads: int = doc("attention heads; each works in d_k = d_model / num_heads dims", 2)
+    head_dim: int | None = doc(
+        "each head's d_k when it is not d_model / num_heads (Mistral Nemo); omit", None
+    )
+    num_kv_heads: int | None = doc(
+        "key/value heads, each read by num_heads / num_kv_heads query heads (grouped-query; "
+        "1: multi-query); omit for one per query head",
+        None,
+    )
+    d_ff: int = doc("width of the feed-forward hidden layer", 8)
+    num_encoder_layers: int = doc("encoder layers stacked", 1)
+    num_decoder_layers: int = doc("decoder layers stacked; 0: encoder-only (task: fill-mask, BERT)", 1)
+    task: Literal[tuple(TASKS)] = choice(TASKS, "next-token", "; ")
+    output_head: Literal[tuple(OUTPUT_HEADS)] = choice(OUTPUT_HEADS, "per-position", " or ")
+    norm_first: bool = doc(
+        "true: pre-norm x + Sublayer(LN(x)); false: post-norm LN(x + Sublayer(x)), the paper", False
+    )
+    final_norm: Literal[FINAL_NORMS] = doc(
+        "a norm atop each stack; auto: when norm_first (as nn.Transformer, GPT-2)", "auto"
+    )
+    norm: Literal[tuple(NORMS)] = choice(NORMS, "layernorm", " or ")
+    activation: Literal[tuple(ACTIVATIONS)] = choice(ACTIVATIONS, "relu")
+    feed_forward: Literal[tuple(FEED_FORWARDS)] = choice(FEED_FORWARDS, "standard", " or ")
+    ffn_bias: bool = doc("false: no feed-forward biases b_1, b_2 (gated: b_gate, b_up, b_down)", True)
+    positional_encoding: Literal[tuple(POSITIONAL_ENCODINGS)] = choice(POSITIONAL_ENCODINGS, "sinusoidal")
+    max_positions: int = doc("rows of the learned position table P", 64)
+    position_offset: int = doc(
+        "the row of P that the first position reads (RoBERTa: padding_idx + 1 = 2); 0: row 0", 0
+    )
+    segments: int = doc(
+        "rows of the segment table T, added to each token by its sentence (BERT: 2); 0: none", 0
+    )
+    embedding_norm: bool = doc("true: a norm of the embeddings' sum, before the first layer (BERT)", False)
+    rope_theta: float = doc("rotary's base: pair i of a head turns by pos / rope_theta^(2i/d_k)", 10000.0)
+    rope_scaling: Literal[tuple(ROPE_SCALINGS)] = choice(ROPE_SCALINGS, "default")
+    rope_factor: float = doc("rope_scaling's factor: how many times longer the context is made", 1.0)
+    rope_low_freq_factor: float = doc(
+        "llama3: pairs slower than original / this turn rope_factor× slower", 1.0
+    )
+    rope_high_freq_factor: float = doc("llama3: pairs faster than original / this keep their angle", 4.0)
+    rope_original_max_positions: int = doc("llama3: the context length the model was trained on", 8192)
+    sliding_window: int | None = doc(
+        "each position sees itself and the sliding_window − 1 before it, no further (Mistral); omit: all",
+        None,
+    )
+    tie_embeddings: bool = doc(
+        "true: one table E for both stacks and the output, W = Eᵀ (the paper §3.4)", False
+    )
+    output_bias: bool = doc("false: the output layer has no bias b (GPT-2)", True)
+    output_transform: bool = doc(
+        "true: dense → activation → norm before the output layer (BERT's masked-language-model head)", False
+    )
+    scale_embeddings: bool = doc("true: multiply embeddings by sqrt(d_model), as the paper", False)
+    attention_bias: Literal[ATTENTION_BIASES] = doc(
+        "true: attention gets biases b_Q, b_K, b_V, b_O; qkv: b_Q, b_K, b_V only (Qwen2)", False
+    )
+    qk_norm: Literal[QK_NORMS] = doc(
+        "head: an RMSNorm of each head's queries and keys (gamma_Q, gamma_K), before the rotation "
+        "(Qwen3, Gemma 3, OLMoE)",
+        False,
+    )
+    layer_norm_eps: float = doc("the norm's eps: under its square root, added to var or mean(x²)", 1.0e-5)
+    dtype: Literal[tuple(DTYPES)] = choice(DTYPES, "float64", " or ")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("d_model", "num_heads", "d_ff", "max_positions"):
+            value = getattr(self, name)
+            self._require(value > 0, name, f"must be a positive integer, got {value}")
+        for name, only in (("num_encoder_layers", "decoder-only"), ("num_decoder_layers", "encoder-only")):
+            value = getattr(self, name)
+            self._require(value >= 0, name, f"must be 0 ({only}) or more, got {value}")
+        self._require(
+            self.num_encoder_layers + self.num_decoder_layers > 0,
+            "num_decoder_layers",
+            "a model needs layers: num_encoder_layers and num_decoder_layers are both 0",
+        )
+        self._require(
+            self.encoder_only == (self.task != "next-token"),
+            "task",
+            f"{self.task} reads one stack: it needs num_decoder_layers: 0 (encoder-only), got "
+            f"{self.num_decoder_layers}"
+            if self.task != "next-token"
+            else "an encoder-only model (num_decoder_layers: 0) has no next token to predict: "
+            "use task: fill-mask",
+        )
+        self._require(
+            not (self.encoder_only and self.output_head == "flatten"),
+            "output_head",
+            "the flatten head predicts once from every decoder position; an encoder-only model "
+            "predicts at each blank: use output_head: per-position",
+        )
+        for name in ("segments", "position_offset"):
+            value = getattr(self, name)
+            self._require(value >= 0, name, f"must be 0 or more, got {value}")
+        self._require(
+            self.segments == 0 or self.encoder_only,
+            "segments",
+            "segment embeddings mark the sentences an encoder-only model reads; this model has a decoder",
+        )
+        self._require(
+            self.position_offset == 0 or self.positional_encoding == "learned",
+            "position_offset",
+            f"is a row of the learned table P; positional_encoding is {self.positional_encoding}",
+        )
+        self._require(
+            self.position_offset < self.max_positions,
+            "position_offset",
+            f"{self.position_offset} leaves no row of P (max_positions = {self.max_positions})",
+        )
+        self._require(
+            self.head_dim is not None or self.d_model % self.num_heads == 0,
+            "d_model",
+            f"{self.d_model} is not divisible by model.num_heads = {self.num_heads} "
+            "(each head takes d_model / num_heads dimensions, unless head_dim says otherwise)",
+        )
+        for name in ("head_dim", "sliding_window"):
+            value = getattr(self, name)
+            self._require(
+                value is None or value > 0, name, f"must be a positive integer or omitted, got {value}"
+            )
+        self._require(self.rope_factor > 0, "rope_factor", f"must be positive, got {self.rope_factor:g}")
+        self._require(
+            self.rope_scaling != "llama3" or 0 < self.rope_low_freq_factor < self.rope_high_freq_factor,
+            "rope_high_freq_factor",
+            f"llama3 needs 0 < rope_low_freq_factor < rope_high_freq_factor; got "
+            f"{self.rope_low_freq_factor:g} and {self.rope_high_freq_factor:g}",
+        )
+        self._require(
+            self.rope_scaling == "default" or not self.adds_positions,
+            "rope_scaling",
+            f"{self.rope_scaling} stretches rotary's frequencies: it needs positional_encoding: rotary",
+        )
+        self._require(
+            self.rope_original_max_positions > 0,
+            "rope_original_max_positions",
+            f"must be a positive integer, got {self.rope_original_max_positions}",
+        )
+        self._require(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
+        self._require(self.rope_theta > 1, "rope_theta", f"must be more than 1, got {self.rope_theta:g}")
+        self._require(
+            self.adds_positions or self.d_k % 2 == 0,
+            "positional_encoding",
+            f"rotary turns pairs of a head's dimensions, so each head's d_k must be even; it is {self.d_k}",
+        )
+        # YAML's true is Python's True, and 1 == True: only the spellings of FINAL_NORMS pass.
+        for name, values in (
+            ("final_norm", FINAL_NORMS),
+            ("attention_bias", ATTENTION_BIASES),
+            ("qk_norm", QK_NORMS),
+        ):
+            value = getattr(self, name)
+            self._require(
+                isinstance(value, (str, bool)),
+                name,
+                f"must be one of {', '.join(str(v).lower() for v in values)}; got {quote(value)}",
+            )
+        if self.num_kv_heads is not None:
+            self._require(
+                0 < self.num_kv_heads <= self.num_heads and self.num_heads % self.num_kv_heads == 0,
+                "num_kv_heads",
+                f"{self.num_kv_heads} does not divide model.num_heads = {self.num_heads} (each key/value "
+                "head serves the same number of query heads)",
+            )
+        self._require(
+            not (self.tie_embeddings and self.output_head == "flatten"),
+            "tie_embeddings",
+            "the flatten head's W has d_model rows per decoder position, so it cannot be Eᵀ; "
+            "use output_head: per-position",
+        )
+
+    @property
+    def decoder_only(self) -> bool:
+        """No encoder stack and no cross-attention: the GPT-style model."""
+        return self.num_encoder_layers == 0
+
+    @property
+    def encoder_only(self) -> bool:
+        """No decoder stack: the encoder's rows go to the output layer (BERT's fill-mask)."""
+        return self.num_decoder_layers == 0
+
+    @property
+    def sums_embeddings(self) -> bool:
+        """Whether one embedding stage sums the token's row of E, its position's and its segment's
+        (an encoder-only model, as BERT's embeddings), instead of a positional-encoding stage after it."""
+        return self.encoder_only and self.adds_positions
+
+    @property
+    def has_final_norm(self) -> bool:
+        """Whether each stack ends on a norm of its own (``final_norm`` with ``auto`` resolved)."""
+        return self.norm_first if self.final_norm == "auto" else bool(self.final_norm)
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: ``num_kv_heads``, or one per query head."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def adds_positions(self) -> bool:
+        """Whether positions are added to the embedding (a positional-encoding stage), or applied
+        inside attention (``ROTATED_POSITIONS``)."""
+        return self.positional_encoding not in ROTATED_POSITIONS
+
+    @property
+    def d_k(self) -> int:
+        """Width of one head's queries, keys and values: ``head_dim``, or d_model / num_heads."""
+        return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
