@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import StageError, shorten
 from ..model.kinds import KINDS
+from ..model.numbers import format_value, text_widths
 from ..model.trace import (
     ACTIVATION,
     CONSTANT,
@@ -38,7 +39,6 @@ from ..model.trace import (
     Trace,
 )
 from .lens import lens_latex, lens_markdown
-from .numbers import format_value, text_widths
 from .palette import css, diverging, sequential
 from .render import View, group_of, is_shaded, label, largest, summary
 from .sections import SECTIONS_CSS, report_sections, whole_lens

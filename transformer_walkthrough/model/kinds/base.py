@@ -24,7 +24,7 @@ from ..architecture import Spec
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
-    from ...views.explain import Cell
+    from ..cell import Cell
     from ..trace import Stage, Trace
     from .hand import Check
 

@@ -15,7 +15,7 @@ from .hand import Check, gap
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
-    from ...views.explain import Cell
+    from ..cell import Cell
     from ..trace import Trace
     from ..weights import Weights
 
@@ -140,7 +140,7 @@ def explain_embedding(c: Cell, trace: Trace) -> list[str]:
     parts = [
         (name, float(c.stage[name][c.i, c.j])) for name in ("token", "segment", "position") if name in c.stage
     ]
-    terms = " + ".join(f"{name} {c._factor(v)}" for name, v in parts)
+    terms = " + ".join(f"{name} {c.operand(v)}" for name, v in parts)
     return [
         "output = token + segment + position: the token's row of E, its sentence's of T, its position's",
         f"  output[{c.i}, {c.j}] = {terms} = {c.f(c.value)}",
@@ -354,7 +354,7 @@ def explain_positional(c: Cell, trace: Trace) -> list[str]:
 def explain_shifted(c: Cell, trace: Trace) -> list[str]:
     x, pe = float(c.stage["X"][c.i, c.j]), float(c.stage["PE"][c.i, c.j])
     return [
-        f"output = X + PE: {c.f(x)} + {c._factor(pe)} = {c.f(c.value)} (the token's vector, shifted by its position's pattern)"
+        f"output = X + PE: {c.f(x)} + {c.operand(pe)} = {c.f(c.value)} (the token's vector, shifted by its position's pattern)"
     ]
 
 

@@ -23,7 +23,7 @@ from .hand import Check, gap, linear, mm
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
-    from ...views.explain import Cell
+    from ..cell import Cell
     from ..trace import Trace
     from ..weights import Weights
 
@@ -235,21 +235,21 @@ def activation_lines(c: Cell, x: float, arg: str, lead: str, value: float, activ
         return [
             f"{lead}GELU({arg}) = {arg}·Φ({arg}), Φ(x) = (1 + erf(x/√2))/2 the chance that a standard normal is below x",
             f"  Φ({c.f(x)}) = (1 + erf({c.f(x)}/√2))/2 = {c.f(cdf)}",
-            f"  {c._factor(x)}·{c.f(cdf)} = {c.f(value)}",
+            f"  {c.operand(x)}·{c.f(cdf)} = {c.f(value)}",
         ]
     if activation == "gelu-tanh":
         u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
         return [
             f"{lead}{arg}·(1 + tanh(√(2/π)·({arg} + 0.044715·{arg}³)))/2 (GELU, the tanh form GPT-2 uses)",
-            f"  √(2/π)·({c.f(x)} + 0.044715·{c._factor(x)}³) = {c.f(u)}; tanh({c.f(u)}) = {c.f(math.tanh(u))}",
-            f"  {c._factor(x)}·(1 + {c.f(math.tanh(u))})/2 = {c.f(value)}",
+            f"  √(2/π)·({c.f(x)} + 0.044715·{c.operand(x)}³) = {c.f(u)}; tanh({c.f(u)}) = {c.f(math.tanh(u))}",
+            f"  {c.operand(x)}·(1 + {c.f(math.tanh(u))})/2 = {c.f(value)}",
         ]
     if activation == "silu":
         sig = 1 / (1 + math.exp(-x)) if x > -700 else 0.0
         return [
             f"{lead}SiLU({arg}) = {arg}·σ({arg}), σ(x) = 1/(1 + e^(−x))   (Marian's swish)",
             f"  σ({c.f(x)}) = 1/(1 + e^({c.f(-x)})) = {c.f(sig)}",
-            f"  {c._factor(x)}·{c.f(sig)} = {c.f(value)}",
+            f"  {c.operand(x)}·{c.f(sig)} = {c.f(value)}",
         ]
     raise ValueError(f"unknown activation {activation!r}")
 
@@ -266,7 +266,7 @@ def explain_hidden(c: Cell, trace: Trace) -> list[str]:
         f"hidden = act(gate) ⊙ up, cell by cell ({GATED_UNITS[m.activation]}): gate[{c.i}, {c.j}] = {c.f(gate)}, "
         f"up[{c.i}, {c.j}] = {c.f(up)}",
         *activation_lines(c, gate, "gate", "act(gate) = ", bent, m.activation),
-        f"  hidden = act(gate)·up = {c._factor(bent)}·{c._factor(up)} = {c.f(c.value)}",
+        f"  hidden = act(gate)·up = {c.operand(bent)}·{c.operand(up)} = {c.f(c.value)}",
     ]
 
 
