@@ -123,8 +123,10 @@ class Stage:
     sources: dict[str, str] = field(default_factory=dict)  # input name -> the stage it came from
     params: dict[str, Ref] = field(default_factory=dict)  # local parameter name -> the parameter
     output: str = "output"  # the matrix that the stage hands on
-    # What the forward function returned, kept for its backward (never shown or exported).
-    cache: Any = field(default=None, repr=False, compare=False)
+    # What the forward kept for its backward (never shown or exported): a NamedTuple its kind
+    # declares beside it (``kinds.embedding.EmbeddingCache``, ``functional.FeedForward``), read back
+    # as that type by ``kinds.base.cache_of``.
+    cache: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
     # Which stage produced each array, by id(): the trace's own table, shared (not the trace
     # itself, which would make a cycle that only the garbage collector could free).
     producers: dict[int, str] | None = field(default=None, repr=False, compare=False)

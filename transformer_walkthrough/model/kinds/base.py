@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -36,7 +36,7 @@ class Grads(NamedTuple):
     params: Arrays  # dL/d(parameter), by the stage's local parameter name (W_QKV, gamma, …)
 
 
-__all__ = ["Arrays", "Explainer", "Grads", "Kind", "Sizes", "Spec", "said"]
+__all__ = ["Arrays", "Explainer", "Grads", "Kind", "Sizes", "Spec", "cache_of", "said"]
 
 
 class Sizes(NamedTuple):
@@ -76,6 +76,18 @@ class Kind:
         if self.article and not getattr(trace.config, "checkpoint", ""):  # type: ignore[attr-defined]
             explanation = f"{explanation} {self.article}"
         return trace.stage(stage_id, self.id, title, explanation, self.formula(m))  # type: ignore[attr-defined]
+
+
+Cache = TypeVar("Cache", bound=tuple[Any, ...])
+
+
+def cache_of(stage: Stage, cache: type[Cache]) -> Cache:
+    """What the stage's forward kept for its backward (``stage.cache``), as the type its kind declares
+    beside it: ``cache_of(stage, EmbeddingCache)``, ``cache_of(stage, F.FeedForward)``."""
+    kept = stage.cache
+    if not isinstance(kept, cache):  # a kind that keeps one type and reads another: a bug
+        raise TypeError(f"{stage.id}: its forward kept {type(kept).__name__}, not {cache.__name__}")
+    return kept
 
 
 def said(text: str) -> Callable[[ModelConfig], str]:

@@ -4,13 +4,13 @@ stage for an encoder-only model, with the segment's row, as BERT's embeddings), 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from .. import functional as F
 from ..trace import CONSTANT, Stage, dims, positions
-from .base import Arrays, Grads, Kind, Sizes, Spec, said
+from .base import Arrays, Grads, Kind, Sizes, Spec, cache_of, said
 from .hand import Check, gap
 
 if TYPE_CHECKING:
@@ -25,6 +25,14 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------------------
 
 
+class EmbeddingCache(NamedTuple):
+    """What ``embed`` keeps for its backward: the rows it looked up, and where."""
+
+    ids: list[int]  # each token's row of E
+    segments: tuple[int, ...]  # each token's row of T (its segment; all 0 when not given)
+    start: int  # the first token's position: its row of P
+
+
 def embed(stage: Stage, w: Weights, ids: list[int], tokens: tuple[str, ...], vocabulary: tuple[str, ...],
           m: ModelConfig, start: int = 0, segment_ids: tuple[int, ...] = ()) -> np.ndarray:  # fmt: skip
     """Look up each token's row of E (times √d_model when the config scales, as the paper §3.4).
@@ -36,13 +44,13 @@ def embed(stage: Stage, w: Weights, ids: list[int], tokens: tuple[str, ...], voc
     E = stage.weight("E", w.take(stage, "E"), vocabulary, D)
     # math.sqrt gives a Python float, which keeps float32 arrays float32 (a NumPy float64 would not).
     x = E[ids] * math.sqrt(m.d_model) if m.scale_embeddings else E[ids]
-    stage.cache = (ids, segment_ids or (0,) * len(ids), start)
+    stage.cache = kept = EmbeddingCache(ids, segment_ids or (0,) * len(ids), start)
     if not m.sums_embeddings:
         return stage.out("output", x, tokens, D)
     x = stage.rec("token", x, tokens, D)
     if m.segments:
         T = stage.weight("T", w.take(stage, "T"), tuple(f"segment {k}" for k in range(m.segments)), D)
-        x = x + stage.rec("segment", T[list(stage.cache[1])], tokens, D)
+        x = x + stage.rec("segment", T[list(kept.segments)], tokens, D)
     rows = slice(m.position_offset + start, m.position_offset + start + len(ids))
     if m.positional_encoding == "learned":
         P = stage.weight("P", w.take(stage, "P"), _p_rows(m), D)
@@ -65,7 +73,7 @@ def _p_rows(m: ModelConfig) -> tuple[str, ...]:
 def embed_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
     """Each row of E (and of T) gathers the gradients of the positions that looked it up; each
     position's row of P gets its own position's."""
-    ids, segment_ids, start = stage.cache
+    ids, segment_ids, start = cache_of(stage, EmbeddingCache)
     dE = np.zeros_like(p["E"])
     # np.add.at, not dE[ids] += …: a token used twice (the the) must add both gradients.
     np.add.at(dE, ids, d_out * (math.sqrt(m.d_model) if m.scale_embeddings else 1.0))

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import functional as F
 from ..trace import Stage, dims
-from .base import Arrays, Grads, Kind, Sizes, Spec
+from .base import Arrays, Grads, Kind, Sizes, Spec, cache_of
 from .hand import Check, gap, linear, mm
 
 if TYPE_CHECKING:
@@ -124,6 +124,7 @@ def feed_forward(
             stage.weight(name, p[name], rows, cols)
 
     stage.input("X", x, tokens, D)
+    # stage.cache: what the forward returned (F.GatedFeedForward or F.FeedForward), for the backward
     if _form(m) == GATED:
         biases = (p.get("b_gate"), p.get("b_up"), p.get("b_down"))  # None without ffn_bias
         g = F.gated_feed_forward(x, p["W_gate"], p["W_up"], p["W_down"], m.activation, *biases)
@@ -151,15 +152,16 @@ def feed_forward(
 
 def feed_forward_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
     if _form(m) == GATED:
+        kept = cache_of(stage, F.GatedFeedForward)
         g = F.gated_feed_forward_backward(
-            d_out, stage["X"], p["W_gate"], p["W_up"], p["W_down"], stage.cache, m.activation
+            d_out, stage["X"], p["W_gate"], p["W_up"], p["W_down"], kept, m.activation
         )
         params = {"W_gate": g.W_gate, "b_gate": g.b_gate, "W_up": g.W_up, "b_up": g.b_up}
         params |= {"W_down": g.W_down, "b_down": g.b_down}
         shown = {"X": g.x, "gate": g.gate, "up": g.up, "hidden": g.hidden, "output": d_out}
     else:
         dx, dW_1, db_1, dW_2, db_2, d_pre, d_hidden = F.feed_forward_backward(
-            d_out, stage["X"], p["W_1"], p["W_2"], stage.cache, m.activation
+            d_out, stage["X"], p["W_1"], p["W_2"], cache_of(stage, F.FeedForward), m.activation
         )
         params = {"W_1": dW_1, "b_1": db_1, "W_2": dW_2, "b_2": db_2}
         shown = {"X": dx, "pre": d_pre, "hidden": d_hidden, "output": d_out}
