@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make run    install the tool in .venv and run the whole walkthrough
-#   make test   install the test dependencies in .venv, lint, and run the whole test suite
+#   make test   install the test dependencies in .venv, lint, check the imports' contracts
+#               (pyproject.toml's [tool.importlinter]), and run the whole test suite
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -20,6 +21,7 @@ run: install
 test: $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[test]"
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 lint: $(BIN)/python
@@ -30,4 +32,4 @@ bench: install
 	$(BIN)/python benchmarks/bench_startup.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis .import_linter_cache

@@ -37,6 +37,7 @@ from transformer_walkthrough.config import (
     load_config,
 )
 from transformer_walkthrough.errors import ConfigError, WalkthroughError
+from transformer_walkthrough.files.weights import load_weights
 from transformer_walkthrough.model import functional as F
 from transformer_walkthrough.model.architecture import stage_ids
 from transformer_walkthrough.model.kinds import ACTIVATION_FORMULAS, ACTIVATION_LATEX, KINDS
@@ -44,7 +45,7 @@ from transformer_walkthrough.model.kinds import ACTIVATIONS_BY_HAND as VERIFY_AC
 from transformer_walkthrough.model.kinds.feed_forward import GATED_UNITS
 from transformer_walkthrough.model.kinds.norms import NORM_PIECES
 from transformer_walkthrough.model.training import generate, train
-from transformer_walkthrough.model.transformer import init_weights, load_weights, run_forward
+from transformer_walkthrough.model.transformer import init_weights, run_forward
 from transformer_walkthrough.views.explain import explain, explainable
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -13,7 +13,8 @@ from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import Config
 from transformer_walkthrough.errors import WalkthroughError
 from transformer_walkthrough.files.npzfile import read_npz, read_vocabulary
-from transformer_walkthrough.model.transformer import init_weights, load_weights, run_forward
+from transformer_walkthrough.files.weights import load_weights
+from transformer_walkthrough.model.transformer import init_weights, run_forward
 from transformer_walkthrough.model.weights import stream
 
 

@@ -32,10 +32,11 @@ from transformer_walkthrough.config import (
     estimate_size,
 )
 from transformer_walkthrough.errors import ConfigError, WalkthroughError
+from transformer_walkthrough.files.weights import load_weights
 from transformer_walkthrough.model import functional as F
 from transformer_walkthrough.model.backprop import backward, next_tokens
 from transformer_walkthrough.model.kinds import KINDS
-from transformer_walkthrough.model.transformer import forward, init_weights, load_weights, run_forward
+from transformer_walkthrough.model.transformer import forward, init_weights, run_forward
 from transformer_walkthrough.model.weights import Weights
 from transformer_walkthrough.views.documents import tex_symbol, to_latex, to_markdown
 from transformer_walkthrough.views.explain import explain, explainable

@@ -115,11 +115,11 @@ def test_explain_names_a_vector_cell_by_one_label(runner: CliRunner) -> None:
 def test_numbers_have_one_minus_sign_no_negative_zero_and_negative_operands_in_parentheses(
     tmp_path: Path, runner: CliRunner
 ) -> None:
-    from transformer_walkthrough.views.explain import Cell
+    from transformer_walkthrough.model.cell import Cell
 
     trace = run_forward(Config())
     c = Cell(trace["decoder.0.add-norm-1"], "output", 0, 0, 2)
-    assert [c.f(-0.001), c.f(-0.08), c._factor(-0.08), c._factor(-math.inf), c._factor(0.56)] == [
+    assert [c.f(-0.001), c.f(-0.08), c.operand(-0.08), c.operand(-math.inf), c.operand(0.56)] == [
         "0.00", "−0.08", "(−0.08)", "(−∞)", "0.56"]  # fmt: skip
     # (explain's operands in parentheses, by hand: tests/test_explain.py, "+ b_2[1] (−0.50)")
     out = ok(runner, "run", width=80)

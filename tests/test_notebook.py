@@ -22,8 +22,10 @@ from transformer_walkthrough import walk
 from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import Config, load_config
 from transformer_walkthrough.errors import WalkthroughError
+from transformer_walkthrough.files.weights import load_weights
 from transformer_walkthrough.model.trace import Trace
-from transformer_walkthrough.model.transformer import load_weights, run_forward
+from transformer_walkthrough.model.transformer import run_forward
+from transformer_walkthrough.views.fragments import notebook_html
 
 ROOT = Path(__file__).parents[1]
 KERNEL = "walkthrough-test"
@@ -150,7 +152,7 @@ def test_importing_walk_loads_nothing_heavy() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# repr: a line, not megabytes; _repr_html_: the report's own pieces, self-contained.
+# repr: a line, not megabytes; in Jupyter (fragments.notebook_html): the report's own pieces, self-contained.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -180,7 +182,7 @@ def test_html_pieces_are_the_report_s_and_self_contained(trace: Trace) -> None:
     stage = trace["decoder.0.masked-attention"]
     report = to_html(trace, [stage], 2, clickable=False)
     section = report[report.index("<section") : report.index("</section>") + len("</section>")]
-    for piece in (trace._repr_html_(), stage._repr_html_(), stage.matrices["A1"]._repr_html_()):
+    for piece in (notebook_html(trace), notebook_html(stage), notebook_html(stage.matrices["A1"])):
         assert piece.startswith('<div class="walkthrough"><style>') and piece.endswith("</div>")
         assert "<script" not in piece and not re.search(
             r"""(src|href)=["']?(https?:)?//|@import|url\(""", piece
@@ -188,15 +190,15 @@ def test_html_pieces_are_the_report_s_and_self_contained(trace: Trace) -> None:
         css = piece[piece.index("<style>") + 7 : piece.index("</style>")]
         # every rule inside the box: showing a trace does not restyle the notebook around it
         assert all(rule.startswith(".walkthrough") for rule in css.splitlines()), css
-    assert section in stage._repr_html_() and section in trace._repr_html_()  # the report's own section
-    assert trace._repr_html_().count("<section") == len(trace) + 1  # every stage, and the prediction
-    A1 = figures(stage.matrices["A1"]._repr_html_())["A1"]
+    assert section in notebook_html(stage) and section in notebook_html(trace)  # the report's own section
+    assert notebook_html(trace).count("<section") == len(trace) + 1  # every stage, and the prediction
+    A1 = figures(notebook_html(stage.matrices["A1"]))["A1"]
     assert same_numbers(A1, stage.matrices["A1"].values)
 
 
 def test_a_stage_alone_has_no_map_once_its_trace_is_gone() -> None:
     stage = run_forward(Config())["decoder.0.masked-attention"]  # the trace is freed at once
-    piece = stage._repr_html_()
+    piece = notebook_html(stage)
     assert '<pre class="formula">' in piece and "<svg" not in piece
     assert same_numbers(figures(piece)["S1+M"], stage.matrices["S1+M"].values)
 

@@ -23,6 +23,7 @@ from transformer_walkthrough.compare.verify import against_torch, recompute
 from transformer_walkthrough.config import NORMS, SWITCHES, TORCH_LAYERS, Config, ModelConfig
 from transformer_walkthrough.errors import WalkthroughError
 from transformer_walkthrough.files.export import schema, to_json, trace_to_dict
+from transformer_walkthrough.files.weights import load_weights
 from transformer_walkthrough.model import functional as F
 from transformer_walkthrough.model.architecture import stage_ids
 from transformer_walkthrough.model.backprop import backward
@@ -33,7 +34,6 @@ from transformer_walkthrough.model.transformer import (
     Weights,
     forward,
     init_weights,
-    load_weights,
     run_forward,
 )
 from transformer_walkthrough.views.documents import mathml

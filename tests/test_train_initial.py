@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import Config
 from transformer_walkthrough.files.npzfile import VOCABULARY
-from transformer_walkthrough.model.transformer import init_weights, load_weights, run_forward
+from transformer_walkthrough.files.weights import load_weights
+from transformer_walkthrough.model.transformer import init_weights, run_forward
 
 
 def saved(path: Path) -> dict[str, np.ndarray]:

@@ -16,8 +16,9 @@ from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import Config, ModelConfig, TrainingConfig, load_config
 from transformer_walkthrough.errors import ConfigError, WalkthroughError
 from transformer_walkthrough.files.export import schema
+from transformer_walkthrough.files.weights import load_weights
 from transformer_walkthrough.model.training import Adam, generate, loss_and_gradients, parameters, train
-from transformer_walkthrough.model.transformer import init_weights, load_weights, run_forward
+from transformer_walkthrough.model.transformer import init_weights, run_forward
 
 
 def test_one_adam_step_by_hand() -> None:

@@ -440,7 +440,8 @@ def _trace(
         return _checkpoint_trace(config, seed, precision, weights, model, notes_to_stderr)
     from .compare.nonfinite import warning
     from .config import load_config
-    from .model.transformer import init_weights, load_weights, run_forward
+    from .files.weights import load_weights
+    from .model.transformer import init_weights, run_forward
 
     settings = load_config(config, seed=seed, precision=precision, sentence=model)
     w = load_weights(settings, weights) if weights is not None else init_weights(settings)
@@ -1111,11 +1112,12 @@ def generate(
     growing by one row a step."""
     from .compare.checks import TOLERANCE
     from .config import END, load_config
+    from .files.weights import load_weights
     from .model.generation import repeated
     from .model.trace import weights_origin
     from .model.training import UNTRAINED_REPEATS, generation_limit
     from .model.training import generate as decode
-    from .model.transformer import init_weights, load_weights
+    from .model.transformer import init_weights
     from .views.render import View, comparison_table, generation_table, label
 
     if max_len > MAX_GENERATED:
@@ -1340,7 +1342,8 @@ def diff(
     """Two forward passes compared stage by stage: what a convention, or training, changes."""
     from .compare.diff import compare, first_divergence
     from .config import load_config
-    from .model.transformer import init_weights, load_weights, run_forward
+    from .files.weights import load_weights
+    from .model.transformer import init_weights, run_forward
     from .views.render import View, diff_stage, diff_table
 
     paths, files = list(configs or []), list(weights or [])

@@ -7,8 +7,9 @@
     >>> trace["decoder.0.masked-attention"].matrices["A1"]   # one matrix, shaded
 
 A trace, a stage and a matrix show themselves in Jupyter as the HTML report shows them
-(``_repr_html_``, ``views.fragments``), and as a short line elsewhere (``repr``). The module
-imports nothing heavy until ``walk`` runs: ``import transformer_walkthrough`` stays fast.
+(``views.fragments``, registered with IPython by the package), and as a short line elsewhere
+(``repr``). The module imports nothing heavy until ``walk`` runs: ``import transformer_walkthrough``
+stays fast.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def walk(
 
     from .config import Config, load_config
     from .config.yaml_io import _override
-    from .model.transformer import init_weights, load_weights, run_forward
+    from .files.weights import load_weights
+    from .model.transformer import init_weights, run_forward
 
     if prompt is not None or dtype != "float32":
         what = "prompt=" if prompt is not None else "dtype="

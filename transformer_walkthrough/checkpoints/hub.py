@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from ..files.regular import read_regular
+from ..regular_files import read_regular
 from .errors import CheckpointError
 
 # What a Marian, GPT-2, Llama or BERT folder needs, and nothing else (the hub's opus-mt, gpt2 and

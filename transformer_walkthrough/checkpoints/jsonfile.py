@@ -21,7 +21,7 @@ import reprlib
 from pathlib import Path
 from typing import Any
 
-from ..files.regular import read_regular
+from ..regular_files import read_regular
 from .budget import how_to_raise, memory_limit, size
 from .errors import CheckpointError, first_line
 

@@ -16,7 +16,7 @@ Two formats, as the hub stores them:
   dense block of its storage that no other tensor overlaps (tied weights, the same block under
   two names, are one array), so that a view cannot repeat one float a billion times.
 
-Every file is opened only if it is a regular file (``files.regular.open_regular``), and everything that
+Every file is opened only if it is a regular file (``regular_files.open_regular``), and everything that
 reading and converting allocate is charged to a ``budget.Budget`` first.
 """
 
@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..files.regular import file_size, open_regular, open_zip
+from ..regular_files import file_size, open_regular, open_zip
 from .budget import Budget
 from .errors import CheckpointError, first_line
 from .jsonfile import MAX_CONFIG_BYTES, parse_json, read_json, shown

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..files.regular import read_regular
+from ..regular_files import read_regular
 from .bpe import escape
 from .errors import CheckpointError, first_line
 from .jsonfile import MAX_TOKEN_ID, read_json, shown

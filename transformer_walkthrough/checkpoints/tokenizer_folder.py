@@ -50,7 +50,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..files.regular import read_regular
+from ..regular_files import read_regular
 from .errors import CheckpointError
 from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
 from .tokenizer_check import MAX_MERGES, MAX_TOKEN_CHARS, MAX_VOCAB_ENTRIES

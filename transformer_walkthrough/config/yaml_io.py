@@ -141,7 +141,7 @@ def _override(
 def _read_text(source: Path) -> str:
     """The file's text, refused before reading when it is not a regular file or too large to be a
     config (``read_regular``: a FIFO cannot hang the command; /dev/zero is not regular either)."""
-    from ..files.regular import read_regular
+    from ..regular_files import read_regular
 
     try:
         data = read_regular(source, "a YAML config", MAX_FILE_BYTES, ConfigError)

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.lib import format as npy
 
 from ..errors import WalkthroughError
-from .regular import open_regular, open_zip
+from ..regular_files import open_regular, open_zip
 
 MAX_BYTES = 1 << 30  # 1 GiB of arrays: far more than any model this walkthrough can show
 _FLOATS = ("f",)  # numpy dtype kinds accepted: real floating point only

@@ -90,17 +90,13 @@ class Matrix(NamedTuple):
         """The mask or the sinusoids: fixed numbers, so their gradient is never shown or exported."""
         return self.role in (MASK, CONSTANT)
 
-    # In a notebook: its name, shape and role as text, the report's shaded table as HTML (its
-    # numbers, not the megabytes of an array's repr).
+    # Its name, shape and role, not the megabytes of an array's repr. In Jupyter the report's shaded
+    # table is shown instead: the package registers the views for that (``transformer_walkthrough``'s
+    # ``__init__``); the model does not import them.
     def __repr__(self) -> str:
         name = matrix_name(self.base, self.head) if self.base else "matrix"
         r, c = self.shape
         return f"<Matrix {name} {r}×{c} {self.role}: rows {_few(self.rows)}; cols {_few(self.cols)}>"
-
-    def _repr_html_(self) -> str:
-        from ..views.fragments import matrix_html  # the view, loaded only when a notebook asks
-
-        return matrix_html(self)
 
 
 def _few(labels: Sequence[str], n: int = 4) -> str:
@@ -127,8 +123,10 @@ class Stage:
     sources: dict[str, str] = field(default_factory=dict)  # input name -> the stage it came from
     params: dict[str, Ref] = field(default_factory=dict)  # local parameter name -> the parameter
     output: str = "output"  # the matrix that the stage hands on
-    # What the forward function returned, kept for its backward (never shown or exported).
-    cache: Any = field(default=None, repr=False, compare=False)
+    # What the forward kept for its backward (never shown or exported): a NamedTuple its kind
+    # declares beside it (``kinds.embedding.EmbeddingCache``, ``functional.FeedForward``), read back
+    # as that type by ``kinds.base.cache_of``.
+    cache: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
     # Which stage produced each array, by id(): the trace's own table, shared (not the trace
     # itself, which would make a cycle that only the garbage collector could free).
     producers: dict[int, str] | None = field(default=None, repr=False, compare=False)
@@ -142,11 +140,6 @@ class Stage:
         shapes = ", ".join(f"{name} {m.shape[0]}×{m.shape[1]}" for name, m in first)
         more = f", … ({len(self.matrices)} matrices)" if len(self.matrices) > 8 else ""
         return f"<Stage {self.id} ({self.kind}): {shapes}{more}>"
-
-    def _repr_html_(self) -> str:
-        from ..views.fragments import stage_html
-
-        return stage_html(self, None if self.owner is None else self.owner())
 
     def rec(
         self, base: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str], role: str = ACTIVATION,
@@ -389,11 +382,6 @@ class Trace:
             f"<Trace {', '.join(inputs)}: {len(self)} stages, d_model {m.d_model}, {m.num_heads} heads, "
             f"{m.num_encoder_layers} + {m.num_decoder_layers} layers; weights: {weights}>"
         )
-
-    def _repr_html_(self) -> str:
-        from ..views.fragments import trace_html
-
-        return trace_html(self)
 
     def __getitem__(self, stage_id: str) -> Stage:
         try:

@@ -22,10 +22,10 @@ from . import kinds as K
 from .architecture import DECODER, ENCODER, OUTPUT, connection, num_layers, stacks, stage_id, sublayers
 from .heap import keep_freed_memory
 from .trace import NullTrace, Stage, Trace, token_labels
-from .weights import Weights, init_weights, load_weights
+from .weights import Weights, init_weights
 
 __all__ = [
-    "Weights", "final_norm", "forward", "init_weights", "load_weights", "output_layer", "run_forward",
+    "Weights", "final_norm", "forward", "init_weights", "output_layer", "run_forward",
     "softmax", "transformer",
 ]  # fmt: skip
 

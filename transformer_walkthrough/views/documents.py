@@ -28,6 +28,7 @@ from ..errors import StageError, shorten
 from ..model.formula import Formula, plain_item
 from ..model.kinds import KINDS
 from ..model.kinds.base import Step
+from ..model.numbers import format_value, text_widths
 from ..model.trace import (
     ACTIVATION,
     CONSTANT,
@@ -42,7 +43,6 @@ from ..model.trace import (
 from .formulas import html_notes, latex_lines, latex_notes, tex
 from .formulas import mathml as formula_mathml
 from .lens import lens_latex, lens_markdown
-from .numbers import format_value, text_widths
 from .palette import css, diverging, sequential
 from .render import View, group_of, is_shaded, label, largest, summary
 from .sections import SECTIONS_CSS, report_sections, whole_lens

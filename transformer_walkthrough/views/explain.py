@@ -10,52 +10,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from ..errors import StageError, shorten
 from ..model.architecture import Ref
+from ..model.cell import Cell
 from ..model.kinds import KINDS
 from ..model.kinds.hand import where_from
 from ..model.trace import INPUT, Stage, Trace
-from .numbers import format_value
 
 MAX_DIGITS = 17  # float64 has 17 significant digits: more shows nothing but noise
-TERMS = 8  # a dot product longer than this shows its first and last terms around "…"
-
-
-class Cell:
-    """A cell of a named matrix: where it is and how to print numbers."""
-
-    def __init__(self, stage: Stage, name: str, i: int, j: int, digits: int, all_terms: bool = False) -> None:
-        self.stage, self.name, self.i, self.j, self.digits = stage, name, i, j, digits
-        self.all_terms = all_terms
-        self.matrix = m = stage.matrices[name]  # its base name, head and role say what it is
-        self.row, self.col = m.rows[i], m.cols[j]
-        self.value = float(m.values[i, j])
-
-    def f(self, v: float) -> str:
-        """A number as shown: rounded, with one minus sign, −, for negative numbers and operators
-        alike, and never "−0.00"."""
-        return format_value(v, self.digits, minus="−")
-
-    def times(self, a: float, b: float) -> str:
-        return f"{self._factor(a)}·{self._factor(b)}"
-
-    def _factor(self, v: float) -> str:
-        """A number as an operand: in parentheses when negative ("0.56 − (−0.08)", "3.14 + (−∞)")."""
-        text = self.f(v)
-        return f"({text})" if text.startswith("−") else text
-
-    def shown(self, n: int) -> list[int]:
-        """Which of n terms ``sum_of`` writes out: all, or the first few and the last."""
-        if n > TERMS and not self.all_terms:
-            return [*range(TERMS - 2), n - 1]
-        return list(range(n))
-
-    def sum_of(self, terms: Sequence[str]) -> str:
-        if len(terms) > TERMS and not self.all_terms:
-            terms = [*terms[: TERMS - 2], f"… ({len(terms) - TERMS + 1} more terms) …", *terms[-1:]]
-        return " + ".join(terms)
 
 
 def parse_cell(spec: str, stage: Stage, name: str) -> tuple[int, int]:

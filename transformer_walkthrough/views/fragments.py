@@ -1,5 +1,6 @@
 """The report's own HTML for one part of a trace — the whole pass, a stage, a matrix — for a page
-that is not the report's: a notebook's output cell.
+that is not the report's: a notebook's output cell (``notebook_html``, which the package registers with
+IPython for the three types).
 
 Each piece is what ``export report.html`` writes for that part (``views.documents``): the same
 tables, shades, formulas and legend, self-contained — its stylesheet inline, nothing fetched, no
@@ -75,6 +76,18 @@ def matrix_html(m: Matrix, name: str | None = None, precision: int = 2) -> str:
 def stage_html(stage: Stage, trace: Trace | None = None) -> str:
     """A stage's section of the report; its map and typeset formula need the ``trace`` it is of."""
     return _boxed("".join(d.html_stage(trace, stage, _options(trace))))
+
+
+def notebook_html(shown: Trace | Stage | Matrix) -> str:
+    """A trace, a stage or a matrix as a notebook shows it (IPython's HTML formatter calls this: the
+    package registers it); a stage finds the trace it is of, while that trace is alive."""
+    from ..model.trace import Stage, Trace
+
+    if isinstance(shown, Trace):
+        return trace_html(shown)
+    if isinstance(shown, Stage):
+        return stage_html(shown, None if shown.owner is None else shown.owner())
+    return matrix_html(shown)
 
 
 def trace_html(trace: Trace) -> str:

@@ -11,9 +11,10 @@ import numpy as np
 
 from ..errors import StageError
 from ..model.backprop import Backward, next_tokens
+from ..model.cell import Cell
 from ..model.kinds.attention import kv_head
 from ..model.trace import Stage, Trace
-from .explain import Cell, parse_cell
+from .explain import parse_cell
 
 PREFIX = "dL/d"
 
@@ -113,8 +114,8 @@ def _softmax(c: Cell, g: dict[str, np.ndarray]) -> list[str]:
         f"{a_name} = softmax of each row of {of}{constant}: "
         f"{PREFIX}{c.name}[i, j] = {a_name}[i, j]·({d}[i, j] − Σ_k {a_name}[i, k]·{d}[i, k])",
         f"  Σ_k {a_name}[{c.i}, k]·{d}[{c.i}, k] = {c.sum_of(terms)} = {c.f(dot)}",
-        f"  {PREFIX}{c.name}[{c.i}, {c.j}] = {c._factor(float(A[c.j]))}·({c.f(float(dA[c.j]))} − "
-        f"{c._factor(dot)}) = {c.f(dS)}",
+        f"  {PREFIX}{c.name}[{c.i}, {c.j}] = {c.operand(float(A[c.j]))}·({c.f(float(dA[c.j]))} − "
+        f"{c.operand(dot)}) = {c.f(dS)}",
     ]
 
 
@@ -151,6 +152,6 @@ def _gathered(c: Cell, trace: Trace, grads: Backward, value: float) -> list[str]
         f"{len(parts)} stages read this output, so its gradient is the sum of theirs (micrograd's +=):",
         *(f"  {who}[{c.i}, {c.j}] = {c.f(v)}" for who, v in parts),
         f"  {PREFIX}{c.name}[{c.i}, {c.j}] = "
-        + " + ".join(c._factor(v) for _, v in parts)
+        + " + ".join(c.operand(v) for _, v in parts)
         + f" = {c.f(value)}",
     ]

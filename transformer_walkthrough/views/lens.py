@@ -33,7 +33,7 @@ from .palette import sequential, sequential_256
 from .render import ELLIPSIS, LABEL, Entries, View, label, mark, styled_table, summarise
 
 if TYPE_CHECKING:
-    from .explain import Cell
+    from ..model.cell import Cell
 
 CELL_LABEL = 14  # characters of a token in a cell of the table: a 1.6 MB piece must not widen it
 TABLE_GAP = 3  # what a column of ``styled_table`` costs beyond its text (its padding)
@@ -296,7 +296,8 @@ def _on_top(top: Trace, lens: Lens, position: int, j: int, c: Cell) -> list[str]
     """Column j of what the output layer reads, by hand, through each stage on top of the stack in
     turn, with the kinds' own explainers on the lens's rerun of them (``model.lens.run_top``); a
     stage that feeds another has its whole row written out, every number the next one reads."""
-    from .explain import Cell, explainer
+    from ..model.cell import Cell
+    from .explain import explainer
 
     steps = []
     if lens.norm is not None:
@@ -329,7 +330,8 @@ def explain_lens(
     final norm, BERT's transform), which column of W, and the softmax; ``token`` defaults to the
     cell's most likely one. The top is run again on the layer's rows (``model.lens.run_top``) and
     each of its stages explained by its own kind."""
-    from .explain import MAX_DIGITS, Cell
+    from ..model.cell import Cell
+    from .explain import MAX_DIGITS
 
     if not 0 <= digits <= MAX_DIGITS:
         raise StageError(f"--digits: must be 0 to {MAX_DIGITS}, got {digits}")
@@ -385,7 +387,7 @@ def explain_lens(
     lines += [
         f"4. p = softmax of the {len(row)} logits of this position: "
         f"p[{word}] = e^(logit − m) / Σ_k e^(logit_k − m), m = the largest logit, {c.f(peak)}",
-        f"  e^({c.f(float(row[t]))} − {c._factor(peak)}) = {c.f(float(exps[t]))}; "
+        f"  e^({c.f(float(row[t]))} − {c.operand(peak)}) = {c.f(float(exps[t]))}; "
         f"Σ_k = {c.sum_of([c.f(v) for v in exps.tolist()])} = {c.f(total)}",
         f"  p[{word}] = {c.f(float(exps[t]))} / {c.f(total)} = {c.f(c.value)}",
     ]

@@ -31,8 +31,8 @@ from rich.text import Text
 
 from ..errors import printable, shorten
 from ..model.kinds import KINDS
+from ..model.numbers import format_value, text_widths
 from ..model.trace import ACTIVATION, ATTENTION, PROBABILITIES, Matrix, Stage, Trace, top_k
-from .numbers import format_value, text_widths
 from .palette import diverging, diverging_256, sequential, sequential_256
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from ..architecture import Spec
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
-    from ...views.explain import Cell
+    from ..cell import Cell
     from ..formula import Formula
     from ..trace import Stage, Trace
     from .hand import Check
@@ -36,11 +36,8 @@ class Grads(NamedTuple):
     matrices: Arrays  # dL/d(matrix) for the stage's matrices, by name (inputs among them)
     params: Arrays  # dL/d(parameter), by the stage's local parameter name (W_QKV, gamma, …)
 
-
-__all__ = [
-    "Arrays", "Cells", "Explainer", "Grads", "Kind", "Sizes", "Spec", "Step", "StepOf", "col", "named", "one",
-    "row", "said", "step",
-]  # fmt: skip
+    from ..cell import Cell
+    from ..formula import Formula
 
 
 class Sizes(NamedTuple):
@@ -122,6 +119,18 @@ class Kind:
         if self.article and not getattr(trace.config, "checkpoint", ""):  # type: ignore[attr-defined]
             explanation = f"{explanation} {self.article}"
         return trace.stage(stage_id, self.id, title, explanation, self.formula(m))  # type: ignore[attr-defined]
+
+
+Cache = TypeVar("Cache", bound=tuple[Any, ...])
+
+
+def cache_of(stage: Stage, cache: type[Cache]) -> Cache:
+    """What the stage's forward kept for its backward (``stage.cache``), as the type its kind declares
+    beside it: ``cache_of(stage, EmbeddingCache)``, ``cache_of(stage, F.FeedForward)``."""
+    kept = stage.cache
+    if not isinstance(kept, cache):  # a kind that keeps one type and reads another: a bug
+        raise TypeError(f"{stage.id}: its forward kept {type(kept).__name__}, not {cache.__name__}")
+    return kept
 
 
 def said(text: str) -> Callable[[ModelConfig], str]:

@@ -4,18 +4,18 @@ stage for an encoder-only model, with the segment's row, as BERT's embeddings), 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from .. import functional as F
 from ..trace import CONSTANT, Stage, dims, positions
-from .base import Arrays, Grads, Kind, Sizes, Spec, said
+from .base import Arrays, Grads, Kind, Sizes, Spec, cache_of, said
 from .hand import Check, gap
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
-    from ...views.explain import Cell
+    from ..cell import Cell
     from ..trace import Trace
     from ..weights import Weights
 
@@ -23,6 +23,14 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------------------
 # Embedding: each token's row of E.
 # ---------------------------------------------------------------------------------------------
+
+
+class EmbeddingCache(NamedTuple):
+    """What ``embed`` keeps for its backward: the rows it looked up, and where."""
+
+    ids: list[int]  # each token's row of E
+    segments: tuple[int, ...]  # each token's row of T (its segment; all 0 when not given)
+    start: int  # the first token's position: its row of P
 
 
 def embed(stage: Stage, w: Weights, ids: list[int], tokens: tuple[str, ...], vocabulary: tuple[str, ...],
@@ -36,13 +44,13 @@ def embed(stage: Stage, w: Weights, ids: list[int], tokens: tuple[str, ...], voc
     E = stage.weight("E", w.take(stage, "E"), vocabulary, D)
     # math.sqrt gives a Python float, which keeps float32 arrays float32 (a NumPy float64 would not).
     x = E[ids] * math.sqrt(m.d_model) if m.scale_embeddings else E[ids]
-    stage.cache = (ids, segment_ids or (0,) * len(ids), start)
+    stage.cache = kept = EmbeddingCache(ids, segment_ids or (0,) * len(ids), start)
     if not m.sums_embeddings:
         return stage.out("output", x, tokens, D)
     x = stage.rec("token", x, tokens, D)
     if m.segments:
         T = stage.weight("T", w.take(stage, "T"), tuple(f"segment {k}" for k in range(m.segments)), D)
-        x = x + stage.rec("segment", T[list(stage.cache[1])], tokens, D)
+        x = x + stage.rec("segment", T[list(kept.segments)], tokens, D)
     rows = slice(m.position_offset + start, m.position_offset + start + len(ids))
     if m.positional_encoding == "learned":
         P = stage.weight("P", w.take(stage, "P"), _p_rows(m), D)
@@ -65,7 +73,7 @@ def _p_rows(m: ModelConfig) -> tuple[str, ...]:
 def embed_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
     """Each row of E (and of T) gathers the gradients of the positions that looked it up; each
     position's row of P gets its own position's."""
-    ids, segment_ids, start = stage.cache
+    ids, segment_ids, start = cache_of(stage, EmbeddingCache)
     dE = np.zeros_like(p["E"])
     # np.add.at, not dE[ids] += …: a token used twice (the the) must add both gradients.
     np.add.at(dE, ids, d_out * (math.sqrt(m.d_model) if m.scale_embeddings else 1.0))
@@ -140,7 +148,7 @@ def explain_embedding(c: Cell, trace: Trace) -> list[str]:
     parts = [
         (name, float(c.stage[name][c.i, c.j])) for name in ("token", "segment", "position") if name in c.stage
     ]
-    terms = " + ".join(f"{name} {c._factor(v)}" for name, v in parts)
+    terms = " + ".join(f"{name} {c.operand(v)}" for name, v in parts)
     return [
         "output = token + segment + position: the token's row of E, its sentence's of T, its position's",
         f"  output[{c.i}, {c.j}] = {terms} = {c.f(c.value)}",
@@ -354,7 +362,7 @@ def explain_positional(c: Cell, trace: Trace) -> list[str]:
 def explain_shifted(c: Cell, trace: Trace) -> list[str]:
     x, pe = float(c.stage["X"][c.i, c.j]), float(c.stage["PE"][c.i, c.j])
     return [
-        f"output = X + PE: {c.f(x)} + {c._factor(pe)} = {c.f(c.value)} (the token's vector, shifted by its position's pattern)"
+        f"output = X + PE: {c.f(x)} + {c.operand(pe)} = {c.f(c.value)} (the token's vector, shifted by its position's pattern)"
     ]
 
 

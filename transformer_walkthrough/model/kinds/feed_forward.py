@@ -18,12 +18,12 @@ import numpy as np
 
 from .. import functional as F
 from ..trace import Stage, dims
-from .base import Arrays, Grads, Kind, Sizes, Spec
+from .base import Arrays, Grads, Kind, Sizes, Spec, cache_of
 from .hand import Check, gap, linear, mm
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
-    from ...views.explain import Cell
+    from ..cell import Cell
     from ..trace import Trace
     from ..weights import Weights
 
@@ -124,6 +124,7 @@ def feed_forward(
             stage.weight(name, p[name], rows, cols)
 
     stage.input("X", x, tokens, D)
+    # stage.cache: what the forward returned (F.GatedFeedForward or F.FeedForward), for the backward
     if _form(m) == GATED:
         biases = (p.get("b_gate"), p.get("b_up"), p.get("b_down"))  # None without ffn_bias
         g = F.gated_feed_forward(x, p["W_gate"], p["W_up"], p["W_down"], m.activation, *biases)
@@ -151,15 +152,16 @@ def feed_forward(
 
 def feed_forward_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
     if _form(m) == GATED:
+        kept = cache_of(stage, F.GatedFeedForward)
         g = F.gated_feed_forward_backward(
-            d_out, stage["X"], p["W_gate"], p["W_up"], p["W_down"], stage.cache, m.activation
+            d_out, stage["X"], p["W_gate"], p["W_up"], p["W_down"], kept, m.activation
         )
         params = {"W_gate": g.W_gate, "b_gate": g.b_gate, "W_up": g.W_up, "b_up": g.b_up}
         params |= {"W_down": g.W_down, "b_down": g.b_down}
         shown = {"X": g.x, "gate": g.gate, "up": g.up, "hidden": g.hidden, "output": d_out}
     else:
         dx, dW_1, db_1, dW_2, db_2, d_pre, d_hidden = F.feed_forward_backward(
-            d_out, stage["X"], p["W_1"], p["W_2"], stage.cache, m.activation
+            d_out, stage["X"], p["W_1"], p["W_2"], cache_of(stage, F.FeedForward), m.activation
         )
         params = {"W_1": dW_1, "b_1": db_1, "W_2": dW_2, "b_2": db_2}
         shown = {"X": dx, "pre": d_pre, "hidden": d_hidden, "output": d_out}
@@ -235,21 +237,21 @@ def activation_lines(c: Cell, x: float, arg: str, lead: str, value: float, activ
         return [
             f"{lead}GELU({arg}) = {arg}·Φ({arg}), Φ(x) = (1 + erf(x/√2))/2 the chance that a standard normal is below x",
             f"  Φ({c.f(x)}) = (1 + erf({c.f(x)}/√2))/2 = {c.f(cdf)}",
-            f"  {c._factor(x)}·{c.f(cdf)} = {c.f(value)}",
+            f"  {c.operand(x)}·{c.f(cdf)} = {c.f(value)}",
         ]
     if activation == "gelu-tanh":
         u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
         return [
             f"{lead}{arg}·(1 + tanh(√(2/π)·({arg} + 0.044715·{arg}³)))/2 (GELU, the tanh form GPT-2 uses)",
-            f"  √(2/π)·({c.f(x)} + 0.044715·{c._factor(x)}³) = {c.f(u)}; tanh({c.f(u)}) = {c.f(math.tanh(u))}",
-            f"  {c._factor(x)}·(1 + {c.f(math.tanh(u))})/2 = {c.f(value)}",
+            f"  √(2/π)·({c.f(x)} + 0.044715·{c.operand(x)}³) = {c.f(u)}; tanh({c.f(u)}) = {c.f(math.tanh(u))}",
+            f"  {c.operand(x)}·(1 + {c.f(math.tanh(u))})/2 = {c.f(value)}",
         ]
     if activation == "silu":
         sig = 1 / (1 + math.exp(-x)) if x > -700 else 0.0
         return [
             f"{lead}SiLU({arg}) = {arg}·σ({arg}), σ(x) = 1/(1 + e^(−x))   (Marian's swish)",
             f"  σ({c.f(x)}) = 1/(1 + e^({c.f(-x)})) = {c.f(sig)}",
-            f"  {c._factor(x)}·{c.f(sig)} = {c.f(value)}",
+            f"  {c.operand(x)}·{c.f(sig)} = {c.f(value)}",
         ]
     raise ValueError(f"unknown activation {activation!r}")
 
@@ -266,7 +268,7 @@ def explain_hidden(c: Cell, trace: Trace) -> list[str]:
         f"hidden = act(gate) ⊙ up, cell by cell ({GATED_UNITS[m.activation]}): gate[{c.i}, {c.j}] = {c.f(gate)}, "
         f"up[{c.i}, {c.j}] = {c.f(up)}",
         *activation_lines(c, gate, "gate", "act(gate) = ", bent, m.activation),
-        f"  hidden = act(gate)·up = {c._factor(bent)}·{c._factor(up)} = {c.f(c.value)}",
+        f"  hidden = act(gate)·up = {c.operand(bent)}·{c.operand(up)} = {c.f(c.value)}",
     ]
 
 

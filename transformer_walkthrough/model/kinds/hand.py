@@ -15,7 +15,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
-    from ...views.explain import Cell
+    from ..cell import Cell
 
 # Largest difference that still counts as equal, as a fraction of the largest number the stage
 # computed with (at least 1): float64 agrees to ~1e-15 of it, float32 to ~1e-6.
@@ -97,7 +97,7 @@ def linear(c: Cell, intro: str, row: np.ndarray, column: np.ndarray, bias: str |
     lines = [intro, f"  = {c.sum_of(terms)} = {c.f(total)}"]
     if bias is not None and bias in c.stage:
         b = float(c.stage[bias][0, c.j])
-        lines.append(f"  + {bias}[{c.j}] {c._factor(b)} = {c.f(total + b)}")
+        lines.append(f"  + {bias}[{c.j}] {c.operand(b)} = {c.f(total + b)}")
     return lines
 
 
@@ -118,7 +118,7 @@ def softmax_cell(c: Cell, source: str) -> list[str]:
         f"  subtract the row's largest value m = {c.f(top)} first: e^(x − m) / Σ e^(x − m) is the same "
         "quotient, and no exp can overflow",
         "  each exp: "
-        + ", ".join(f"e^{c._factor(v - top)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
+        + ", ".join(f"e^{c.operand(v - top)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
         f"  sum = {c.sum_of([c.f(e) for e in exps])} = {c.f(total)}",
         f"  {c.name}[{c.i}, {c.j}] = {c.f(exps[c.j])} / {c.f(total)} = {c.f(c.value)}",
     ]

@@ -16,7 +16,7 @@ from .norms import NORM_TEX, norm_of, normalize, normalize_backward, normalize_b
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
-    from ...views.explain import Cell
+    from ..cell import Cell
     from ..trace import Trace
     from ..weights import Weights
 

@@ -28,7 +28,7 @@ from ..hand import Check, gap, mm
 
 if TYPE_CHECKING:
     from ....config import ModelConfig
-    from ....views.explain import Cell
+    from ...cell import Cell
     from ...trace import Trace
     from ...weights import Weights
 

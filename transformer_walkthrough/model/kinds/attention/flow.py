@@ -18,7 +18,7 @@ from ..hand import (
 
 if TYPE_CHECKING:
     from ....config import ModelConfig
-    from ....views.explain import Cell
+    from ...cell import Cell
     from ...trace import Trace
 
 Explainer = Callable[["Cell", "Trace"], list[str]]

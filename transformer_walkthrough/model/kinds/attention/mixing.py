@@ -26,7 +26,7 @@ from ..hand import (
 
 if TYPE_CHECKING:
     from ....config import ModelConfig
-    from ....views.explain import Cell
+    from ...cell import Cell
     from ...trace import Trace
 from .flow import At, Back, ByHand, Explainer, Flow, Piece, heads_letter, kv_head
 
@@ -99,7 +99,7 @@ class Mask(Piece):
         h = c.matrix.head
         s, mask = float(c.stage.of("S", h)[c.i, c.j]), float(c.stage["M"][c.i, c.j])
         return [
-            f"{c.name}[{c.i}, {c.j}] = S{h}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c._factor(mask)} = {c.f(c.value)}"
+            f"{c.name}[{c.i}, {c.j}] = S{h}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c.operand(mask)} = {c.f(c.value)}"
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"M": explain_mask, "S+M": explain_masked_scores}

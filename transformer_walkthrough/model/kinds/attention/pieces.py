@@ -28,7 +28,7 @@ from ..hand import (
 
 if TYPE_CHECKING:
     from ....config import ModelConfig
-    from ....views.explain import Cell
+    from ...cell import Cell
     from ...trace import Trace
 from .flow import At, Back, ByHand, Explainer, Flow, Piece, columns, heads_letter, kv_head, readers, rope
 from .mixing import Concat, Mask, ProjectOut, Softmax, Weigh
@@ -245,7 +245,7 @@ class QKNorm(Piece):
         return [
             f"{c.name} is {x} with each row divided by its root mean square, then scaled by gamma_{letter} "
             "(QK-norm: an RMSNorm over the head's d_k columns, before the rotation)",
-            f"  mean({x}[{c.i}]²) = ({c.sum_of([f'{c._factor(v)}²' for v in row_])}) / {d} = {c.f(mean_square)}",
+            f"  mean({x}[{c.i}]²) = ({c.sum_of([f'{c.operand(v)}²' for v in row_])}) / {d} = {c.f(mean_square)}",
             f"  √(mean + eps) = √({c.f(mean_square)} + {eps:g}) = {c.f(root)}",
             f"  {x}[{c.i}, {c.j}] / √(mean + eps) = {c.f(row_[c.j])} / {c.f(root)} = {c.f(row_[c.j] / root)}",
             f"  × gamma_{letter}[{c.j}] {c.f(gamma)} = {c.f(c.value)}",
@@ -401,7 +401,7 @@ class Rotate(Piece):
             "(Hugging Face's Llama pairs column i with i + d_k/2, rotate_half; GPT-J pairs 2i with 2i+1):",
             f"  {c.name}[{c.i}, {c.j}] = {name}[{c.i}, {c.j}]·cos {sign} {name}[{c.i}, {partner}]·sin"
             f"  (row {c.i}, {c.row}; cos = cos[{c.i}, {c.j}], sin = sin[{c.i}, {c.j}])",
-            f"  = {c.times(a, cos)} {sign} {c.times(b, sin)} = {c.f(a * cos)} {sign} {c._factor(b * sin)} = {c.f(c.value)}",
+            f"  = {c.times(a, cos)} {sign} {c.times(b, sin)} = {c.f(a * cos)} {sign} {c.operand(b * sin)} = {c.f(c.value)}",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import WalkthroughError
+from .errors import WalkthroughError
 
 
 def open_regular(
