@@ -314,7 +314,7 @@ def test_an_error_after_the_size_warning_is_the_only_line(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from transformer_walkthrough.errors import ExportError
-    from transformer_walkthrough.views import documents
+    from transformer_walkthrough.views.documents import writers
 
     monkeypatch.setattr(export_module, "LARGE", 100)
 
@@ -322,7 +322,7 @@ def test_an_error_after_the_size_warning_is_the_only_line(
         yield "<!DOCTYPE html>"
         raise ExportError("the disk is full")
 
-    monkeypatch.setitem(documents.WRITERS, ".html", failing)
+    monkeypatch.setitem(writers.WRITERS, ".html", failing)
     fails(runner, ["export", str(tmp_path / "r.html")], "error: the disk is full")
     assert list(tmp_path.iterdir()) == []
     monkeypatch.undo()

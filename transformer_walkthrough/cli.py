@@ -700,7 +700,7 @@ def export(
     stages = trace.select(stage or (), layer)
     sheet = None
     if exercise is not None or cells or kinds is not None or pick_seed is not None:
-        from .views.documents import worksheet
+        from .views.documents.worksheet import worksheet
 
         sheet = worksheet(
             trace, stages, exercise, cells or (), include_weights, kinds=kinds, pick_seed=pick_seed,

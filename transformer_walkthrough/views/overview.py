@@ -29,6 +29,7 @@ from rich.text import Text
 from ..errors import StageError
 from ..model.architecture import ENCODER, side_of
 from ..model.trace import ATTENTION, MASK, Matrix, Stage, Trace
+from .documents.shades import STEPS
 from .palette import sequential, sequential_256
 from .render import ELLIPSIS, LABEL, TITLE, MatrixBlock, View, label, layout, pack, paragraph
 
@@ -285,8 +286,6 @@ def _anchor(stage: Stage, head: int) -> str:
 def _heatmap(trace: Trace, stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None) -> str:
     """One head's weights as a table of shaded cells (the report's ``g0`` … ``g20``), its labels and
     numbers there for the enlarged view only; its strongest links below."""
-    from .documents import _STEPS
-
     e = html.escape
     A = m.values
     rows, cols = kept(A.shape[0]), kept(A.shape[1])
@@ -305,7 +304,7 @@ def _heatmap(trace: Trace, stage: Stage, name: str, m: Matrix, hidden: np.ndarra
                 cells.append('<td class="mk">·</td>')
             else:
                 w = float(A[i, j])
-                shade = round(min(max(w, 0.0), 1.0) * _STEPS) if math.isfinite(w) else 0
+                shade = round(min(max(w, 0.0), 1.0) * STEPS) if math.isfinite(w) else 0
                 cells.append(f'<td class="g{shade}">{w:.2f}</td>')
         body.append(f"<tr><th>{e(m.rows[i])}</th>{''.join(cells)}</tr>")
     links = "".join(
