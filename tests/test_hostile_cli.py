@@ -27,8 +27,9 @@ from transformer_walkthrough.cli import app
 from transformer_walkthrough.errors import WalkthroughError, short_message, shorten, utf8_argument
 from transformer_walkthrough.model.trace import Matrix
 from transformer_walkthrough.views.ascii import ERRORS, register
-from transformer_walkthrough.views.render import MAX_LABEL, View, label, matrix_block
+from transformer_walkthrough.views.blocks import matrix_block
 from transformer_walkthrough.views.terminal import MAX_WIDTH
+from transformer_walkthrough.views.widgets import MAX_LABEL, View, label
 
 ROOT = Path(__file__).resolve().parents[1]
 # A native library's panic as pyo3 raises it: a BaseException, past every `except Exception`.

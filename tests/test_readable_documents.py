@@ -17,6 +17,7 @@ from transformer_walkthrough.config import Config, ModelConfig
 from transformer_walkthrough.model.kinds import KINDS
 from transformer_walkthrough.model.trace import Trace
 from transformer_walkthrough.model.transformer import run_forward
+from transformer_walkthrough.views.blocks import MAX_ROWS
 from transformer_walkthrough.views.documents.latex import to_latex
 from transformer_walkthrough.views.documents.markdown import to_markdown
 from transformer_walkthrough.views.documents.mathml import mathml
@@ -24,7 +25,6 @@ from transformer_walkthrough.views.documents.report import to_html
 from transformer_walkthrough.views.documents.shades import STEPS
 from transformer_walkthrough.views.documents.text import tex
 from transformer_walkthrough.views.palette import diverging, sequential
-from transformer_walkthrough.views.render import MAX_ROWS
 
 # The background of cell (i, j) of matrix ``name`` of stage ``id``, as Chromium computes it.
 _BACKGROUND = """
@@ -132,7 +132,8 @@ def test_full_keeps_every_row_and_column(runner: CliRunner, gpt2, tmp_path: Path
 
 
 def test_markdown_summary_keeps_the_terminal_s_rows(runner: CliRunner, gpt2, tmp_path: Path) -> None:
-    from transformer_walkthrough.views.render import View, summary
+    from transformer_walkthrough.views.blocks import summary
+    from transformer_walkthrough.views.widgets import View
 
     E = run_forward_of(gpt2)["decoder.embedding"].matrices["E"]
     md = _gpt2_export(runner, gpt2, tmp_path / "gpt.md")

@@ -65,7 +65,8 @@ def matrix_html(m: Matrix, name: str | None = None, precision: int = 2) -> str:
     """One matrix as the report shows it, under ``name`` (its own: base and head), with the
     legend of its shade; summarised as the report summarises it when it is large."""
     from ..model.trace import matrix_name
-    from .render import View, summary
+    from .blocks import summary
+    from .widgets import View
 
     name = name or (matrix_name(m.base, m.head) if m.base else "matrix")
     rows, cols = map(tuple, summary(m, View(precision, DOCUMENT_WIDTH)))

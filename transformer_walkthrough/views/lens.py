@@ -29,10 +29,11 @@ from ..model.kinds.norms import norm_of
 from ..model.lens import PROBABILITIES as PROBABILITIES_ID
 from ..model.lens import Lens, run_top
 from ..model.trace import Trace
+from .blocks import summarise
 from .documents.shades import STEPS  # the report's fixed scale, in steps of 1/STEPS
 from .documents.text import md_label, md_text, tex
 from .palette import sequential, sequential_256
-from .render import ELLIPSIS, LABEL, Entries, View, label, mark, styled_table, summarise
+from .widgets import ELLIPSIS, LABEL, Entries, View, label, mark, styled_table
 
 if TYPE_CHECKING:
     from .explain import Cell

@@ -29,9 +29,10 @@ from rich.text import Text
 from ..errors import StageError
 from ..model.architecture import ENCODER, side_of
 from ..model.trace import ATTENTION, MASK, Matrix, Stage, Trace
+from .blocks import MatrixBlock, layout
 from .documents.shades import STEPS
 from .palette import sequential, sequential_256
-from .render import ELLIPSIS, LABEL, TITLE, MatrixBlock, View, label, layout, pack, paragraph
+from .widgets import ELLIPSIS, LABEL, TITLE, View, label, pack, paragraph
 
 MAX_TOKENS = 24  # queries and keys a head shows; past it the first and last HALF of each
 HALF = MAX_TOKENS // 2

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..blocks import is_shaded, largest
 from ..palette import css, diverging, sequential
-from ..render import View, is_shaded, largest
+from ..widgets import View
 
 if TYPE_CHECKING:
     from ...model.trace import Matrix

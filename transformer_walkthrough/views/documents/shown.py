@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from ...model.trace import ACTIVATION, Matrix, Prediction, Stage, Trace
-from ..render import View, group_of, label, summary
+from ..blocks import summary
 from ..sections import whole_lens
+from ..stages import group_of
+from ..widgets import View, label
 from .text import tex_symbol
 
 if TYPE_CHECKING:
@@ -50,7 +52,7 @@ class Options:
 
 class Shown(NamedTuple):
     """A matrix as a document shows it: under its name (S1, or dL/dS1), with its digits and holes,
-    and the rows and columns kept (``render.summary``: -1 for the "⋮" row, the "…" column)."""
+    and the rows and columns kept (``blocks.summary``: -1 for the "⋮" row, the "…" column)."""
 
     name: str
     matrix: Matrix
@@ -110,7 +112,7 @@ DOCUMENT_WIDTH = 100  # characters a matrix may take in the HTML and Markdown, a
 
 def units(stage: Stage, o: Options, width: int = DOCUMENT_WIDTH) -> list[list[list[Shown]]]:
     """The stage's matrices in rows of one meaning (per head: weights, projections, attention; as
-    ``render.group_of`` groups them in the terminal), each matrix beside its gradient when there
+    ``stages.group_of`` groups them in the terminal), each matrix beside its gradient when there
     are gradients, but for constants (the mask, the sinusoids), which nothing learns.
 
     A large matrix keeps the rows and columns the terminal would keep at ``width`` (its gradient
