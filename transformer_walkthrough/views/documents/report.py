@@ -97,7 +97,7 @@ tr.right td.word {{ color: #0b7a32; font-weight: 700; }}
 
 def _html_formula(stage: Stage, trace: Trace) -> str:
     """The kind's formula typeset in MathML, with the plain formula's notes below it; the plain
-    formula itself if its LaTeX is beyond the small reader above."""
+    formula itself if its LaTeX is beyond ``mathml``'s small reader."""
     e = html.escape
     tex = tex_formula(stage, trace)  # outside the try: a kind without LaTeX is a bug to see, not hide
     try:

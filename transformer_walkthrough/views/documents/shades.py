@@ -1,9 +1,9 @@
 """How the HTML report shades a matrix's cells, and the line under a stage that says so.
 
 The report writes a shade as a class of its stylesheet (``SHADES_CSS``): ``g0`` … ``g20`` on the
-fixed 0–1 scale of probabilities, ``n8`` … ``p8`` each side of 0 on a matrix's own scale. The
-logit lens and the attention overview (``views.lens``, ``views.overview``) shade their cells with
-the same classes.
+fixed 0–1 scale of attention weights and probabilities, ``n8`` … ``p8`` each side of 0 on a
+matrix's own scale. The logit lens and the attention overview (``views.lens``,
+``views.overview``) shade their cells with the same classes.
 """
 
 from __future__ import annotations
