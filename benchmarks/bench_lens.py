@@ -39,7 +39,7 @@ from bench_gpt2 import PROMPT, make_checkpoint
 
 def _console(coloured: bool):
     """What the commands print through, to memory: a pipe's (plain), or a truecolor terminal's."""
-    from transformer_walkthrough.views.render import TrimmedConsole
+    from transformer_walkthrough.views.widgets import TrimmedConsole
 
     if coloured:
         return TrimmedConsole(file=io.StringIO(), width=100, force_terminal=True, color_system="truecolor")
@@ -51,7 +51,7 @@ def lens_turns(folder: Path, rounds: int) -> dict[str, list[float]]:
     from transformer_walkthrough.model.lens import logit_lens
     from transformer_walkthrough.model.transformer import run_forward
     from transformer_walkthrough.views.lens import lens_table
-    from transformer_walkthrough.views.render import View
+    from transformer_walkthrough.views.widgets import View
 
     ckpt = load_gpt2(folder)
     config = checkpoint_config(ckpt, "float32", PROMPT)
@@ -79,8 +79,9 @@ def lens_turns(folder: Path, rounds: int) -> dict[str, list[float]]:
 def attention_times(rounds: int) -> tuple[float, float, float, int]:
     """The overview at base size, plain and coloured (best of ``rounds``), and its lines."""
     from transformer_walkthrough.model.transformer import run_forward
+    from transformer_walkthrough.views.blocks import print_all
     from transformer_walkthrough.views.overview import attention_stages, overview
-    from transformer_walkthrough.views.render import View, print_all
+    from transformer_walkthrough.views.widgets import View
 
     trace = run_forward(base_config())
     stages = attention_stages(trace)

@@ -24,7 +24,9 @@ from rich.console import Console  # noqa: E402
 
 from tests import table_renderer  # noqa: E402
 from transformer_walkthrough.model.transformer import run_forward  # noqa: E402
-from transformer_walkthrough.views import render  # noqa: E402
+from transformer_walkthrough.views import stages as stage_layout  # noqa: E402
+from transformer_walkthrough.views.blocks import print_all  # noqa: E402
+from transformer_walkthrough.views.widgets import View  # noqa: E402
 
 
 def main() -> int:
@@ -38,18 +40,18 @@ def main() -> int:
     trace = run_forward(config)
     forward = time.perf_counter() - start
     stages = list(trace)
-    view = render.View(width=args.width)
+    view = View(width=args.width)
 
     def show(module: object, colour: bool) -> str:
         terminal = {"force_terminal": True, "color_system": "truecolor"} if colour else {}
         console = Console(width=args.width, file=io.StringIO(), highlight=False, **terminal)
-        render.print_all(console, module.render_trace(console, trace, stages, view))
+        print_all(console, module.render_trace(console, trace, stages, view))
         return console.file.getvalue()
 
     runs = {
-        "blocks, pipe": lambda: show(render, False),
+        "blocks, pipe": lambda: show(stage_layout, False),
         "table, pipe": lambda: show(table_renderer, False),
-        "blocks, colour": lambda: show(render, True),
+        "blocks, colour": lambda: show(stage_layout, True),
         "table, colour": lambda: show(table_renderer, True),
     }
     times: dict[str, list[float]] = {name: [] for name in runs}

@@ -26,7 +26,8 @@ from transformer_walkthrough.model.backprop import backward
 from transformer_walkthrough.model.trace import Trace
 from transformer_walkthrough.model.transformer import init_weights, run_forward
 from transformer_walkthrough.views import clickable
-from transformer_walkthrough.views.documents import Options, iter_html
+from transformer_walkthrough.views.documents.report import iter_html
+from transformer_walkthrough.views.documents.shown import Options
 
 
 def write(trace: Trace, path: Path, o: Options) -> float:

@@ -21,7 +21,8 @@ from rich.text import Text
 
 from transformer_walkthrough.model.trace import Matrix, Stage, Trace
 from transformer_walkthrough.views.palette import diverging, sequential
-from transformer_walkthrough.views.render import View, prediction_table, stage_header
+from transformer_walkthrough.views.stages import prediction_table, stage_header
+from transformer_walkthrough.views.widgets import View
 
 LABEL = "bold cyan"
 TITLE = "bold"

@@ -18,9 +18,9 @@ from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import Config, load_config
 from transformer_walkthrough.model.trace import ATTENTION, Matrix, Trace
 from transformer_walkthrough.model.transformer import run_forward
-from transformer_walkthrough.views.documents import to_html
+from transformer_walkthrough.views.documents.report import to_html
 from transformer_walkthrough.views.overview import Glyphs, head_block, kept
-from transformer_walkthrough.views.render import View, label
+from transformer_walkthrough.views.widgets import View, label
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = re.compile(r"^head (\d+) · (A\d+)")

@@ -18,7 +18,7 @@ from transformer_walkthrough.config import Config, load_config
 from transformer_walkthrough.errors import printable, short_words
 from transformer_walkthrough.model.transformer import run_forward
 from transformer_walkthrough.views import clickable
-from transformer_walkthrough.views.documents import to_html
+from transformer_walkthrough.views.documents.report import to_html
 from transformer_walkthrough.views.explain import explain
 
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # WebDriver's key for an element reference

@@ -471,7 +471,8 @@ def test_diff_bad_input_is_one_line(runner: CliRunner, args: list[str], message:
 
 
 def test_documents_write_the_formulas_of_the_config() -> None:
-    from transformer_walkthrough.views.documents import to_latex, to_markdown
+    from transformer_walkthrough.views.documents.latex import to_latex
+    from transformer_walkthrough.views.documents.markdown import to_markdown
 
     trace = run_forward(GPT)
     stages = list(trace)

@@ -23,7 +23,10 @@ from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import Config, ModelConfig
 from transformer_walkthrough.model.trace import Trace
 from transformer_walkthrough.model.transformer import run_forward
-from transformer_walkthrough.views.documents import tex, to_html, to_latex, to_markdown
+from transformer_walkthrough.views.documents.latex import to_latex
+from transformer_walkthrough.views.documents.markdown import to_markdown
+from transformer_walkthrough.views.documents.report import to_html
+from transformer_walkthrough.views.documents.text import tex
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -57,9 +60,9 @@ def test_markdown_tables(trace: Trace) -> None:
 
 
 def test_latex_writes_large_numbers_as_powers_of_ten() -> None:
-    from transformer_walkthrough.views.documents import _tex_number
+    from transformer_walkthrough.views.documents.latex import tex_number
 
-    assert [_tex_number(v, 2) for v in (8.3357e199, -2.5e6, -np.inf, np.nan, -0.25, -0.001)] == [
+    assert [tex_number(v, 2) for v in (8.3357e199, -2.5e6, -np.inf, np.nan, -0.25, -0.001)] == [
         r"8.34\times10^{199}", r"-2.50\times10^{6}", r"-\infty", r"\mathrm{nan}", "-0.25", "0.00",
     ]  # fmt: skip
 
@@ -309,7 +312,7 @@ def test_documents_show_each_gradient_beside_its_matrix(runner: CliRunner, tmp_p
             if name != "M":  # a constant: nothing learns it, it has no gradient
                 expected.append(f"dL/d{name}")
         if suffix == ".tex":
-            from transformer_walkthrough.views.documents import tex_symbol
+            from transformer_walkthrough.views.documents.text import tex_symbol
 
             st = trace[stage]
 
@@ -363,7 +366,7 @@ def test_documents_leave_the_weights_out(runner: CliRunner, tmp_path: Path) -> N
 
 
 def test_mathml_of_a_formula_written_by_hand() -> None:
-    from transformer_walkthrough.views.documents import mathml
+    from transformer_walkthrough.views.documents.mathml import mathml
 
     assert mathml([r"S_h &= Q_h K_h^{\top} / \sqrt{d_k}"]) == (
         '<math display="block"><mtable><mtr><mtd><msub><mi>S</mi><mi>h</mi></msub></mtd><mtd><mo>=</mo>'
@@ -448,7 +451,8 @@ def test_documents_are_written_a_row_at_a_time(suffix: str) -> None:
     """No piece is much more than a matrix row: memory stays bounded however large the model."""
     from transformer_walkthrough.model.backprop import backward
     from transformer_walkthrough.model.transformer import init_weights
-    from transformer_walkthrough.views.documents import WRITERS, Options
+    from transformer_walkthrough.views.documents.shown import Options
+    from transformer_walkthrough.views.documents.writers import WRITERS
 
     config = Config(model=ModelConfig(d_model=64, num_heads=2, d_ff=256))
     trace = run_forward(config)
@@ -460,14 +464,14 @@ def test_documents_are_written_a_row_at_a_time(suffix: str) -> None:
 def test_a_document_that_fails_midway_leaves_nothing(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import transformer_walkthrough.views.documents as documents
     from transformer_walkthrough.errors import ExportError
+    from transformer_walkthrough.views.documents import writers
 
     def failing(trace: Trace, stages: list, options: object):
         yield "<!DOCTYPE html>"
         raise ExportError("the disk is full")
 
-    monkeypatch.setitem(documents.WRITERS, ".html", failing)
+    monkeypatch.setitem(writers.WRITERS, ".html", failing)
     result = runner.invoke(app, ["export", str(tmp_path / "r.html")])
     assert result.exit_code == 2 and result.stderr == "error: the disk is full\n"
     assert list(tmp_path.iterdir()) == []
@@ -490,12 +494,12 @@ def test_a_large_document_warns(runner: CliRunner, tmp_path: Path, monkeypatch: 
 def test_a_formula_bug_is_not_hidden_by_the_html_fallback(runner: CliRunner, tmp_path: Path, monkeypatch):
     """Only the MathML reader's own refusal (a command it lacks) falls back to the plain formula: a
     kind whose LaTeX fails is a bug, and the report must not quietly degrade around it."""
-    from transformer_walkthrough.views import documents
+    from transformer_walkthrough.views.documents import report
 
     def broken(stage: object, trace: object) -> list[str]:
         raise KeyError("a kind without its LaTeX")
 
-    monkeypatch.setattr(documents, "tex_formula", broken)
+    monkeypatch.setattr(report, "tex_formula", broken)
     result = runner.invoke(app, ["export", str(tmp_path / "r.html")])
     assert isinstance(result.exception, KeyError), (result.exit_code, result.stderr[-500:])
     assert not (tmp_path / "r.html").exists()
@@ -505,7 +509,7 @@ def test_tex_symbols_come_from_each_matrix_s_kind_base_and_head() -> None:
     # Written by hand: what a reader of the .tex expects each name to look like.
     trace = run_forward(Config())
     attention, norm = trace["decoder.0.masked-attention"], trace["decoder.0.add-norm-1"]
-    from transformer_walkthrough.views.documents import tex_symbol
+    from transformer_walkthrough.views.documents.text import tex_symbol
 
     expected = {
         "W_Q1": "W^{Q}_{1}", "W_V2": "W^{V}_{2}", "Q2": "Q_{2}", "S1+M": "S_{1}+M", "A2": "A_{2}",

@@ -130,7 +130,7 @@ def test_step_shows_the_map_above_the_stage_and_run_on_request(runner) -> None: 
 
 
 def test_the_report_places_the_map_beside_each_stage(tmp_path: Path) -> None:
-    from transformer_walkthrough.views.documents import to_html
+    from transformer_walkthrough.views.documents.report import to_html
 
     trace = run_forward(load_config(CONFIGS / "pre-norm.yaml"))
     html = to_html(trace, list(trace))

@@ -38,7 +38,9 @@ from transformer_walkthrough.model.backprop import backward, next_tokens
 from transformer_walkthrough.model.kinds import KINDS
 from transformer_walkthrough.model.transformer import forward, init_weights, run_forward
 from transformer_walkthrough.model.weights import Weights
-from transformer_walkthrough.views.documents import tex_symbol, to_latex, to_markdown
+from transformer_walkthrough.views.documents.latex import to_latex
+from transformer_walkthrough.views.documents.markdown import to_markdown
+from transformer_walkthrough.views.documents.text import tex_symbol
 from transformer_walkthrough.views.explain import explain, explainable
 
 from .strategies import configs

@@ -167,7 +167,7 @@ def test_bad_groupings_are_one_line(tmp_path) -> None:
 def test_a_key_value_head_shares_the_rows_of_its_first_reader_on_screen() -> None:
     import itertools
 
-    from transformer_walkthrough.views.render import group_of
+    from transformer_walkthrough.views.stages import group_of
 
     stage = run_forward(DECODER_ONLY)["decoder.0.masked-attention"]
     keyed = ((n, group_of(stage, n)) for n in stage.matrices)

@@ -27,8 +27,9 @@ from transformer_walkthrough.cli import app
 from transformer_walkthrough.errors import WalkthroughError, short_message, shorten, utf8_argument
 from transformer_walkthrough.model.trace import Matrix
 from transformer_walkthrough.views.ascii import ERRORS, register
-from transformer_walkthrough.views.render import MAX_LABEL, View, label, matrix_block
+from transformer_walkthrough.views.blocks import matrix_block
 from transformer_walkthrough.views.terminal import MAX_WIDTH
+from transformer_walkthrough.views.widgets import MAX_LABEL, View, label
 
 ROOT = Path(__file__).resolve().parents[1]
 # A native library's panic as pyo3 raises it: a BaseException, past every `except Exception`.
@@ -314,7 +315,7 @@ def test_an_error_after_the_size_warning_is_the_only_line(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from transformer_walkthrough.errors import ExportError
-    from transformer_walkthrough.views import documents
+    from transformer_walkthrough.views.documents import writers
 
     monkeypatch.setattr(export_module, "LARGE", 100)
 
@@ -322,7 +323,7 @@ def test_an_error_after_the_size_warning_is_the_only_line(
         yield "<!DOCTYPE html>"
         raise ExportError("the disk is full")
 
-    monkeypatch.setitem(documents.WRITERS, ".html", failing)
+    monkeypatch.setitem(writers.WRITERS, ".html", failing)
     fails(runner, ["export", str(tmp_path / "r.html")], "error: the disk is full")
     assert list(tmp_path.iterdir()) == []
     monkeypatch.undo()

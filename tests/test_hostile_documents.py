@@ -171,13 +171,14 @@ def test_a_config_vocabulary_of_latex_and_markdown_specials(tmp_path):
 
 
 def test_tex_and_md_escapes():
-    from transformer_walkthrough.views.documents import _md_fence, _md_text, tex
+    from transformer_walkthrough.views.documents.markdown import md_fence
+    from transformer_walkthrough.views.documents.text import md_text, tex
 
     assert tex("[1cm]*") == "{[}1cm{]}{*}"
-    assert _md_text("![i](u) `c` *b* _u_ ~~s~~ \\ <t>") == (
+    assert md_text("![i](u) `c` *b* _u_ ~~s~~ \\ <t>") == (
         "!\\[i\\](u) \\`c\\` \\*b\\* \\_u\\_ \\~\\~s\\~\\~ \\\\ &lt;t&gt;"
     )
-    assert _md_fence(["a ``` b", "````"]) == "`````" and _md_fence(["plain"]) == "```"
+    assert md_fence(["a ``` b", "````"]) == "`````" and md_fence(["plain"]) == "```"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,14 +64,6 @@ def test_the_contracts_break_on(change: str, file: str, line: str, broken: str, 
 # taken, so that this list only shrinks.
 PENDING = {
     ("notebook", "config.yaml_io", "_override"),  # one session layer for the CLI and notebook.walk
-    ("views.lens", "views.documents", "_STEPS"),  # the views' split
-    ("views.lens", "views.documents", "_md_label"),
-    ("views.lens", "views.documents", "_md_text"),
-    ("views.overview", "views.documents", "_STEPS"),
-    ("views.fragments", "views.documents", "_CSS"),
-    ("views.fragments", "views.documents", "_html_matrix"),
-    ("views.fragments", "views.documents", "_legend"),
-    ("views.fragments", "views.documents", "_heading"),
 }
 
 

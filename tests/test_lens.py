@@ -19,7 +19,7 @@ from transformer_walkthrough.config import Config, load_config
 from transformer_walkthrough.model.lens import logit_lens, top_tokens
 from transformer_walkthrough.model.trace import Trace, top_k
 from transformer_walkthrough.model.transformer import run_forward
-from transformer_walkthrough.views.documents import to_html
+from transformer_walkthrough.views.documents.report import to_html
 from transformer_walkthrough.views.lens import explain_lens
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -394,7 +394,7 @@ def test_lens_bad_input_is_one_line_and_exit_code_2(runner: CliRunner, args: lis
 
 
 def test_report_has_the_lens_section_shaded_by_probability() -> None:
-    from transformer_walkthrough.views.documents import _STEPS
+    from transformer_walkthrough.views.documents.shades import STEPS
 
     trace = run_forward(load_config(ROOT / "configs" / "standard.yaml"))
     lens = logit_lens(trace)
@@ -409,7 +409,7 @@ def test_report_has_the_lens_section_shaded_by_probability() -> None:
     ):
         q = lens.probabilities[layer, i, best[layer, i]]
         assert html.unescape(word) == trace.vocabulary[best[layer, i]] and shown == f"{q:.2f}"
-        assert int(shade) == round(q * _STEPS)  # the report's fixed 0–1 scale
+        assert int(shade) == round(q * STEPS)  # the report's fixed 0–1 scale
         assert bool(right) == (lens.expected[i] == best[layer, i])
         assert title.endswith(f"walkthrough lens --explain {layer},{i}")
     # a selection of stages, or a worksheet, has neither the lens nor the attention overview
@@ -431,7 +431,8 @@ def _md_lens_rows(md: str) -> list[list[str]]:
 
 @pytest.mark.parametrize("name", ["standard.yaml", "bert-style.yaml", "gpt-style.yaml"])
 def test_markdown_ends_on_the_lens_with_its_numbers(name: str) -> None:
-    from transformer_walkthrough.views.documents import to_markdown, worksheet
+    from transformer_walkthrough.views.documents.markdown import to_markdown
+    from transformer_walkthrough.views.documents.worksheet import worksheet
 
     trace = run_forward(load_config(ROOT / "configs" / name))
     _, probabilities = _by_hand(trace, LAYER_OUTPUTS[name])
@@ -458,7 +459,8 @@ def test_markdown_ends_on_the_lens_with_its_numbers(name: str) -> None:
 
 
 def test_documents_summarise_a_long_lens_and_full_keeps_it() -> None:
-    from transformer_walkthrough.views.documents import to_latex, to_markdown
+    from transformer_walkthrough.views.documents.latex import to_latex
+    from transformer_walkthrough.views.documents.markdown import to_markdown
 
     config = load_config(ROOT / "configs" / "standard.yaml")
     trace = run_forward(config, target_ids=[k % 7 for k in range(20)])
@@ -478,7 +480,7 @@ def test_latex_lens_compiles_and_reads_back(tmp_path: Path) -> None:
     import subprocess
 
     from tests.test_documents import compile_latex, need, overfull
-    from transformer_walkthrough.views.documents import to_latex
+    from transformer_walkthrough.views.documents.latex import to_latex
 
     trace = run_forward(load_config(ROOT / "configs" / "bert-style.yaml"))
     lens = logit_lens(trace)

@@ -177,7 +177,7 @@ def test_reprs_are_short_and_say_what_they_are(trace: Trace, gpt2) -> None:
 
 
 def test_html_pieces_are_the_report_s_and_self_contained(trace: Trace) -> None:
-    from transformer_walkthrough.views.documents import to_html
+    from transformer_walkthrough.views.documents.report import to_html
 
     stage = trace["decoder.0.masked-attention"]
     report = to_html(trace, [stage], 2, clickable=False)

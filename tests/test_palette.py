@@ -17,7 +17,9 @@ from tests.test_render import hand_stage
 from transformer_walkthrough.cli import app
 from transformer_walkthrough.model.trace import ATTENTION, Matrix
 from transformer_walkthrough.views import palette
-from transformer_walkthrough.views.render import View, matrix_block, render_stage
+from transformer_walkthrough.views.blocks import matrix_block
+from transformer_walkthrough.views.stages import render_stage
+from transformer_walkthrough.views.widgets import View
 
 
 def lightness(rgb: tuple[int, int, int]) -> float:

@@ -24,9 +24,9 @@ from transformer_walkthrough.model.backprop import backward, next_tokens
 from transformer_walkthrough.model.generation import compare, generate_cached
 from transformer_walkthrough.model.kinds import KINDS
 from transformer_walkthrough.model.transformer import Weights, init_weights, run_forward
+from transformer_walkthrough.views.documents.formulas import latex_lines
+from transformer_walkthrough.views.documents.formulas import mathml as formula_mathml
 from transformer_walkthrough.views.explain import explain
-from transformer_walkthrough.views.formulas import latex_lines
-from transformer_walkthrough.views.formulas import mathml as formula_mathml
 
 from . import exact_llama
 from .test_llama_style import LLAMA

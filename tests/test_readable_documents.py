@@ -17,11 +17,15 @@ from transformer_walkthrough.config import Config, ModelConfig
 from transformer_walkthrough.model.kinds import KINDS
 from transformer_walkthrough.model.trace import Trace
 from transformer_walkthrough.model.transformer import run_forward
-from transformer_walkthrough.views.documents import _STEPS, tex, to_html, to_latex, to_markdown
-from transformer_walkthrough.views.formulas import latex_lines
-from transformer_walkthrough.views.formulas import mathml as formula_mathml
+from transformer_walkthrough.views.blocks import MAX_ROWS
+from transformer_walkthrough.views.documents.formulas import latex_lines
+from transformer_walkthrough.views.documents.formulas import mathml as formula_mathml
+from transformer_walkthrough.views.documents.latex import to_latex
+from transformer_walkthrough.views.documents.markdown import to_markdown
+from transformer_walkthrough.views.documents.report import to_html
+from transformer_walkthrough.views.documents.shades import STEPS
+from transformer_walkthrough.views.documents.text import tex
 from transformer_walkthrough.views.palette import diverging, sequential
-from transformer_walkthrough.views.render import MAX_ROWS
 
 # The background of cell (i, j) of matrix ``name`` of stage ``id``, as Chromium computes it.
 _BACKGROUND = """
@@ -60,9 +64,9 @@ def test_html_shades_weights_on_the_fixed_scale_and_a_constant_not_at_all(tmp_pa
         gamma = background(norm.id, "gamma", 0, 0)
     finally:
         driver.close()
-    # The fixed scale, 0 white to 1 green, in steps of 1/_STEPS: 1.00 is the deepest green, p its own.
+    # The fixed scale, 0 white to 1 green, in steps of 1/STEPS: 1.00 is the deepest green, p its own.
     assert one == _rgb(sequential(1.0))
-    assert most == _rgb(sequential(round(p * _STEPS) / _STEPS)) != one
+    assert most == _rgb(sequential(round(p * STEPS) / STEPS)) != one
     # gamma is a weight: a heatmap on its own scale would paint its 1.00s the deepest red.
     assert gamma != _rgb(diverging(1.0, 1.0)) and gamma == "rgba(0, 0, 0, 0)"
 
@@ -129,7 +133,8 @@ def test_full_keeps_every_row_and_column(runner: CliRunner, gpt2, tmp_path: Path
 
 
 def test_markdown_summary_keeps_the_terminal_s_rows(runner: CliRunner, gpt2, tmp_path: Path) -> None:
-    from transformer_walkthrough.views.render import View, summary
+    from transformer_walkthrough.views.blocks import summary
+    from transformer_walkthrough.views.widgets import View
 
     E = run_forward_of(gpt2)["decoder.embedding"].matrices["E"]
     md = _gpt2_export(runner, gpt2, tmp_path / "gpt.md")

@@ -16,19 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from rich.console import Console
+from transformer_walkthrough.model.numbers import format_value, text_widths
 
 from tests import table_renderer
 from transformer_walkthrough.config import Config, load_config
 from transformer_walkthrough.model.trace import ATTENTION, INPUT, MASK, PROBABILITIES, Matrix, Stage, Trace
 from transformer_walkthrough.model.transformer import run_forward
-from transformer_walkthrough.views import render
-from transformer_walkthrough.views.render import (
-    View,
-    matrix_block,
-    prediction_table,
-    render_trace,
-    side_by_side,
-)
+from transformer_walkthrough.views.blocks import matrix_block, print_all, side_by_side
+from transformer_walkthrough.views.stages import prediction_table, render_stage, render_trace
+from transformer_walkthrough.views.widgets import View
 
 CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
 
@@ -131,7 +127,7 @@ def test_prediction_table(trace: Trace) -> None:
 
 
 def test_loss_curve_is_a_log_scale_dot_plot() -> None:
-    from transformer_walkthrough.views.render import loss_curve
+    from transformer_walkthrough.views.tables import loss_curve
 
     lines = loss_curve([100.0, 10.0, 1.0, 0.1], width=4, height=4).plain.splitlines()
     assert lines[0] == "loss, log scale, over 3 steps"
@@ -146,7 +142,7 @@ def test_loss_curve_is_a_log_scale_dot_plot() -> None:
 
 
 def test_a_few_steps_are_spread_over_the_plot_and_its_axis_names_both_ends() -> None:
-    from transformer_walkthrough.views.render import loss_curve
+    from transformer_walkthrough.views.tables import loss_curve
 
     lines = loss_curve([1.0, 0.5, 0.25, 0.125], width=60, height=4).plain.splitlines()
     # 16 columns, a dot every 5, falling by equal steps on the log scale; step 3 under the last one
@@ -196,8 +192,8 @@ def test_attention_weights_are_shaded_and_heatmap_colours_everything() -> None:
 @contextlib.contextmanager
 def todays_numbers() -> Iterator[None]:
     with (
-        mock.patch.object(table_renderer, "format_value", render.format_value),
-        mock.patch.object(table_renderer, "text_widths", render.text_widths),
+        mock.patch.object(table_renderer, "format_value", format_value),
+        mock.patch.object(table_renderer, "text_widths", text_widths),
     ):
         yield
 
@@ -209,8 +205,8 @@ def same_block(name: str, matrix: Matrix, view: View, colour: bool = False) -> N
     with todays_numbers():
         table = table_renderer.matrix_table(name, matrix, view)
     # Both as the commands print them: every line without the spaces at its end.
-    render.print_all(old, table_renderer.side_by_side(old, [table], view.width))
-    render.print_all(new, side_by_side([matrix_block(name, matrix, view)], view.width))
+    print_all(old, table_renderer.side_by_side(old, [table], view.width))
+    print_all(new, side_by_side([matrix_block(name, matrix, view)], view.width))
     assert new.file.getvalue() == old.file.getvalue()
 
 
@@ -242,7 +238,7 @@ def test_no_negative_zero() -> None:
         "a    0.00   0.00",
         "b   -0.01   0.00",
     ])  # fmt: skip
-    assert render.format_value(-0.0004, 3) == "0.000" and render.format_value(-0.4, 0) == "0"
+    assert format_value(-0.0004, 3) == "0.000" and format_value(-0.4, 0) == "0"
 
 
 def test_huge_numbers_are_written_in_scientific_notation() -> None:
@@ -255,8 +251,8 @@ def test_huge_numbers_are_written_in_scientific_notation() -> None:
         "a   8.34e+199   -2.50e+06",
         "b   999999.99        0.00",
     ])  # fmt: skip
-    assert render.format_value(-2.5e6, 0) == "-2e+06" and render.format_value(1e6, 1) == "1.0e+06"
-    assert render.format_value(-3.25e7, 2, minus="−") == "−3.25e+07"
+    assert format_value(-2.5e6, 0) == "-2e+06" and format_value(1e6, 1) == "1.0e+06"
+    assert format_value(-3.25e7, 2, minus="−") == "−3.25e+07"
 
 
 @settings(max_examples=200, deadline=None)
@@ -269,8 +265,8 @@ def test_huge_numbers_are_written_in_scientific_notation() -> None:
     st.integers(0, 4),
 )
 def test_the_width_estimate_is_the_width_written(values: np.ndarray, precision: int) -> None:
-    written = [max(len(render.format_value(v, precision)) for v in column) for column in values.T.tolist()]
-    estimate = render.text_widths(values, precision).tolist()
+    written = [max(len(format_value(v, precision)) for v in column) for column in values.T.tolist()]
+    estimate = text_widths(values, precision).tolist()
     # Exact but where rounding carries a digit or a sign (a half-way case), or where a number from
     # 9.5e99 on keeps 2 exponent digits at this precision (counted as 3: never too few).
     assert all(w - 1 <= e <= w + 1 for e, w in zip(estimate, written, strict=True)), (estimate, written)
@@ -279,8 +275,8 @@ def test_the_width_estimate_is_the_width_written(values: np.ndarray, precision: 
 def test_the_width_estimate_of_nan_infinities_and_exponents() -> None:
     # nan, -∞ and ∞ as written; 9.999e99 rounds to 1.00e+100 at precision 2: nine characters.
     values = np.array([[np.nan, -np.inf, np.inf, 9.999e99, -2.5e6, 999999.994]])
-    assert [len(render.format_value(v, 2)) for v in values[0]] == [3, 2, 1, 9, 9, 9]
-    assert render.text_widths(values, 2).tolist() == [3, 2, 1, 9, 9, 9]
+    assert [len(format_value(v, 2)) for v in values[0]] == [3, 2, 1, 9, 9, 9]
+    assert text_widths(values, 2).tolist() == [3, 2, 1, 9, 9, 9]
 
 
 def test_wide_characters_are_aligned_by_terminal_cells() -> None:
@@ -326,7 +322,7 @@ def test_a_stage_groups_its_matrices_by_meaning_at_80_columns() -> None:
     # Written by hand: X and M (inputs), then head 1's weights, its projections, its attention, each
     # group on its own row though all would fit on one; -0.001 reads 0.00; no line ends in spaces.
     console = Console(width=80, no_color=True, file=io.StringIO())
-    render.print_all(console, render.render_stage(console, hand_stage(), View(width=80)))
+    print_all(console, render_stage(console, hand_stage(), View(width=80)))
     assert console.file.getvalue().splitlines()[4:] == [
         "X  (2×2)          M  (2×2)",
         "      d0     d1          a      b",
@@ -361,7 +357,7 @@ def test_each_gradient_sits_beside_its_matrix_and_a_constant_has_none() -> None:
     stage = hand_stage()
     grads = {name: np.full(m.shape, 0.5) for name, m in stage.matrices.items()}
     console = Console(width=80, no_color=True, file=io.StringIO())
-    render.print_all(console, render.render_stage(console, stage, View(width=80), grads))
+    print_all(console, render_stage(console, stage, View(width=80), grads))
     lines = console.file.getvalue().splitlines()
     titles = [title for line in lines if "×" in line for title in re.findall(r"(\S+)  \(\d×\d\)", line)]
     assert "dL/dM" not in console.file.getvalue()  # the mask is a constant: nothing learns it

@@ -36,7 +36,7 @@ from transformer_walkthrough.model.transformer import (
     init_weights,
     run_forward,
 )
-from transformer_walkthrough.views.documents import mathml
+from transformer_walkthrough.views.documents.mathml import mathml
 from transformer_walkthrough.views.explain import explain, explainable
 
 from .strategies import configs

@@ -91,7 +91,7 @@ def test_non_finite_learning_rates(runner: CliRunner, args: list[str], message: 
 
 
 def test_loss_curve_survives_nan() -> None:
-    from transformer_walkthrough.views.render import loss_curve
+    from transformer_walkthrough.views.tables import loss_curve
 
     text = loss_curve([2.0, 1.0, float("nan"), float("inf")]).plain
     assert "over 3 steps" in text and text.count("•") == 4

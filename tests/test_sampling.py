@@ -32,7 +32,8 @@ from transformer_walkthrough.model.sampling import (
     top_k_mask,
     top_p_mask,
 )
-from transformer_walkthrough.views.render import View, sampling_table
+from transformer_walkthrough.views.tables import sampling_table
+from transformer_walkthrough.views.widgets import View
 
 torch = pytest.importorskip("torch")  # test dependencies: CI installs them, so these never skip there
 logits_process = pytest.importorskip("transformers.generation.logits_process")

@@ -16,7 +16,7 @@ import pytest
 from transformer_walkthrough.config import load_config
 from transformer_walkthrough.model.trace import Trace
 from transformer_walkthrough.model.transformer import run_forward
-from transformer_walkthrough.views.documents import to_markdown
+from transformer_walkthrough.views.documents.markdown import to_markdown
 from transformer_walkthrough.views.explain import explain
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))

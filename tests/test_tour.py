@@ -22,8 +22,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from transformer_walkthrough.model.trace import Trace
-from transformer_walkthrough.views.render import View
 from transformer_walkthrough.views.tour import decode, run_tour
+from transformer_walkthrough.views.widgets import View
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from transformer_walkthrough.cli import app
-from transformer_walkthrough.views.render import pack, wrap_explanation
+from transformer_walkthrough.views.widgets import pack, wrap_explanation
 
 RULE = "─" * 80
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -12,7 +12,8 @@ from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import Config
 from transformer_walkthrough.model.trace import Trace
 from transformer_walkthrough.model.transformer import run_forward
-from transformer_walkthrough.views.documents import to_markdown, worksheet
+from transformer_walkthrough.views.documents.markdown import to_markdown
+from transformer_walkthrough.views.documents.worksheet import worksheet
 from transformer_walkthrough.views.explain import explain
 
 
@@ -108,7 +109,8 @@ def test_more_cells_than_the_export_has(trace: Trace) -> None:
 
 
 def test_every_format_writes_the_boxes_and_the_key(tmp_path: Path) -> None:
-    from transformer_walkthrough.views.documents import to_html, to_latex
+    from transformer_walkthrough.views.documents.latex import to_latex
+    from transformer_walkthrough.views.documents.report import to_html
 
     trace = run_forward(Config())
     sheet = worksheet(trace, list(trace), 6)
@@ -122,7 +124,7 @@ def test_every_format_writes_the_boxes_and_the_key(tmp_path: Path) -> None:
 
 def test_a_worksheet_compiles(tmp_path: Path) -> None:
     from tests.test_documents import compile_latex, overfull
-    from transformer_walkthrough.views.documents import to_latex
+    from transformer_walkthrough.views.documents.latex import to_latex
 
     trace = run_forward(Config())
     log, _ = compile_latex(

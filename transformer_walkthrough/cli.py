@@ -1,7 +1,7 @@
 """The ``walkthrough`` command: thin commands over config -> model -> trace -> render / export.
 
 A command parses its options, calls the library and hands what it computed to the views: every
-style, table and line printed through Rich is in ``views.render`` and ``views.terminal``. The
+style, table and line printed through Rich is in ``views.stages``, ``tables`` and ``terminal``. The
 checkpoint options (--model, --source, --target, --prompt, --dtype) are one group, defined once
 (``model_options``) and received as one ``ModelOptions``.
 
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .model.sampling import Sampling
     from .model.trace import Stage, Trace
     from .model.transformer import Weights
-    from .views.render import View
+    from .views.widgets import View
 
 
 class OneLineUsageError(UsageError):  # type: ignore[misc,valid-type]
@@ -506,7 +506,7 @@ def _show(
     shared_scale: bool = False,
 ) -> None:
     """Print the stages (with their gradients), and the prediction when the probabilities are among them."""
-    from .views.render import render_trace
+    from .views.stages import render_trace
 
     out = Terminal()
     view = out.view(trace.config.display.precision, full, heatmap, shared_scale)
@@ -596,7 +596,7 @@ def stages(
     checkpoint: ModelOptions = TOY,
 ) -> None:
     """The stage ids in order, their kinds and matrix shapes."""
-    from .views.render import stage_list
+    from .views.tables import stage_list
 
     trace, _ = _trace(config, seed, None, None, checkpoint.checked())
     Terminal().show(stage_list(trace))
@@ -701,7 +701,7 @@ def export(
     stages = trace.select(stage or (), layer)
     sheet = None
     if exercise is not None or cells or kinds is not None or pick_seed is not None:
-        from .views.documents import worksheet
+        from .views.documents.worksheet import worksheet
 
         sheet = worksheet(
             trace, stages, exercise, cells or (), include_weights, kinds=kinds, pick_seed=pick_seed,
@@ -764,7 +764,7 @@ def verify(
 ) -> None:
     """Recompute every stage a second way; exit 1 if any number differs."""
     from .compare.verify import TOLERANCE, against_torch, recompute
-    from .views.render import verify_table
+    from .views.tables import verify_table
 
     trace, w = _trace(config, seed, None, weights, checkpoint.checked())
     settings = trace.config
@@ -984,7 +984,8 @@ def train(
     from .model.training import train as fit
     from .model.training import training_notes
     from .model.transformer import run_forward
-    from .views.render import View, loss_curve, training_table
+    from .views.tables import loss_curve, training_table
+    from .views.widgets import View
 
     # Both paths checked before the work: a bad one costs nothing.
     target = None if output is None else check_target(output, force, formats=(".npz",))
@@ -1118,7 +1119,8 @@ def generate(
     from .model.training import UNTRAINED_REPEATS, generation_limit
     from .model.training import generate as decode
     from .model.transformer import init_weights
-    from .views.render import View, comparison_table, generation_table, label
+    from .views.tables import comparison_table, generation_table
+    from .views.widgets import View, label
 
     if max_len > MAX_GENERATED:
         raise WalkthroughError(f"--max-len: at most {MAX_GENERATED}, got {max_len}")
@@ -1201,7 +1203,7 @@ def _show_sampling(
     out: Terminal, steps: "list[Step]", vocabulary: tuple[str, ...], sampling: "Sampling | None", view: "View"
 ) -> None:
     """After the generation table: each draw's arithmetic, or why --temperature 0 drew nothing."""
-    from .views.render import sampling_note, sampling_table
+    from .views.tables import sampling_note, sampling_table
 
     if sampling is None:
         return
@@ -1230,7 +1232,8 @@ def _continue(
     from .model.generation import compare as against_full_pass
     from .model.generation import generated_ids
     from .model.trace import token_labels, weights_origin
-    from .views.render import View, cache_comparison_table, cached_generation_table, how_drawn
+    from .views.tables import cache_comparison_table, cached_generation_table, how_drawn
+    from .views.widgets import View
 
     loaded = load(checkpoint.model, checkpoint.prompt or "", checkpoint.dtype, prompt=True)
     m = loaded.config.model
@@ -1344,7 +1347,8 @@ def diff(
     from .config import load_config
     from .files.weights import load_weights
     from .model.transformer import init_weights, run_forward
-    from .views.render import View, diff_stage, diff_table
+    from .views.tables import diff_stage, diff_table
+    from .views.widgets import View
 
     paths, files = list(configs or []), list(weights or [])
     if len(paths) > 2 or len(files) not in (0, 2) or not (len(paths) == 2 or len(files) == 2):

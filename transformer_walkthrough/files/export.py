@@ -27,7 +27,7 @@ from ..model.trace import Matrix, Stage, Trace
 
 if TYPE_CHECKING:
     from ..model.backprop import Backward
-    from ..views.documents import Worksheet
+    from ..views.documents.worksheet import Worksheet
 
 SCHEMA_VERSION = 2  # 2: no gradients of constants; source_vocabulary when the encoder has its own
 FORMATS = (".json", ".npz", ".html", ".md", ".tex")
@@ -382,7 +382,8 @@ def export(
         write_atomic(target, lambda f: np.savez(f, **arrays), force)  # streamed, no copy in memory
         return None
     if suffix in DOCUMENTS:
-        from ..views.documents import WRITERS, Options
+        from ..views.documents.shown import Options
+        from ..views.documents.writers import WRITERS
 
         options = Options(
             trace.config.display.precision, weights, None if grads is None else grads.stages, worksheet, full,
@@ -414,7 +415,7 @@ def export(
 def write_key(trace: Trace, target: Path, sheet: Worksheet, force: bool = False) -> None:
     """A worksheet's answer key to a document of its own, written as every export is: atomically,
     and never over a file without ``force``."""
-    from ..views.documents import iter_key
+    from ..views.documents.writers import iter_key
 
     suffix = target.suffix.lower()
 

@@ -2,7 +2,7 @@
 
 A piece of a stage says its arithmetic once, as terms: ``line(sym("S", "h"), "=", sym("Q", "h"),
 "·", sym("K", "g", "T"), "/", sqrt(sym("d_k")))``. ``str()`` of a formula is the plain text the
-terminal shows (``S_h = Q_h·K_gᵀ / √d_k``); ``views.formulas`` writes the same terms as LaTeX and as
+terminal shows (``S_h = Q_h·K_gᵀ / √d_k``); ``views.documents.formulas`` writes the same terms as LaTeX and as
 MathML. Nothing reads a rendered formula back: a symbol such as ⌈h / 2⌉ is a term (``ceil``), so
 each renderer writes it in its own language (``\\lceil h / 2 \\rceil`` for pdflatex).
 
@@ -24,7 +24,7 @@ class Sym(NamedTuple):
     name: str  # as the trace names the matrix: "Q", "W_Q", "rot_Q", "S+M"; or a size: "d_k"
     sub: str = ""  # the head: "h", "g", "1"
     sup: str = ""  # "T" (transposed), or an exponent
-    tex: str = ""  # the LaTeX symbol when ``views.formulas`` would not derive it from the name
+    tex: str = ""  # the LaTeX symbol when ``views.documents.formulas`` would not derive it from the name
 
 
 class Num(NamedTuple):

@@ -29,7 +29,7 @@ from .explain import explain
 
 if TYPE_CHECKING:
     from ..model.trace import Stage, Trace
-    from .documents import Options, Shown
+    from .documents.shown import Options, Shown
 
 BUDGET = 10_000  # cells whose arithmetic a report carries (the paper's base size: about 2.5 MB, 6 s)
 LINES_BUDGET = 5_000_000  # characters of distinct lines, whatever the cells
@@ -94,7 +94,7 @@ class Clicks:
     def _reads(self, stage: Stage, shown: Shown) -> int:
         """How many numbers the arithmetic of one cell of the matrix reads (the first cell's:
         every cell of a matrix is computed the same way); 0 for a weight, an input, a constant."""
-        from .documents import cell_step
+        from .documents.worksheet import cell_step
 
         name = shown.name.removeprefix("dL/d")
         step = cell_step(self.trace, stage, name, 0, 0) if shown.matrix.values.size else None

@@ -2,7 +2,7 @@
 
 The map is laid out once here, from ``architecture`` (so it follows every convention: pre-norm's
 norm-k and residual-k stages, final norms, a decoder-only model with no encoder), as lines of
-spans; the terminal styles the spans (``render.figure``) and the HTML report takes the same
+spans; the terminal styles the spans (``stages.figure``) and the HTML report takes the same
 layout as an inline SVG (``figure_svg``). Like Figure 1 it reads bottom to top, the encoder on
 the left and the decoder on the right, one row per layer::
 

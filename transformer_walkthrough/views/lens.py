@@ -29,8 +29,11 @@ from ..model.kinds.norms import norm_of
 from ..model.lens import PROBABILITIES as PROBABILITIES_ID
 from ..model.lens import Lens, run_top
 from ..model.trace import Trace
+from .blocks import summarise
+from .documents.shades import STEPS  # the report's fixed scale, in steps of 1/STEPS
+from .documents.text import md_label, md_text, tex
 from .palette import sequential, sequential_256
-from .render import ELLIPSIS, LABEL, Entries, View, label, mark, styled_table, summarise
+from .widgets import ELLIPSIS, LABEL, Entries, View, label, mark, styled_table
 
 if TYPE_CHECKING:
     from ..model.cell import Cell
@@ -434,11 +437,9 @@ table.lens tr.next td { background: none; color: var(--muted); border-top: 1px s
 
 def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = False, rerun: str = "") -> str:
     """The "Lens" section of the HTML report: the table of layers × positions, each cell shaded by
-    its probability on the report's fixed 0–1 scale (the classes ``g0`` … ``g20`` of ``documents``);
+    its probability on the report's fixed 0–1 scale (the classes ``g0`` … ``g20`` of ``documents.shades``);
     each cell's tooltip its top 5 and the command that explains it, with ``rerun``'s options (the
     config, weights, checkpoint and prompt that make this trace again)."""
-    from .documents import _STEPS  # the report's fixed scale, in steps of 1/_STEPS
-
     e = html.escape
     p = max(precision, 2)
     n = len(lens.tokens)
@@ -460,7 +461,7 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
                 f"{lens.vocabulary[t]} {lens.probabilities[layer, i, t]:.{p}f}" for t in top[layer, i]
             )
             tip = f"top {top.shape[2]}: {tip} · walkthrough lens --explain {layer},{i}{again}"
-            shade = round(min(max(q, 0.0), 1.0) * _STEPS) if math.isfinite(q) else 0
+            shade = round(min(max(q, 0.0), 1.0) * STEPS) if math.isfinite(q) else 0
             cls = f"g{shade}" + (" right" if right else "")
             word = f"<b>{e(lens.vocabulary[best])}</b> {q:.{p}f}{' ✓' if right else ''}"
             cells.append(f'<td class="{cls}" title="{e(tip)}">{word}</td>')
@@ -474,7 +475,7 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
     rows.append(f'<tr class="next"><th>{expected_row(lens)}</th>{nexts}</tr>')
     note = document_left_out(lens, shown)
     note = "" if note is None else f'<p class="left-out">{e(note)}</p>'
-    swatches = "".join(f'<span class="g{k}"></span>' for k in range(0, _STEPS + 1, 4))
+    swatches = "".join(f'<span class="g{k}"></span>' for k in range(0, STEPS + 1, 4))
     return (
         '<section id="lens"><h2>Logit lens<code>walkthrough lens</code></h2>'
         f"<p>What the model would predict if it stopped after each {lens.side} layer: {e(where(lens))}. "
@@ -539,17 +540,15 @@ def lens_markdown(lens: Lens, precision: int = 2, full: bool = False) -> str:
     """The Markdown document's "Logit lens" section: layers × positions, the top token (a code span,
     as every token of the document) and its probability in each cell, ✓ by the expected one; past
     ``DOCUMENT_POSITIONS`` positions, the first and the last (all with ``full``)."""
-    from .documents import _md_label, _md_text
-
     shown = kept_positions(len(lens.tokens), DOCUMENT_POSITIONS, full)
 
     def word(t: int | None) -> str:
-        return "—" if t is None else _md_label(label(lens.vocabulary[t], DOCUMENT_LABEL))
+        return "—" if t is None else md_label(label(lens.vocabulary[t], DOCUMENT_LABEL))
 
-    heads = ["…" if i < 0 else _md_label(label(lens.tokens[i], DOCUMENT_LABEL)) for i in shown]
+    heads = ["…" if i < 0 else md_label(label(lens.tokens[i], DOCUMENT_LABEL)) for i in shown]
     lines = [
         "\n## Logit lens\n",
-        f"{_md_text(_about(lens))}\n",
+        f"{md_text(_about(lens))}\n",
         "| after | " + " | ".join(heads) + " |",
         "|---|" + "---|" * len(shown),
     ]
@@ -557,15 +556,13 @@ def lens_markdown(lens: Lens, precision: int = 2, full: bool = False) -> str:
     lines += [f"| layer {layer} | " + " | ".join(cells) + " |" for layer, cells in enumerate(layers)]
     lines.append(f"| {expected_row(lens)} | " + " | ".join(expected) + " |")
     if note := document_left_out(lens, shown):
-        lines.append(f"\n{_md_text(note)}")
+        lines.append(f"\n{md_text(note)}")
     return "\n".join(lines) + "\n"
 
 
 def lens_latex(lens: Lens, precision: int = 2, full: bool = False) -> str:
     """The LaTeX document's "Logit lens" section: the same table as a tabular, every token in
     typewriter as typed, shrunk to the line when it must be (the document's ``\\fit``)."""
-    from .documents import tex
-
     shown = kept_positions(len(lens.tokens), DOCUMENT_POSITIONS, full)
 
     def typed(piece: str) -> str:  # a token as typed: typewriter, "--" two hyphens, not a dash

@@ -29,8 +29,10 @@ from rich.text import Text
 from ..errors import StageError
 from ..model.architecture import ENCODER, side_of
 from ..model.trace import ATTENTION, MASK, Matrix, Stage, Trace
+from .blocks import MatrixBlock, layout
+from .documents.shades import STEPS
 from .palette import sequential, sequential_256
-from .render import ELLIPSIS, LABEL, TITLE, MatrixBlock, View, label, layout, pack, paragraph
+from .widgets import ELLIPSIS, LABEL, TITLE, View, label, pack, paragraph
 
 MAX_TOKENS = 24  # queries and keys a head shows; past it the first and last HALF of each
 HALF = MAX_TOKENS // 2
@@ -285,8 +287,6 @@ def _anchor(stage: Stage, head: int) -> str:
 def _heatmap(trace: Trace, stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None) -> str:
     """One head's weights as a table of shaded cells (the report's ``g0`` … ``g20``), its labels and
     numbers there for the enlarged view only; its strongest links below."""
-    from .documents import _STEPS
-
     e = html.escape
     A = m.values
     rows, cols = kept(A.shape[0]), kept(A.shape[1])
@@ -305,7 +305,7 @@ def _heatmap(trace: Trace, stage: Stage, name: str, m: Matrix, hidden: np.ndarra
                 cells.append('<td class="mk">·</td>')
             else:
                 w = float(A[i, j])
-                shade = round(min(max(w, 0.0), 1.0) * _STEPS) if math.isfinite(w) else 0
+                shade = round(min(max(w, 0.0), 1.0) * STEPS) if math.isfinite(w) else 0
                 cells.append(f'<td class="g{shade}">{w:.2f}</td>')
         body.append(f"<tr><th>{e(m.rows[i])}</th>{''.join(cells)}</tr>")
     links = "".join(

@@ -1,5 +1,6 @@
-"""The colours of shaded cells: one palette for the terminal (``render``) and the HTML report
-(``documents``), so that a learner sees the same green for the same attention weight in both.
+"""The colours of shaded cells: one palette for the terminal (``blocks``) and the HTML report
+(``documents.shades``), so that a learner sees the same green for the same attention weight in
+both.
 
 Two scales, each a function of the value alone (never of the output format):
 

@@ -1,6 +1,6 @@
 """The report's sections after the prediction: the logit lens and the attention overview.
 
-``documents.iter_html`` asks for them in one call (``report_sections``) when it writes the whole
+``documents.report.iter_html`` asks for them in one call (``report_sections``) when it writes the whole
 report — not a selection of stages, not a worksheet, whose hidden cells the lens or a heatmap
 would give away; each section is its own module's (``lens``, ``overview``). The Markdown and
 LaTeX documents end on the lens alone (``whole_lens``): a heatmap has no text form worth reading.

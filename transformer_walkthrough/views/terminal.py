@@ -3,10 +3,10 @@ and clamped; the ``View`` its colours and encoding ask for; and every way a comm
 are shown (prose wrapped at the width, a user's path as it is, a dim note, the bold first line of
 an explanation, the training's progress bar, a status line on stderr).
 
-``render`` lays out what a command computed; this module puts it and the command's sentences on
-the screen, so that ``cli`` holds no style. Rich and ``render`` are imported inside the methods:
-importing this module costs nothing, and ``walkthrough --help``, ``config`` and ``export -`` never
-load Rich.
+``stages`` and ``tables`` lay out what a command computed (of ``widgets`` and ``blocks``); this
+module puts it and the command's sentences on the screen, so that ``cli`` holds no style. Rich and
+those modules are imported inside the methods: importing this module costs nothing, and
+``walkthrough --help``, ``config`` and ``export -`` never load Rich.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-    from .render import View
+    from .widgets import View
 
 # The widest and tallest terminal believed (COLUMNS, LINES): a matrix is laid out to the width,
 # and COLUMNS=10000000 made `run` write hundreds of megabytes (99999999999: a MemoryError). A
@@ -33,7 +33,7 @@ class Terminal:
     (else 80) and no larger than ``MAX_WIDTH`` × ``MAX_HEIGHT``."""
 
     def __init__(self) -> None:
-        from .render import TrimmedConsole
+        from .widgets import TrimmedConsole
 
         console = TrimmedConsole(highlight=False)
         if console.width < 20:  # COLUMNS=0 or a tiny pane: too narrow to lay anything out
@@ -59,7 +59,7 @@ class Terminal:
         self, precision: int, full: bool = False, heatmap: bool = False, shared_scale: bool = False
     ) -> View:
         """How numbers are shown: ``precision`` digits, the console's width and colours."""
-        from .render import View
+        from .widgets import View
 
         return View(
             precision=precision,
@@ -72,12 +72,12 @@ class Terminal:
         )
 
     def show(self, renderable: RenderableType) -> None:
-        """One table or text of ``render``'s, each line ending where its text ends."""
+        """One table or text of the views', each line ending where its text ends."""
         self.console.print(renderable)
 
     def show_all(self, renderables: Iterable[RenderableType]) -> None:
-        """``render``'s blocks in order, uncropped (``render.print_all``)."""
-        from .render import print_all
+        """The blocks in order, uncropped (``blocks.print_all``)."""
+        from .blocks import print_all
 
         print_all(self.console, iter(renderables))
 
@@ -88,7 +88,7 @@ class Terminal:
 
     def paragraph(self, text: str) -> None:
         """A sentence broken as the explanations are: no number parted from its label."""
-        from .render import paragraph
+        from .widgets import paragraph
 
         self.console.print(paragraph(text, self.width))
 
@@ -117,7 +117,7 @@ class Terminal:
         from rich.text import Text
 
         from ..errors import printable, short_words
-        from .render import wrap_explanation
+        from .widgets import wrap_explanation
 
         for k, line in enumerate(lines):
             for part in wrap_explanation(short_words(printable(line)), self.width):

@@ -34,7 +34,9 @@ from rich.text import Text
 
 from ..errors import StageError, close_matches, printable
 from ..model.trace import Trace
-from .render import SideBySide, View, figure, prediction_table, render_stage, trim, weights_line
+from .blocks import SideBySide
+from .stages import figure, prediction_table, render_stage, weights_line
+from .widgets import View, trim
 
 # "h keys", not "? keys": a "?" on an ASCII stream reads as a symbol it could not encode.
 HELP = "Enter next · ← back · g go · / find · h keys · q quit"

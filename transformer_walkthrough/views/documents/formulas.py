@@ -10,7 +10,8 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 
-from ..model.formula import Call, Ceil, Formula, Line, Note, Num, Op, Root, Sym, Term, Word
+from ...model.formula import Call, Ceil, Formula, Line, Note, Num, Op, Root, Sym, Term, Word
+from .text import tex
 
 _GREEK = frozenset({"gamma", "beta", "mu", "sigma", "epsilon", "theta", "alpha", "lambda", "pi"})
 
@@ -20,16 +21,6 @@ _GREEK = frozenset({"gamma", "beta", "mu", "sigma", "epsilon", "theta", "alpha",
 
 _TEX_OPS = {"·": r"\,", "⊙": r" \odot ", "…": r"\ldots", "−": " - ", "-": " - ", "×": r" \times ", ",  ": r", \quad ",
             ",": ", ", "=": " = ", "+": " + ", "/": " / ", "    ": r" \quad "}  # fmt: skip
-# Plain text's characters as LaTeX: its specials escaped, the few symbols the walkthrough uses as math.
-_TEX_SPECIAL = {
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-    "}": r"\}", "[": "{[}", "]": "{]}", "*": "{*}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}", ">": r"\textgreater{}",
-    "−": "-", "∞": r"$\infty$", "√": r"$\surd$", "ᵀ": r"$^{T}$", "⊙": r"$\odot$", "·": r"$\cdot$", "…": r"\ldots{}",
-    "→": r"$\to$", "Σ": r"$\Sigma$", "×": r"$\times$", "≤": r"$\le$", "⋮": r"$\vdots$", "—": "---", "–": "--", "±": r"$\pm$",
-    "²": r"$^{2}$", "✓": r"$\checkmark$", "✗": r"$\times$", "π": r"$\pi$", "σ": r"$\sigma$",
-    # The marks of real checkpoints' tokens: SentencePiece's word start, GPT-2's shown tab and newline.
-    "▁": r"\textvisiblespace{}", "⇥": r"$\rightarrowtail$", "↵": r"$\hookleftarrow$",
-}  # fmt: skip
 
 
 def tex_name(name: str) -> str:
@@ -83,11 +74,6 @@ def tex_term(t: Term) -> str:
 
 def tex_terms(terms: Iterable[Term]) -> str:
     return "".join(tex_term(t) for t in terms)
-
-
-def tex(text: str) -> str:
-    """Plain text as LaTeX source: specials escaped, the few symbols the walkthrough uses as math."""
-    return "".join(_TEX_SPECIAL.get(ch, ch) for ch in text)
 
 
 def latex_lines(f: Formula) -> list[str]:

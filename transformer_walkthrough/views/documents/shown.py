@@ -1,0 +1,193 @@
+"""What every document shows of a trace: its options, each stage's matrices as shown (grouped by
+meaning, each beside its gradient, summarised as the terminal summarises them), the heading and
+the prediction's cells. The writers (``markdown``, ``latex``, ``report``) set these in their markup.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from ...model.trace import ACTIVATION, Matrix, Prediction, Stage, Trace
+from ..blocks import summary
+from ..sections import whole_lens
+from ..stages import group_of
+from ..widgets import View, label
+from .text import tex_symbol
+
+if TYPE_CHECKING:
+    from ...model.lens import Lens
+    from .worksheet import Worksheet
+
+Grads = dict[str, dict[str, np.ndarray]]  # stage id -> matrix name -> dL/d(matrix)
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a document shows a trace: digits, weights or not, gradients, a worksheet, and whether
+    large matrices are kept whole (``full``) or summarised as the terminal summarises them."""
+
+    precision: int = 2
+    weights: bool = True
+    grads: Grads | None = None
+    worksheet: Worksheet | None = None
+    full: bool = False
+    # The HTML report: a click on a cell shows its arithmetic (``views.clickable``); ``rerun``:
+    # the options that make this trace again, for the command line a cell shows past its budget.
+    clickable: bool = True
+    rerun: str = ""
+
+    def holes(self, stage_id: str, name: str) -> dict[tuple[int, int], int]:
+        return {} if self.worksheet is None else self.worksheet.hidden.get((stage_id, name), {})
+
+    def asks(self, stage_id: str, name: str) -> bool:
+        """Whether the worksheet asks for a cell of this matrix (not just hides a copy of one)."""
+        return self.worksheet is not None and any(
+            (h.stage, h.name) == (stage_id, name) for h in self.worksheet.holes
+        )
+
+
+class Shown(NamedTuple):
+    """A matrix as a document shows it: under its name (S1, or dL/dS1), with its digits and holes,
+    and the rows and columns kept (``blocks.summary``: -1 for the "⋮" row, the "…" column)."""
+
+    name: str
+    matrix: Matrix
+    precision: int
+    holes: dict[tuple[int, int], int]
+    tex: str = ""  # its symbol in LaTeX (``tex_symbol``)
+    rows: tuple[int, ...] = ()
+    cols: tuple[int, ...] = ()
+
+    @property
+    def gradient(self) -> bool:
+        return self.name.startswith("dL/d")
+
+    @property
+    def whole(self) -> bool:
+        return -1 not in self.rows and -1 not in self.cols
+
+    def kept(self) -> tuple[list[int], list[int]]:
+        """The indices of the rows and the columns shown, without the -1s."""
+        return [i for i in self.rows if i >= 0], [j for j in self.cols if j >= 0]
+
+    def left_out(self) -> str | None:
+        """The sentence under a summarised matrix that says what the "⋮" and the "…" stand for."""
+        if self.whole:
+            return None
+        m = self.matrix
+        parts = []
+        for index, labels, what, mark in (
+            (self.rows, m.rows, "rows", "⋮"),
+            (self.cols, m.cols, "columns", "…"),
+        ):
+            if -1 in index:
+                at = index.index(-1)
+                first, last = index[at - 1] + 1, index[at + 1] - 1
+                span = (
+                    label(labels[first])
+                    if first == last
+                    else f"{label(labels[first])} to {label(labels[last])}"
+                )
+                parts.append(f"{last - first + 1} of its {len(labels)} {what} ({span}, at {mark})")
+        return (
+            f"{self.name} is summarised: {' and '.join(parts)} are left out; export with --full to keep them."
+        )
+
+
+def row_values(s: Shown, i: int) -> list[float | None]:
+    """Row ``i``'s numbers in the columns shown, None where the "…" stands."""
+    values = s.matrix.values[i]
+    if -1 not in s.cols:
+        return values.tolist() if len(s.cols) == len(values) else values[list(s.cols)].tolist()
+    at = s.cols.index(-1)
+    return [*values[list(s.cols[:at])].tolist(), None, *values[list(s.cols[at + 1 :])].tolist()]
+
+
+DOCUMENT_WIDTH = 100  # characters a matrix may take in the HTML and Markdown, as in a 100-column terminal
+
+
+def units(stage: Stage, o: Options, width: int = DOCUMENT_WIDTH) -> list[list[list[Shown]]]:
+    """The stage's matrices in rows of one meaning (per head: weights, projections, attention; as
+    ``stages.group_of`` groups them in the terminal), each matrix beside its gradient when there
+    are gradients, but for constants (the mask, the sinusoids), which nothing learns.
+
+    A large matrix keeps the rows and columns the terminal would keep at ``width`` (its gradient
+    the same ones, to be read beside it), unless ``o.full`` or a worksheet asks for one of its cells."""
+    grouped: list[tuple[object, list[Shown]]] = []
+    for name, m in stage.matrices.items():
+        if m.is_weight and not o.weights:
+            continue
+        symbol = tex_symbol(stage, name)
+        view = View(o.precision, width, full=o.full or o.asks(stage.id, name))
+        rows, cols = map(tuple, summary(m, view))
+        unit = [Shown(name, m, o.precision, o.holes(stage.id, name), symbol, rows, cols)]
+        if o.grads is not None and not m.is_constant:
+            # Gradients are small numbers: two more digits, so that they do not all read 0.00.
+            gradient = m._replace(values=o.grads[stage.id][name], role=ACTIVATION)  # not weights in [0, 1]
+            unit.append(
+                Shown(
+                    f"dL/d{name}", gradient, o.precision + 2, {}, rf"\partial L/\partial {symbol}", rows, cols
+                )
+            )
+        grouped.append((group_of(stage, name), unit))
+    return [[unit for _, unit in run] for _, run in itertools.groupby(grouped, key=lambda g: g[0])]
+
+
+Spans = list[tuple[str, bool]]  # prose in pieces, each True where it is a command (`walkthrough train`)
+
+
+def heading(trace: Trace, o: Options) -> tuple[str, Spans]:
+    """The document's title and the line of facts under it, the commands it names marked as such:
+    each format sets them as code instead of showing the terminal's backticks."""
+    c = trace.config
+    m = c.model
+    title = f"transformer-walkthrough: {c.sentence}"
+    if m.encoder_only:
+        inputs = f"encoder input: {' '.join(trace.source_tokens)}"
+    elif m.num_encoder_layers:
+        inputs = (
+            f"encoder input: {' '.join(trace.source_tokens)} · decoder input: {' '.join(trace.target_tokens)}"
+        )
+    else:
+        inputs = f"decoder input: {' '.join(trace.target_tokens)}"
+    facts = (
+        f"{inputs} · {'' if trace.weights_source is not None else f'seed {c.seed} · '}d_model {m.d_model}, {m.num_heads} heads (d_k {m.d_k}), d_ff {m.d_ff}, "
+        f"{m.num_encoder_layers} + {m.num_decoder_layers} layers, {'pre' if m.norm_first else 'post'}-norm, "
+        f"{m.output_head} output head · weights: "
+    )
+    origin = trace.weights_origin
+    # Only our own sentence marks a command with backticks; a file's name is shown as it is.
+    pieces = origin.split("`") if trace.weights_source is None else [origin]
+    extras = []
+    if not o.weights:
+        extras.append("the learned weights are left out")
+    if o.grads is not None:
+        extras.append("each matrix has its gradient dL/d(matrix) beside it (the loss: mean cross-entropy)")
+    if o.worksheet is not None:
+        n = len(o.worksheet.holes)
+        where = "in a file of their own" if o.worksheet.separate_key else "at the end"
+        extras.append(f"worksheet: {n} cell{'s' if n > 1 else ''} hidden as ?1 … ?{n}, the answers {where}")
+    spans = [(facts, False), *((text, k % 2 == 1) for k, text in enumerate(pieces))]
+    return title, [*spans, *((f" · {extra}", False) for extra in extras)]
+
+
+def mark(p: Prediction) -> str:
+    """✓ or ✗ for a prediction with a right answer, in plain text: not colour alone."""
+    return "" if p.expected is None else ("✓" if p.word == p.expected else "✗")
+
+
+def probability(q: float, digits: int, o: Options) -> str:
+    """A prediction's probability, or its "?n" when the worksheet hides that cell."""
+    if o.worksheet is not None and q in o.worksheet.by_value:
+        return f"?{o.worksheet.by_value[q]}"
+    return f"{q:.{digits}f}"
+
+
+def document_lens(trace: Trace, stages: list[Stage], o: Options) -> Lens | None:
+    """The logit lens that a whole document ends on; None for a selection of stages or a worksheet
+    (whose hidden cells the lens would give away: its last row is the prediction), as the report."""
+    return whole_lens(trace) if o.worksheet is None and len(stages) == len(trace) else None

@@ -1,0 +1,408 @@
+"""A worksheet: cells of an export hidden as numbered "?" boxes, each answered at the end with the
+arithmetic ``explain`` shows for it.
+
+The cells are named (``--cells``) or chosen from a seed (``--exercise``) among those a student
+can compute from what the worksheet shows (``cell_step``: the kind of step that computes a cell
+and the cells it reads); every copy of a hidden value elsewhere in the document is hidden too.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from ...errors import StageError, shorten
+from ...model.kinds import KINDS
+from ...model.kinds.base import Step
+from ...model.trace import CONSTANT, INPUT, MASK, WEIGHT, Stage, Trace
+
+
+class Hole(NamedTuple):
+    """A cell a worksheet asks for: shown as "?number", answered at the end."""
+
+    number: int
+    stage: str
+    name: str
+    i: int
+    j: int
+
+
+@dataclass(frozen=True)
+class Worksheet:
+    """The cells hidden, each with its answer (the lines ``explain`` writes for it).
+
+    ``hidden`` has every cell shown as "?n": the cells asked for and every copy of their values
+    elsewhere in the document (X of the next stage is the output of this one; concat holds each
+    O_h), so that no answer can be read off another matrix.
+    """
+
+    holes: tuple[Hole, ...]
+    answers: tuple[tuple[str, ...], ...]
+    hidden: dict[tuple[str, str], dict[tuple[int, int], int]] = field(default_factory=dict)
+    by_value: dict[float, int] = field(default_factory=dict)  # for the prediction table's numbers
+    separate_key: bool = False  # the answers in a file of their own (``iter_key``), not at the end
+
+
+# Cells a worksheet may ask for, by the kind of step that computes them: what the student does.
+STEP_KINDS = {
+    "dot": "a dot product: a projection (Q, K, V, a feed-forward, the logits), a score, a weighted sum",
+    "softmax": "an attention weight or a probability",
+    "norm": "a LayerNorm or RMSNorm output",
+    "rotation": "a rotary turn of a query or key",
+    "activation": "the feed-forward's activation",
+    "sinusoid": "a positional sinusoid",
+    "sum": "a single addition (a residual, the positions, the mask)",
+    "lookup": "a row of the embedding table",
+    "copy": "a cell copied from another matrix (concat, flattened)",
+}
+DEFAULT_KINDS = ("dot", "softmax", "norm", "rotation")  # the stage's real step: never a copy or a lookup
+ROW_BOUND = {"softmax": 2, "norm": 2}  # a row bound by Σ (softmax: Σ = 1; a norm: Σ (y − β)/γ = 0)
+
+
+def _names_of(stage: Stage) -> dict[tuple[str, int | None], str]:
+    return {(m.base or name, m.head): name for name, m in stage.matrices.items()}
+
+
+def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | None:
+    """The step that computes ``stage.name[i, j]`` and the cells it reads; None for a weight, an
+    input, a constant of no formula (the mask) or a matrix this worksheet does not know."""
+    m = stage.matrices[name]
+    if m.role in (WEIGHT, INPUT, MASK):
+        return None
+    if (of := KINDS[stage.kind].steps.get(m.base or name)) is not None:  # the kind says it
+        return of(stage, trace, name, i, j)
+    names = _names_of(stage)
+    base = m.base or name
+
+    def get(b: str, h: int | None = None) -> str | None:
+        return names.get((b, h))
+
+    def row(n: str | None, r: int) -> list[tuple[str, int, int]]:
+        return [] if n is None else [(n, r, c) for c in range(stage.matrices[n].shape[1])]
+
+    def col(n: str | None, c: int) -> list[tuple[str, int, int]]:
+        return [] if n is None else [(n, r, c) for r in range(stage.matrices[n].shape[0])]
+
+    def one(n: str | None, r: int, c: int) -> list[tuple[str, int, int]]:
+        return [] if n is None else [(n, r, c)]
+
+    def step(kind: str, *parts: list[tuple[str, int, int]]) -> Step:
+        return Step(kind, tuple(cell for part in parts for cell in part))
+
+    kind = stage.kind
+    if kind == "embedding":
+        ids = trace.source_ids if stage.id.startswith("encoder") else trace.target_ids
+        if base == "output" and get("token"):  # encoder-only: token + segment + position
+            return step("sum", one(get("token"), i, j), one(get("segment"), i, j), one(get("position"), i, j))
+        if base in ("output", "token"):
+            return step("lookup", one(get("E"), int(ids[i]), j)) if i < len(ids) else None
+        if base == "segment":
+            return step("lookup", one(get("T"), (trace.segment_ids or (0,) * len(ids))[i], j))
+        if base == "position":
+            return step("sinusoid") if m.role == CONSTANT else None  # a learned P's row is a lookup
+        return None
+    if kind == "positional-encoding":
+        if base == "PE":
+            return step("sinusoid") if m.role == CONSTANT else None  # a learned P's row is a lookup
+        if base == "output":
+            return step("sum", one(get("X"), i, j), one(get("PE"), i, j))
+        return None
+    if kind == "transform":
+        if base == "dense":
+            return step("dot", row(get("X"), i), col(get("W_dense"), j), one(get("b_dense"), 0, j))
+        if base == "hidden":
+            return step("activation", one(get("dense"), i, j))
+        if base == "output":
+            return step("norm", row(get("hidden"), i), one(get("gamma"), 0, j), one(get("beta"), 0, j))
+        return None
+    if kind in ("add-norm", "layer-norm", "embedding-norm", "residual"):
+        if base == "sum" or (kind == "residual" and base == "output"):
+            return step("sum", one(get("X"), i, j), one(get("sublayer"), i, j))
+        if base == "output":
+            return step(
+                "norm", row(get("sum") or get("X"), i), one(get("gamma"), 0, j), one(get("beta"), 0, j)
+            )
+        return None
+    if kind == "feed-forward":
+        linear = {"pre": ("W_1", "b_1"), "gate": ("W_gate", "b_gate"), "up": ("W_up", "b_up")}
+        if base in linear:
+            w, b = linear[base]
+            return step("dot", row(get("X"), i), col(get(w), j), one(get(b), 0, j))
+        if base == "hidden":
+            if get("gate") is not None:
+                return step("activation", one(get("gate"), i, j), one(get("up"), i, j))
+            return step("activation", one(get("pre"), i, j))
+        if base == "output":
+            w, b = ("W_down", "b_down") if get("W_down") else ("W_2", "b_2")
+            return step("dot", row(get("hidden"), i), col(get(w), j), one(get(b), 0, j))
+        return None
+    if kind == "logits":
+        if base == "flattened":
+            d = stage.matrices[get("X")].shape[1]
+            return step("copy", one(get("X"), *divmod(j, d)))
+        if base == "logits":
+            return step("dot", row(get("flattened") or get("X"), i), col(get("W"), j), one(get("b"), 0, j))
+        return None
+    if kind == "probabilities" and base == "probabilities":
+        return step("softmax", row(get("logits"), i))
+    return None
+
+
+MAX_EXERCISE = 100
+_CELL_SPEC = re.compile(r"\s*([^/\s]+)/([^\[\]/]+)\[([^\]]*)\]\s*")
+
+
+def worksheet(
+    trace: Trace,
+    stages: list[Stage],
+    exercise: int | None = None,
+    cells: Sequence[str] = (),
+    weights: bool = True,
+    digits: int = 4,
+    kinds: Sequence[str] | None = None,
+    pick_seed: int | None = None,
+    separate_key: bool = False,
+) -> Worksheet | None:
+    """The worksheet asked for: ``exercise`` cells of the ``kinds`` of step (``DEFAULT_KINDS``)
+    chosen across the stages from ``pick_seed`` (default: the config's seed; the same seed, the
+    same worksheet), or the ``cells`` named as "stage/matrix[row,col]"; None for neither. With
+    ``separate_key`` the document leaves its answers to a file of their own. Raises StageError
+    for a spec that names no cell of this export."""
+    from ..explain import explain, parse_cell
+
+    if exercise is not None and cells:
+        raise StageError("give --exercise or --cells, not both")
+    if exercise is None and not cells:
+        return None
+    if exercise is None and (kinds is not None or pick_seed is not None):
+        raise StageError("--kinds and --pick-seed choose the cells of --exercise; give --exercise N")
+    if exercise is not None:
+        if not 1 <= exercise <= MAX_EXERCISE:
+            raise StageError(f"--exercise: hide 1 to {MAX_EXERCISE} cells, got {exercise}")
+        if pick_seed is not None and not 0 <= pick_seed < 2**63:
+            raise StageError(f"--pick-seed: must be 0 or more, got {pick_seed}")
+        chosen = _choose(
+            trace,
+            stages,
+            exercise,
+            DEFAULT_KINDS if kinds is None else parse_kinds(kinds),
+            trace.config.seed if pick_seed is None else pick_seed,
+            weights,
+        )
+    else:
+        exported = {s.id: s for s in stages}
+        chosen = []
+        for spec in cells:
+            match = _CELL_SPEC.fullmatch(spec)
+            if match is None:
+                raise StageError(
+                    f"--cells {spec[:60]!r}: give stage/matrix[row,col], as "
+                    "'decoder.0.masked-attention/A1[1,0]' or '…/A1[sleeping,<start>]'"
+                )
+            stage_id, name, cell = match.groups()
+            if stage_id not in exported:
+                where = (
+                    "is not in this export (see --stage, --layer)"
+                    if stage_id in trace.stages
+                    else "is no stage"
+                )
+                raise StageError(
+                    f"--cells {spec[:60]!r}: {stage_id!r} {where}; `walkthrough stages` lists them"
+                )
+            stage = exported[stage_id]
+            if name not in stage.matrices or (stage.matrices[name].is_weight and not weights):
+                shown = [n for n, m in stage.matrices.items() if weights or not m.is_weight]
+                raise StageError(
+                    f"--cells {spec[:60]!r}: {stage_id} has no matrix {name!r}; it has {', '.join(shown)}"
+                )
+            try:
+                i, j = parse_cell(cell, stage, name)
+            except StageError as err:
+                raise StageError(f"--cells {spec[:60]!r}: {err}") from None
+            if (stage_id, name, i, j) not in chosen:
+                chosen.append((stage_id, name, i, j))
+    holes = tuple(Hole(k + 1, *c) for k, c in enumerate(chosen))
+    answers = tuple(tuple(explain(trace, h.stage, h.name, f"{h.i},{h.j}", digits)) for h in holes)
+    hidden: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
+    by_value: dict[float, int] = {}
+    for h in holes:
+        hidden.setdefault((h.stage, h.name), {})[(h.i, h.j)] = h.number
+        v = float(trace[h.stage].matrices[h.name].values[h.i, h.j])
+        if v == 0 or not math.isfinite(v):
+            continue  # a 0 or −∞ is everywhere: hiding its copies would hide half the document
+        by_value.setdefault(v, h.number)
+        # its own inputs stay shown: the E a lookup reads, the O a concat copies
+        step = cell_step(trace, trace[h.stage], h.name, h.i, h.j)
+        own = set() if step is None else {(h.stage, *d) for d in step.inputs}
+        for s in stages:
+            for name, m in s.matrices.items():
+                if weights or not m.is_weight:
+                    for i, j in np.argwhere(m.values == v).tolist():
+                        if (s.id, name, i, j) not in own:
+                            hidden.setdefault((s.id, name), {}).setdefault((i, j), h.number)
+    return Worksheet(holes, answers, hidden, by_value, separate_key)
+
+
+def parse_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
+    """``--kinds dot,softmax`` (repeatable, commas or not) as kinds of step; StageError naming
+    them for one that is not."""
+    out: list[str] = []
+    for given in kinds:
+        for k in (part.strip().lower() for part in given.split(",")):
+            if not k:
+                continue
+            if k not in STEP_KINDS:
+                raise StageError(
+                    f"--kinds {shorten(k, 40)!r}: not a kind of step; give {', '.join(STEP_KINDS)}"
+                )
+            if k not in out:
+                out.append(k)
+    if not out:
+        raise StageError(f"--kinds: give one or more of {', '.join(STEP_KINDS)}")
+    return tuple(out)
+
+
+Cell = tuple[str, str, int, int]  # stage id, matrix name, row, column
+
+
+def _choose(
+    trace: Trace, stages: list[Stage], n: int, kinds: Sequence[str], seed: int, weights: bool
+) -> list[Cell]:
+    """``n`` cells a student can compute from what the worksheet shows, spread over the stages,
+    drawn from ``seed``.
+
+    A cell is asked only if its step is one of ``kinds`` and every cell it is computed from is
+    shown: exported, and hidden neither as an answer nor as a copy of one (a hidden cell's copies
+    elsewhere are hidden too, so each choice is checked against the inputs of those before it).
+    In a row bound by a sum (a softmax's Σ = 1, a norm's Σ (y − β)/γ = 0) a single hidden cell
+    would follow from the others: there, two are hidden together, or none.
+    """
+    rng = np.random.default_rng(seed)
+    shown = {
+        (s.id, name): m.values for s in stages for name, m in s.matrices.items() if weights or not m.is_weight
+    }
+    cache: dict[Cell, tuple[Cell, ...]] = {}
+
+    def inputs_of(c: Cell) -> tuple[Cell, ...]:
+        if c not in cache:
+            st = cell_step(trace, trace[c[0]], c[1], c[2], c[3])
+            cache[c] = () if st is None else tuple((c[0], *d) for d in st.inputs)
+        return cache[c]
+
+    # The rows worth asking, stage by stage: a matrix whose step is one of ``kinds`` and whose
+    # inputs are all shown (a step's inputs are the same matrices for every cell of its matrix).
+    bound: dict[tuple[str, str], str] = {}  # matrices whose rows are bound by a sum, by their kind
+    units_of: list[tuple[Stage, list[tuple[str, int, str]]]] = []
+    for s in stages:
+        rows = []
+        for name, m in s.matrices.items():
+            st = cell_step(trace, s, name, 0, 0) if m.values.size else None
+            if st is None or (s.id, name) not in shown:
+                continue
+            if st.kind in ROW_BOUND:
+                bound[s.id, name] = st.kind
+            if st.kind in kinds and all((s.id, d[0]) in shown for d in st.inputs):
+                open_rows = np.flatnonzero((np.isfinite(m.values) & (m.values != 0)).any(axis=1))
+                rows.extend((name, int(i), st.kind) for i in open_rows)
+        if rows:
+            units_of.append((s, rows))
+    if not units_of:
+        raise StageError(f"this export has no cells of the kinds {', '.join(kinds)} to ask for (--kinds)")
+
+    hidden: set[Cell] = set()
+    needed: set[Cell] = set()  # the inputs of the cells chosen: never hidden
+    chosen: list[Cell] = []
+
+    def copies(cells: list[Cell]) -> set[Cell]:
+        """The cells and every copy of their values shown elsewhere, but their own inputs (the E
+        a lookup reads, the O a concat copies: those stay, to be read)."""
+        out = set(cells)
+        for c in cells:
+            v = shown[c[:2]][c[2], c[3]]
+            own = set(inputs_of(c))
+            for key, values in shown.items():
+                out.update(d for i, j in np.argwhere(values == v).tolist() if (d := (*key, i, j)) not in own)
+        return out
+
+    def fits(cells: list[Cell]) -> set[Cell] | None:
+        """What hiding ``cells`` hides (them and their copies), or None if it breaks a rule."""
+        if any(c in hidden or c in needed for c in cells):
+            return None
+        more = copies(cells)
+        inputs = {d for c in cells for d in inputs_of(c)}
+        if more & needed or inputs & (hidden | more):
+            return None
+        # no bound row may be left with a single hidden cell (a copy could hide one anywhere)
+        after = hidden | more
+        for sid, name, i, _ in more:
+            kind = bound.get((sid, name))
+            if kind is not None:
+                values = shown[sid, name][i]
+                count = sum((sid, name, i, j) in after for j in range(len(values)))
+                if count and count < ROW_BOUND[kind]:
+                    return None
+        return more
+
+    def candidates(s: Stage, name: str, i: int, kind: str) -> list[list[Cell]]:
+        values = shown[s.id, name][i]
+        cols = np.flatnonzero(np.isfinite(values) & (values != 0)).tolist()
+        open_ = [j for j in cols if (s.id, name, i, j) not in hidden]
+        # a bound row with two hidden already takes one more at a time
+        size = 1 if len(cols) - len(open_) >= ROW_BOUND.get(kind, 1) else ROW_BOUND.get(kind, 1)
+        if len(open_) < size:
+            return []
+        picked = rng.permutation(open_).tolist()
+        return [
+            [(s.id, name, i, j) for j in picked[k : k + size]] for k in range(0, len(picked) - size + 1, size)
+        ]
+
+    exhausted: set[int] = set()
+    k = 0
+    while len(chosen) < n and len(exhausted) < len(units_of):
+        # the k-th choice starts at its share of the stages, as evenly as n allows
+        start = (k * len(units_of) // n) % len(units_of)
+        k += 1
+        for offset in range(len(units_of)):
+            index = (start + offset) % len(units_of)
+            if index in exhausted:
+                continue
+            s, rows = units_of[index]
+            order = rng.permutation(len(rows)).tolist()
+            done = False
+            for r in order:
+                name, i, kind = rows[r]
+                for cells in candidates(s, name, i, kind):
+                    if len(cells) > n - len(chosen):
+                        continue
+                    more = fits(cells)
+                    if more is None:
+                        continue
+                    hidden.update(more)
+                    needed.update(d for c in cells for d in inputs_of(c))
+                    chosen.extend(cells)
+                    done = True
+                    break
+                if done:
+                    break
+            if done:
+                break
+            exhausted.add(index)
+    if len(chosen) < n:
+        raise StageError(
+            f"--exercise {n}: this export has {len(chosen)} cells worth asking together (steps: "
+            f"{', '.join(kinds)}; each computable from the cells shown); ask for {len(chosen)} or "
+            "fewer, or add kinds with --kinds"
+        )
+    return chosen
+
+
+def hole_label(trace: Trace, h: Hole) -> str:
+    """decoder.0.masked-attention · A1[sleeping, <start>]"""
+    m = trace[h.stage].matrices[h.name]
+    where = m.cols[h.j] if m.rows == (h.name,) else f"{m.rows[h.i]}, {m.cols[h.j]}"
+    return f"{h.stage} · {h.name}[{where}]"
