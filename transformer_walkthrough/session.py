@@ -128,17 +128,32 @@ def traced(
     the prompt."""
     if isinstance(asked, ModelArgs):
         return _checkpoint(config, seed, precision, weights, asked)
-    from .config import Config, _override, load_config
-    from .model.transformer import init_weights, load_weights, run_forward
+    from .model.transformer import run_forward
 
-    if isinstance(config, Config):
-        settings = _override(config, None, asked, seed, precision)
-    else:
-        settings = load_config(config, seed=seed, precision=precision, sentence=asked)
-    w = init_weights(settings) if weights is None else load_weights(settings, Path(weights))
+    settings, w = toy(config, seed, precision, weights, asked)
     trace = run_forward(settings, w)
     trace.weights_source = None if weights is None else printable(str(weights))
     return Traced(trace, w)
+
+
+def toy(
+    config: str | Path | Config | None,
+    seed: int | None = None,
+    precision: int | None = None,
+    weights: str | Path | None = None,
+    sentence: Sentence | None = None,
+) -> tuple[Config, Weights]:
+    """The toy's config (a path, a ``Config``, or None: the article's example) with the seed, the
+    precision and your words applied, and its weights: from ``weights``, or drawn from the seed."""
+    from .config import Config, _override, load_config
+    from .model.transformer import init_weights, load_weights
+
+    if isinstance(config, Config):
+        settings = _override(config, None, sentence, seed, precision)
+    else:
+        settings = load_config(config, seed=seed, precision=precision, sentence=sentence)
+    w = init_weights(settings) if weights is None else load_weights(settings, Path(weights))
+    return settings, w
 
 
 def _checkpoint(

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import WalkthroughError, printable
+from ..session import toy
 from ..views.terminal import Terminal
 from .app import app, user_errors
 from .options import FullOption, PrecisionOption, SeedOption
@@ -33,8 +34,7 @@ def diff(
 ) -> None:
     """Two forward passes compared stage by stage: what a convention, or training, changes."""
     from ..compare.diff import compare, first_divergence
-    from ..config import load_config
-    from ..model.transformer import init_weights, load_weights, run_forward
+    from ..model.transformer import run_forward
     from ..views.render import View, diff_stage, diff_table
 
     paths, files = list(configs or []), list(weights or [])
@@ -47,9 +47,7 @@ def diff(
         paths = [paths[0] if paths else None] * 2
     traces = []
     for path, file in zip(paths, files or [None, None], strict=True):
-        settings = load_config(path, seed=seed, precision=precision)
-        w = load_weights(settings, file) if file is not None else init_weights(settings)
-        traces.append(run_forward(settings, w))
+        traces.append(run_forward(*toy(path, seed, precision, file)))
     a, b = traces
     diffs = compare(a, b)
     out = Terminal()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ..errors import WalkthroughError, printable
-from ..session import ModelArgs, no_toy_options
+from ..session import ModelArgs, no_toy_options, toy
 from ..views.terminal import Terminal
 from .app import app, user_errors
 from .options import TOY, ConfigOption, ModelOptions, WeightsOption, model_options
@@ -101,12 +101,11 @@ def generate(
     --top-k, --top-p); with --prompt, a decoder-only checkpoint's continuation, its key/value cache
     growing by one row a step."""
     from ..compare.checks import TOLERANCE
-    from ..config import END, load_config
+    from ..config import END
     from ..model.generation import repeated
     from ..model.trace import weights_origin
     from ..model.training import UNTRAINED_REPEATS, generation_limit
     from ..model.training import generate as decode
-    from ..model.transformer import init_weights, load_weights
     from ..views.render import View, comparison_table, generation_table, label
 
     if max_len > MAX_GENERATED:
@@ -138,8 +137,7 @@ def generate(
         settings = teacher_forced.config
         said = f"{printable(translation.source)} → {printable(translation.text)}"
     else:
-        settings = load_config(config, seed=seed)
-        w = load_weights(settings, weights) if weights is not None else init_weights(settings)
+        settings, w = toy(config, seed, weights=weights)
         repeats = UNTRAINED_REPEATS if weights is None else None  # the seed's random weights only
         if sampling is not None:  # the toy's one seed: its weights' (unless --weights) and the draw's
             sampling = dataclasses.replace(sampling, seed=settings.seed)
