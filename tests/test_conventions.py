@@ -18,7 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from transformer_walkthrough.checkpoints import gpt2, marian
-from transformer_walkthrough.cli import Dtype, app
+from transformer_walkthrough.cli import app
+from transformer_walkthrough.cli.options import Dtype
 from transformer_walkthrough.compare.checks import TOLERANCE
 from transformer_walkthrough.compare.reference import TorchTransformer
 from transformer_walkthrough.compare.verify import recompute

@@ -18,7 +18,8 @@ import torch
 
 from tests.tiny_gpt2 import HEADS, LAYERS, POSITIONS, PROMPTS
 from transformer_walkthrough.checkpoints.run import walk_prompt
-from transformer_walkthrough.cli import app, printable
+from transformer_walkthrough.cli import app
+from transformer_walkthrough.errors import printable
 
 PROMPT = "The cat is sleeping. The cat"  # "·cat" repeats: its rows are told apart by position
 

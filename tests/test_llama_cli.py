@@ -19,7 +19,8 @@ import transformers
 
 from tests import exact_llama
 from transformer_walkthrough.checkpoints.run import walk_prompt
-from transformer_walkthrough.cli import app, printable
+from transformer_walkthrough.cli import app
+from transformer_walkthrough.errors import printable
 
 PROMPT = "The cat is sleeping comfortably. The cat"  # "·cat" repeats; longer than Mistral's window
 

@@ -129,19 +129,76 @@ def test_walk_runs_checkpoints(gpt2, marian) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"prompt": "The cat"}, "prompt= needs model="),
-        ({"dtype": "float64"}, "dtype= needs model="),
-        ({"source": "the cat is"}, "the toy needs both source="),
-        ({"model": "m", "seed": 1}, "seed= does not apply to model="),
-        ({"model": "m", "config": "c.yaml"}, "config= does not apply to model="),
-        ({"model": "m"}, "model= needs source="),
+        ({"prompt": "The cat"}, "--prompt needs --model"),
+        ({"dtype": "float64"}, "--dtype needs --model"),
+        ({"source": "the cat is"}, "the toy needs both --source"),
+        ({"model": "m", "prompt": "a", "seed": 1}, "--seed does not apply to --model"),
+        ({"model": "m", "source": "a", "config": "c.yaml"}, "--config does not apply to --model"),
+        ({"model": "m"}, "--model needs --source"),
         ({"model": "m", "prompt": "a", "source": "b"}, "give one"),
+        ({"model": "m", "prompt": "a", "dtype": "float16"}, "--dtype: one of float32, float64"),
         ({"source": "the cat", "target": "a zebra", "config": "/nowhere.yaml"}, "no such file"),
     ],
 )
 def test_walk_says_what_is_wrong(kwargs: dict, message: str) -> None:
     with pytest.raises(WalkthroughError, match=re.escape(message)):
         walk(**kwargs)
+
+
+BERT_STYLE = str(ROOT / "configs" / "bert-style.yaml")
+
+
+def _keywords(args: list[str]) -> dict[str, object]:
+    """walk()'s keywords for the command line's options: ``--source X`` is ``source="X"``."""
+    names = {"-c": "config", "-w": "weights"}
+    pairs = zip(args[::2], args[1::2], strict=True)
+    return {names.get(flag, flag[2:]): int(v) if flag == "--seed" else v for flag, v in pairs}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--seed", "7"],
+        ["--source", "the dog is", "--target", "barking loudly"],
+        ["-c", BERT_STYLE, "--source", "the dog is barking"],  # an encoder-only toy: the source alone
+    ],
+)
+def test_walk_accepts_what_the_command_line_accepts(runner: CliRunner, args: list[str]) -> None:
+    """One session checks both (``session.inputs``): the same words make the same pass."""
+    result = runner.invoke(app, ["export", "-", *args])
+    assert result.exit_code == 0, result.output
+    exported, trace = json.loads(result.stdout), walk(**_keywords(args))
+    assert exported["source_tokens"] == list(trace.source_tokens)
+    assert exported["target_tokens"] == list(trace.target_tokens)
+    for stage in exported["stages"]:
+        for name, m in stage["matrices"].items():
+            values = np.array(m["values"], dtype=float)  # -∞ written as "-inf"
+            assert np.allclose(values, trace[stage["id"]].matrices[name].values, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--prompt", "The cat"],
+        ["--dtype", "float64"],
+        ["--source", "the cat is"],  # an encoder-decoder toy needs a target too
+        ["--source", "  ", "--target", "a dog"],
+        ["--source", "!!!", "--target", "a dog"],
+        ["-c", BERT_STYLE, "--source", "a cat", "--target", "a dog"],  # an encoder-only toy has no decoder
+        ["--model", "m"],
+        ["--model", "m", "--prompt", "a", "--source", "b"],
+        ["--model", "m", "--prompt", "a", "--seed", "1"],
+        ["--model", "m", "--source", "a", "-w", "w.npz"],
+    ],
+)
+def test_walk_refuses_what_the_command_line_refuses_in_its_words(runner: CliRunner, args: list[str]) -> None:
+    """The notebook's error is the command line's one line, word for word."""
+    result = runner.invoke(app, ["run", *args])
+    assert result.exit_code == 2
+    with pytest.raises(WalkthroughError) as refused:
+        walk(**_keywords(args))
+    assert result.stderr == f"error: {refused.value}\n"
 
 
 def test_importing_walk_loads_nothing_heavy() -> None:

@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from rich.console import Console
-from transformer_walkthrough.model.numbers import format_value, text_widths
 
 from tests import table_renderer
 from transformer_walkthrough.config import Config, load_config
+from transformer_walkthrough.model.numbers import format_value, text_widths
 from transformer_walkthrough.model.trace import ATTENTION, INPUT, MASK, PROBABILITIES, Matrix, Stage, Trace
 from transformer_walkthrough.model.transformer import run_forward
 from transformer_walkthrough.views.blocks import matrix_block, print_all, side_by_side

@@ -64,7 +64,7 @@ def load_config(
     import yaml  # deferred: `walkthrough --help` should not pay for it
 
     if path is None:
-        return _override(Config(), None, sentence, seed, precision)
+        return override(Config(), None, sentence, seed, precision)
     source = Path(path)
     text = _read_text(source)
     try:
@@ -81,7 +81,7 @@ def load_config(
         config = config_from_dict(data)
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
-    return _override(config, data, sentence, seed, precision)
+    return override(config, data, sentence, seed, precision)
 
 
 NEEDS_BOTH = (
@@ -108,7 +108,7 @@ def _own_sentence(config: Config, source: str, target: str | None) -> tuple[str,
     return f"{source} {target}", 0 if config.model.decoder_only else len(tokenize(source))
 
 
-def _override(
+def override(
     config: Config,
     data: Any,
     sentence: tuple[str, str | None] | None,

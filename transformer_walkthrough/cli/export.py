@@ -1,0 +1,150 @@
+"""``export``: every matrix written to a file, as data (.json, .npz) or as a document (.html,
+.md, .tex); a worksheet that hides cells, and its answer key."""
+
+import os
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import WalkthroughError, printable
+from ..views.terminal import status
+from . import passes
+from .app import app, user_errors
+from .options import (
+    TOY,
+    BackwardOption,
+    ConfigOption,
+    LayerOption,
+    ModelOptions,
+    SeedOption,
+    WeightsOption,
+    model_options,
+)
+
+
+@app.command()
+@user_errors
+@model_options()
+def export(
+    path: Annotated[
+        str,
+        typer.Argument(
+            help="Output file, its format by its suffix: .json, .npz, .html (a report), .md or .tex "
+            "(a LaTeX article); - writes JSON to stdout."
+        ),
+    ],
+    stage: Annotated[
+        Optional[list[str]], typer.Option("--stage", "-s", help="Only these stages (kind or id); repeatable.")
+    ] = None,
+    layer: LayerOption = None,
+    config: ConfigOption = None,
+    seed: SeedOption = None,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite the file if it exists.")] = False,
+    include_weights: Annotated[
+        bool, typer.Option("--include-weights/--no-weights", help="Include the learned weights (E, W_Q1, …).")
+    ] = True,
+    weights: WeightsOption = None,
+    backward: BackwardOption = False,
+    exercise: Annotated[
+        Optional[int],
+        typer.Option(
+            help="A worksheet (.html, .md, .tex): hide this many cells, chosen across the stages from "
+            "the seed, as ?1, ?2, … boxes; the answers at the end.",
+            show_default=False,
+        ),
+    ] = None,
+    cells: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--cells",
+            help="A worksheet hiding these cells: 'decoder.0.masked-attention/A1[1,0]' (indices or "
+            "labels); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="A document (.html, .md, .tex): every row and column of large matrices, not the "
+            "terminal's summary (.json and .npz always hold every number).",
+        ),
+    ] = False,
+    kinds: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--kinds",
+            help="With --exercise: the kinds of step to ask for, comma-separated or repeated: dot, "
+            "softmax, norm, rotation (the default), activation, sinusoid, sum, lookup, copy.",
+            show_default=False,
+        ),
+    ] = None,
+    pick_seed: Annotated[
+        Optional[int],
+        typer.Option(
+            "--pick-seed",
+            help="With --exercise: choose other cells on the same numbers (default: the seed).",
+            show_default=False,
+        ),
+    ] = None,
+    answers: Annotated[
+        Optional[str],
+        typer.Option(
+            "--answers",
+            help="Write the worksheet's answer key to this file (.html, .md, .tex) instead of at its end.",
+            show_default=False,
+        ),
+    ] = None,
+    checkpoint: ModelOptions = TOY,
+) -> None:
+    """Write every matrix to a file: data (.json, .npz) or a document (.html, .md, .tex)."""
+    from ..files.export import DOCUMENTS, check_target, size_warning
+    from ..files.export import export as write
+
+    model = checkpoint.checked()
+    target = check_target(path, force)  # before any work: a bad path costs nothing
+    suffix = ".json" if target is None else target.suffix.lower()
+    if (exercise is not None or cells) and suffix not in DOCUMENTS:
+        raise WalkthroughError(
+            f"--exercise and --cells make a worksheet, a document: export .html, .md or .tex, not {suffix}"
+        )
+    key = None
+    if answers is not None:
+        if exercise is None and not cells:
+            raise WalkthroughError("--answers writes a worksheet's key: give --exercise N or --cells")
+        key = check_target(answers, force, formats=DOCUMENTS)
+        if target is not None and os.path.abspath(key) == os.path.abspath(target):
+            raise WalkthroughError(
+                f"--answers {printable(answers)} is the worksheet itself; give another file"
+            )
+    trace, w = passes.trace(config, seed, None, weights, model, notes_to_stderr=True)
+    stages = trace.select(stage or (), layer)
+    sheet = None
+    if exercise is not None or cells or kinds is not None or pick_seed is not None:
+        from ..views.documents.worksheet import worksheet
+
+        sheet = worksheet(
+            trace, stages, exercise, cells or (), include_weights, kinds=kinds, pick_seed=pick_seed,
+            separate_key=key is not None,
+        )  # fmt: skip
+    warning = size_warning(stages, include_weights, trace.config.model.dtype, suffix)
+    grads = passes.gradients(trace, w, backward)
+    # The size warning is said once the export is written, beside "wrote": an export that fails
+    # (a full disk, a .tex of Cyrillic) says only its error, in one line. On a terminal it shows
+    # meanwhile as a status line, erased when the export ends: a long wait has its reason on screen.
+    with status(f"writing: {warning}" if warning else None):
+        text = write(
+            trace, target, stages, include_weights, grads, force=force, worksheet=sheet, full=full,
+            rerun=passes.rerun(config, seed, weights, model),
+        )  # fmt: skip
+    if text is not None:
+        typer.echo(text, nl=False)
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
+    if text is None:
+        typer.echo(f"wrote {printable(str(target))}", err=True)
+    if key is not None and sheet is not None:
+        from ..files.export import write_key
+
+        write_key(trace, key, sheet, force)
+        typer.echo(f"wrote {printable(str(key))}: the answer key", err=True)

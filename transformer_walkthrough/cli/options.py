@@ -1,0 +1,159 @@
+"""The options the commands share, each defined once as an ``Annotated`` type typer reads.
+
+The checkpoint's five (--model, --source, --target, --prompt, --dtype) are one group: a command
+receives them as one ``ModelOptions`` (``model_options`` puts them on its command line), checked
+together by ``session.inputs`` as ``walk()`` checks them in a notebook.
+"""
+
+import functools
+import inspect
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, NamedTuple, Optional
+
+import typer
+
+from ..session import ModelArgs, Sentence, inputs
+from .app import F
+
+ConfigOption = Annotated[
+    Optional[Path],
+    typer.Option("--config", "-c", help="YAML config; default: the article's example.", show_default=False),
+]
+SeedOption = Annotated[Optional[int], typer.Option(help="Seed for the weights (overrides the config).")]
+PrecisionOption = Annotated[
+    Optional[int], typer.Option(help="Digits after the decimal point (overrides the config).")
+]
+FullOption = Annotated[bool, typer.Option("--full", help="Show every row and column of wide matrices.")]
+LayerOption = Annotated[Optional[int], typer.Option(help="Only the stages of this layer (0 is the first).")]
+WeightsOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--weights", "-w", help="Weights .npz from `walkthrough train`; default: random, from the seed."
+    ),
+]
+HeatmapOption = Annotated[
+    bool,
+    typer.Option("--heatmap", help="Colour every cell by its value (attention weights are always shaded)."),
+]
+SharedScaleOption = Annotated[
+    bool,
+    typer.Option(
+        "--shared-scale",
+        help="One heatmap scale per stage (its largest |value|), not one per matrix; implies --heatmap.",
+    ),
+]
+MapOption = Annotated[
+    bool,
+    typer.Option(
+        "--map/--no-map", help="Above each stage, Figure 1 as a small map: where the stage sits, its inputs."
+    ),
+]
+BackwardOption = Annotated[
+    bool,
+    typer.Option(
+        "--backward", help="Also the gradient dL/d(matrix) of the loss for every matrix but M and PE."
+    ),
+]
+
+ModelOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--model",
+        help="A real checkpoint instead of the toy: a folder or a hub id (Helsinki-NLP/opus-mt-en-de); "
+        "needs the [models] extra.",
+        show_default=False,
+    ),
+]
+SourceOption = Annotated[
+    Optional[str], typer.Option("--source", help="With --model: the encoder's text.", show_default=False)
+]
+TargetOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--target",
+        help="With --model: the decoder's text (teacher forcing); default: the model's greedy translation.",
+        show_default=False,
+    ),
+]
+
+
+PromptOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--prompt", help="With a decoder-only --model (GPT-2): the decoder's input text.", show_default=False
+    ),
+]
+
+
+class Dtype(str, Enum):
+    float32 = "float32"
+    float64 = "float64"
+
+
+DtypeOption = Annotated[
+    Optional[Dtype], typer.Option(help="With --model: float32 (default) or float64.", show_default=False)
+]
+
+
+class ModelOptions(NamedTuple):
+    """--model, --source, --target, --prompt and --dtype as given: one value, checked together by
+    ``checked``. ``model_options`` puts the five on a command's command line."""
+
+    model: str | None = None
+    source: str | None = None
+    target: str | None = None
+    prompt: str | None = None
+    dtype: Dtype | None = None
+
+    def checked(self) -> ModelArgs | Sentence | None:
+        """The checkpoint to run; for the toy, its own sentence if given, else None (``session.inputs``)."""
+        model, source, target, prompt, dtype = self
+        return inputs(model, source, target, prompt, None if dtype is None else dtype.value)
+
+
+TOY = ModelOptions()  # none given: the toy (and the default of a command's group, never used)
+
+# Each option of the group as typer reads it, in the order `--help` lists them.
+MODEL_OPTIONS = {
+    "model": ModelOption,
+    "source": SourceOption,
+    "target": TargetOption,
+    "prompt": PromptOption,
+    "dtype": DtypeOption,
+}
+
+
+def model_options(*names: str) -> Callable[[F], F]:
+    """Give a command the checkpoint options as one value: its parameter annotated ``ModelOptions``
+    is shown to typer as the options ``names`` (default: all five, in ``MODEL_OPTIONS``' order),
+    in its place, and the command is called with them gathered into a ``ModelOptions``.
+
+    Typer has no option groups; it reads a command's parameters from ``inspect.signature``, which
+    honours ``__signature__``. So the five are defined once, and each command's ``--help`` lists
+    them where its signature has the group.
+    """
+    chosen = names or tuple(MODEL_OPTIONS)
+
+    def decorate(command: F) -> F:
+        signature = inspect.signature(command)
+        group = next(p for p in signature.parameters.values() if p.annotation is ModelOptions)
+        parameters: list[inspect.Parameter] = []
+        for parameter in signature.parameters.values():
+            if parameter is not group:
+                parameters.append(parameter)
+                continue
+            for name in chosen:
+                parameters.append(group.replace(name=name, annotation=MODEL_OPTIONS[name], default=None))
+
+        @functools.wraps(command)
+        def with_options(**kwargs: Any) -> None:
+            given = ModelOptions(**{name: kwargs.pop(name) for name in chosen})
+            command(**kwargs, **{group.name: given})
+
+        with_options.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        with_options.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
+        return with_options  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,70 @@
+"""A command's pass: the session's trace with its notes, the backward pass when asked, and the
+options that make the same trace again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from ..errors import printable
+from ..session import ModelArgs, Sentence, traced
+from .app import say_later
+
+if TYPE_CHECKING:
+    from ..model.backprop import Backward
+    from ..model.trace import Trace
+    from ..model.transformer import Weights
+
+
+def trace(
+    config: Path | None,
+    seed: int | None,
+    precision: int | None,
+    weights: Path | None = None,
+    asked: ModelArgs | Sentence | None = None,
+    notes_to_stderr: bool = False,
+) -> tuple[Trace, Weights]:
+    """The session's pass (``session.traced``), with what a reader should know said beside it: a
+    checkpoint's greedy translation first (on stderr beside an export's data), and a warning
+    when the toy's numbers overflowed."""
+    done = traced(config, seed, precision, weights, asked)
+    if done.translation is not None:
+        note = f"translation (greedy): {printable(done.translation)}"
+        if notes_to_stderr:
+            say_later(note)
+        else:
+            typer.echo(note)
+    if not isinstance(asked, ModelArgs):
+        from ..compare.nonfinite import warning
+
+        problem = warning(done.trace)
+        if problem:
+            say_later(f"warning: {problem}")
+    return done.trace, done.weights
+
+
+def gradients(trace: Trace, w: Weights, backward: bool) -> Backward | None:
+    """The backward pass, when asked for (and its module loaded only then)."""
+    if not backward:
+        return None
+    from ..model.backprop import backward as backpropagate
+
+    return backpropagate(trace, w)
+
+
+def rerun(
+    config: Path | None, seed: int | None, weights: Path | None, asked: ModelArgs | Sentence | None
+) -> str:
+    """The options that make this trace again, quoted for a shell: the HTML report's cells past
+    its budget show ``walkthrough explain`` with them; ``train`` says what to run next."""
+    import shlex
+
+    given: list[tuple[str, object]] = [("--config", config), ("--seed", seed), ("--weights", weights)]
+    if isinstance(asked, Sentence):
+        given += [("--source", asked.source), ("--target", asked.target)]
+    elif isinstance(asked, ModelArgs):
+        given += [("--model", asked.model), ("--source", asked.source), ("--target", asked.target)]
+        given += [("--prompt", asked.prompt), ("--dtype", None if asked.dtype == "float32" else asked.dtype)]
+    return " ".join(f"{name} {shlex.quote(printable(str(v)))}" for name, v in given if v is not None)
