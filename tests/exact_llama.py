@@ -13,17 +13,19 @@ In float32 the models run unpatched.
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from transformers import modeling_rope_utils
-from transformers.models.llama import modeling_llama
-from transformers.models.mistral import modeling_mistral
-from transformers.models.qwen2 import modeling_qwen2
-from transformers.models.qwen3 import modeling_qwen3
 
+from transformer_walkthrough.checkpoints.llama import FAMILIES
+
+# Each family's modeling module, by the prefix of its classes (LlamaRMSNorm, Qwen2RotaryEmbedding).
 MODULES = {
-    "Llama": modeling_llama, "Mistral": modeling_mistral, "Qwen2": modeling_qwen2, "Qwen3": modeling_qwen3,
-}  # fmt: skip
+    f.name: importlib.import_module(f"transformers.models.{f.model_type}.modeling_{f.model_type}")
+    for f in FAMILIES
+}
 
 
 def float64(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,8 @@ import transformers
 
 from tests import tiny_tokenizers as tiny
 from transformer_walkthrough.checkpoints import BPETokenizer, CheckpointError, WordPieceTokenizer
+from transformer_walkthrough.checkpoints.checkpoint import FAMILIES as CHECKPOINT_FAMILIES
+from transformer_walkthrough.checkpoints.family import find
 
 PROMPTS = [
     "The cat is [MASK] comfortably.",
@@ -85,7 +87,7 @@ def pairs(tmp_path_factory):
         info = build(folder)
         if model_type:
             tiny.write_model_type(folder, model_type)
-        reader = BPETokenizer if "roberta" in name else WordPieceTokenizer
+        reader = find(CHECKPOINT_FAMILIES, model_type or "bert").tokenizer  # the family's own reader
         out[name] = reader(folder), transformers.AutoTokenizer.from_pretrained(folder), info
     return out
 

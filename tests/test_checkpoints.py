@@ -31,7 +31,6 @@ from tests.shards import sharded_copy
 from tests.tiny_marian import (
     D_MODEL,
     HEADS,
-    LAYERS,
     SENTENCES,
     SEPARATE_VARIANTS,
     TARGET_TEXT,
@@ -45,7 +44,8 @@ from transformer_walkthrough.checkpoints import (
     read_weights,
     resolve,
 )
-from transformer_walkthrough.checkpoints.marian import marian_rows
+from transformer_walkthrough.checkpoints.family import invert
+from transformer_walkthrough.checkpoints.marian import MARIAN
 from transformer_walkthrough.errors import WalkthroughError
 
 
@@ -103,22 +103,18 @@ def test_vocabulary_with_gaps_and_a_large_vocabulary_loads_fast(marian, tmp_path
 # converter
 
 
-def _expected(state: dict[str, torch.Tensor], row) -> np.ndarray:
-    parts = [state[n].double().numpy() for n in row.theirs]
-    parts = [p.T for p in parts] if row.transposed else parts
-    return np.concatenate(parts, axis=-1)
-
-
 @pytest.mark.parametrize("which", [0, 1], ids=["safetensors", "pytorch_model.bin"])
 def test_every_weight_equals_transformers(marian, which):
     folder, reference = marian[which], marian[2]
     ckpt = load_marian(folder, dtype="float64")
     state = reference.state_dict()
-    rows = marian_rows(LAYERS, LAYERS)
+    rows = MARIAN.rows(ckpt.model)  # the family's name map, walked backward below
     assert set(ckpt.weights) == {r.ours for r in rows} | {"encoder.embedding/E", "output.logits/b"}
-    for row in rows:
-        assert ckpt.weights[row.ours].dtype == np.float64
-        np.testing.assert_array_equal(ckpt.weights[row.ours], _expected(state, row), err_msg=row.ours)
+    assert all(ckpt.weights[row.ours].dtype == np.float64 for row in rows)
+    theirs = invert(rows, ckpt.weights)
+    assert set(theirs) == {name for name in state if ".layers." in name}  # every layer's tensor, once
+    for name, array in theirs.items():
+        np.testing.assert_array_equal(array, state[name].double().numpy(), err_msg=name)
     assert ckpt.weights["encoder.0.self-attention/W_QKV"].shape == (16, 48)
     E = state["model.shared.weight"].numpy()
     np.testing.assert_array_equal(ckpt.weights["encoder.embedding/E"], E)

@@ -25,7 +25,7 @@ from safetensors.numpy import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from tests.shards import sharded_copy
-from tests.tiny_gpt2 import D_MODEL, EOS, HEADS, LAYERS, POSITIONS, PROMPTS, hub_layout
+from tests.tiny_gpt2 import D_MODEL, EOS, HEADS, POSITIONS, PROMPTS, hub_layout
 from transformer_walkthrough.checkpoints import (
     ByteLevelBPETokenizer,
     CheckpointError,
@@ -35,7 +35,8 @@ from transformer_walkthrough.checkpoints import (
     load_gpt2,
 )
 from transformer_walkthrough.checkpoints.bpe import bytes_to_unicode, label
-from transformer_walkthrough.checkpoints.gpt2 import gpt2_rows
+from transformer_walkthrough.checkpoints.family import invert
+from transformer_walkthrough.checkpoints.gpt2 import GPT2
 from transformer_walkthrough.config import Config, ModelConfig
 from transformer_walkthrough.errors import WalkthroughError
 from transformer_walkthrough.model.architecture import parameters
@@ -147,7 +148,7 @@ def test_every_weight_equals_transformers(gpt2, gpt2_shards, layout):
     if layout == "sharded":
         assert len(list(gpt2_shards.glob("model-*.safetensors"))) >= 3
     state = reference.state_dict()
-    rows = gpt2_rows(LAYERS, D_MODEL, 4 * D_MODEL)
+    rows = GPT2.rows(ckpt.model, "transformer.")  # the family's name map, walked backward below
     config = checkpoint_config(ckpt, "float64", "")
     specs, _ = parameters(config)
     assert (
@@ -159,8 +160,10 @@ def test_every_weight_equals_transformers(gpt2, gpt2_shards, layout):
             "decoder.positional-encoding/P",
         }
     )
-    for row in rows:  # Conv1D's weight is already (d_in, d_out): taken as it is
-        np.testing.assert_array_equal(ckpt.weights[row.ours], state[f"transformer.{row.theirs}"].numpy())
+    theirs = invert(rows, ckpt.weights)  # Conv1D's weight is already (d_in, d_out): taken as it is
+    assert set(theirs) == {n for n in state if n.startswith(("transformer.h.", "transformer.ln_f."))}
+    for name, array in theirs.items():
+        np.testing.assert_array_equal(array, state[name].numpy(), err_msg=name)
     np.testing.assert_array_equal(ckpt.weights["decoder.embedding/E"], state["lm_head.weight"].numpy())
     np.testing.assert_array_equal(
         ckpt.weights["decoder.positional-encoding/P"], state["transformer.wpe.weight"].numpy()

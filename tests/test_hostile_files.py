@@ -33,7 +33,7 @@ import torch
 
 from tests.test_robustness import fails as one_line_error
 from transformer_walkthrough.checkpoints import CheckpointError, read_torch_bin
-from transformer_walkthrough.checkpoints.gpt2 import gpt2_rows
+from transformer_walkthrough.checkpoints import gpt2 as gpt2_family
 from transformer_walkthrough.checkpoints.jsonfile import MAX_JSON_VALUES, values_at_most
 from transformer_walkthrough.cli import app
 
@@ -135,11 +135,11 @@ def raw_bin(folder: Path, pickled: bytes, compress: int = zipfile.ZIP_STORED) ->
 
 def gpt2_shapes(d: int, config: dict) -> dict[str, tuple[int, ...]]:
     """Every tensor of a hub-layout GPT-2 of width ``d`` and config.json's other sizes."""
-    rows = gpt2_rows(config["n_layer"], d, 4 * d)
+    rows = gpt2_family.GPT2.rows({"d_model": d, "d_ff": 4 * d, "num_decoder_layers": config["n_layer"]})
     return {
         "wte.weight": (config["vocab_size"], d),
         "wpe.weight": (config["n_positions"], d),
-        **{row.theirs: row.shape for row in rows},
+        **{name: shape for row in rows for name, shape in row.theirs},
     }
 
 

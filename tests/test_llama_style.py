@@ -20,6 +20,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
+from transformer_walkthrough.checkpoints import llama as llama_family
+from transformer_walkthrough.checkpoints.family import convert, model_keys
 from transformer_walkthrough.compare.llama import llama_with
 from transformer_walkthrough.compare.verify import recompute
 from transformer_walkthrough.config import Config, load_config
@@ -96,23 +98,20 @@ def test_every_gradient_equals_llama_autograd(monkeypatch: pytest.MonkeyPatch, n
     loss = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(targets[:-1]))
     loss.backward()
     assert ours.loss == pytest.approx(loss.item(), abs=1e-12)
-    # Their gradients mapped back onto our parameters (transposed, and q, k, v side by side).
-    m, grads = config.model, dict(model.named_parameters())
-    g = {name: p.grad.numpy() for name, p in grads.items()}
-    theirs = {"decoder.embedding/E": g["model.embed_tokens.weight"], "output.logits/W": g["lm_head.weight"].T,
-              "decoder.final-norm/gamma": g["model.norm.weight"]}  # fmt: skip
-    for i in range(m.num_decoder_layers):
-        p = f"model.layers.{i}."
-        theirs |= {
-            f"decoder.{i}.masked-attention/W_QKV": np.hstack([g[p + f"self_attn.{x}_proj.weight"].T for x in "qkv"]),
-            f"decoder.{i}.masked-attention/W_O": g[p + "self_attn.o_proj.weight"].T,
-            f"decoder.{i}.feed-forward/W_gate": g[p + "mlp.gate_proj.weight"].T,
-            f"decoder.{i}.feed-forward/W_up": g[p + "mlp.up_proj.weight"].T,
-            f"decoder.{i}.feed-forward/W_down": g[p + "mlp.down_proj.weight"].T,
-            f"decoder.{i}.norm-1/gamma": g[p + "input_layernorm.weight"],
-            f"decoder.{i}.norm-2/gamma": g[p + "post_attention_layernorm.weight"],
-        }  # fmt: skip
+    # Their gradients mapped onto our parameters: the family's name map walked forward (transposed,
+    # and q, k, v side by side), as the converter maps their weights.
+    g = {name: p.grad.numpy() for name, p in model.named_parameters()}
+    rows = llama_family.LLAMA.rows(model_keys(config.model))
+    theirs = convert(rows, lambda name, shape: g[name], np.dtype(np.float64))
+    theirs |= {
+        "decoder.embedding/E": g["model.embed_tokens.weight"],
+        "output.logits/W": g["lm_head.weight"].T,
+    }
     assert set(theirs) == set(w)  # every parameter, each once: Llama's, no more, no fewer
+    assert {name for row in rows for name, _ in row.theirs} | {
+        "model.embed_tokens.weight",
+        "lm_head.weight",
+    } == set(g)
     for name, grad in ours.weights.items():
         assert np.max(np.abs(grad - theirs[name])) <= 1e-8, name
 

@@ -35,6 +35,9 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
+from transformer_walkthrough.checkpoints.bert import FAMILIES
+from transformer_walkthrough.checkpoints.family import find
+
 from . import tiny_tokenizers
 
 SENTENCES = [
@@ -87,11 +90,9 @@ TOKENIZERS: dict[str, Callable[[Path], tiny_tokenizers.Tiny]] = {
         f, corpus=_TOKENIZER_CORPUS, vocab_size=200, config={"do_lower_case": True}
     ),
 }
-TRAINED = {
-    "bert": (_bert_config, transformers.BertForMaskedLM, "bert"),
-    "roberta": (_roberta_config, transformers.RobertaForMaskedLM, "roberta"),
-    "distilbert": (_distilbert_config, transformers.DistilBertForMaskedLM, "distilbert"),
-}
+# The trained checkpoints, one per family (by model_type): each one's config; its model class is
+# its family's (the record's ``transformers``).
+TRAINED = {"bert": _bert_config, "roberta": _roberta_config, "distilbert": _distilbert_config}
 
 
 def build_all(root: Path) -> dict[str, Path]:
@@ -114,12 +115,12 @@ def build_all(root: Path) -> dict[str, Path]:
 def _trained(root: Path, name: str) -> Path:
     """A masked-LM checkpoint trained on SENTENCES, its tokenizer's files beside its weights."""
     folder = root / name
-    make_config, model_class, model_type = TRAINED[name]
+    family = find(FAMILIES, name)
     info = TOKENIZERS[name](folder)
-    tiny_tokenizers.write_model_type(folder, model_type)  # AutoTokenizer picks the family's class
+    tiny_tokenizers.write_model_type(folder, family.model_type)  # AutoTokenizer picks the family's class
     tok = transformers.AutoTokenizer.from_pretrained(folder)
     torch.manual_seed({"bert": 0, "roberta": 1, "distilbert": 2}[name])
-    model = model_class(make_config(info))
+    model = getattr(transformers, family.transformers)(TRAINED[name](info))
     _train(model, tok)
     model.save_pretrained(folder)
     return folder

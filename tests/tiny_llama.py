@@ -25,6 +25,9 @@ from typing import Any
 import torch
 import transformers
 
+from transformer_walkthrough.checkpoints.family import find
+from transformer_walkthrough.checkpoints.llama import FAMILIES
+
 from . import tiny_tokenizers
 
 CORPUS = [
@@ -70,8 +73,7 @@ TOKENIZERS: dict[str, Callable[[Path], Any]] = {
     "mistral": lambda folder: tiny_tokenizers.llama2_style(folder, legacy_layout=False),
     "llama3-rope": tiny_tokenizers.llama3_style,
 }
-MODELS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM",
-          "llama3-rope": "LlamaForCausalLM"}  # fmt: skip
+MODELS = tuple(TOKENIZERS)  # the checkpoints' names; each one's model class is its family's
 
 
 def build(root: Path, name: str) -> Path:
@@ -90,7 +92,7 @@ def build(root: Path, name: str) -> Path:
         eos_token_id=eos if len(eos) > 1 else eos[0], pad_token_id=None, **spec,
     )  # fmt: skip
     torch.manual_seed({"llama": 0, "qwen2": 1, "mistral": 2, "llama3-rope": 3}[name])
-    model = getattr(transformers, MODELS[name])(config)
+    model = getattr(transformers, find(FAMILIES, kind).transformers)(config)
     _train(model, tok, eos[0])
     model.save_pretrained(folder)
     for f in tokenizer_files.iterdir():  # the tokenizer's files exactly as the builder wrote them

@@ -44,122 +44,136 @@ and the segment 0 of every token) are shape-checked and not used: the model make
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from ..config import HF_ACTIVATIONS  # hidden_act's names for ours
-from ..model.architecture import ENCODER, OUTPUT, post_norm, stage_id
+from ..model.architecture import ENCODER, OUTPUT, stage_id
 from .bpe import BPETokenizer
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
+from .family import Block, Family, Param, Tensor, check_finite, convert, find, first_tensor, with_defaults
 from .jsonfile import shown
-from .tensors import (
-    Taker,
-    check_layers,
-    float_dtype,
-    read_config_json,
-    read_weights,
-    transpose_into,
-    transposed,
-)
+from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights, transposed
 from .wordpiece import WordPieceTokenizer
 
-FAMILIES = ("bert", "roberta", "distilbert")
-NAMES = {"bert": "BERT", "roberta": "RoBERTa", "distilbert": "DistilBERT"}
-
-# Each family's config defaults (transformers 5's BertConfig, RobertaConfig, DistilBertConfig), for
-# the keys an older config.json leaves out.
+# transformers 5's BertConfig and RobertaConfig defaults, for the keys an older config.json leaves out.
 _BERT_LIKE: dict[str, Any] = {
     "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072, "num_hidden_layers": 12,
     "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
     "tie_word_embeddings": True, "position_embedding_type": "absolute", "is_decoder": False,
     "add_cross_attention": False,
 }  # fmt: skip
-CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
-    "bert": {**_BERT_LIKE, "vocab_size": 30522, "pad_token_id": 0},
-    "roberta": {**_BERT_LIKE, "vocab_size": 50265, "pad_token_id": 1},
-    "distilbert": {
-        "vocab_size": 30522, "dim": 768, "n_heads": 12, "hidden_dim": 3072, "n_layers": 6,
-        "max_position_embeddings": 512, "activation": "gelu", "pad_token_id": 0,
-        "tie_word_embeddings": True, "sinusoidal_pos_embds": False,
-    },
-}  # fmt: skip
-# Each family's config.json keys for the sizes this converter reads, by what they mean.
-KEYS: dict[str, dict[str, str]] = {
-    family: {
-        "d_model": "hidden_size", "num_heads": "num_attention_heads", "d_ff": "intermediate_size",
-        "layers": "num_hidden_layers", "activation": "hidden_act",
-    }
-    for family in ("bert", "roberta")
-} | {
-    "distilbert": {
-        "d_model": "dim", "num_heads": "n_heads", "d_ff": "hidden_dim", "layers": "n_layers",
-        "activation": "activation",
-    }
+# config.json's keys for the sizes this converter reads, by what they mean.
+_BERT_KEYS = {
+    "d_model": "hidden_size", "num_heads": "num_attention_heads", "d_ff": "intermediate_size",
+    "layers": "num_hidden_layers", "activation": "hidden_act",
 }  # fmt: skip
 DISTILBERT_EPS = 1e-12  # nn.LayerNorm(config.dim, eps=1e-12) in every DistilBERT module
 
 
-class Layout(NamedTuple):
-    """Where a family keeps each tensor: modules (a ``.weight`` and a ``.bias``) under the base
-    model's prefix (``bert.``) for the body, top-level for the head."""
+def has_segments(m: Mapping[str, Any]) -> bool:
+    return m["segments"] > 0
 
+
+def has_head(m: Mapping[str, Any]) -> bool:
+    """The file has the masked-language-model head (``task: fill-mask``), not the encoder alone."""
+    return bool(m["output_transform"])
+
+
+def _linear(ours: str, module: str, d_in: str, d_out: str) -> tuple[Param, Param]:
+    """nn.Linear's (out, in) weight transposed to our (in, out) ``W_…``, and its bias ``b_…``."""
+    stage, name = ours.split("/")
+    return (
+        Param(f"{stage}/W_{name}", Tensor(f"{module}.weight", d_out, d_in), transposed=True),
+        Param(f"{stage}/b_{name}", Tensor(f"{module}.bias", d_out)),
+    )
+
+
+def _norm(stage: str, module: str) -> tuple[Param, Param]:
+    """A LayerNorm's rows: its weight as ``gamma``, its bias as ``beta``."""
+    return (
+        Param(f"{stage}/gamma", Tensor(f"{module}.weight", "d")),
+        Param(f"{stage}/beta", Tensor(f"{module}.bias", "d")),
+    )
+
+
+def _qkv(query: str, key: str, value: str) -> tuple[Param, Param]:
+    """W_QKV = [W_Q | W_K | W_V], b_QKV = [b_Q | b_K | b_V]: head h, the h-th d_k columns of each third."""
+    modules = (query, key, value)
+    return (
+        Param("self-attention/W_QKV", *(Tensor(f"{m}.weight", "d", "d") for m in modules), transposed=True),
+        Param("self-attention/b_QKV", *(Tensor(f"{m}.bias", "d") for m in modules)),
+    )
+
+
+def _name_map(
+    embeddings: tuple[Param, ...], layer: str, attention: tuple[str, str, str, str], norm_1: str,
+    ff: tuple[str, str], norm_2: str, head: tuple[str, str],
+) -> tuple[Block, ...]:  # fmt: skip
+    """A family's map: the embedding's tables and norm, each layer (post-norm: add-norm-k after
+    sublayer k), the MLM head's dense layer and norm (when the file has the head). The word table
+    and the output layer are _convert's own lines (tied, and named twice in some files)."""
+    query, key, value, out = attention
+    return (
+        Block(ENCODER, embeddings),
+        Block(ENCODER, prefix=layer, layers="layers", params=(
+            *_qkv(query, key, value),
+            *_linear("self-attention/O", out, "d", "d"),
+            *_norm("add-norm-1", norm_1),
+            *_linear("feed-forward/1", ff[0], "d", "ff"),
+            *_linear("feed-forward/2", ff[1], "ff", "d"),
+            *_norm("add-norm-2", norm_2),
+        )),
+        Block(OUTPUT, (*_linear("transform/dense", head[0], "d", "d"), *_norm("transform", head[1])),
+              when=has_head, in_body=False),
+    )  # fmt: skip
+
+
+_BERT_BODY = dict(
+    embeddings=(
+        Param("embedding/P", Tensor("embeddings.position_embeddings.weight", "positions", "d")),
+        Param("embedding/T", Tensor("embeddings.token_type_embeddings.weight", "segments", "d"),
+              when=has_segments),
+        *_norm("embedding-norm", "embeddings.LayerNorm"),
+    ),
+    layer="encoder.layer.{n}.",
+    attention=(
+        "attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+    ),
+    norm_1="attention.output.LayerNorm", ff=("intermediate.dense", "output.dense"), norm_2="output.LayerNorm",
+)  # fmt: skip
+
+
+def sizes(m: Mapping[str, Any]) -> dict[str, int]:
+    """The map's size names, from the model's keys."""
+    return {"d": m["d_model"], "ff": m["d_ff"], "layers": m["num_encoder_layers"],
+            "positions": m["max_positions"], "segments": m["segments"]}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BertFamily(Family):
+    """A BERT-like family's record: what its files hold besides the map's rows."""
+
+    keys: Mapping[str, str]  # config.json's key for each size this converter reads, by what it means
     body: str  # the base model's prefix in a head model's file
-    layer: str  # layer n's modules, "{}" for n
-    word: str
-    position: str
-    segment: str | None  # None: no segment table (DistilBERT)
-    embedding_norm: str
-    query: str
-    key: str
-    value: str
-    attention_out: str
-    norm_1: str
-    ff_in: str
-    ff_out: str
-    norm_2: str
-    transform: str  # the MLM head's dense layer
-    transform_norm: str
+    word: str  # the word table, under the body: E
     decoder: str  # the head's output layer: its weight is E (tied), its bias the output bias
     bias: str | None  # the head's own bias parameter, which transformers ties to decoder.bias
     pooler: bool  # the file may hold the body's pooler.dense (d, d): accepted, not shown
     next_sentence: bool  # … and the next-sentence head cls.seq_relationship (2, d): accepted, not shown
     buffers: tuple[str, ...]  # under the body: (1, max_position_embeddings) integer buffers
 
-
-_BODY = dict(
-    word="embeddings.word_embeddings", position="embeddings.position_embeddings",
-    segment="embeddings.token_type_embeddings", embedding_norm="embeddings.LayerNorm",
-    layer="encoder.layer.{}.", query="attention.self.query", key="attention.self.key",
-    value="attention.self.value", attention_out="attention.output.dense",
-    norm_1="attention.output.LayerNorm", ff_in="intermediate.dense", ff_out="output.dense",
-    norm_2="output.LayerNorm", buffers=("embeddings.position_ids", "embeddings.token_type_ids"),
-)  # fmt: skip
-LAYOUTS = {
-    "bert": Layout(
-        body="bert.", transform="cls.predictions.transform.dense",
-        transform_norm="cls.predictions.transform.LayerNorm", decoder="cls.predictions.decoder",
-        bias="cls.predictions.bias", pooler=True, next_sentence=True, **_BODY,
-    ),
-    "roberta": Layout(
-        body="roberta.", transform="lm_head.dense", transform_norm="lm_head.layer_norm",
-        decoder="lm_head.decoder", bias="lm_head.bias", pooler=True, next_sentence=False,
-        **_BODY,
-    ),
-    "distilbert": Layout(
-        body="distilbert.", word="embeddings.word_embeddings",
-        position="embeddings.position_embeddings", segment=None, embedding_norm="embeddings.LayerNorm",
-        layer="transformer.layer.{}.", query="attention.q_lin", key="attention.k_lin",
-        value="attention.v_lin", attention_out="attention.out_lin", norm_1="sa_layer_norm",
-        ff_in="ffn.lin1", ff_out="ffn.lin2", norm_2="output_layer_norm", transform="vocab_transform",
-        transform_norm="vocab_layer_norm", decoder="vocab_projector", bias=None, pooler=False,
-        next_sentence=False, buffers=("embeddings.position_ids",),
-    ),
-}  # fmt: skip
+    @property
+    def head(self) -> str:
+        """The head's first tensor: the file has the MLM head exactly when it holds it."""
+        return self.name_map[-1].params[0].theirs[0].name
 
 
 @dataclass
@@ -172,7 +186,7 @@ class BertCheckpoint:
     the encoder alone (``task: encode``).
     """
 
-    family: str  # config.json's model_type: "bert", "roberta", "distilbert"
+    family: BertFamily
     model: dict[str, Any]
     weights: dict[str, np.ndarray]
     tokenizer: BPETokenizer
@@ -185,7 +199,6 @@ class BertCheckpoint:
     eos_token_id: None = None
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
     forced_eos_token_id: int | None = None
-    encoder_decoder: ClassVar[bool] = False  # input: --prompt
 
 
 def load_bert(path: str | Path, dtype: str | np.dtype = "float32", name: str | None = None) -> BertCheckpoint:
@@ -200,27 +213,16 @@ def load_bert(path: str | Path, dtype: str | np.dtype = "float32", name: str | N
 
 def _load(folder: Path, dtype: np.dtype, name: str | None) -> BertCheckpoint:
     config = read_config(folder)
-    family = config["model_type"]
+    family: BertFamily = config["family"]
     budget = Budget()
     tensors, file = read_weights(folder, budget)
-    if (
-        family == "roberta"
-        and config["hidden_act"] != "gelu"
-        and f"{LAYOUTS[family].transform}.weight" in tensors
-    ):
+    head = family.head in tensors
+    if family is ROBERTA and config["hidden_act"] != "gelu" and head:
         raise CheckpointError(
             f"{folder / 'config.json'}: hidden_act is {shown(config['hidden_act'])}, but RoBERTa's MLM "
             "head always uses gelu: two activations in one model are not supported"
         )
-    weights, head = _convert(tensors, config, dtype, f"{folder / file}", budget)
-    reader = BPETokenizer if family == "roberta" else WordPieceTokenizer
-    tokenizer = reader(folder, size=config["vocab_size"])
-    if head and tokenizer.mask_id is None:
-        raise CheckpointError(
-            f"{folder}: the tokenizer has no mask token (tokenizer_config.json's mask_token, in its "
-            "vocabulary): a fill-mask model needs the blank it fills"
-        )
-    offset = config["pad_token_id"] + 1 if family == "roberta" else 0
+    offset = config["pad_token_id"] + 1 if family is ROBERTA else 0
     model = {
         "d_model": config["d_model"],
         "num_heads": config["num_heads"],
@@ -243,6 +245,13 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> BertCheckpoint:
         "scale_embeddings": False,
         "layer_norm_eps": config["eps"],
     }
+    weights = _convert(tensors, config, model, dtype, f"{folder / file}", budget)
+    tokenizer = family.tokenizer(folder, size=config["vocab_size"])
+    if head and tokenizer.mask_id is None:
+        raise CheckpointError(
+            f"{folder}: the tokenizer has no mask token (tokenizer_config.json's mask_token, in its "
+            "vocabulary): a fill-mask model needs the blank it fills"
+        )
     return BertCheckpoint(
         family=family,
         model=model,
@@ -266,35 +275,34 @@ def _positive_int(config: dict[str, Any], key: str, path: Path) -> int:
 def read_config(folder: Path) -> dict[str, Any]:
     """config.json with its family's defaults filled in, every value this converter uses checked.
 
-    Adds, whatever the family calls them: ``d_model``, ``num_heads``, ``d_ff``, ``layers``,
-    ``activation`` (the config's name for it), ``segments`` (rows of T: 0 for DistilBERT) and
-    ``eps``."""
+    Adds ``family`` (the record of its model_type) and, whatever the family calls them:
+    ``d_model``, ``num_heads``, ``d_ff``, ``layers``, ``activation`` (the config's name for it),
+    ``segments`` (rows of T: 0 for DistilBERT) and ``eps``."""
     path = folder / "config.json"
     raw = read_config_json(folder)
-    family = raw.get("model_type")
-    if family not in FAMILIES:  # a list or a dict is not in a tuple of strings: no hashing needed
+    family = find(FAMILIES, raw.get("model_type"))  # compared, never hashed: a list is no model_type
+    if not isinstance(family, BertFamily):
         raise CheckpointError(
-            f"{path}: model_type is {shown(family)}; this converter reads {', '.join(FAMILIES)}"
+            f"{path}: model_type is {shown(raw.get('model_type'))}; this converter reads "
+            f"{', '.join(f.model_type for f in FAMILIES)}"
         )
-    config = {
-        **CONFIG_DEFAULTS[family],
-        **{k: v for k, v in raw.items() if v is not None or k == "pad_token_id"},
-    }
-    for ours, theirs in KEYS[family].items():
+    config = with_defaults(family, raw, keep_none=("pad_token_id",))
+    config["family"] = family
+    keys = family.keys
+    for ours, theirs in keys.items():
         config[ours] = config[theirs]
-    sizes = [KEYS[family][k] for k in ("d_model", "num_heads", "d_ff", "layers")]
+    sizes = [keys[k] for k in ("d_model", "num_heads", "d_ff", "layers")]
     for key in ("vocab_size", "max_position_embeddings", *sizes):
         _positive_int(config, key, path)
     d, heads = config["d_model"], config["num_heads"]
     if d % heads:
         raise CheckpointError(
-            f"{path}: {KEYS[family]['d_model']} ({d}) is not divisible by "
-            f"{KEYS[family]['num_heads']} ({heads})"
+            f"{path}: {keys['d_model']} ({d}) is not divisible by {keys['num_heads']} ({heads})"
         )
     activation = config["activation"]
     if not isinstance(activation, str) or activation not in HF_ACTIVATIONS:  # a list is not hashable
         raise CheckpointError(
-            f"{path}: {KEYS[family]['activation']} {shown(activation)} is not supported "
+            f"{path}: {keys['activation']} {shown(activation)} is not supported "
             f"(supported: {', '.join(HF_ACTIVATIONS)})"
         )
     if type(config["tie_word_embeddings"]) is not bool:
@@ -304,7 +312,7 @@ def read_config(folder: Path) -> dict[str, Any]:
     pad = config["pad_token_id"]
     if pad is not None and (type(pad) is not int or pad < 0):
         raise CheckpointError(f"{path}: pad_token_id is {shown(pad)}, not a token id")
-    if family == "distilbert":
+    if family is DISTILBERT:
         config["segments"], config["eps"] = 0, DISTILBERT_EPS
         return config
     _bert_like(config, path)
@@ -313,7 +321,6 @@ def read_config(folder: Path) -> dict[str, Any]:
 
 def _bert_like(config: dict[str, Any], path: Path) -> None:
     """BERT's and RoBERTa's own keys checked: the segment table, the eps, what is refused."""
-    family = config["model_type"]
     config["segments"] = _positive_int(config, "type_vocab_size", path)
     eps = config["layer_norm_eps"]
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
@@ -329,7 +336,7 @@ def _bert_like(config: dict[str, Any], path: Path) -> None:
                       ("add_cross_attention", "cross-attention layers are")):  # fmt: skip
         if config[key] is not False:
             raise CheckpointError(f"{path}: {key} is {shown(config[key])}: {what} not supported")
-    if family == "roberta":
+    if config["family"] is ROBERTA:
         pad = config["pad_token_id"]
         if pad is None:
             raise CheckpointError(
@@ -342,100 +349,60 @@ def _bert_like(config: dict[str, Any], path: Path) -> None:
             )
 
 
-def _norm_names(module: str, names: set[str]) -> tuple[str, str]:
-    """A LayerNorm's two tensors: ``weight`` and ``bias``, or the ``gamma`` and ``beta`` of older
-    files (transformers renames ``LayerNorm.gamma``/``LayerNorm.beta``; only modules so named)."""
+def _stored(name: str, names: set[str]) -> str:
+    """A tensor's name as the file has it: a LayerNorm's ``weight`` and ``bias``, or the ``gamma``
+    and ``beta`` of older files (transformers renames ``LayerNorm.gamma``/``LayerNorm.beta``; only
+    modules so named)."""
+    module, _, kind = name.rpartition(".")
     if module.endswith("LayerNorm") and f"{module}.gamma" in names and f"{module}.weight" not in names:
-        return f"{module}.gamma", f"{module}.beta"
-    return f"{module}.weight", f"{module}.bias"
+        return f"{module}.{ {'weight': 'gamma', 'bias': 'beta'}[kind] }"
+    return name
 
 
 def _convert(
-    tensors: Mapping[str, np.ndarray], config: dict[str, Any], dtype: np.dtype, where: str, budget: Budget
-) -> tuple[dict[str, np.ndarray], bool]:
-    """Our named weights from the family's tensors, every shape checked against config.json first,
-    and the layers and the memory counted before the first is made. Returns them and whether the
-    file has the MLM head."""
-    family = config["model_type"]
-    L = LAYOUTS[family]
-    d, d_ff, vocab = config["d_model"], config["d_ff"], config["vocab_size"]
-    n_pos, layers = config["max_position_embeddings"], config["layers"]
+    tensors: Mapping[str, np.ndarray], config: dict[str, Any], model: dict[str, Any], dtype: np.dtype,
+    where: str, budget: Budget,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """Our named weights from the family's tensors (the word table, the map walked forward, the
+    output layer), every shape checked against config.json first, and the layers and the memory
+    counted before the first is made."""
+    family: BertFamily = config["family"]
+    d, vocab, n_pos = config["d_model"], config["vocab_size"], config["max_position_embeddings"]
     names = set(tensors)
     # A head model's file (save_pretrained of *ForMaskedLM, the hub's BertForPreTraining) names its
     # body bert.…; a base model's file (BertModel) has no prefix. One layout per file.
-    body = L.body if any(n.startswith(L.body) for n in names) else ""
-    check_layers(names, f"{body}{L.layer}{L.query}.weight", KEYS[family]["layers"], layers, where)
+    body = family.body if any(n.startswith(family.body) for n in names) else ""
+    check_layers(names, first_tensor(family.stacks[0], body), family.keys["layers"], config["layers"], where)
     taker = Taker(tensors, where)
     taker.charge(budget, dtype)
     take = taker.take
 
-    def cast(theirs: str, shape: tuple[int, ...]) -> np.ndarray:
-        return np.ascontiguousarray(take(theirs, shape), dtype=dtype)
-
-    def linear(module: str, d_in: int, d_out: int, w: str, b: str) -> dict[str, np.ndarray]:
-        """nn.Linear's (out, in) weight as our (in, out) ``w``, and its bias as ``b``."""
-        return {
-            w: transposed(take(f"{module}.weight", (d_out, d_in)), dtype),
-            b: cast(f"{module}.bias", (d_out,)),
-        }
-
-    def norm(module: str) -> dict[str, np.ndarray]:
-        gamma, beta = _norm_names(module, names)
-        return {"gamma": cast(gamma, (d,)), "beta": cast(beta, (d,))}
-
-    def qkv(layer: str) -> dict[str, np.ndarray]:
-        """W_QKV = [W_Q | W_K | W_V], b_QKV = [b_Q | b_K | b_V], filled in place: no joined copy."""
-        W, b = np.empty((d, 3 * d), dtype=dtype), np.empty(3 * d, dtype=dtype)
-        for third, module in enumerate((L.query, L.key, L.value)):
-            transpose_into(W[:, third * d : (third + 1) * d], take(f"{layer}{module}.weight", (d, d)))
-            b[third * d : (third + 1) * d] = take(f"{layer}{module}.bias", (d,))
-        return {"W_QKV": W, "b_QKV": b}
-
-    E = take(f"{body}{L.word}.weight", (vocab, d))
-    stages: dict[str, dict[str, np.ndarray]] = {
-        stage_id(ENCODER, "embedding"): {
-            "E": np.ascontiguousarray(E, dtype=dtype),
-            "P": cast(f"{body}{L.position}.weight", (n_pos, d)),
-            **({"T": cast(f"{body}{L.segment}.weight", (config["segments"], d))} if L.segment else {}),
-        },
-        stage_id(ENCODER, "embedding-norm"): norm(body + L.embedding_norm),
-    }
-    for n in range(layers):
-        p = body + L.layer.format(n)
-        stages[stage_id(ENCODER, "self-attention", n)] = qkv(p) | linear(
-            p + L.attention_out, d, d, "W_O", "b_O"
-        )
-        stages[post_norm(ENCODER, n, 1).after] = norm(p + L.norm_1)
-        stages[stage_id(ENCODER, "feed-forward", n)] = linear(p + L.ff_in, d, d_ff, "W_1", "b_1") | linear(
-            p + L.ff_out, d_ff, d, "W_2", "b_2"
-        )
-        stages[post_norm(ENCODER, n, 2).after] = norm(p + L.norm_2)
-    head = f"{L.transform}.weight" in names
-    if head:
-        stages[stage_id(OUTPUT, "transform")] = linear(L.transform, d, d, "W_dense", "b_dense") | norm(
-            L.transform_norm
-        )
-        stages[stage_id(OUTPUT, "logits")] = _output_layer(take, names, L, E, config, dtype, where, body)
-    weights = {f"{stage}/{local}": w for stage, params in stages.items() for local, w in params.items()}
-    for buffer in L.buffers:  # older files: the positions 0, 1, … and segment 0, made by the model here
+    E = take(f"{body}{family.word}.weight", (vocab, d))
+    weights = {f"{stage_id(ENCODER, 'embedding')}/E": np.ascontiguousarray(E, dtype=dtype)}
+    stored = functools.partial(_stored, names=names)
+    weights |= convert(family.rows(model, body), lambda name, shape: take(stored(name), shape), dtype)
+    if model["output_transform"]:
+        output = _output_layer(take, names, family, E, config, dtype, where, body)
+        weights |= {f"{stage_id(OUTPUT, 'logits')}/{local}": w for local, w in output.items()}
+    for buffer in family.buffers:  # older files: the positions 0, 1, … and segment 0, made by the model here
         if body + buffer in names:
             take(body + buffer, (1, n_pos))  # its shape checked, its values not used
     # The hub's BertForPreTraining files: the pooler (tanh of a dense layer on [CLS]) and the
     # next-sentence head on it; they predict no token, so they are not shown.
-    others = [(f"{body}pooler.dense", d)] * L.pooler + [("cls.seq_relationship", 2)] * L.next_sentence
+    others = [(f"{body}pooler.dense", d)] * family.pooler + [
+        ("cls.seq_relationship", 2)
+    ] * family.next_sentence
     for module, rows in others:
         if f"{module}.weight" in names or f"{module}.bias" in names:
             take(f"{module}.weight", (rows, d))  # the shapes checked, the values not used
             take(f"{module}.bias", (rows,))
-    taker.refuse_unused(NAMES[family])
-    for key, w in weights.items():
-        if not np.isfinite(w).all():
-            raise CheckpointError(f"{where}: {key} holds NaN or infinite values")
-    return weights, head
+    taker.refuse_unused(family.name)
+    check_finite(weights, where)
+    return weights
 
 
 def _output_layer(
-    take: Any, names: set[str], L: Layout, E: np.ndarray, config: dict[str, Any], dtype: np.dtype,
+    take: Any, names: set[str], L: BertFamily, E: np.ndarray, config: dict[str, Any], dtype: np.dtype,
     where: str, body: str,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """The output layer's W (only when not tied: W = Eᵀ otherwise) and b.
@@ -478,3 +445,47 @@ def _output_layer(
             take(L.bias, (vocab,))  # in transformers' model, but not in its forward: shape checked only
     out["b"] = np.ascontiguousarray(b, dtype=dtype)
     return out
+
+
+BERT = BertFamily(
+    model_type="bert", name="BERT", architecture="encoder-only", transformers="BertForMaskedLM",
+    tokenizer=WordPieceTokenizer,
+    defaults={**_BERT_LIKE, "vocab_size": 30522, "pad_token_id": 0},
+    name_map=_name_map(
+        **_BERT_BODY, head=("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm")
+    ),
+    sizes=sizes, load=load_bert, keys=_BERT_KEYS, body="bert.", word="embeddings.word_embeddings",
+    decoder="cls.predictions.decoder", bias="cls.predictions.bias", pooler=True, next_sentence=True,
+    buffers=("embeddings.position_ids", "embeddings.token_type_ids"),
+)  # fmt: skip
+ROBERTA = dataclasses.replace(
+    BERT, model_type="roberta", name="RoBERTa", transformers="RobertaForMaskedLM", tokenizer=BPETokenizer,
+    defaults={**_BERT_LIKE, "vocab_size": 50265, "pad_token_id": 1},
+    name_map=_name_map(**_BERT_BODY, head=("lm_head.dense", "lm_head.layer_norm")),
+    body="roberta.", decoder="lm_head.decoder", bias="lm_head.bias", next_sentence=False,
+)  # fmt: skip
+DISTILBERT = BertFamily(
+    model_type="distilbert", name="DistilBERT", architecture="encoder-only",
+    transformers="DistilBertForMaskedLM", tokenizer=WordPieceTokenizer,
+    defaults={
+        "vocab_size": 30522, "dim": 768, "n_heads": 12, "hidden_dim": 3072, "n_layers": 6,
+        "max_position_embeddings": 512, "activation": "gelu", "pad_token_id": 0,
+        "tie_word_embeddings": True, "sinusoidal_pos_embds": False,
+    },
+    name_map=_name_map(
+        embeddings=(
+            Param("embedding/P", Tensor("embeddings.position_embeddings.weight", "positions", "d")),
+            *_norm("embedding-norm", "embeddings.LayerNorm"),
+        ),
+        layer="transformer.layer.{n}.",
+        attention=("attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin"),
+        norm_1="sa_layer_norm", ff=("ffn.lin1", "ffn.lin2"), norm_2="output_layer_norm",
+        head=("vocab_transform", "vocab_layer_norm"),
+    ),
+    sizes=sizes, load=load_bert,
+    keys={"d_model": "dim", "num_heads": "n_heads", "d_ff": "hidden_dim", "layers": "n_layers",
+          "activation": "activation"},
+    body="distilbert.", word="embeddings.word_embeddings", decoder="vocab_projector", bias=None,
+    pooler=False, next_sentence=False, buffers=("embeddings.position_ids",),
+)  # fmt: skip
+FAMILIES = (BERT, ROBERTA, DISTILBERT)

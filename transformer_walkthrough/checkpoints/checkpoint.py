@@ -1,19 +1,22 @@
 """Any checkpoint family in one shape, and the one place that picks the family: config.json's model_type.
 
-A family's converter (``load_marian``, ``load_gpt2``) returns an object with the fields of
+``FAMILIES`` is every family's record (``family.Family``), gathered from their modules. A family's
+converter (``load_marian``, ``load_gpt2``) returns an object with the fields of
 ``Checkpoint``: the model's keys of our ``ModelConfig``, the weights under our parameter names,
 a tokenizer, and what generation needs. Everything after loading (``run.walk``) reads only these.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from . import bert, gpt2, llama, marian
 from .errors import CheckpointError
+from .family import Family, find
 from .hub import expanded, resolve
 from .jsonfile import shown
 from .tensors import read_config_json
@@ -35,8 +38,7 @@ class Tokenizer(Protocol):
 class Checkpoint(Protocol):
     """A converted checkpoint, whatever its family."""
 
-    family: str  # config.json's model_type: "marian", "gpt2", "llama", "mistral", "qwen2", "bert", …
-    encoder_decoder: bool  # True: --source (and --target); False (GPT-2, BERT): --prompt
+    family: Family  # the record of config.json's model_type
     model: dict[str, Any]  # keys of ModelConfig
     weights: dict[str, np.ndarray]  # our parameter names (architecture.parameters)
     tokenizer: Tokenizer
@@ -48,52 +50,20 @@ class Checkpoint(Protocol):
     source: str  # where the weights came from: "Helsinki-NLP/opus-mt-en-de (model.safetensors)"
 
 
-def _marian(folder: Path, dtype: str, name: str | None) -> Checkpoint:
-    from .marian import load_marian
-
-    return load_marian(folder, dtype, name)
-
-
-def _gpt2(folder: Path, dtype: str, name: str | None) -> Checkpoint:
-    from .gpt2 import load_gpt2
-
-    return load_gpt2(folder, dtype, name)
+# Every family this project converts, each a record of its own module (a new model_type: a new
+# record there). The order is the one messages list them in.
+FAMILIES: tuple[Family, ...] = (*marian.FAMILIES, *gpt2.FAMILIES, *llama.FAMILIES, *bert.FAMILIES)
 
 
-def _llama(folder: Path, dtype: str, name: str | None) -> Checkpoint:
-    from .llama import load_llama
-
-    return load_llama(folder, dtype, name)
-
-
-def _bert(folder: Path, dtype: str, name: str | None) -> Checkpoint:
-    from .bert import load_bert
-
-    return load_bert(folder, dtype, name)
-
-
-# model_type -> the family's loader. A family is one line here (and its hub files in hub.py).
-LOADERS: dict[str, Callable[[Path, str, str | None], Checkpoint]] = {
-    "marian": _marian, "gpt2": _gpt2, "llama": _llama, "mistral": _llama, "qwen2": _llama,
-    "bert": _bert, "roberta": _bert, "distilbert": _bert,
-}  # fmt: skip
-# model_type -> what the family reads: an encoder's text (--source) or a prompt (--prompt: a
-# decoder-only model's, or an encoder-only one's sentence with its blanks); known before the
-# weights are read, so that the wrong option costs nothing.
-ENCODER_DECODER = {"marian": True, "gpt2": False, "llama": False, "mistral": False, "qwen2": False,
-                   "bert": False, "roberta": False, "distilbert": False}  # fmt: skip
-ENCODER_ONLY = frozenset({"bert", "roberta", "distilbert"})  # what --prompt is to them: a sentence
-
-
-def model_type(folder: Path) -> str:
-    """config.json's ``model_type``, read before anything else of the folder."""
+def family_of(folder: Path) -> Family:
+    """The family of config.json's ``model_type``, read before anything else of the folder."""
     path = folder / "config.json"
     kind = read_config_json(folder).get("model_type")
-    if not isinstance(kind, str) or kind not in LOADERS:  # a list or a dict cannot be looked up
-        raise CheckpointError(
-            f"{path}: model_type is {shown(kind)}; supported: {', '.join(repr(k) for k in LOADERS)}"
-        )
-    return kind
+    family = find(FAMILIES, kind)  # compared, never hashed: a list or a dict is no model_type
+    if family is None:
+        supported = ", ".join(repr(f.model_type) for f in FAMILIES)
+        raise CheckpointError(f"{path}: model_type is {shown(kind)}; supported: {supported}")
+    return family
 
 
 def load_checkpoint(path_or_id: str, dtype: str = "float32", prompt: bool | None = None) -> Checkpoint:
@@ -105,18 +75,19 @@ def load_checkpoint(path_or_id: str, dtype: str = "float32", prompt: bool | None
     """
     folder = resolve(path_or_id)
     name = None if expanded(path_or_id).is_dir() else path_or_id
-    kind = model_type(folder)
-    if prompt is not None and prompt == ENCODER_DECODER[kind]:
+    family = family_of(folder)
+    kind = family.model_type
+    if prompt is not None and prompt == family.encoder_decoder:
         if prompt:
             raise CheckpointError(
                 f"{path_or_id} is an encoder-decoder model ({kind}): give --source TEXT (and --target), "
                 "not --prompt"
             )
-        only = "an encoder-only" if kind in ENCODER_ONLY else "a decoder-only"
+        only = "an encoder-only" if family.architecture == "encoder-only" else "a decoder-only"
         raise CheckpointError(
             f"{path_or_id} is {only} model ({kind}): give --prompt TEXT, not --source/--target"
         )
-    return check_special_ids(LOADERS[kind](folder, dtype, name), folder)
+    return check_special_ids(family.load(folder, dtype, name), folder)
 
 
 def check_special_ids(ckpt: Checkpoint, folder: Path) -> Checkpoint:

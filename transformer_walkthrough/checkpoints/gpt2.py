@@ -21,15 +21,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from ..config import HF_ACTIVATIONS  # activation_function's names for ours
-from ..model.architecture import DECODER, pre_norm, stage_id
+from ..model.architecture import DECODER
 from .bpe import BPETokenizer
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
+from .family import Block, Family, Param, Tensor, check_finite, convert, first_tensor, with_defaults
 from .jsonfile import shown
 from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
 
@@ -69,6 +70,7 @@ class GPT2Checkpoint:
     (its eos), and its generation bans nothing and forces nothing.
     """
 
+    family: Family
     model: dict[str, Any]
     weights: dict[str, np.ndarray]
     tokenizer: BPETokenizer
@@ -78,8 +80,6 @@ class GPT2Checkpoint:
     decoder_start_token_id: None = None
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
     forced_eos_token_id: int | None = None
-    family: ClassVar[str] = "gpt2"
-    encoder_decoder: ClassVar[bool] = False  # input: --prompt
 
     @property
     def pad_token_id(self) -> int | None:
@@ -87,39 +87,35 @@ class GPT2Checkpoint:
         return self.eos_token_id
 
 
-class Row(NamedTuple):
-    """One of our parameters, the tensor it comes from (without the ``transformer.`` prefix), its shape."""
+# Our parameter <- their tensor (after the ``transformer.`` prefix of save_pretrained's files).
+# Their weights are Conv1D's, already (d_in, d_out): none is transposed, and attn.c_attn is W_QKV.
+# GPT-2 is pre-norm: ln_1 before the attention (sublayer 1), ln_2 before the MLP (sublayer 2).
+NAME_MAP = (
+    Block(DECODER, prefix="h.{n}.", layers="layers", params=(
+        Param("norm-1/gamma", Tensor("ln_1.weight", "d")),
+        Param("norm-1/beta", Tensor("ln_1.bias", "d")),
+        Param("masked-attention/W_QKV", Tensor("attn.c_attn.weight", "d", "qkv")),
+        Param("masked-attention/b_QKV", Tensor("attn.c_attn.bias", "qkv")),
+        Param("masked-attention/W_O", Tensor("attn.c_proj.weight", "d", "d")),
+        Param("masked-attention/b_O", Tensor("attn.c_proj.bias", "d")),
+        Param("norm-2/gamma", Tensor("ln_2.weight", "d")),
+        Param("norm-2/beta", Tensor("ln_2.bias", "d")),
+        Param("feed-forward/W_1", Tensor("mlp.c_fc.weight", "d", "ff")),
+        Param("feed-forward/b_1", Tensor("mlp.c_fc.bias", "ff")),
+        Param("feed-forward/W_2", Tensor("mlp.c_proj.weight", "ff", "d")),
+        Param("feed-forward/b_2", Tensor("mlp.c_proj.bias", "d")),
+    )),
+    Block(DECODER, (
+        Param("final-norm/gamma", Tensor("ln_f.weight", "d")),
+        Param("final-norm/beta", Tensor("ln_f.bias", "d")),
+    )),
+)  # fmt: skip
 
-    ours: str
-    theirs: str
-    shape: tuple[int, ...]
 
-
-def gpt2_rows(num_layers: int, d_model: int, d_ff: int) -> list[Row]:
-    """Our name <- their name for every parameter but the embeddings. Their weights are Conv1D's,
-    already (d_in, d_out): none is transposed."""
-    d, rows = d_model, []
-    final = stage_id(DECODER, "final-norm")
-    for n in range(num_layers):
-        h = f"h.{n}"
-        # GPT-2 is pre-norm: ln_1 before the attention (sublayer 1), ln_2 before the MLP (sublayer 2).
-        ln_1, ln_2 = pre_norm(DECODER, n, 1).norm, pre_norm(DECODER, n, 2).norm
-        attn, mlp = stage_id(DECODER, "masked-attention", n), stage_id(DECODER, "feed-forward", n)
-        rows += [
-            Row(f"{ln_1}/gamma", f"{h}.ln_1.weight", (d,)),
-            Row(f"{ln_1}/beta", f"{h}.ln_1.bias", (d,)),
-            Row(f"{attn}/W_QKV", f"{h}.attn.c_attn.weight", (d, 3 * d)),
-            Row(f"{attn}/b_QKV", f"{h}.attn.c_attn.bias", (3 * d,)),
-            Row(f"{attn}/W_O", f"{h}.attn.c_proj.weight", (d, d)),
-            Row(f"{attn}/b_O", f"{h}.attn.c_proj.bias", (d,)),
-            Row(f"{ln_2}/gamma", f"{h}.ln_2.weight", (d,)),
-            Row(f"{ln_2}/beta", f"{h}.ln_2.bias", (d,)),
-            Row(f"{mlp}/W_1", f"{h}.mlp.c_fc.weight", (d, d_ff)),
-            Row(f"{mlp}/b_1", f"{h}.mlp.c_fc.bias", (d_ff,)),
-            Row(f"{mlp}/W_2", f"{h}.mlp.c_proj.weight", (d_ff, d)),
-            Row(f"{mlp}/b_2", f"{h}.mlp.c_proj.bias", (d,)),
-        ]
-    return [*rows, Row(f"{final}/gamma", "ln_f.weight", (d,)), Row(f"{final}/beta", "ln_f.bias", (d,))]
+def sizes(m: Mapping[str, Any]) -> dict[str, int]:
+    """The map's size names, from the model's keys."""
+    d = m["d_model"]
+    return {"d": d, "qkv": 3 * d, "ff": m["d_ff"], "layers": m["num_decoder_layers"]}
 
 
 def load_gpt2(path: str | Path, dtype: str | np.dtype = "float32", name: str | None = None) -> GPT2Checkpoint:
@@ -133,11 +129,6 @@ def load_gpt2(path: str | Path, dtype: str | np.dtype = "float32", name: str | N
 
 def _load(folder: Path, dtype: np.dtype, name: str | None) -> GPT2Checkpoint:
     config = _read_config(folder)
-    budget = Budget()
-    tensors, file = read_weights(folder, budget)
-    weights, tied = _convert(tensors, config, dtype, f"{folder / file}", budget)
-    vocab_size = weights["decoder.embedding/E"].shape[0]
-    tokenizer = BPETokenizer(folder, size=vocab_size)
     d_model = config["n_embd"]
     model = {
         "d_model": d_model,
@@ -150,13 +141,19 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> GPT2Checkpoint:
         "activation": HF_ACTIVATIONS[config["activation_function"]],
         "positional_encoding": "learned",
         "max_positions": config["n_positions"],
-        "tie_embeddings": tied,
+        "tie_embeddings": config["tie_word_embeddings"],
         "output_bias": False,
         "attention_bias": True,
         "scale_embeddings": False,
         "layer_norm_eps": float(config["layer_norm_epsilon"]),
     }
+    budget = Budget()
+    tensors, file = read_weights(folder, budget)
+    weights = _convert(tensors, config, model, dtype, f"{folder / file}", budget)
+    vocab_size = weights["decoder.embedding/E"].shape[0]
+    tokenizer = BPETokenizer(folder, size=vocab_size)
     return GPT2Checkpoint(
+        family=GPT2,
         model=model,
         weights=weights,
         tokenizer=tokenizer,
@@ -170,12 +167,12 @@ def _read_config(folder: Path) -> dict[str, Any]:
     """config.json with GPT2Config's defaults filled in, every value this converter uses checked."""
     path = folder / "config.json"
     raw = read_config_json(folder)
-    if raw.get("model_type") != "gpt2":
+    if raw.get("model_type") != GPT2.model_type:
         raise CheckpointError(
             f"{path}: model_type is {shown(raw.get('model_type'))}; only 'gpt2' checkpoints are read here"
         )
     keep_none = {"n_inner", "bos_token_id", "eos_token_id"}
-    config = {**CONFIG_DEFAULTS, **{k: v for k, v in raw.items() if v is not None or k in keep_none}}
+    config = with_defaults(GPT2, raw, keep_none)
     for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
         if type(config[key]) is not int or config[key] < 1:
             raise CheckpointError(f"{path}: {key} is {shown(config[key])}, not a positive integer")
@@ -210,24 +207,22 @@ def _read_config(folder: Path) -> dict[str, Any]:
 
 
 def _convert(
-    tensors: Mapping[str, np.ndarray], config: dict[str, Any], dtype: np.dtype, where: str, budget: Budget
-) -> tuple[dict[str, np.ndarray], bool]:
-    """Our named weights from GPT-2's tensors, every shape checked against config.json first, and
-    the layers and the memory counted before the first row is made."""
+    tensors: Mapping[str, np.ndarray], config: dict[str, Any], model: dict[str, Any], dtype: np.dtype,
+    where: str, budget: Budget,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """Our named weights from GPT-2's tensors (``NAME_MAP`` walked forward, then the tables), every
+    shape checked against config.json first, and the layers and the memory counted before the
+    first row is made."""
     d, n_pos, vocab = config["n_embd"], config["n_positions"], config["vocab_size"]
-    d_ff = config["n_inner"] or 4 * d
     names = set(tensors)
     # save_pretrained writes GPT2LMHeadModel's names (transformer.wte.weight, lm_head.weight); the
     # hub's files hold GPT2Model's (wte.weight). One layout per file: a mixture is not GPT-2's.
     prefix = "transformer." if any(n.startswith("transformer.") for n in names) else ""
-    check_layers(names, prefix + "h.{}.ln_1.weight", "n_layer", config["n_layer"], where)
+    check_layers(names, first_tensor(GPT2.stacks[0], prefix), "n_layer", config["n_layer"], where)
     taker = Taker(tensors, where)
     taker.charge(budget, dtype)
     take = taker.take
-
-    weights: dict[str, np.ndarray] = {}
-    for row in gpt2_rows(config["n_layer"], d, d_ff):
-        weights[row.ours] = np.ascontiguousarray(take(prefix + row.theirs, row.shape), dtype=dtype)
+    weights = convert(GPT2.rows(model, prefix), take, dtype)
 
     wte = take(f"{prefix}wte.weight", (vocab, d))
     weights["decoder.embedding/E"] = np.ascontiguousarray(wte, dtype=dtype)
@@ -254,8 +249,20 @@ def _convert(
             name = f"{prefix}h.{n}.attn.{buffer}"
             if name in names:
                 take(name, want)  # its shape checked, its values not used
-    taker.refuse_unused("GPT-2")
-    for key, w in weights.items():
-        if not np.isfinite(w).all():
-            raise CheckpointError(f"{where}: {key} holds NaN or infinite values")
-    return weights, tied
+    taker.refuse_unused(GPT2.name)
+    check_finite(weights, where)
+    return weights
+
+
+GPT2 = Family(
+    model_type="gpt2",
+    name="GPT-2",
+    architecture="decoder-only",
+    transformers="GPT2LMHeadModel",
+    tokenizer=BPETokenizer,
+    defaults=CONFIG_DEFAULTS,
+    name_map=NAME_MAP,
+    sizes=sizes,
+    load=load_gpt2,
+)
+FAMILIES = (GPT2,)

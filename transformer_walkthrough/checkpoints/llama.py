@@ -25,43 +25,74 @@ columns, then G key heads', then G value heads' (``kinds.attention.columns``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from ..model.architecture import DECODER, pre_norm, stage_id
+from ..model.architecture import DECODER
 from .bpe import BPETokenizer
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
+from .family import Block, Family, Param, Tensor, check_finite, convert, find, first_tensor, with_defaults
 from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
 from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
 
-FAMILIES = ("llama", "mistral", "qwen2")
 
-# Each family's config defaults (transformers 5's LlamaConfig, MistralConfig, Qwen2Config), for the
-# keys an older config.json leaves out. None: derived (num_key_value_heads: one per query head;
-# head_dim: hidden_size / num_attention_heads).
-CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
-    "llama": {
-        "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-        "num_attention_heads": 32, "num_key_value_heads": None, "max_position_embeddings": 2048,
-        "eos_token_id": 2, "bos_token_id": 1, "sliding_window": None,
-    },
-    "mistral": {
-        "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 4096 * 32,
-        "eos_token_id": 2, "bos_token_id": 1, "sliding_window": 4096,
-    },
-    "qwen2": {
-        "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
-        "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 32768,
-        "eos_token_id": None, "bos_token_id": None, "sliding_window": None,
-    },
-}  # fmt: skip
-COMMON_DEFAULTS: dict[str, Any] = {
+def qkv_biases(m: Mapping[str, Any]) -> bool:
+    """Biases on Q, K and V: Qwen2's ("qkv"), or Llama's ``attention_bias`` (on O too)."""
+    return bool(m["attention_bias"])
+
+
+def o_bias(m: Mapping[str, Any]) -> bool:
+    return m["attention_bias"] is True
+
+
+def mlp_biases(m: Mapping[str, Any]) -> bool:
+    return bool(m["ffn_bias"])
+
+
+# Our parameter <- their tensors, as stored: nn.Linear's (out, in) transposed, q, k and v side by
+# side as W_QKV. An optional row (when=) is there only when the model has that switch on; a new
+# per-layer tensor (Qwen3's q_norm and k_norm) is one more row, with its switch.
+NAME_MAP = (
+    Block(DECODER, prefix="model.layers.{n}.", layers="layers", params=(
+        Param("norm-1/gamma", Tensor("input_layernorm.weight", "d")),
+        Param("masked-attention/W_QKV", Tensor("self_attn.q_proj.weight", "q", "d"),
+              Tensor("self_attn.k_proj.weight", "kv", "d"), Tensor("self_attn.v_proj.weight", "kv", "d"),
+              transposed=True),
+        Param("masked-attention/b_QKV", Tensor("self_attn.q_proj.bias", "q"),
+              Tensor("self_attn.k_proj.bias", "kv"), Tensor("self_attn.v_proj.bias", "kv"), when=qkv_biases),
+        Param("masked-attention/W_O", Tensor("self_attn.o_proj.weight", "d", "q"), transposed=True),
+        Param("masked-attention/b_O", Tensor("self_attn.o_proj.bias", "d"), when=o_bias),
+        Param("norm-2/gamma", Tensor("post_attention_layernorm.weight", "d")),
+        Param("feed-forward/W_gate", Tensor("mlp.gate_proj.weight", "ff", "d"), transposed=True),
+        Param("feed-forward/b_gate", Tensor("mlp.gate_proj.bias", "ff"), when=mlp_biases),
+        Param("feed-forward/W_up", Tensor("mlp.up_proj.weight", "ff", "d"), transposed=True),
+        Param("feed-forward/b_up", Tensor("mlp.up_proj.bias", "ff"), when=mlp_biases),
+        Param("feed-forward/W_down", Tensor("mlp.down_proj.weight", "d", "ff"), transposed=True),
+        Param("feed-forward/b_down", Tensor("mlp.down_proj.bias", "d"), when=mlp_biases),
+    )),
+    Block(DECODER, (Param("final-norm/gamma", Tensor("model.norm.weight", "d")),)),
+)  # fmt: skip
+# The embedding table and the output layer, tied or not: _convert's own lines.
+EMBEDDING, OUTPUT_LAYER = "model.embed_tokens.weight", "lm_head.weight"
+
+
+def sizes(m: Mapping[str, Any]) -> dict[str, int]:
+    """The map's size names, from the model's keys: H query heads and G key/value heads of d_k."""
+    d_k = m["head_dim"] or m["d_model"] // m["num_heads"]
+    kv_heads = m["num_kv_heads"] or m["num_heads"]
+    return {"d": m["d_model"], "d_k": d_k, "q": m["num_heads"] * d_k, "kv": kv_heads * d_k,
+            "ff": m["d_ff"], "layers": m["num_decoder_layers"]}  # fmt: skip
+
+
+# transformers 5's LlamaConfig defaults, for the keys an older config.json leaves out. None: derived
+# (num_key_value_heads: one per query head; head_dim: hidden_size / num_attention_heads).
+_COMMON_DEFAULTS: dict[str, Any] = {
     "head_dim": None, "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
     "attention_bias": False, "mlp_bias": False, "pretraining_tp": 1, "use_sliding_window": False,
     "pad_token_id": None,
@@ -79,7 +110,7 @@ class LlamaCheckpoint:
     ``<|end_of_text|>`` and ``<|eot_id|>``), any of which ends a generation.
     """
 
-    family: str  # config.json's model_type
+    family: Family
     model: dict[str, Any]
     weights: dict[str, np.ndarray]
     tokenizer: BPETokenizer
@@ -90,7 +121,6 @@ class LlamaCheckpoint:
     decoder_start_token_id: None = None
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
     forced_eos_token_id: int | None = None
-    encoder_decoder: ClassVar[bool] = False  # input: --prompt
 
 
 def load_llama(
@@ -106,12 +136,27 @@ def load_llama(
 
 def _load(folder: Path, dtype: np.dtype, name: str | None) -> LlamaCheckpoint:
     config = read_config(folder)
+    model = _model(config)
     budget = Budget()
     tensors, file = read_weights(folder, budget)
-    weights = _convert(tensors, config, dtype, f"{folder / file}", budget)
+    weights = _convert(tensors, config, model, dtype, f"{folder / file}", budget)
     tokenizer = BPETokenizer(folder, size=config["vocab_size"])
+    return LlamaCheckpoint(
+        family=config["family"],
+        model=model,
+        weights=weights,
+        tokenizer=tokenizer,
+        bos_token_id=config["bos_token_id"],
+        eos_token_id=config["eos_token_id"],
+        pad_token_id=config["pad_token_id"],
+        source=f"{name or folder} ({file})",
+    )
+
+
+def _model(config: dict[str, Any]) -> dict[str, Any]:
+    """ModelConfig's keys of a checked config.json."""
     rope = config["rope"]
-    model = {
+    return {
         "d_model": config["hidden_size"],
         "num_heads": config["num_attention_heads"],
         "num_kv_heads": config["num_key_value_heads"],
@@ -138,16 +183,6 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> LlamaCheckpoint:
         "output_bias": False,
         "scale_embeddings": False,
     }  # fmt: skip
-    return LlamaCheckpoint(
-        family=config["model_type"],
-        model=model,
-        weights=weights,
-        tokenizer=tokenizer,
-        bos_token_id=config["bos_token_id"],
-        eos_token_id=config["eos_token_id"],
-        pad_token_id=config["pad_token_id"],
-        source=f"{name or folder} ({file})",
-    )
 
 
 def _scaling(rope: dict[str, Any]) -> dict[str, Any]:
@@ -185,15 +220,17 @@ def _number(value: Any, key: str, path: Path, low: float = 0.0) -> float:
 def read_config(folder: Path) -> dict[str, Any]:
     """config.json with its family's defaults filled in, every value this converter uses checked.
 
-    Adds ``rope`` (the rotary parameters, standardised as transformers does: ``rope_scaling`` or
-    ``rope_parameters``, ``rope_theta`` inside or beside it), ``biases`` (ModelConfig's
-    attention_bias) and ``window`` (the sliding window, None for none)."""
+    Adds ``family`` (the record of its model_type), ``rope`` (the rotary parameters, standardised
+    as transformers does: ``rope_scaling`` or ``rope_parameters``, ``rope_theta`` inside or beside
+    it), ``biases`` (ModelConfig's attention_bias) and ``window`` (the sliding window, None for none)."""
     path = folder / "config.json"
     raw = read_config_json(folder)
     family = raw.get("model_type")
-    if family not in FAMILIES:
+    record = find(FAMILIES, family)
+    if record is None:
         raise CheckpointError(
-            f"{path}: model_type is {shown(family)}; this converter reads {', '.join(FAMILIES)}"
+            f"{path}: model_type is {shown(family)}; this converter reads "
+            f"{', '.join(f.model_type for f in FAMILIES)}"
         )
     keep_none = {
         "num_key_value_heads",
@@ -203,10 +240,8 @@ def read_config(folder: Path) -> dict[str, Any]:
         "pad_token_id",
         "sliding_window",
     }
-    config = {
-        **COMMON_DEFAULTS, **CONFIG_DEFAULTS[family],
-        **{k: v for k, v in raw.items() if v is not None or k in keep_none},
-    }  # fmt: skip
+    config = with_defaults(record, raw, keep_none)
+    config["family"] = record
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                 "num_attention_heads", "max_position_embeddings"):  # fmt: skip
         _positive_int(config, key, path)
@@ -346,17 +381,17 @@ def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
 
 
 def _convert(
-    tensors: Mapping[str, np.ndarray], config: dict[str, Any], dtype: np.dtype, where: str, budget: Budget
-) -> dict[str, np.ndarray]:
-    """Our named weights from the checkpoint's tensors, every shape checked against config.json first,
-    and the layers and the memory counted before the first is made."""
-    d, vocab, d_ff = config["hidden_size"], config["vocab_size"], config["intermediate_size"]
-    H, G, d_k = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
-    q, kv = H * d_k, G * d_k
+    tensors: Mapping[str, np.ndarray], config: dict[str, Any], model: dict[str, Any], dtype: np.dtype,
+    where: str, budget: Budget,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """Our named weights from the checkpoint's tensors (``NAME_MAP`` walked forward, then the table
+    and the output layer), every shape checked against config.json first, and the layers and the
+    memory counted before the first is made."""
+    d, vocab, d_k = config["hidden_size"], config["vocab_size"], config["head_dim"]
     names = set(tensors)
     check_layers(
         names,
-        "model.layers.{}.input_layernorm.weight",
+        first_tensor(config["family"].stacks[0]),
         "num_hidden_layers",
         config["num_hidden_layers"],
         where,
@@ -364,66 +399,58 @@ def _convert(
     taker = Taker(tensors, where)
     taker.charge(budget, dtype)
     take = taker.take
+    weights = convert(config["family"].rows(model), take, dtype)
 
-    def linear(theirs: str, d_in: int, d_out: int) -> np.ndarray:
-        """nn.Linear's (out, in) weight as our (in, out)."""
-        return np.ascontiguousarray(take(theirs, (d_out, d_in)).T, dtype=dtype)
-
-    def vector(theirs: str, n: int) -> np.ndarray:
-        return np.ascontiguousarray(take(theirs, (n,)), dtype=dtype)
-
-    weights: dict[str, np.ndarray] = {}
-    for n in range(config["num_hidden_layers"]):
-        p = f"model.layers.{n}."
-        attn, mlp = stage_id(DECODER, "masked-attention", n), stage_id(DECODER, "feed-forward", n)
-        norm_1, norm_2 = pre_norm(DECODER, n, 1).norm, pre_norm(DECODER, n, 2).norm
-        weights[f"{norm_1}/gamma"] = vector(p + "input_layernorm.weight", d)
-        W_QKV = np.empty((d, q + 2 * kv), dtype=dtype)  # filled in place: no joined copy
-        for which, (start, width) in zip("qkv", ((0, q), (q, kv), (q + kv, kv)), strict=True):
-            W_QKV[:, start : start + width] = take(f"{p}self_attn.{which}_proj.weight", (width, d)).T
-        weights[f"{attn}/W_QKV"] = W_QKV
-        if config["biases"]:
-            weights[f"{attn}/b_QKV"] = np.concatenate(
-                [
-                    vector(f"{p}self_attn.{which}_proj.bias", width)
-                    for which, width in zip("qkv", (q, kv, kv), strict=True)
-                ]
-            )
-        weights[f"{attn}/W_O"] = linear(p + "self_attn.o_proj.weight", q, d)
-        if config["biases"] is True:
-            weights[f"{attn}/b_O"] = vector(p + "self_attn.o_proj.bias", d)
-        weights[f"{norm_2}/gamma"] = vector(p + "post_attention_layernorm.weight", d)
-        for ours, theirs, d_in, d_out in (
-            ("gate", "gate", d, d_ff),
-            ("up", "up", d, d_ff),
-            ("down", "down", d_ff, d),
-        ):
-            weights[f"{mlp}/W_{ours}"] = linear(f"{p}mlp.{theirs}_proj.weight", d_in, d_out)
-            if config["mlp_bias"]:
-                weights[f"{mlp}/b_{ours}"] = vector(f"{p}mlp.{theirs}_proj.bias", d_out)
-    weights[f"{stage_id(DECODER, 'final-norm')}/gamma"] = vector("model.norm.weight", d)
-
-    E = take("model.embed_tokens.weight", (vocab, d))
+    E = take(EMBEDDING, (vocab, d))
     weights["decoder.embedding/E"] = np.ascontiguousarray(E, dtype=dtype)
-    if "lm_head.weight" in names:
-        lm_head = take("lm_head.weight", (vocab, d))
+    if OUTPUT_LAYER in names:
+        lm_head = take(OUTPUT_LAYER, (vocab, d))
         if config["tie_word_embeddings"]:
             if not np.array_equal(lm_head, E):
                 raise CheckpointError(
-                    f"{where}: lm_head.weight differs from model.embed_tokens.weight, which config.json "
+                    f"{where}: {OUTPUT_LAYER} differs from {EMBEDDING}, which config.json "
                     "says it is (tie_word_embeddings)"
                 )
         else:
             weights["output.logits/W"] = np.ascontiguousarray(lm_head.T, dtype=dtype)
     elif not config["tie_word_embeddings"]:
-        raise CheckpointError(f"{where}: missing tensor lm_head.weight (tie_word_embeddings is false)")
+        raise CheckpointError(f"{where}: missing tensor {OUTPUT_LAYER} (tie_word_embeddings is false)")
     # Older files keep each layer's rotary table (inv_freq) as a buffer: the config makes it here.
     for n in range(config["num_hidden_layers"]):
         buffer = f"model.layers.{n}.self_attn.rotary_emb.inv_freq"
         if buffer in names:
             take(buffer, (d_k // 2,))  # its shape checked, its values recomputed from the config
     taker.refuse_unused(config["model_type"])
-    for key, w in weights.items():
-        if not np.isfinite(w).all():
-            raise CheckpointError(f"{where}: {key} holds NaN or infinite values")
+    check_finite(weights, where)
     return weights
+
+
+# One record per model_type: they differ in their config's defaults (transformers 5's LlamaConfig,
+# MistralConfig, Qwen2Config) and in what read_config accepts of them.
+LLAMA = Family(
+    model_type="llama", name="Llama", architecture="decoder-only", transformers="LlamaForCausalLM",
+    tokenizer=BPETokenizer,
+    defaults={
+        **_COMMON_DEFAULTS, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": None,
+        "max_position_embeddings": 2048, "eos_token_id": 2, "bos_token_id": 1, "sliding_window": None,
+    },
+    name_map=NAME_MAP, sizes=sizes, load=load_llama,
+)  # fmt: skip
+MISTRAL = dataclasses.replace(
+    LLAMA, model_type="mistral", name="Mistral", transformers="MistralForCausalLM",
+    defaults={
+        **_COMMON_DEFAULTS, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "max_position_embeddings": 4096 * 32, "eos_token_id": 2, "bos_token_id": 1, "sliding_window": 4096,
+    },
+)  # fmt: skip
+QWEN2 = dataclasses.replace(
+    LLAMA, model_type="qwen2", name="Qwen2", transformers="Qwen2ForCausalLM",
+    defaults={
+        **_COMMON_DEFAULTS, "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+        "max_position_embeddings": 32768, "eos_token_id": None, "bos_token_id": None, "sliding_window": None,
+    },
+)  # fmt: skip
+FAMILIES = (LLAMA, MISTRAL, QWEN2)

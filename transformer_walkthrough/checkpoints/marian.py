@@ -20,14 +20,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from ..config import HF_ACTIVATIONS  # activation_function's names for ours
-from ..model.architecture import DECODER, ENCODER, post_norm, stage_id
+from ..model.architecture import DECODER, ENCODER
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
+from .family import Block, Family, Param, Tensor, check_finite, convert, first_tensor, with_defaults
 from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
 from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
 from .tokenizer import MarianTokenizer
@@ -57,62 +58,56 @@ CONFIG_DEFAULTS: dict[str, Any] = {
 # transformers recomputes (older checkpoints saved them; newer ones leave them out).
 IGNORED_BUFFERS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
 
-T = True  # "transposed": our W is their nn.Linear.weight transposed
+
+def _attention(stage: str, module: str) -> tuple[Param, ...]:
+    """An attention's rows: q, k, v side by side as W_QKV and b_QKV, out_proj as W_O and b_O."""
+    q, k, v, o = (f"{module}.{p}" for p in ("q_proj", "k_proj", "v_proj", "out_proj"))
+    return (
+        Param(f"{stage}/W_QKV", *(Tensor(f"{x}.weight", "d", "d") for x in (q, k, v)), transposed=True),
+        Param(f"{stage}/b_QKV", *(Tensor(f"{x}.bias", "d") for x in (q, k, v))),
+        Param(f"{stage}/W_O", Tensor(f"{o}.weight", "d", "d"), transposed=True),
+        Param(f"{stage}/b_O", Tensor(f"{o}.bias", "d")),
+    )
 
 
-@dataclass(frozen=True)
-class Row:
-    """One of our parameters and where it comes from: their tensors, transposed or not, side by side."""
+def _add_norm(stage: str, module: str) -> tuple[Param, ...]:
+    """A LayerNorm's rows: its weight as ``gamma``, its bias as ``beta``."""
+    return (
+        Param(f"{stage}/gamma", Tensor(f"{module}.weight", "d")),
+        Param(f"{stage}/beta", Tensor(f"{module}.bias", "d")),
+    )
 
-    ours: str
-    theirs: tuple[str, ...]
-    transposed: bool = False
+
+_FEED_FORWARD = (
+    Param("feed-forward/W_1", Tensor("fc1.weight", "ff", "d"), transposed=True),
+    Param("feed-forward/b_1", Tensor("fc1.bias", "ff")),
+    Param("feed-forward/W_2", Tensor("fc2.weight", "d", "ff"), transposed=True),
+    Param("feed-forward/b_2", Tensor("fc2.bias", "d")),
+)
+# Our parameter <- their tensors, every layer's (the embeddings and the output layer: _convert's
+# own lines). Marian is post-norm: each sublayer's LayerNorm after its sum, add-norm-k.
+NAME_MAP = (
+    Block(ENCODER, prefix="model.encoder.layers.{n}.", layers="encoder_layers", params=(
+        *_attention("self-attention", "self_attn"),
+        *_add_norm("add-norm-1", "self_attn_layer_norm"),
+        *_FEED_FORWARD,
+        *_add_norm("add-norm-2", "final_layer_norm"),
+    )),
+    Block(DECODER, prefix="model.decoder.layers.{n}.", layers="decoder_layers", params=(
+        *_attention("masked-attention", "self_attn"),
+        *_add_norm("add-norm-1", "self_attn_layer_norm"),
+        *_attention("cross-attention", "encoder_attn"),
+        *_add_norm("add-norm-2", "encoder_attn_layer_norm"),
+        *_FEED_FORWARD,
+        *_add_norm("add-norm-3", "final_layer_norm"),
+    )),
+)  # fmt: skip
 
 
-def marian_rows(num_encoder_layers: int, num_decoder_layers: int) -> list[Row]:
-    """Our name ← their name(s), for every parameter of the layers (embeddings and output apart)."""
-    rows: list[Row] = []
-
-    def attention(stage: str, module: str) -> None:
-        q, k, v, o = (f"{module}.{p}" for p in ("q_proj", "k_proj", "v_proj", "out_proj"))
-        rows.extend(
-            [
-                Row(f"{stage}/W_QKV", (f"{q}.weight", f"{k}.weight", f"{v}.weight"), T),
-                Row(f"{stage}/b_QKV", (f"{q}.bias", f"{k}.bias", f"{v}.bias")),
-                Row(f"{stage}/W_O", (f"{o}.weight",), T),
-                Row(f"{stage}/b_O", (f"{o}.bias",)),
-            ]
-        )
-
-    def add_norm(stage: str, module: str) -> None:
-        rows.extend([Row(f"{stage}/gamma", (f"{module}.weight",)), Row(f"{stage}/beta", (f"{module}.bias",))])
-
-    def feed_forward(stage: str, layer: str) -> None:
-        rows.extend(
-            [
-                Row(f"{stage}/W_1", (f"{layer}.fc1.weight",), T),
-                Row(f"{stage}/b_1", (f"{layer}.fc1.bias",)),
-                Row(f"{stage}/W_2", (f"{layer}.fc2.weight",), T),
-                Row(f"{stage}/b_2", (f"{layer}.fc2.bias",)),
-            ]
-        )
-
-    # Marian is post-norm: each sublayer's LayerNorm after its sum, add-norm-k.
-    for n in range(num_encoder_layers):
-        layer = f"model.encoder.layers.{n}"
-        attention(stage_id(ENCODER, "self-attention", n), f"{layer}.self_attn")
-        add_norm(post_norm(ENCODER, n, 1).after, f"{layer}.self_attn_layer_norm")
-        feed_forward(stage_id(ENCODER, "feed-forward", n), layer)
-        add_norm(post_norm(ENCODER, n, 2).after, f"{layer}.final_layer_norm")
-    for n in range(num_decoder_layers):
-        layer = f"model.decoder.layers.{n}"
-        attention(stage_id(DECODER, "masked-attention", n), f"{layer}.self_attn")
-        add_norm(post_norm(DECODER, n, 1).after, f"{layer}.self_attn_layer_norm")
-        attention(stage_id(DECODER, "cross-attention", n), f"{layer}.encoder_attn")
-        add_norm(post_norm(DECODER, n, 2).after, f"{layer}.encoder_attn_layer_norm")
-        feed_forward(stage_id(DECODER, "feed-forward", n), layer)
-        add_norm(post_norm(DECODER, n, 3).after, f"{layer}.final_layer_norm")
-    return rows
+def sizes(m: Mapping[str, Any]) -> dict[str, int]:
+    """The map's size names, from the model's keys."""
+    return {"d": m["d_model"], "ff": m["d_ff"], "encoder_layers": m["num_encoder_layers"],
+            "decoder_layers": m["num_decoder_layers"]}  # fmt: skip
 
 
 @dataclass
@@ -123,6 +118,7 @@ class MarianCheckpoint:
     tells generation: opus-mt bans ``<pad>`` (``[[58100]]``) and ends on ``</s>`` at the length limit.
     """
 
+    family: Family
     model: dict[str, Any]
     weights: dict[str, np.ndarray]
     tokenizer: MarianTokenizer
@@ -132,8 +128,6 @@ class MarianCheckpoint:
     source: str
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
     forced_eos_token_id: int | None = None
-    family: ClassVar[str] = "marian"
-    encoder_decoder: ClassVar[bool] = True  # input: --source (and --target); a decoder-only family: --prompt
 
 
 def load_marian(
@@ -149,21 +143,6 @@ def load_marian(
 
 def _load(folder: Path, dtype: np.dtype, name: str | None) -> MarianCheckpoint:
     config = _read_config(folder)
-    budget = Budget()
-    tensors, file = read_weights(folder, budget)
-    weights, tied = _convert(tensors, config, dtype, f"{folder / file}", budget)
-    source_rows = weights["encoder.embedding/E"].shape[0]
-    target_rows = weights["output.logits/b"].shape[0]  # the decoder's table: a row per output column
-    tokenizer = MarianTokenizer(folder, size=source_rows, target_size=target_rows)
-    target_file = "target_vocab.json" if tokenizer.separate_vocabs else "vocab.json"
-    for which, vocabulary, table, rows in (
-        ("vocab.json", tokenizer.source_vocabulary, "the encoder's embedding table", source_rows),
-        (target_file, tokenizer.target_vocabulary, "the decoder's embedding table", target_rows),
-    ):
-        if len(vocabulary) > rows:
-            raise CheckpointError(
-                f"{folder}: {which} has ids up to {len(vocabulary) - 1}, {table} only {rows} rows"
-            )
     model = {
         "d_model": config["d_model"],
         "num_heads": config["encoder_attention_heads"],
@@ -176,11 +155,27 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> MarianCheckpoint:
         "positional_encoding": "sinusoidal-halves",
         "scale_embeddings": bool(config["scale_embedding"]),
         "attention_bias": True,
-        "tie_embeddings": tied,
+        "tie_embeddings": False,  # below: what the tables turn out to be
         "layer_norm_eps": 1e-5,  # nn.LayerNorm's default: Marian's layers do not set it
         "max_positions": config["max_position_embeddings"],
     }
+    budget = Budget()
+    tensors, file = read_weights(folder, budget)
+    weights, model["tie_embeddings"] = _convert(tensors, config, model, dtype, f"{folder / file}", budget)
+    source_rows = weights["encoder.embedding/E"].shape[0]
+    target_rows = weights["output.logits/b"].shape[0]  # the decoder's table: a row per output column
+    tokenizer = MarianTokenizer(folder, size=source_rows, target_size=target_rows)
+    target_file = "target_vocab.json" if tokenizer.separate_vocabs else "vocab.json"
+    for which, vocabulary, table, rows in (
+        ("vocab.json", tokenizer.source_vocabulary, "the encoder's embedding table", source_rows),
+        (target_file, tokenizer.target_vocabulary, "the decoder's embedding table", target_rows),
+    ):
+        if len(vocabulary) > rows:
+            raise CheckpointError(
+                f"{folder}: {which} has ids up to {len(vocabulary) - 1}, {table} only {rows} rows"
+            )
     return MarianCheckpoint(
+        family=MARIAN,
         model=model,
         weights=weights,
         tokenizer=tokenizer,
@@ -197,11 +192,11 @@ def _read_config(folder: Path) -> dict[str, Any]:
     """config.json with MarianConfig's defaults filled in, every value this converter uses checked."""
     path = folder / "config.json"
     raw = read_config_json(folder)
-    if raw.get("model_type") != "marian":
+    if raw.get("model_type") != MARIAN.model_type:
         raise CheckpointError(
             f"{path}: model_type is {shown(raw.get('model_type'))}; only 'marian' checkpoints are supported"
         )
-    config = {**CONFIG_DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}
+    config = with_defaults(MARIAN, raw)
     config.update(_generation_settings(folder, raw))
     for key in (
         "vocab_size",
@@ -267,39 +262,22 @@ def _generation_settings(folder: Path, config: dict[str, Any]) -> dict[str, Any]
 
 
 def _convert(
-    tensors: Mapping[str, np.ndarray], config: dict[str, Any], dtype: np.dtype, where: str, budget: Budget
-) -> tuple[dict[str, np.ndarray], bool]:
-    """Their tensors -> our weights, each checkpoint tensor used once or known; returns (weights, tied).
+    tensors: Mapping[str, np.ndarray], config: dict[str, Any], model: dict[str, Any], dtype: np.dtype,
+    where: str, budget: Budget,
+) -> tuple[dict[str, np.ndarray], bool]:  # fmt: skip
+    """Their tensors -> our weights (``NAME_MAP`` walked forward, then the tables), each checkpoint
+    tensor used once or known; returns (weights, tied).
 
     The layers are counted and the memory charged before the first row is made."""
-    d_model, d_ff = config["d_model"], config["encoder_ffn_dim"]
+    d_model = config["d_model"]
     names = set(tensors)
-    for side in ("encoder", "decoder"):
+    for side, block in zip(("encoder", "decoder"), MARIAN.stacks, strict=True):
         key = f"{side}_layers"
-        first = f"model.{side}.layers.{{}}.self_attn.q_proj.weight"  # the first tensor of marian_rows' layer
-        check_layers(names, first, key, config[key], where)
+        check_layers(names, first_tensor(block), key, config[key], where)
     taker = Taker(tensors, where)
     taker.charge(budget, dtype)
     shape, take, used = taker.shape, taker.take, taker.used
-
-    expected_shapes = {"weight": (d_model, d_model), "bias": (d_model,)}
-    weights: dict[str, np.ndarray] = {}
-    for row in marian_rows(config["encoder_layers"], config["decoder_layers"]):
-        parts = []
-        for their in row.theirs:
-            kind = their.rsplit(".", 1)[1]
-            if ".fc1." in their:
-                expected = (d_ff, d_model) if kind == "weight" else (d_ff,)
-            elif ".fc2." in their:
-                expected = (d_model, d_ff) if kind == "weight" else (d_model,)
-            elif "layer_norm" in their:
-                expected = (d_model,)
-            else:
-                expected = expected_shapes[kind]
-            part = take(their, expected)
-            parts.append(part.T if row.transposed else part)
-        joined = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
-        weights[row.ours] = np.ascontiguousarray(joined, dtype=dtype)
+    weights = convert(MARIAN.rows(model), take, dtype)
 
     # Embeddings and output layer: one table for all three when the checkpoint shares and ties them.
     share, tie = config["share_encoder_decoder_embeddings"], config["tie_word_embeddings"]
@@ -331,7 +309,7 @@ def _convert(
     else:  # transformers starts it at zero when a checkpoint leaves it out
         b = np.zeros(target_vocab)
     used.update(n for n in IGNORED_BUFFERS if n in names)
-    taker.refuse_unused("Marian")
+    taker.refuse_unused(MARIAN.name)
 
     tied = share and tie
     ends = {"encoder.embedding/E": E_enc}
@@ -339,7 +317,19 @@ def _convert(
         ends.update({"decoder.embedding/E": E_dec, "output.logits/W": W_out.T})
     ends["output.logits/b"] = b
     weights.update({k: np.ascontiguousarray(v, dtype=dtype) for k, v in ends.items()})
-    if not all(np.isfinite(w).all() for w in weights.values()):
-        bad = next(k for k, w in weights.items() if not np.isfinite(w).all())
-        raise CheckpointError(f"{where}: {bad} holds NaN or infinite values")
+    check_finite(weights, where)
     return weights, tied
+
+
+MARIAN = Family(
+    model_type="marian",
+    name="Marian",
+    architecture="encoder-decoder",
+    transformers="MarianMTModel",
+    tokenizer=MarianTokenizer,
+    defaults=CONFIG_DEFAULTS,
+    name_map=NAME_MAP,
+    sizes=sizes,
+    load=load_marian,
+)
+FAMILIES = (MARIAN,)

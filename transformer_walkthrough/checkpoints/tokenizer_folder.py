@@ -61,7 +61,9 @@ WORDPIECE = {BERT, DISTILBERT}  # DistilBertTokenizer is BertTokenizer with anot
 # transformers' own names for the class that uses tokenizer.json as it is.
 _AS_IS = {"TokenizersBackend", "PreTrainedTokenizer", "PreTrainedTokenizerFast", "PythonBackend"}
 _CLASSES = {LLAMA, QWEN2, GPT2, BERT, DISTILBERT, ROBERTA} | _AS_IS
-# model_type -> its registered class (TOKENIZER_MAPPING_NAMES), for the families supported.
+# model_type -> its registered class: transformers' own TOKENIZER_MAPPING_NAMES, as AutoTokenizer
+# reads it for any folder (qwen3, mixtral: model types no family here converts). Not a family
+# record's field: the families import this reader, so it cannot look them up.
 _REGISTERED = {"mistral": BACKEND, "mixtral": BACKEND, "qwen2": QWEN2, "qwen2_moe": QWEN2,
                "qwen3": QWEN2, "gpt2": GPT2, "bert": BERT, "distilbert": BERT,
                "roberta": ROBERTA}  # fmt: skip

@@ -27,12 +27,17 @@ def rope_parameters(m: Any) -> dict[str, Any]:
 
 
 def llama_with(config: Config, w: Weights, dtype: Any) -> Any:
-    """A LlamaForCausalLM of the config's sizes holding our weights (transposed: nn.Linear is (out, in));
-    a MistralForCausalLM, the same model with a sliding window, when the config has one."""
+    """A LlamaForCausalLM of the config's sizes holding our weights: the family's name map walked
+    backward (each weight transposed back to nn.Linear's (out, in), W_QKV cut into q, k, v); a
+    MistralForCausalLM, the same model with a sliding window, when the config has one."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+    import transformers
+
+    from ..checkpoints.family import invert, model_keys
+    from ..checkpoints.llama import LLAMA, MISTRAL
 
     m = config.model
+    family = LLAMA if m.sliding_window is None else MISTRAL
     sizes = dict(
         vocab_size=len(config.vocabulary), hidden_size=m.d_model, intermediate_size=m.d_ff,
         num_hidden_layers=m.num_decoder_layers, num_attention_heads=m.num_heads,
@@ -40,36 +45,22 @@ def llama_with(config: Config, w: Weights, dtype: Any) -> Any:
         rope_parameters=rope_parameters(m), max_position_embeddings=4096, tie_word_embeddings=False,
         hidden_act="silu",
     )  # fmt: skip
-    if m.sliding_window is None:
-        hf, kind = LlamaConfig(**sizes, attention_bias=False, mlp_bias=False), LlamaForCausalLM
+    if family is LLAMA:
+        hf = transformers.LlamaConfig(**sizes, attention_bias=False, mlp_bias=False)
     else:
-        hf, kind = MistralConfig(**sizes, sliding_window=m.sliding_window), MistralForCausalLM
+        hf = transformers.MistralConfig(**sizes, sliding_window=m.sliding_window)
     hf._attn_implementation = "eager"
-    model = kind(hf).to(dtype).eval()
-    q, kv = m.num_heads * m.d_k, m.kv_heads * m.d_k
+    model = getattr(transformers, family.transformers)(hf).to(dtype).eval()
 
     def t(a: np.ndarray) -> torch.Tensor:
         return torch.tensor(np.ascontiguousarray(a), dtype=dtype)
 
-    sd = {
+    theirs = invert(family.rows(model_keys(m)), w)
+    sd = {name: t(a) for name, a in theirs.items()}
+    sd |= {
         "model.embed_tokens.weight": t(w["decoder.embedding/E"]),
         "lm_head.weight": t(w["output.logits/W"].T),
-        "model.norm.weight": t(w["decoder.final-norm/gamma"]),
     }
-    for i in range(m.num_decoder_layers):
-        W = w[f"decoder.{i}.masked-attention/W_QKV"]
-        p = f"model.layers.{i}."
-        sd |= {
-            p + "self_attn.q_proj.weight": t(W[:, :q].T),
-            p + "self_attn.k_proj.weight": t(W[:, q : q + kv].T),
-            p + "self_attn.v_proj.weight": t(W[:, q + kv :].T),
-            p + "self_attn.o_proj.weight": t(w[f"decoder.{i}.masked-attention/W_O"].T),
-            p + "mlp.gate_proj.weight": t(w[f"decoder.{i}.feed-forward/W_gate"].T),
-            p + "mlp.up_proj.weight": t(w[f"decoder.{i}.feed-forward/W_up"].T),
-            p + "mlp.down_proj.weight": t(w[f"decoder.{i}.feed-forward/W_down"].T),
-            p + "input_layernorm.weight": t(w[f"decoder.{i}.norm-1/gamma"]),
-            p + "post_attention_layernorm.weight": t(w[f"decoder.{i}.norm-2/gamma"]),
-        }  # fmt: skip
     missing, unexpected = model.load_state_dict(sd, strict=False)
     if unexpected or not all("rotary" in k for k in missing):  # only the rotary tables are not ours
         raise ValueError(f"llama_with: missing {missing}, unexpected {unexpected}")

@@ -1,0 +1,207 @@
+"""A checkpoint family as one record: its ``model_type``, its defaults, and one map from its tensors
+to our parameters.
+
+A ``Family`` says what converting one ``model_type`` takes: what the model reads (an encoder's
+text, or a prompt), the defaults of transformers' config class for the keys an older config.json
+leaves out, the converter, and the name map. The map is a table, not code: each row is one of our
+parameters and the tensors it comes from, as stored (their names, their shapes in the family's
+size names), set side by side (``W_QKV = [W_Q | W_K | W_V]``) and each transposed first where the
+family stores ``nn.Linear``'s ``(out, in)``. A row may be optional: present only when the model
+has a switch on (Qwen2's Q/K/V biases, Llama's ``mlp_bias``).
+
+The converter walks the map forward (``convert``: their tensors into our weights); the tests'
+references walk the same map backward (``invert``: our weights into a transformers model's state
+dict). What the map cannot say stays in the family's module: tied and shared tables, buffers that
+are checked and dropped, the refusals of its config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+
+from ..model.architecture import stage_id
+from .errors import CheckpointError
+from .tensors import transpose_into
+
+Switch = Callable[[Mapping[str, Any]], bool]  # the model's keys -> whether an optional row is there
+
+
+@dataclass(frozen=True, init=False)
+class Tensor:
+    """One of their tensors: its name (in a layer, after the layer's prefix) and its shape as stored,
+    each axis a size name of the family (``"d"``, ``"ff"``, ``"q"``)."""
+
+    name: str
+    shape: tuple[str, ...]
+
+    def __init__(self, name: str, *shape: str) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "shape", shape)
+
+
+@dataclass(frozen=True, init=False)
+class Param:
+    """One of our parameters, ``stage/name`` (the stage within its layer, or within its side), and
+    the tensors it is made of, side by side along its last axis; ``transposed``: each is
+    ``nn.Linear``'s ``(out, in)``, transposed to our ``(in, out)``; ``when``: the row is there only
+    when the model's keys say so (None: always)."""
+
+    ours: str
+    theirs: tuple[Tensor, ...]
+    transposed: bool
+    when: Switch | None
+
+    def __init__(self, ours: str, *theirs: Tensor, transposed: bool = False, when: Switch | None = None):
+        for key, value in (("ours", ours), ("theirs", theirs), ("transposed", transposed), ("when", when)):
+            object.__setattr__(self, key, value)
+
+
+@dataclass(frozen=True)
+class Block:
+    """Rows of the map that share a side and a prefix: every layer of a stack (``layers`` names the
+    size that counts them, ``{n}`` in ``prefix`` stands for the layer's number), or the side itself
+    (its embedding tables, its final norm, an output head)."""
+
+    side: str  # ENCODER, DECODER or OUTPUT
+    params: tuple[Param, ...]
+    prefix: str = ""
+    layers: str | None = None
+    when: Switch | None = None  # the whole block is there only when the model's keys say so
+    in_body: bool = True  # False: a head's tensors, never under the file's body prefix (``bert.``)
+
+
+class Row(NamedTuple):
+    """A row of the map for one model: our parameter's full name and each tensor's full name and shape."""
+
+    ours: str
+    theirs: tuple[tuple[str, tuple[int, ...]], ...]
+    transposed: bool
+
+    def shape(self) -> tuple[int, ...]:
+        """Our parameter's shape: the parts side by side, each transposed where the row says so."""
+        shapes = [s[::-1] if self.transposed else s for _, s in self.theirs]
+        return (*shapes[0][:-1], sum(s[-1] for s in shapes))
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything this project knows of one ``model_type``, and the functions that convert it.
+
+    ``architecture``: what the model reads — an encoder-decoder its source text (``--source``),
+    a decoder-only or an encoder-only model a prompt (``--prompt``). ``defaults``: transformers'
+    config class defaults. ``sizes``: the model's keys (``ModelConfig``'s names) -> the size
+    names of the map. ``load(folder, dtype, name)``: the converter, which returns a
+    ``checkpoint.Checkpoint``.
+    """
+
+    model_type: str
+    name: str  # as the family names itself: "Marian", "GPT-2", "RoBERTa"
+    architecture: Literal["encoder-decoder", "decoder-only", "encoder-only"]
+    transformers: str  # the class of its files in transformers: the tests' reference
+    tokenizer: Callable[..., Any]  # the reader of its tokenizer's files (BPETokenizer, MarianTokenizer)
+    defaults: Mapping[str, Any]
+    name_map: tuple[Block, ...]
+    sizes: Callable[[Mapping[str, Any]], Mapping[str, int]]
+    load: Callable[[Path, str | np.dtype, str | None], Any] = field(repr=False)
+
+    @property
+    def encoder_decoder(self) -> bool:
+        return self.architecture == "encoder-decoder"
+
+    @property
+    def stacks(self) -> tuple[Block, ...]:
+        """The map's blocks of layers, bottom to top: the encoder's, then the decoder's."""
+        return tuple(block for block in self.name_map if block.layers)
+
+    def rows(self, model: Mapping[str, Any], prefix: str = "") -> list[Row]:
+        """The map's rows for a model of these keys (``ModelConfig``'s names): every layer's, the
+        optional ones whose switch is on; ``prefix`` before each of their names but a head's (the
+        base model's prefix in a head model's file: ``bert.``, ``transformer.``)."""
+        sizes = self.sizes(model)
+        return list(_rows(self.name_map, model, sizes, prefix))
+
+
+def _rows(
+    blocks: Sequence[Block], model: Mapping[str, Any], sizes: Mapping[str, int], prefix: str
+) -> Iterator[Row]:
+    for block in blocks:
+        if block.when is not None and not block.when(model):
+            continue
+        layers: Sequence[int | None] = range(sizes[block.layers]) if block.layers else [None]
+        for n in layers:
+            start = (prefix if block.in_body else "") + block.prefix.format(n=n)
+            for p in block.params:
+                if p.when is not None and not p.when(model):
+                    continue
+                stage, local = p.ours.split("/")
+                theirs = tuple((start + t.name, tuple(sizes[s] for s in t.shape)) for t in p.theirs)
+                yield Row(f"{stage_id(block.side, stage, n)}/{local}", theirs, p.transposed)
+
+
+def first_tensor(block: Block, prefix: str = "") -> str:
+    """The name of a layer's first tensor, ``{}`` for the layer's number (``tensors.check_layers``)."""
+    return prefix + block.prefix.replace("{n}", "{}") + block.params[0].theirs[0].name
+
+
+def convert(
+    rows: Sequence[Row], take: Callable[[str, tuple[int, ...]], np.ndarray], dtype: np.dtype
+) -> dict[str, np.ndarray]:
+    """The map walked forward: our weights from their tensors (``take(name, shape)`` checks each
+    shape), each parameter filled in place, a part at a time: no joined copy."""
+    weights: dict[str, np.ndarray] = {}
+    for row in rows:
+        out = np.empty(row.shape(), dtype=dtype)
+        start = 0
+        for name, shape in row.theirs:
+            width = shape[0] if row.transposed else shape[-1]
+            part = out[..., start : start + width]
+            if row.transposed:
+                transpose_into(part, take(name, shape))
+            else:
+                part[...] = take(name, shape)
+            start += width
+        weights[row.ours] = out
+    return weights
+
+
+def invert(rows: Sequence[Row], weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The map walked backward: their tensors from our weights, each parameter cut back into its
+    parts and each part transposed back where the family stores it ``(out, in)`` (views, not copies)."""
+    tensors: dict[str, np.ndarray] = {}
+    for row in rows:
+        ours, start = weights[row.ours], 0
+        for name, shape in row.theirs:
+            width = shape[0] if row.transposed else shape[-1]
+            part = ours[..., start : start + width]
+            tensors[name] = part.T if row.transposed else part
+            start += width
+    return tensors
+
+
+def model_keys(m: Any) -> dict[str, Any]:
+    """A ``ModelConfig``'s keys as the mapping a converter builds (``Family.rows`` reads either)."""
+    return {f.name: getattr(m, f.name) for f in dataclasses.fields(m)}
+
+
+def check_finite(weights: Mapping[str, np.ndarray], where: str) -> None:
+    """Refuse a parameter holding NaN or an infinity, naming the first."""
+    for key, w in weights.items():
+        if not np.isfinite(w).all():
+            raise CheckpointError(f"{where}: {key} holds NaN or infinite values")
+
+
+def with_defaults(family: Family, raw: Mapping[str, Any], keep_none: Sequence[str] = ()) -> dict[str, Any]:
+    """config.json over the family's defaults; a null value falls back to its default, except for
+    the keys of ``keep_none``, where null means something (no head_dim given: derived)."""
+    return {**family.defaults, **{k: v for k, v in raw.items() if v is not None or k in keep_none}}
+
+
+def find(families: Sequence[Family], model_type: Any) -> Family | None:
+    """The family of ``model_type`` among ``families``, or None."""
+    return next((f for f in families if f.model_type == model_type), None)
