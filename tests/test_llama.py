@@ -65,7 +65,7 @@ def test_token_ids_equal_auto_tokenizer(llama_family, name):
     bos = reference.bos_token_id
     adds_bos = reference("The cat").input_ids[0] == bos if bos is not None else False
     assert (ckpt.tokenizer.encode("The cat")[0] == bos) == adds_bos
-    assert adds_bos == (name != "qwen2")  # Llama 3 and Llama 2 style add theirs; Qwen2 has none
+    assert adds_bos == (name not in ("qwen2", "qwen3"))  # Llama 3 and 2 style add theirs; Qwen's has none
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -286,6 +286,39 @@ def test_qwen2_with_a_window_on_some_layers_is_refused(llama_family, tmp_path):
     with pytest.raises(CheckpointError) as err:
         load_checkpoint(str(folder), "float32", prompt=True)
     assert "use_sliding_window is true" in _one_line(err)
+
+
+def test_qwen3_normalises_each_head_s_queries_and_keys_as_transformers_does(llama_family, monkeypatch):
+    """Qwen3's q_norm and k_norm are our QK-norm: read from the family's map into gamma_Q and gamma_K,
+    and every normed query and key equals what transformers' own q_norm and k_norm give (float64)."""
+    exact_llama.float64(monkeypatch)
+    folder = llama_family["qwen3"]
+    walk = walk_prompt(str(folder), PROMPT, "float64")
+    m = walk.config.model
+    assert (m.qk_norm, m.d_k, m.num_heads, m.kv_heads, m.d_model) == ("head", 8, 4, 2, 16)
+    model = _reference(folder)
+    normed: dict[tuple[int, str], torch.Tensor] = {}
+    for i, layer in enumerate(model.model.layers):
+        for which in "qk":
+            norm = getattr(layer.self_attn, f"{which}_norm")
+            norm.register_forward_hook(lambda mod, args, out, key=(i, which): normed.__setitem__(key, out[0]))
+            stage_gamma = walk.trace[f"decoder.{i}.masked-attention"][f"gamma_{which.upper()}"][0]
+            assert np.array_equal(stage_gamma, norm.weight.detach().numpy())  # the map read it as stored
+    with torch.no_grad():
+        model(torch.tensor([list(walk.trace.target_ids)]))
+    for i in range(m.num_decoder_layers):
+        stage = walk.trace[f"decoder.{i}.masked-attention"]
+        for h in range(1, m.num_heads + 1):
+            assert np.max(np.abs(stage[f"norm_Q{h}"] - normed[i, "q"][:, h - 1].numpy())) <= 1e-12
+        for g in range(1, m.kv_heads + 1):
+            assert np.max(np.abs(stage[f"norm_K{g}"] - normed[i, "k"][:, g - 1].numpy())) <= 1e-12
+
+
+def test_qwen3_with_a_window_on_some_layers_is_refused(llama_family, tmp_path):
+    folder = _edited(llama_family["qwen3"], tmp_path / "window", use_sliding_window=True, sliding_window=4)
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(str(folder), "float32", prompt=True)
+    assert "use_sliding_window is true: Qwen3's window on some layers only" in _one_line(err)
 
 
 def test_a_prompt_longer_than_max_position_embeddings_is_refused(llama_family):

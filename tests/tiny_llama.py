@@ -1,6 +1,6 @@
 """Tiny random Llama-family checkpoints, made offline with transformers and briefly trained (``build``).
 
-Four checkpoints, each the case the issue names:
+Five checkpoints, each the case an issue names:
 
 - ``llama``: ``LlamaForCausalLM``, 4 query heads over 2 key/value heads, untied output, a Llama 3
   style tokenizer (byte-level BPE, ``<|begin_of_text|>`` added) and two end tokens;
@@ -9,7 +9,10 @@ Four checkpoints, each the case the issue names:
 - ``mistral``: ``MistralForCausalLM`` whose sliding window (4) is shorter than the prompts, a Llama 2
   style tokenizer (SentencePiece-like BPE with byte fallback, ``<s>`` added);
 - ``llama3-rope``: a ``LlamaForCausalLM`` with ``rope_parameters`` of type ``llama3`` and a
-  ``head_dim`` (6) that is not hidden_size / num_attention_heads.
+  ``head_dim`` (6) that is not hidden_size / num_attention_heads;
+- ``qwen3``: ``Qwen3ForCausalLM``, each head's queries and keys RMS-normed (``q_norm``, ``k_norm``)
+  before the rotation, a ``head_dim`` (8) that is not hidden_size / num_attention_heads (4), 4 query
+  heads over 2 key/value heads, no biases, tied embeddings, a Qwen2 style tokenizer.
 
 Each is trained for a few steps on ``CORPUS`` with its end token after each sentence, so that greedy
 decoding of a prompt from the corpus ends; then saved with ``save_pretrained`` (safetensors).
@@ -64,6 +67,8 @@ def _spec(name: str) -> dict[str, Any]:
                                 "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                 "original_max_position_embeddings": 16}),
+        "qwen3": dict(common, model_type="qwen3", num_key_value_heads=2, head_dim=8, tie_word_embeddings=True,
+                      rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
     }[name]  # fmt: skip
 
 
@@ -72,6 +77,7 @@ TOKENIZERS: dict[str, Callable[[Path], Any]] = {
     "qwen2": tiny_tokenizers.qwen2_style,
     "mistral": lambda folder: tiny_tokenizers.llama2_style(folder, legacy_layout=False),
     "llama3-rope": tiny_tokenizers.llama3_style,
+    "qwen3": tiny_tokenizers.qwen2_style,
 }
 MODELS = tuple(TOKENIZERS)  # the checkpoints' names; each one's model class is its family's
 
@@ -91,7 +97,7 @@ def build(root: Path, name: str) -> Path:
         kind, vocab_size=len(tok), bos_token_id=tok.bos_token_id,
         eos_token_id=eos if len(eos) > 1 else eos[0], pad_token_id=None, **spec,
     )  # fmt: skip
-    torch.manual_seed({"llama": 0, "qwen2": 1, "mistral": 2, "llama3-rope": 3}[name])
+    torch.manual_seed({"llama": 0, "qwen2": 1, "mistral": 2, "llama3-rope": 3, "qwen3": 4}[name])
     model = getattr(transformers, find(FAMILIES, kind).transformers)(config)
     _train(model, tok, eos[0])
     model.save_pretrained(folder)

@@ -1,4 +1,4 @@
-"""A Llama-family checkpoint (Llama 2 and 3, SmolLM, TinyLlama, Mistral, Qwen2) in this project's terms.
+"""A Llama-family checkpoint (Llama 2 and 3, SmolLM, TinyLlama, Mistral, Qwen2, Qwen3), in our terms.
 
 Today's decoder-only models are one architecture, which ``config.json`` spells out and this
 converter reads rather than assumes: pre-norm layers with RMSNorm (``input_layernorm`` before the
@@ -7,11 +7,14 @@ positions applied to each head's queries and keys (no position table), SwiGLU
 (``down(silu(gate(x)) ⊙ up(x))``), grouped-query attention (``num_key_value_heads`` G key/value
 heads for H query heads), no biases — but Qwen2's on Q, K and V, and Llama's where
 ``attention_bias`` or ``mlp_bias`` says — and an output layer tied to the embedding table or not.
-The three ``model_type`` differ only in what their config may say:
+The four ``model_type`` differ only in what their config may say, and Qwen3 in one step:
 
 - ``llama``: ``attention_bias`` (Q, K, V and O), ``mlp_bias``, ``head_dim``;
 - ``mistral``: ``sliding_window`` (each position sees the last ``sliding_window`` ones only), no biases;
-- ``qwen2``: biases on Q, K, V always, none on O; ``use_sliding_window`` (refused when true).
+- ``qwen2``: biases on Q, K, V always, none on O; ``use_sliding_window`` (refused when true);
+- ``qwen3``: an RMSNorm of each head's queries and keys before the rotation (``q_norm``, ``k_norm``:
+  our ``qk_norm: head``, ``gamma_Q``, ``gamma_K``), ``head_dim`` 128 unless it says, no biases but
+  where ``attention_bias`` says (Q, K, V and O); ``use_sliding_window`` refused, as Qwen2's.
 
 Rotary: ``rope_theta`` (or transformers 5's ``rope_parameters``), and ``rope_scaling`` (older
 files) or ``rope_parameters`` of type ``default``, ``linear`` or ``llama3`` (Llama 3.1, 3.2); any
@@ -55,6 +58,11 @@ def mlp_biases(m: Mapping[str, Any]) -> bool:
     return bool(m["ffn_bias"])
 
 
+def qk_norm(m: Mapping[str, Any]) -> bool:
+    """Qwen3's RMSNorm of each head's queries and keys, before the rotation."""
+    return m.get("qk_norm") == "head"
+
+
 # Our parameter <- their tensors, as stored: nn.Linear's (out, in) transposed, q, k and v side by
 # side as W_QKV. An optional row (when=) is there only when the model has that switch on; a new
 # per-layer tensor (Qwen3's q_norm and k_norm) is one more row, with its switch.
@@ -66,6 +74,8 @@ NAME_MAP = (
               transposed=True),
         Param("masked-attention/b_QKV", Tensor("self_attn.q_proj.bias", "q"),
               Tensor("self_attn.k_proj.bias", "kv"), Tensor("self_attn.v_proj.bias", "kv"), when=qkv_biases),
+        Param("masked-attention/gamma_Q", Tensor("self_attn.q_norm.weight", "d_k"), when=qk_norm),
+        Param("masked-attention/gamma_K", Tensor("self_attn.k_norm.weight", "d_k"), when=qk_norm),
         Param("masked-attention/W_O", Tensor("self_attn.o_proj.weight", "d", "q"), transposed=True),
         Param("masked-attention/b_O", Tensor("self_attn.o_proj.bias", "d"), when=o_bias),
         Param("norm-2/gamma", Tensor("post_attention_layernorm.weight", "d")),
@@ -179,6 +189,7 @@ def _model(config: dict[str, Any]) -> dict[str, Any]:
         "activation": "silu",
         "ffn_bias": config["mlp_bias"],
         "attention_bias": config["biases"],
+        "qk_norm": "head" if config["model_type"] == "qwen3" else False,
         "tie_embeddings": config["tie_word_embeddings"],
         "output_bias": False,
         "scale_embeddings": False,
@@ -366,10 +377,11 @@ def _rope(raw: dict[str, Any], config: dict[str, Any], path: Path) -> dict[str, 
 def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
     """The sliding window every layer uses, or None: Mistral's ``sliding_window``; Qwen2 uses one
     only with ``use_sliding_window``, on some layers (refused: one window for all layers here)."""
-    if family == "qwen2":
+    if family in ("qwen2", "qwen3"):
         if config["use_sliding_window"]:
             raise CheckpointError(
-                f"{path}: use_sliding_window is true: Qwen2's window on some layers only is not supported"
+                f"{path}: use_sliding_window is true: {config['family'].name}'s window on some layers only "
+                "is not supported"
             )
         return None
     if family == "llama":
@@ -453,4 +465,10 @@ QWEN2 = dataclasses.replace(
         "max_position_embeddings": 32768, "eos_token_id": None, "bos_token_id": None, "sliding_window": None,
     },
 )  # fmt: skip
-FAMILIES = (LLAMA, MISTRAL, QWEN2)
+# Qwen3: Qwen2 with an RMSNorm of each head's queries and keys (q_norm, k_norm), a head_dim of its
+# own (128 when config.json does not say), and no Q/K/V biases unless attention_bias (then O's too).
+QWEN3 = dataclasses.replace(
+    LLAMA, model_type="qwen3", name="Qwen3", transformers="Qwen3ForCausalLM",
+    defaults={**QWEN2.defaults, "head_dim": 128, "sliding_window": 4096},
+)  # fmt: skip
+FAMILIES = (LLAMA, MISTRAL, QWEN2, QWEN3)
