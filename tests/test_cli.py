@@ -34,7 +34,7 @@ def test_run_shows_every_stage_in_order_and_the_prediction(runner: CliRunner, tr
     positions = [out.index(f"  {s.id} ") for s in trace]
     assert positions == sorted(positions)
     for stage in trace:
-        assert stage.title in out and stage.formula.splitlines()[0] in out
+        assert stage.title in out and str(stage.formula).splitlines()[0] in out
     assert "Prediction: the most likely next word" in out
     assert "-∞" in out and "W_Q1  (4×2)" in out and "S1+M  (4×4)" in out
     first = trace.prediction[0]

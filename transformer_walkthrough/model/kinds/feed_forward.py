@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import functional as F
+from ..formula import Formula, Sym, Term, call, formula, frac, line, neg, num, power, sqrt, sym, word
 from ..trace import Stage, dims
-from .base import Arrays, Grads, Kind, Sizes, Spec
+from .base import Arrays, Grads, Kind, Sizes, Spec, Step, linear_step, named, one, step
 from .hand import Check, gap, linear, mm
 
 if TYPE_CHECKING:
@@ -29,23 +30,33 @@ if TYPE_CHECKING:
 
 STANDARD, GATED = "standard", "gated"
 
-# Each activation as a function of its argument, written {x}: the standard form bends pre, the
-# gated form bends gate. Its formula, its LaTeX, and its value one number at a time with ``math``
+
+# Each activation as a function of its argument x (a ``Sym``: the standard form bends pre, the
+# gated form bends gate): its formula's terms, and its value one number at a time with ``math``
 # (verify's second computation); and the name of the gated unit it makes.
-ACTIVATION_FORMULAS = {
-    "relu": "max(0, {x})    (ReLU)",
-    "gelu": "{x}·Φ({x}) = {x}·(1 + erf({x}/√2))/2    (GELU)",
-    "gelu-tanh": "{x}·(1 + tanh(√(2/π)·({x} + 0.044715·{x}³)))/2    (GELU, tanh form)",
-    "silu": "{x}·σ({x}) = {x} / (1 + e^(−{x}))    (SiLU, or swish)",
-}
-ACTIVATION_LATEX = {
-    "relu": r"\max(0,\ {x}) \quad \text{(ReLU)}",
-    "gelu": r"{x} \cdot \Phi({x}) = {x} \cdot \tfrac{1}{2}"
-    r"\left(1 + \operatorname{erf}({x}/\sqrt{2})\right) \quad \text{(GELU)}",
-    "gelu-tanh": r"\tfrac{1}{2}\,{x}\left(1 + \tanh\left(\sqrt{2/\pi}\,"
-    r"({x} + 0.044715\,{x}^3)\right)\right) \quad \text{(GELU, tanh form)}",
-    "silu": r"{x} \cdot \sigma({x}) = \frac{{x}}{1 + e^{-{x}}} \quad \text{(SiLU)}",
-}
+def _relu(x: Sym) -> list[Term | str]:
+    return [call("max", num(0), x), "    ", word("(ReLU)")]
+
+
+def _gelu(x: Sym) -> list[Term | str]:
+    cdf = frac([num(1), "+", call("erf", frac(x, sqrt(num(2))))], num(2))
+    return [x, "·", call("Φ", x), "=", x, "·", cdf, "    ", word("(GELU)")]
+
+
+def _gelu_tanh(x: Sym) -> list[Term | str]:
+    inner = [sqrt(frac(num(2), PI)), "·", "(", x, "+", num(0.044715), "·", sym(x.name, sup="3"), ")"]
+    return [x, "·", frac([num(1), "+", call("tanh", inner)], num(2)), "    ", word("(GELU, tanh form)")]
+
+
+def _silu(x: Sym) -> list[Term | str]:
+    return [x, "·", call("σ", x), "=", x, "/", "(", num(1), "+", power("e", neg(x)), ")", "    ",
+            word("(SiLU, or swish)")]  # fmt: skip
+
+
+PI = sym("π", tex=r"\pi")
+ACTIVATION_FORMULAS: dict[str, Callable[[Sym], list[Term | str]]] = {
+    "relu": _relu, "gelu": _gelu, "gelu-tanh": _gelu_tanh, "silu": _silu,
+}  # fmt: skip
 ACTIVATIONS_BY_HAND: dict[str, Callable[[float], float]] = {
     "relu": lambda v: max(v, 0.0),
     "gelu": lambda v: v * (1 + math.erf(v / math.sqrt(2))) / 2,
@@ -55,14 +66,9 @@ ACTIVATIONS_BY_HAND: dict[str, Callable[[float], float]] = {
 GATED_UNITS = {"relu": "ReGLU", "gelu": "GeGLU", "gelu-tanh": "GeGLU, tanh form", "silu": "SwiGLU, as Llama"}
 
 
-def activation_formula(activation: str, x: str) -> str:
-    """The activation applied to ``x`` ("pre", "gate"), as the formula writes it."""
-    return ACTIVATION_FORMULAS[activation].replace("{x}", x)
-
-
-def activation_latex(activation: str, x: str) -> str:
-    """The activation applied to ``x`` (r"\\mathrm{pre}"), in LaTeX."""
-    return ACTIVATION_LATEX[activation].replace("{x}", x)
+def activation_formula(activation: str, x: str) -> list[Term | str]:
+    """The activation applied to ``x`` ("pre", "gate"), as the formula's terms."""
+    return ACTIVATION_FORMULAS[activation](sym(x))
 
 
 def _form(m: ModelConfig) -> str:
@@ -200,14 +206,14 @@ def feed_forward_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Chec
 # ---------------------------------------------------------------------------------------------
 
 
-def _plus(m: ModelConfig, bias: str) -> str:
+def _bias(m: ModelConfig, bias: str) -> str:
     return f" + {bias}" if m.ffn_bias else ""
 
 
 def _projection(c: Cell, trace: Trace, W: str, b: str) -> list[str]:
     """A cell of X·W + b: every term of row i of X times column j of W, then the bias."""
     return linear(
-        c, f"{c.name} = X·{W}{_plus(trace.config.model, b)}: row {c.i} of X ({c.row}) times column {c.j} of {W}",
+        c, f"{c.name} = X·{W}{_bias(trace.config.model, b)}: row {c.i} of X ({c.row}) times column {c.j} of {W}",
         c.stage["X"][c.i], c.stage[W][:, c.j], b,
     )  # fmt: skip
 
@@ -274,7 +280,7 @@ def explain_output(c: Cell, trace: Trace) -> list[str]:
     m = trace.config.model
     W, b = ("W_down", "b_down") if _form(m) == GATED else ("W_2", "b_2")
     return linear(
-        c, f"output = hidden·{W}{_plus(m, b)}: row {c.i} of hidden times column {c.j} of {W}",
+        c, f"output = hidden·{W}{_bias(m, b)}: row {c.i} of hidden times column {c.j} of {W}",
         c.stage["hidden"][c.i], c.stage[W][:, c.j], b,
     )  # fmt: skip
 
@@ -297,41 +303,31 @@ def _explanation(m: ModelConfig) -> str:
     )
 
 
-def _formula(m: ModelConfig) -> str:
+def _w(name: str) -> Sym:
+    """A parameter of the form as a symbol, with its LaTeX (W_gate as W_{gate}, not W^{gate})."""
+    return sym(name, tex=TEX[name].format())
+
+
+def _plus(m: ModelConfig, bias: str) -> list[Term | str]:
+    return ["+", _w(bias)] if m.ffn_bias else []
+
+
+def _formula(m: ModelConfig) -> Formula:
     if _form(m) == GATED:
-        return "\n".join([
-            f"gate = X·W_gate{_plus(m, 'b_gate')}",
-            f"up = X·W_up{_plus(m, 'b_up')}",
-            f"hidden = act(gate) ⊙ up    ({GATED_UNITS[m.activation]})",
-            f"act(gate) = {activation_formula(m.activation, 'gate')}",
-            f"output = hidden·W_down{_plus(m, 'b_down')}",
-        ])  # fmt: skip
-    return "\n".join([
-        f"pre = X·W_1{_plus(m, 'b_1')}",
-        f"hidden = {activation_formula(m.activation, 'pre')}",
-        f"output = hidden·W_2{_plus(m, 'b_2')}",
-    ])  # fmt: skip
-
-
-def _latex(m: ModelConfig) -> list[str]:
-    def plus(b: str) -> str:
-        return f" + {_symbol(b)}" if m.ffn_bias else ""
-
-    if _form(m) == GATED:
-        gate = r"\mathrm{gate}"
-        return [
-            rf"{gate} &= X {_symbol('W_gate')}{plus('b_gate')}",
-            rf"\mathrm{{up}} &= X {_symbol('W_up')}{plus('b_up')}",
-            rf"\mathrm{{hidden}} &= \mathrm{{act}}({gate}) \odot \mathrm{{up}} \quad \text{{({GATED_UNITS[m.activation]})}}",
-            rf"\mathrm{{act}}({gate}) &= {activation_latex(m.activation, gate)}",
-            rf"\mathrm{{output}} &= \mathrm{{hidden}}\, {_symbol('W_down')}{plus('b_down')}",
-        ]
-    pre = r"\mathrm{pre}"
-    return [
-        rf"{pre} &= X W_1{plus('b_1')}",
-        rf"\mathrm{{hidden}} &= {activation_latex(m.activation, pre)}",
-        rf"\mathrm{{output}} &= \mathrm{{hidden}}\, W_2{plus('b_2')}",
-    ]
+        return formula(
+            line("gate", "=", "X", "·", _w("W_gate"), *_plus(m, "b_gate")),
+            line("up", "=", "X", "·", _w("W_up"), *_plus(m, "b_up")),
+            line(
+                "hidden", "=", call("act", "gate"), "⊙", "up", "    ", word(f"({GATED_UNITS[m.activation]})")
+            ),
+            line(call("act", "gate"), "=", *activation_formula(m.activation, "gate")),
+            line("output", "=", "hidden", "·", _w("W_down"), *_plus(m, "b_down")),
+        )
+    return formula(
+        line("pre", "=", "X", "·", _w("W_1"), *_plus(m, "b_1")),
+        line("hidden", "=", *activation_formula(m.activation, "pre")),
+        line("output", "=", "hidden", "·", _w("W_2"), *_plus(m, "b_2")),
+    )
 
 
 # Each parameter's LaTeX symbol, as ``Kind.tex`` holds it: a format string (its braces doubled).
@@ -342,9 +338,22 @@ TEX = {
 }  # fmt: skip
 
 
-def _symbol(name: str) -> str:
-    return TEX[name].format()
+def hidden_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+    """act(pre), or act(gate) ⊙ up: the same cell of each."""
+    if stage.has("gate"):
+        return step("activation", one("gate", i, j), one(named(stage, "up"), i, j))
+    return step("activation", one(named(stage, "pre"), i, j))
 
+
+def output_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+    W, b = ("W_down", "b_down") if stage.has("W_down") else ("W_2", "b_2")
+    return linear_step("hidden", W, b)(stage, trace, name, i, j)
+
+
+STEPS = {
+    "pre": linear_step("X", "W_1", "b_1"), "gate": linear_step("X", "W_gate", "b_gate"),
+    "up": linear_step("X", "W_up", "b_up"), "hidden": hidden_step, "output": output_step,
+}  # fmt: skip
 
 EXPLAIN = {"pre": explain_pre, "gate": explain_gate, "up": explain_up, "hidden": explain_hidden,
            "output": explain_output}  # fmt: skip
@@ -354,10 +363,10 @@ FEED_FORWARD = Kind(
     "position-wise feed-forward",
     _explanation,
     _formula,
-    _latex,
     feed_forward_backward,
     feed_forward_second,
     EXPLAIN,
     params=_params,
+    steps=STEPS,
     tex=TEX,
 )
