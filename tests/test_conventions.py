@@ -39,9 +39,7 @@ from transformer_walkthrough.config import (
 from transformer_walkthrough.errors import ConfigError, WalkthroughError
 from transformer_walkthrough.model import functional as F
 from transformer_walkthrough.model.architecture import stage_ids
-from transformer_walkthrough.model.kinds import ACTIVATION_FORMULAS, KINDS
-from transformer_walkthrough.model.kinds import ACTIVATIONS_BY_HAND as VERIFY_ACTIVATIONS
-from transformer_walkthrough.model.kinds.feed_forward import GATED_UNITS
+from transformer_walkthrough.model.kinds import ACTIVATION_PIECES, KINDS
 from transformer_walkthrough.model.kinds.norms import NORM_PIECES
 from transformer_walkthrough.model.training import generate, train
 from transformer_walkthrough.model.transformer import init_weights, load_weights, run_forward
@@ -182,8 +180,7 @@ def test_every_activation_is_computed_checked_and_explained(activation: str) -> 
     x = np.array([[-2.0, -0.5, 0.0, 0.5, 2.0]])
     assert F.ACTIVATIONS[activation](x).shape == x.shape
     assert F.activation_backward(np.ones_like(x), x, activation).shape == x.shape
-    assert activation in ACTIVATION_FORMULAS
-    assert activation in VERIFY_ACTIVATIONS
+    assert activation in ACTIVATION_PIECES  # its formula, second computation, arithmetic, gated unit
     trace = run_forward(Config(model=ModelConfig(activation=activation)))
     assert all(c.ok for c in recompute(trace))
     assert len(explain(trace, "encoder.0.feed-forward", "hidden", "0,0")) >= 1
@@ -204,7 +201,7 @@ def test_every_positional_encoding_is_computed_checked_and_explained(positional_
 
 def test_the_dispatches_on_a_value_are_the_configs_values() -> None:
     """Every table keyed by a convention's value holds exactly the config's values."""
-    for table in (F.ACTIVATIONS, ACTIVATION_FORMULAS, VERIFY_ACTIVATIONS, GATED_UNITS):
+    for table in (F.ACTIVATIONS, ACTIVATION_PIECES):  # each activation's forward, backward and piece
         assert list(table) == list(ACTIVATIONS)
     assert list(NORM_PIECES) == list(NORMS)  # each norm's arithmetic, gradient, texts (kinds/norms.py)
     assert set(HF_ACTIVATIONS.values()) == set(ACTIVATIONS)  # each of ours has a checkpoint name
@@ -235,7 +232,7 @@ def test_an_unknown_activation_raises_everywhere() -> None:
         F.feed_forward(x, np.ones((2, 2)), np.ones(2), np.ones((2, 2)), np.ones(2), "swish")
     with pytest.raises(ValueError, match="unknown activation 'swish'"):
         F.activation_backward(x, x, "swish")
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match="unknown activation 'swish'"):  # the activation piece says so
         KINDS["feed-forward"].formula(trace.config.model)
     with pytest.raises(ValueError, match="unknown activation 'swish'"):
         recompute(trace)

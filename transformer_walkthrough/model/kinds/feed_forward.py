@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -31,11 +31,33 @@ if TYPE_CHECKING:
 STANDARD, GATED = "standard", "gated"
 
 
-# Each activation as a function of its argument x (a ``Sym``: the standard form bends pre, the
-# gated form bends gate): its formula's terms, and its value one number at a time with ``math``
-# (verify's second computation); and the name of the gated unit it makes.
+# ---------------------------------------------------------------------------------------------
+# The activation (``model.activation``): one piece the standard form applies to pre, the gated
+# form to gate and BERT's transform to dense, cell by cell.
+# ---------------------------------------------------------------------------------------------
+
+
+class Activation(NamedTuple):
+    """One value of ``model.activation``: its formula, its value one number at a time with ``math``
+    (verify's second computation), its arithmetic written out for a cell, the gated unit it makes."""
+
+    formula: Callable[[Sym], list[Term | str]]  # applied to x ("pre", "gate"), as terms
+    by_hand: Callable[[float], float]
+    # a cell: (cell, x, the argument's name, each first line's lead, the value) -> the lines
+    explain: Callable[[Cell, float, str, str, float], list[str]]
+    gated: str  # the gated unit it makes: "SwiGLU, as Llama"
+
+
+PI = sym("π", tex=r"\pi")
+
+
 def _relu(x: Sym) -> list[Term | str]:
     return [call("max", num(0), x), "    ", word("(ReLU)")]
+
+
+def _explain_relu(c: Cell, x: float, arg: str, lead: str, value: float) -> list[str]:
+    off = "   (negative: this unit is off here)" if x < 0 else ""
+    return [f"{lead}ReLU({arg}) = max(0, {arg}): max(0, {c.f(x)}) = {c.f(value)}{off}"]
 
 
 def _gelu(x: Sym) -> list[Term | str]:
@@ -43,9 +65,27 @@ def _gelu(x: Sym) -> list[Term | str]:
     return [x, "·", call("Φ", x), "=", x, "·", cdf, "    ", word("(GELU)")]
 
 
+def _explain_gelu(c: Cell, x: float, arg: str, lead: str, value: float) -> list[str]:
+    cdf = (1 + math.erf(x / math.sqrt(2))) / 2
+    return [
+        f"{lead}GELU({arg}) = {arg}·Φ({arg}), Φ(x) = (1 + erf(x/√2))/2 the chance that a standard normal is below x",
+        f"  Φ({c.f(x)}) = (1 + erf({c.f(x)}/√2))/2 = {c.f(cdf)}",
+        f"  {c._factor(x)}·{c.f(cdf)} = {c.f(value)}",
+    ]
+
+
 def _gelu_tanh(x: Sym) -> list[Term | str]:
     inner = [sqrt(frac(num(2), PI)), "·", "(", x, "+", num(0.044715), "·", sym(x.name, sup="3"), ")"]
     return [x, "·", frac([num(1), "+", call("tanh", inner)], num(2)), "    ", word("(GELU, tanh form)")]
+
+
+def _explain_gelu_tanh(c: Cell, x: float, arg: str, lead: str, value: float) -> list[str]:
+    u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+    return [
+        f"{lead}{arg}·(1 + tanh(√(2/π)·({arg} + 0.044715·{arg}³)))/2 (GELU, the tanh form GPT-2 uses)",
+        f"  √(2/π)·({c.f(x)} + 0.044715·{c._factor(x)}³) = {c.f(u)}; tanh({c.f(u)}) = {c.f(math.tanh(u))}",
+        f"  {c._factor(x)}·(1 + {c.f(math.tanh(u))})/2 = {c.f(value)}",
+    ]
 
 
 def _silu(x: Sym) -> list[Term | str]:
@@ -53,22 +93,53 @@ def _silu(x: Sym) -> list[Term | str]:
             word("(SiLU, or swish)")]  # fmt: skip
 
 
-PI = sym("π", tex=r"\pi")
-ACTIVATION_FORMULAS: dict[str, Callable[[Sym], list[Term | str]]] = {
-    "relu": _relu, "gelu": _gelu, "gelu-tanh": _gelu_tanh, "silu": _silu,
-}  # fmt: skip
-ACTIVATIONS_BY_HAND: dict[str, Callable[[float], float]] = {
-    "relu": lambda v: max(v, 0.0),
-    "gelu": lambda v: v * (1 + math.erf(v / math.sqrt(2))) / 2,
-    "gelu-tanh": lambda v: v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v * v * v))) / 2,
-    "silu": lambda v: v / (1 + math.exp(-v)) if v > -700 else 0.0,
+def _explain_silu(c: Cell, x: float, arg: str, lead: str, value: float) -> list[str]:
+    sig = 1 / (1 + math.exp(-x)) if x > -700 else 0.0
+    return [
+        f"{lead}SiLU({arg}) = {arg}·σ({arg}), σ(x) = 1/(1 + e^(−x))   (Marian's swish)",
+        f"  σ({c.f(x)}) = 1/(1 + e^({c.f(-x)})) = {c.f(sig)}",
+        f"  {c._factor(x)}·{c.f(sig)} = {c.f(value)}",
+    ]
+
+
+# Every value of model.activation (config.ACTIVATIONS), by value.
+ACTIVATION_PIECES: dict[str, Activation] = {
+    "relu": Activation(_relu, lambda v: max(v, 0.0), _explain_relu, "ReGLU"),
+    "gelu": Activation(_gelu, lambda v: v * (1 + math.erf(v / math.sqrt(2))) / 2, _explain_gelu, "GeGLU"),
+    "gelu-tanh": Activation(
+        _gelu_tanh,
+        lambda v: v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v * v * v))) / 2,
+        _explain_gelu_tanh,
+        "GeGLU, tanh form",
+    ),
+    "silu": Activation(
+        _silu, lambda v: v / (1 + math.exp(-v)) if v > -700 else 0.0, _explain_silu, "SwiGLU, as Llama"
+    ),
 }
-GATED_UNITS = {"relu": "ReGLU", "gelu": "GeGLU", "gelu-tanh": "GeGLU, tanh form", "silu": "SwiGLU, as Llama"}
+
+
+def activation_of(activation: str) -> Activation:
+    """The activation the config names (``model.activation``)."""
+    if activation not in ACTIVATION_PIECES:
+        raise ValueError(f"unknown activation {activation!r}")
+    return ACTIVATION_PIECES[activation]
 
 
 def activation_formula(activation: str, x: str) -> list[Term | str]:
     """The activation applied to ``x`` ("pre", "gate"), as the formula's terms."""
-    return ACTIVATION_FORMULAS[activation](sym(x))
+    return activation_of(activation).formula(sym(x))
+
+
+def activation_by_hand(x: np.ndarray, activation: str) -> np.ndarray:
+    """The feed-forward's nonlinearity, one cell at a time."""
+    f = activation_of(activation).by_hand
+    return np.array([[f(v) for v in row] for row in x.tolist()]).reshape(x.shape)
+
+
+def activation_lines(c: Cell, x: float, arg: str, lead: str, value: float, activation: str) -> list[str]:
+    """act(x) written out, x being the cell of ``arg`` ("pre", "gate"): each first line begins with
+    ``lead`` ("hidden = ", "act(gate) = ") and the last ends on ``value``."""
+    return activation_of(activation).explain(c, x, arg, lead, value)
 
 
 def _form(m: ModelConfig) -> str:
@@ -76,14 +147,6 @@ def _form(m: ModelConfig) -> str:
     if m.feed_forward not in (STANDARD, GATED):
         raise ValueError(f"unknown feed_forward {m.feed_forward!r}")
     return m.feed_forward
-
-
-def activation_by_hand(x: np.ndarray, activation: str) -> np.ndarray:
-    """The feed-forward's nonlinearity, one cell at a time."""
-    if activation not in ACTIVATIONS_BY_HAND:
-        raise ValueError(f"unknown activation {activation!r}")
-    f = ACTIVATIONS_BY_HAND[activation]
-    return np.array([[f(v) for v in row] for row in x.tolist()]).reshape(x.shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,46 +293,15 @@ def explain_up(c: Cell, trace: Trace) -> list[str]:
     return [*_projection(c, trace, "W_up", "b_up"), "  (up: no bend of its own; the bent gate scales it)"]
 
 
-def activation_lines(c: Cell, x: float, arg: str, lead: str, value: float, activation: str) -> list[str]:
-    """act(x) written out, x being the cell of ``arg`` ("pre", "gate"): each first line begins with
-    ``lead`` ("hidden = ", "act(gate) = ") and the last ends on ``value``."""
-    if activation == "relu":
-        off = "   (negative: this unit is off here)" if x < 0 else ""
-        return [f"{lead}ReLU({arg}) = max(0, {arg}): max(0, {c.f(x)}) = {c.f(value)}{off}"]
-    if activation == "gelu":
-        cdf = (1 + math.erf(x / math.sqrt(2))) / 2
-        return [
-            f"{lead}GELU({arg}) = {arg}·Φ({arg}), Φ(x) = (1 + erf(x/√2))/2 the chance that a standard normal is below x",
-            f"  Φ({c.f(x)}) = (1 + erf({c.f(x)}/√2))/2 = {c.f(cdf)}",
-            f"  {c._factor(x)}·{c.f(cdf)} = {c.f(value)}",
-        ]
-    if activation == "gelu-tanh":
-        u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
-        return [
-            f"{lead}{arg}·(1 + tanh(√(2/π)·({arg} + 0.044715·{arg}³)))/2 (GELU, the tanh form GPT-2 uses)",
-            f"  √(2/π)·({c.f(x)} + 0.044715·{c._factor(x)}³) = {c.f(u)}; tanh({c.f(u)}) = {c.f(math.tanh(u))}",
-            f"  {c._factor(x)}·(1 + {c.f(math.tanh(u))})/2 = {c.f(value)}",
-        ]
-    if activation == "silu":
-        sig = 1 / (1 + math.exp(-x)) if x > -700 else 0.0
-        return [
-            f"{lead}SiLU({arg}) = {arg}·σ({arg}), σ(x) = 1/(1 + e^(−x))   (Marian's swish)",
-            f"  σ({c.f(x)}) = 1/(1 + e^({c.f(-x)})) = {c.f(sig)}",
-            f"  {c._factor(x)}·{c.f(sig)} = {c.f(value)}",
-        ]
-    raise ValueError(f"unknown activation {activation!r}")
-
-
 def explain_hidden(c: Cell, trace: Trace) -> list[str]:
     m = trace.config.model
     if _form(m) == STANDARD:
         return activation_lines(c, float(c.stage["pre"][c.i, c.j]), "pre", "hidden = ", c.value, m.activation)
-    if m.activation not in ACTIVATIONS_BY_HAND:
-        raise ValueError(f"unknown activation {m.activation!r}")
+    act = activation_of(m.activation)
     gate, up = float(c.stage["gate"][c.i, c.j]), float(c.stage["up"][c.i, c.j])
-    bent = ACTIVATIONS_BY_HAND[m.activation](gate)
+    bent = act.by_hand(gate)
     return [
-        f"hidden = act(gate) ⊙ up, cell by cell ({GATED_UNITS[m.activation]}): gate[{c.i}, {c.j}] = {c.f(gate)}, "
+        f"hidden = act(gate) ⊙ up, cell by cell ({activation_of(m.activation).gated}): gate[{c.i}, {c.j}] = {c.f(gate)}, "
         f"up[{c.i}, {c.j}] = {c.f(up)}",
         *activation_lines(c, gate, "gate", "act(gate) = ", bent, m.activation),
         f"  hidden = act(gate)·up = {c._factor(bent)}·{c._factor(up)} = {c.f(c.value)}",
@@ -297,7 +329,7 @@ def _explanation(m: ModelConfig) -> str:
             "with a nonlinearity, come back to d_model."
         )
     return (
-        f"Each position goes on its own through the same gated network ({GATED_UNITS[m.activation]}): two "
+        f"Each position goes on its own through the same gated network ({activation_of(m.activation).gated}): two "
         "projections widen it to d_ff, the gate and up; the gate is bent by the nonlinearity and "
         "scales up cell by cell, and the product comes back to d_model."
     )
@@ -318,7 +350,13 @@ def _formula(m: ModelConfig) -> Formula:
             line("gate", "=", "X", "·", _w("W_gate"), *_plus(m, "b_gate")),
             line("up", "=", "X", "·", _w("W_up"), *_plus(m, "b_up")),
             line(
-                "hidden", "=", call("act", "gate"), "⊙", "up", "    ", word(f"({GATED_UNITS[m.activation]})")
+                "hidden",
+                "=",
+                call("act", "gate"),
+                "⊙",
+                "up",
+                "    ",
+                word(f"({activation_of(m.activation).gated})"),
             ),
             line(call("act", "gate"), "=", *activation_formula(m.activation, "gate")),
             line("output", "=", "hidden", "·", _w("W_down"), *_plus(m, "b_down")),
