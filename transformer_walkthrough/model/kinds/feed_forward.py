@@ -4,8 +4,10 @@
 ``act(X·W_1 + b_1)·W_2 + b_2``; or ``gated``, a gated linear unit (Shazeer, 2020),
 ``(act(X·W_gate + b_gate) ⊙ (X·W_up + b_up))·W_down + b_down``: SwiGLU with SiLU (Llama), GeGLU
 with GELU, ReGLU with ReLU. ``model.ffn_bias: false`` drops the biases of either. Each form's
-parameters, forward, backward, second computation, formula and LaTeX are below, side by side;
+parameters, forward, backward, second computation, formula and steps are below, side by side;
 every function that depends on the form asks ``_form``, which refuses a value it does not know.
+The activation is a piece of its own (``Activation``, one per ``model.activation``): its formula,
+its value by hand and a cell's arithmetic, which BERT's transform (``output``) applies too.
 """
 
 from __future__ import annotations

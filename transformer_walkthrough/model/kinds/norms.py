@@ -206,11 +206,12 @@ NORM_TEX = {"gamma": r"\gamma", "beta": r"\beta"}
 
 
 def norm_step(x: str) -> StepOf:
-    """The step of a cell of Norm(x): all of row i of x, and column j's gamma (and beta)."""
+    """The step of a cell of Norm(x): all of row i of x, and column j of each of the norm's
+    parameters (gamma, and LayerNorm's beta)."""
 
     def of(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
-        gamma, beta = named(stage, "gamma"), named(stage, "beta")
-        return step("norm", row(stage, named(stage, x), i), one(gamma, 0, j), one(beta, 0, j))
+        params = norm_of(trace.config.model).params
+        return step("norm", row(stage, named(stage, x), i), *(one(named(stage, p), 0, j) for p in params))
 
     return of
 
