@@ -18,8 +18,8 @@ from transformer_walkthrough.model.transformer import run_forward
 from transformer_walkthrough.views import documents
 
 CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
-# and the conventions no shipped config combines: a gated form with biases, RoBERTa's offset P
 ATTENTION = {"self-attention", "masked-attention", "cross-attention"}  # their pieces said it first
+# and the conventions no shipped config combines: a gated form with biases, RoBERTa's offset P
 VARIANTS = {
     "gated-with-biases": lambda: Config(model=ModelConfig(feed_forward="gated", activation="gelu")),
     "offset-positions": lambda: _bert(positional_encoding="learned", position_offset=2),

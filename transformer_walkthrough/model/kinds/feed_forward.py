@@ -3,11 +3,14 @@
 ``model.feed_forward`` chooses the form: ``standard``, the paper's two layers (eq. 2),
 ``act(X·W_1 + b_1)·W_2 + b_2``; or ``gated``, a gated linear unit (Shazeer, 2020),
 ``(act(X·W_gate + b_gate) ⊙ (X·W_up + b_up))·W_down + b_down``: SwiGLU with SiLU (Llama), GeGLU
-with GELU, ReGLU with ReLU. ``model.ffn_bias: false`` drops the biases of either. Each form's
-parameters, forward, backward, second computation, formula and steps are below, side by side;
-every function that depends on the form asks ``_form``, which refuses a value it does not know.
-The activation is a piece of its own (``Activation``, one per ``model.activation``): its formula,
-its value by hand and a cell's arithmetic, which BERT's transform (``output``) applies too.
+with GELU, ReGLU with ReLU. ``model.ffn_bias: false`` drops the biases of either.
+
+The kind is a recipe of pieces, each owning its parameters, forward, record, backward, second
+computation, formula lines, explainer and step: the projections in (``pre``, or ``gate`` and
+``up``), the bend (``hidden``: the activation, times up when gated) and the projection back
+(``output``). The form selects the pieces (``recipe``), asking ``_form``, which refuses a value it
+does not know. The activation is a piece of its own (``Activation``, one per ``model.activation``),
+which BERT's transform (``output``) applies too.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from .. import functional as F
-from ..formula import Formula, Sym, Term, call, formula, frac, line, neg, num, power, sqrt, sym, word
+from ..formula import Formula, Line, Sym, Term, call, formula, frac, line, neg, num, power, sqrt, sym, word
 from ..trace import Stage, dims
 from .base import Arrays, Grads, Kind, Sizes, Spec, Step, linear_step, named, one, step
 from .hand import Check, gap, linear, mm
@@ -152,30 +155,190 @@ def _form(m: ModelConfig) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Parameters, forward, backward.
+# The pieces: three projections and the bend between them. Each owns its parameters, forward,
+# record, backward, second computation, formula lines, explainer and step; the kind loops over
+# the recipe the config selects.
+# ---------------------------------------------------------------------------------------------
+
+
+def _bias(m: ModelConfig, bias: str) -> str:
+    return f" + {bias}" if m.ffn_bias else ""
+
+
+def _w(name: str) -> Sym:
+    """A parameter of the form as a symbol, with its LaTeX (W_gate as W_{gate}, not W^{gate})."""
+    return sym(name, tex=TEX[name].format())
+
+
+class Project(NamedTuple):
+    """out = x·W + b, with the W and b of the form (the output projection is W_2 or W_down)."""
+
+    out: str  # "pre", "gate", "up", "output"
+    x: str  # what it reads: "X" or "hidden"
+    weights: dict[str, tuple[str, str]]  # form -> (W, b): the forms that have this projection
+    aside: str = ""  # what explain adds under a cell's arithmetic
+
+    def on(self, m: ModelConfig) -> bool:
+        return _form(m) in self.weights
+
+    def names(self, m: ModelConfig) -> tuple[str, str]:
+        return self.weights[_form(m)]
+
+    def params(self, m: ModelConfig) -> dict[str, Spec]:
+        """W, then b (none without ``ffn_bias``): d_model to d_ff, or back."""
+        W, b = self.names(m)
+        d_in, d_out = (m.d_model, m.d_ff) if self.x == "X" else (m.d_ff, m.d_model)
+        bias = {b: Spec((d_out,), "bias", d_in)} if m.ffn_bias else {}
+        return {W: Spec((d_in, d_out), "xavier"), **bias}
+
+    def forward(self, values: Arrays, p: Arrays, m: ModelConfig) -> None:
+        W, b = self.names(m)
+        values[self.out] = F.linear(values[self.x], p[W], p.get(b))
+
+    def record(
+        self, stage: Stage, values: Arrays, p: Arrays, m: ModelConfig, tokens: tuple[str, ...]
+    ) -> None:
+        D, H = dims(m.d_model), dims(m.d_ff, "f")
+        rows, cols = (D, H) if self.x == "X" else (H, D)
+        W, b = self.names(m)
+        stage.weight(W, p[W], rows, cols)
+        if b in p:  # a bias only with ffn_bias
+            stage.weight(b, p[b], (b,), cols)
+        if self.out == "output":
+            stage.out(self.out, values[self.out], tokens, cols)
+        else:
+            stage.rec(self.out, values[self.out], tokens, cols)
+
+    def backward(self, values: Arrays, d: Arrays, p: Arrays, m: ModelConfig) -> None:
+        """dx = dy·Wᵀ (added to what x already has: X feeds both gate and up), dW = xᵀ·dy, db = Σ dy."""
+        W, b = self.names(m)
+        dx, d[W], d[b] = F.linear_backward(d[self.out], values[self.x], p[W])
+        d[self.x] = dx if self.x not in d else d[self.x] + dx
+
+    def by_hand(self, stage: Stage, hand: Arrays, m: ModelConfig) -> None:
+        W, b = self.names(m)
+        hand[self.out] = mm(hand[self.x], stage[W]) + stage.get(b, 0)
+
+    def checked(self, m: ModelConfig) -> str:
+        return self.out
+
+    def formula(self, m: ModelConfig) -> list[Line]:
+        W, b = self.names(m)
+        return [line(self.out, "=", self.x, "·", _w(W), *(["+", _w(b)] if m.ffn_bias else []))]
+
+    def explain(self, c: Cell, trace: Trace) -> list[str]:
+        """A cell of x·W + b: every term of row i of x times column j of W, then the bias."""
+        m = trace.config.model
+        W, b = self.names(m)
+        of_x = f"row {c.i} of X ({c.row})" if self.x == "X" else f"row {c.i} of {self.x}"
+        lines = linear(
+            c, f"{c.name} = {self.x}·{W}{_bias(m, b)}: {of_x} times column {c.j} of {W}",
+            c.stage[self.x][c.i], c.stage[W][:, c.j], b,
+        )  # fmt: skip
+        return [*lines, self.aside] if self.aside else lines
+
+    def step(self, stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        return linear_step(self.x, *self.names(trace.config.model))(stage, trace, name, i, j)
+
+
+class Bend:
+    """hidden = act(pre), or, gated, act(gate) ⊙ up: the activation, cell by cell."""
+
+    out = "hidden"
+
+    def on(self, m: ModelConfig) -> bool:
+        return True
+
+    def params(self, m: ModelConfig) -> dict[str, Spec]:
+        return {}
+
+    def forward(self, values: Arrays, p: Arrays, m: ModelConfig) -> None:
+        if _form(m) == GATED:
+            values["hidden"] = F.ACTIVATIONS[m.activation](values["gate"])
+            values["hidden"] *= values["up"]  # in place: the activation made a new array
+        else:
+            values["hidden"] = F.ACTIVATIONS[m.activation](values["pre"])
+
+    def record(
+        self, stage: Stage, values: Arrays, p: Arrays, m: ModelConfig, tokens: tuple[str, ...]
+    ) -> None:
+        stage.rec("hidden", values["hidden"], tokens, dims(m.d_ff, "f"))
+
+    def backward(self, values: Arrays, d: Arrays, p: Arrays, m: ModelConfig) -> None:
+        """Standard: d(pre) = act'(pre) ⊙ d(hidden). Gated: d(up) = d(hidden) ⊙ act(gate),
+        d(gate) = act'(gate) ⊙ d(hidden) ⊙ up."""
+        if _form(m) == GATED:
+            d["up"] = d["hidden"] * F.ACTIVATIONS[m.activation](values["gate"])
+            d["gate"] = F.activation_backward(d["hidden"] * values["up"], values["gate"], m.activation)
+        else:
+            d["pre"] = F.activation_backward(d["hidden"], values["pre"], m.activation)
+
+    def by_hand(self, stage: Stage, hand: Arrays, m: ModelConfig) -> None:
+        if _form(m) == GATED:
+            hand["hidden"] = activation_by_hand(hand["gate"], m.activation) * hand["up"]
+        else:
+            hand["hidden"] = activation_by_hand(hand["pre"], m.activation)
+
+    def checked(self, m: ModelConfig) -> str:
+        return f"hidden = {m.activation}(gate) ⊙ up" if _form(m) == GATED else f"hidden = {m.activation}(pre)"
+
+    def formula(self, m: ModelConfig) -> list[Line]:
+        if _form(m) == STANDARD:
+            return [line("hidden", "=", *activation_formula(m.activation, "pre"))]
+        unit = word(f"({activation_of(m.activation).gated})")
+        return [
+            line("hidden", "=", call("act", "gate"), "⊙", "up", "    ", unit),
+            line(call("act", "gate"), "=", *activation_formula(m.activation, "gate")),
+        ]
+
+    def explain(self, c: Cell, trace: Trace) -> list[str]:
+        m = trace.config.model
+        if _form(m) == STANDARD:
+            return activation_lines(
+                c, float(c.stage["pre"][c.i, c.j]), "pre", "hidden = ", c.value, m.activation
+            )
+        act = activation_of(m.activation)
+        gate, up = float(c.stage["gate"][c.i, c.j]), float(c.stage["up"][c.i, c.j])
+        bent = act.by_hand(gate)
+        return [
+            f"hidden = act(gate) ⊙ up, cell by cell ({act.gated}): gate[{c.i}, {c.j}] = {c.f(gate)}, "
+            f"up[{c.i}, {c.j}] = {c.f(up)}",
+            *act.explain(c, gate, "gate", "act(gate) = ", bent),
+            f"  hidden = act(gate)·up = {c._factor(bent)}·{c._factor(up)} = {c.f(c.value)}",
+        ]
+
+    def step(self, stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        """The same cell of pre, or of gate and up."""
+        if stage.has("gate"):
+            return step("activation", one("gate", i, j), one(named(stage, "up"), i, j))
+        return step("activation", one(named(stage, "pre"), i, j))
+
+
+Piece = Project | Bend
+
+# The recipe, in computing order; each form takes the pieces that are ``on`` for it.
+PIECES: tuple[Piece, ...] = (
+    Project("pre", "X", {STANDARD: ("W_1", "b_1")}),
+    Project("gate", "X", {GATED: ("W_gate", "b_gate")}, "  (the gate: bent by the activation, it scales up)"),
+    Project("up", "X", {GATED: ("W_up", "b_up")}, "  (up: no bend of its own; the bent gate scales it)"),
+    Bend(),
+    Project("output", "hidden", {STANDARD: ("W_2", "b_2"), GATED: ("W_down", "b_down")}),
+)
+
+
+def recipe(m: ModelConfig) -> list[Piece]:
+    """The pieces of the config's form, in order."""
+    return [piece for piece in PIECES if piece.on(m)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The kind: a loop over its recipe, forward, back and by hand.
 # ---------------------------------------------------------------------------------------------
 
 
 def _specs(m: ModelConfig) -> dict[str, Spec]:
     """The parameters of the form, in the order the stage uses them; no biases without ``ffn_bias``."""
-    d, f = m.d_model, m.d_ff
-    if _form(m) == GATED:
-        specs = {
-            "W_gate": Spec((d, f), "xavier"),
-            "b_gate": Spec((f,), "bias", d),
-            "W_up": Spec((d, f), "xavier"),
-            "b_up": Spec((f,), "bias", d),
-            "W_down": Spec((f, d), "xavier"),
-            "b_down": Spec((d,), "bias", f),
-        }
-    else:
-        specs = {
-            "W_1": Spec((d, f), "xavier"),
-            "b_1": Spec((f,), "bias", d),
-            "W_2": Spec((f, d), "xavier"),
-            "b_2": Spec((d,), "bias", f),
-        }
-    return specs if m.ffn_bias else {name: s for name, s in specs.items() if s.init != "bias"}
+    return {name: spec for piece in recipe(m) for name, spec in piece.params(m).items()}
 
 
 def _params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
@@ -187,57 +350,26 @@ def feed_forward(
 ) -> np.ndarray:
     """FFN(x), the same for every position (§3.3): act(x·W_1 + b_1)·W_2 + b_2, or gated:
     (act(x·W_gate + b_gate) ⊙ (x·W_up + b_up))·W_down + b_down."""
+    pieces = recipe(m)
     p = {name: w.take(stage, name) for name in _specs(m)}
-    D, H = dims(x.shape[1]), dims(m.d_ff, "f")
-
-    def weight(name: str, rows: tuple[str, ...], cols: tuple[str, ...]) -> None:
-        if name in p:  # a bias only with ffn_bias
-            stage.weight(name, p[name], rows, cols)
-
-    stage.input("X", x, tokens, D)
-    if _form(m) == GATED:
-        biases = (p.get("b_gate"), p.get("b_up"), p.get("b_down"))  # None without ffn_bias
-        g = F.gated_feed_forward(x, p["W_gate"], p["W_up"], p["W_down"], m.activation, *biases)
-        stage.cache = g
-        weight("W_gate", D, H)
-        weight("b_gate", ("b_gate",), H)
-        stage.rec("gate", g.gate, tokens, H)
-        weight("W_up", D, H)
-        weight("b_up", ("b_up",), H)
-        stage.rec("up", g.up, tokens, H)
-        stage.rec("hidden", g.hidden, tokens, H)
-        weight("W_down", H, D)
-        weight("b_down", ("b_down",), D)
-        return stage.out("output", g.output, tokens, D)
-    r = F.feed_forward(x, p["W_1"], p.get("b_1"), p["W_2"], p.get("b_2"), m.activation)
-    stage.cache = r
-    weight("W_1", D, H)
-    weight("b_1", ("b_1",), H)
-    stage.rec("pre", r.pre, tokens, H)
-    stage.rec("hidden", r.hidden, tokens, H)
-    weight("W_2", H, D)
-    weight("b_2", ("b_2",), D)
-    return stage.out("output", r.output, tokens, D)
+    stage.input("X", x, tokens, dims(x.shape[1]))
+    values = {"X": x}
+    for piece in pieces:
+        piece.forward(values, p, m)
+    stage.cache = values  # every piece's result, by name: what the backward reads again
+    for piece in pieces:
+        piece.record(stage, values, p, m, tokens)
+    return values["output"]
 
 
 def feed_forward_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
-    if _form(m) == GATED:
-        g = F.gated_feed_forward_backward(
-            d_out, stage["X"], p["W_gate"], p["W_up"], p["W_down"], stage.cache, m.activation
-        )
-        params = {"W_gate": g.W_gate, "b_gate": g.b_gate, "W_up": g.W_up, "b_up": g.b_up}
-        params |= {"W_down": g.W_down, "b_down": g.b_down}
-        shown = {"X": g.x, "gate": g.gate, "up": g.up, "hidden": g.hidden, "output": d_out}
-    else:
-        dx, dW_1, db_1, dW_2, db_2, d_pre, d_hidden = F.feed_forward_backward(
-            d_out, stage["X"], p["W_1"], p["W_2"], stage.cache, m.activation
-        )
-        params = {"W_1": dW_1, "b_1": db_1, "W_2": dW_2, "b_2": db_2}
-        shown = {"X": dx, "pre": d_pre, "hidden": d_hidden, "output": d_out}
-    shown |= {name: grad[None] if grad.ndim == 1 else grad for name, grad in params.items()}
+    d = {"output": d_out}
+    for piece in reversed(recipe(m)):
+        piece.backward(stage.cache, d, p, m)
+    shown = {name: grad[None] if grad.ndim == 1 else grad for name, grad in d.items()}
     return Grads(
         {name: shown[name] for name in stage.matrices},  # in the stage's own order
-        {name: grad for name, grad in params.items() if name in p},
+        {name: d[name] for name in _specs(m) if name in p},
     )
 
 
@@ -247,76 +379,12 @@ def feed_forward_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelCo
 
 
 def feed_forward_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
-    def affine(x: np.ndarray, W: str, b: str) -> np.ndarray:
-        return mm(x, stage[W]) + stage.get(b, 0)
-
-    if _form(m) == GATED:
-        gate = affine(stage["X"], "W_gate", "b_gate")
-        up = affine(stage["X"], "W_up", "b_up")
-        hidden = activation_by_hand(gate, m.activation) * up
-        out = affine(hidden, "W_down", "b_down")
-        worst = max(gap(stage["gate"], gate), gap(stage["up"], up), gap(stage["hidden"], hidden))
-        what = f"gate, up, hidden = {m.activation}(gate) ⊙ up and output recomputed"
-    else:
-        pre = affine(stage["X"], "W_1", "b_1")
-        hidden = activation_by_hand(pre, m.activation)
-        out = affine(hidden, "W_2", "b_2")
-        worst = max(gap(stage["pre"], pre), gap(stage["hidden"], hidden))
-        what = f"pre, hidden = {m.activation}(pre) and output recomputed"
-    return [Check(stage.id, what, max(worst, gap(stage["output"], out)))]
-
-
-# ---------------------------------------------------------------------------------------------
-# explain: a cell's arithmetic, by the matrix's base name.
-# ---------------------------------------------------------------------------------------------
-
-
-def _bias(m: ModelConfig, bias: str) -> str:
-    return f" + {bias}" if m.ffn_bias else ""
-
-
-def _projection(c: Cell, trace: Trace, W: str, b: str) -> list[str]:
-    """A cell of X·W + b: every term of row i of X times column j of W, then the bias."""
-    return linear(
-        c, f"{c.name} = X·{W}{_bias(trace.config.model, b)}: row {c.i} of X ({c.row}) times column {c.j} of {W}",
-        c.stage["X"][c.i], c.stage[W][:, c.j], b,
-    )  # fmt: skip
-
-
-def explain_pre(c: Cell, trace: Trace) -> list[str]:
-    return _projection(c, trace, "W_1", "b_1")
-
-
-def explain_gate(c: Cell, trace: Trace) -> list[str]:
-    return [*_projection(c, trace, "W_gate", "b_gate"), "  (the gate: bent by the activation, it scales up)"]
-
-
-def explain_up(c: Cell, trace: Trace) -> list[str]:
-    return [*_projection(c, trace, "W_up", "b_up"), "  (up: no bend of its own; the bent gate scales it)"]
-
-
-def explain_hidden(c: Cell, trace: Trace) -> list[str]:
-    m = trace.config.model
-    if _form(m) == STANDARD:
-        return activation_lines(c, float(c.stage["pre"][c.i, c.j]), "pre", "hidden = ", c.value, m.activation)
-    act = activation_of(m.activation)
-    gate, up = float(c.stage["gate"][c.i, c.j]), float(c.stage["up"][c.i, c.j])
-    bent = act.by_hand(gate)
-    return [
-        f"hidden = act(gate) ⊙ up, cell by cell ({activation_of(m.activation).gated}): gate[{c.i}, {c.j}] = {c.f(gate)}, "
-        f"up[{c.i}, {c.j}] = {c.f(up)}",
-        *activation_lines(c, gate, "gate", "act(gate) = ", bent, m.activation),
-        f"  hidden = act(gate)·up = {c._factor(bent)}·{c._factor(up)} = {c.f(c.value)}",
-    ]
-
-
-def explain_output(c: Cell, trace: Trace) -> list[str]:
-    m = trace.config.model
-    W, b = ("W_down", "b_down") if _form(m) == GATED else ("W_2", "b_2")
-    return linear(
-        c, f"output = hidden·{W}{_bias(m, b)}: row {c.i} of hidden times column {c.j} of {W}",
-        c.stage["hidden"][c.i], c.stage[W][:, c.j], b,
-    )  # fmt: skip
+    pieces, hand = recipe(m), {"X": stage["X"]}
+    for piece in pieces:
+        piece.by_hand(stage, hand, m)
+    worst = max(gap(stage[piece.out], hand[piece.out]) for piece in pieces)
+    what = ", ".join(piece.checked(m) for piece in pieces[:-1]) + " and output recomputed"
+    return [Check(stage.id, what, worst)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,37 +405,8 @@ def _explanation(m: ModelConfig) -> str:
     )
 
 
-def _w(name: str) -> Sym:
-    """A parameter of the form as a symbol, with its LaTeX (W_gate as W_{gate}, not W^{gate})."""
-    return sym(name, tex=TEX[name].format())
-
-
-def _plus(m: ModelConfig, bias: str) -> list[Term | str]:
-    return ["+", _w(bias)] if m.ffn_bias else []
-
-
 def _formula(m: ModelConfig) -> Formula:
-    if _form(m) == GATED:
-        return formula(
-            line("gate", "=", "X", "·", _w("W_gate"), *_plus(m, "b_gate")),
-            line("up", "=", "X", "·", _w("W_up"), *_plus(m, "b_up")),
-            line(
-                "hidden",
-                "=",
-                call("act", "gate"),
-                "⊙",
-                "up",
-                "    ",
-                word(f"({activation_of(m.activation).gated})"),
-            ),
-            line(call("act", "gate"), "=", *activation_formula(m.activation, "gate")),
-            line("output", "=", "hidden", "·", _w("W_down"), *_plus(m, "b_down")),
-        )
-    return formula(
-        line("pre", "=", "X", "·", _w("W_1"), *_plus(m, "b_1")),
-        line("hidden", "=", *activation_formula(m.activation, "pre")),
-        line("output", "=", "hidden", "·", _w("W_2"), *_plus(m, "b_2")),
-    )
+    return formula(*(item for piece in recipe(m) for item in piece.formula(m)))
 
 
 # Each parameter's LaTeX symbol, as ``Kind.tex`` holds it: a format string (its braces doubled).
@@ -378,26 +417,6 @@ TEX = {
 }  # fmt: skip
 
 
-def hidden_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
-    """act(pre), or act(gate) ⊙ up: the same cell of each."""
-    if stage.has("gate"):
-        return step("activation", one("gate", i, j), one(named(stage, "up"), i, j))
-    return step("activation", one(named(stage, "pre"), i, j))
-
-
-def output_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
-    W, b = ("W_down", "b_down") if stage.has("W_down") else ("W_2", "b_2")
-    return linear_step("hidden", W, b)(stage, trace, name, i, j)
-
-
-STEPS = {
-    "pre": linear_step("X", "W_1", "b_1"), "gate": linear_step("X", "W_gate", "b_gate"),
-    "up": linear_step("X", "W_up", "b_up"), "hidden": hidden_step, "output": output_step,
-}  # fmt: skip
-
-EXPLAIN = {"pre": explain_pre, "gate": explain_gate, "up": explain_up, "hidden": explain_hidden,
-           "output": explain_output}  # fmt: skip
-
 FEED_FORWARD = Kind(
     "feed-forward",
     "position-wise feed-forward",
@@ -405,8 +424,8 @@ FEED_FORWARD = Kind(
     _formula,
     feed_forward_backward,
     feed_forward_second,
-    EXPLAIN,
+    {piece.out: piece.explain for piece in PIECES},
     params=_params,
-    steps=STEPS,
+    steps={piece.out: piece.step for piece in PIECES},
     tex=TEX,
 )
