@@ -41,12 +41,11 @@ from transformer_walkthrough.errors import ConfigError, WalkthroughError
 from transformer_walkthrough.files.weights import load_weights
 from transformer_walkthrough.model import functional as F
 from transformer_walkthrough.model.architecture import stage_ids
-from transformer_walkthrough.model.kinds import ACTIVATION_FORMULAS, ACTIVATION_LATEX, KINDS
-from transformer_walkthrough.model.kinds import ACTIVATIONS_BY_HAND as VERIFY_ACTIVATIONS
-from transformer_walkthrough.model.kinds.feed_forward import GATED_UNITS
+from transformer_walkthrough.model.kinds import ACTIVATION_PIECES, KINDS
 from transformer_walkthrough.model.kinds.norms import NORM_PIECES
 from transformer_walkthrough.model.training import generate, train
 from transformer_walkthrough.model.transformer import init_weights, run_forward
+from transformer_walkthrough.views.documents.formulas import latex_lines
 from transformer_walkthrough.views.explain import explain, explainable
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -130,7 +129,7 @@ def test_tied_embeddings_are_one_array_used_three_times() -> None:
     assert trace["decoder.embedding"]["E"] is E
     assert np.shares_memory(trace["output.logits"]["W"], E)
     assert np.array_equal(trace["output.logits"]["W"], E.T)
-    assert "W = Eᵀ" in trace["output.logits"].formula
+    assert "W = Eᵀ" in str(trace["output.logits"].formula)
 
 
 def test_sinusoids_in_halves_by_hand() -> None:
@@ -178,13 +177,12 @@ def test_every_activation_has_a_hand_computed_value() -> None:
 
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
 def test_every_activation_is_computed_checked_and_explained(activation: str) -> None:
-    """functional has its forward and its backward, kinds its formula and LaTeX, verify its second
+    """functional has its forward and its backward, kinds its formula, verify its second
     computation and explain its arithmetic (the torch reference: test_torch_reference.py)."""
     x = np.array([[-2.0, -0.5, 0.0, 0.5, 2.0]])
     assert F.ACTIVATIONS[activation](x).shape == x.shape
     assert F.activation_backward(np.ones_like(x), x, activation).shape == x.shape
-    assert activation in ACTIVATION_FORMULAS and activation in ACTIVATION_LATEX
-    assert activation in VERIFY_ACTIVATIONS
+    assert activation in ACTIVATION_PIECES  # its formula, second computation, arithmetic, gated unit
     trace = run_forward(Config(model=ModelConfig(activation=activation)))
     assert all(c.ok for c in recompute(trace))
     assert len(explain(trace, "encoder.0.feed-forward", "hidden", "0,0")) >= 1
@@ -199,13 +197,13 @@ def test_every_positional_encoding_is_computed_checked_and_explained(positional_
         assert "decoder.positional-encoding" not in trace.stages
     else:
         stage, table = trace["decoder.positional-encoding"], "PE"
-        assert KINDS["positional-encoding"].latex(trace.config.model)
+        assert latex_lines(KINDS["positional-encoding"].formula(trace.config.model))
     assert stage.formula and len(explain(trace, stage.id, table, "1,1")) >= 2
 
 
 def test_the_dispatches_on_a_value_are_the_configs_values() -> None:
     """Every table keyed by a convention's value holds exactly the config's values."""
-    for table in (F.ACTIVATIONS, ACTIVATION_FORMULAS, ACTIVATION_LATEX, VERIFY_ACTIVATIONS, GATED_UNITS):
+    for table in (F.ACTIVATIONS, ACTIVATION_PIECES):  # each activation's forward, backward and piece
         assert list(table) == list(ACTIVATIONS)
     assert list(NORM_PIECES) == list(NORMS)  # each norm's arithmetic, gradient, texts (kinds/norms.py)
     assert set(HF_ACTIVATIONS.values()) == set(ACTIVATIONS)  # each of ours has a checkpoint name
@@ -236,7 +234,7 @@ def test_an_unknown_activation_raises_everywhere() -> None:
         F.feed_forward(x, np.ones((2, 2)), np.ones(2), np.ones((2, 2)), np.ones(2), "swish")
     with pytest.raises(ValueError, match="unknown activation 'swish'"):
         F.activation_backward(x, x, "swish")
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match="unknown activation 'swish'"):  # the activation piece says so
         KINDS["feed-forward"].formula(trace.config.model)
     with pytest.raises(ValueError, match="unknown activation 'swish'"):
         recompute(trace)
@@ -254,9 +252,8 @@ def test_an_unknown_positional_encoding_raises_everywhere() -> None:
     trace = run_forward(Config())
     _unknown(trace.config, "positional_encoding", "alibi")
     m = trace.config.model
-    for kind in (KINDS["positional-encoding"].formula, KINDS["positional-encoding"].latex):
-        with pytest.raises(ValueError, match="unknown positional_encoding 'alibi'"):
-            kind(m)
+    with pytest.raises(ValueError, match="unknown positional_encoding 'alibi'"):
+        KINDS["positional-encoding"].formula(m)
     with pytest.raises(ValueError, match="unknown positional_encoding 'alibi'"):
         recompute(trace)
     with pytest.raises(ValueError, match="unknown positional_encoding 'alibi'"):
@@ -478,15 +475,18 @@ def test_documents_write_the_formulas_of_the_config() -> None:
     trace = run_forward(GPT)
     stages = list(trace)
     tex = to_latex(trace, stages, 2)
-    assert r"\tanh\left(\sqrt{2/\pi}" in tex and r"PE_{pos} &= P_{pos}" in tex
-    assert r"W &= E^{\top}" in tex and r"\mathrm{logits} &= X W \\" in tex and "X W + b" not in tex
+    assert r"\tanh(\sqrt{\frac{2}{\pi}}" in tex and r"\mathrm{PE} &= \text{the first rows of }P" in tex
+    assert r"$W$ = $E^{\top}$" in tex and "\\mathrm{logits} &= X\\,W\n" in tex and r"X\,W + b" not in tex
     assert r"\max(0" not in tex and r"\sin" not in tex
     md = to_markdown(trace, stages, 2)
     assert "hidden = pre·(1 + tanh(√(2/π)·(pre + 0.044715·pre³)))/2" in md
     assert "output = X + sublayer" in md and "decoder.final-norm" in md
     marian = run_forward(load_config(CONFIGS / "marian-style.yaml"))
     tex = to_latex(marian, list(marian), 2)
-    assert r"PE_{pos, d_\mathrm{model}/2 + i} = \cos" in tex and r"\sigma(\mathrm{pre})" in tex
+    assert (
+        r"\mathrm{PE}[\mathrm{pos}, d_{\mathrm{model}}/2 + i] &= \cos" in tex
+        and r"\sigma(\mathrm{pre})" in tex
+    )
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)

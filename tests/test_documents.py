@@ -411,7 +411,8 @@ def test_report_prints_well(tmp_path: Path) -> None:
     try:
         driver("POST", "/url", {"url": report.as_uri()})
         math_heights = js(
-            "return [...document.querySelectorAll('math')].map(m => m.getBoundingClientRect().height)"
+            "return [...document.querySelectorAll('math[display=block]')]"
+            ".map(m => m.getBoundingClientRect().height)"
         )
         driver(
             "POST", "/goog/cdp/execute", {"cmd": "Emulation.setEmulatedMedia", "params": {"media": "print"}}
@@ -428,7 +429,8 @@ def test_report_prints_well(tmp_path: Path) -> None:
         pdf = base64.b64decode(driver("POST", "/print", {"background": True}))
     finally:
         driver.close()
-    # a typeset formula of five lines stands taller than one line of text
+    # a typeset formula of five lines stands taller than one line of text (the notes' symbols are
+    # inline math, in the line of their words)
     assert len(math_heights) == len(trace) and min(math_heights) > 20
     assert nav == "none" and clipped == [] and breaks == ["avoid"]
     (tmp_path / "report.pdf").write_bytes(pdf)
@@ -492,14 +494,14 @@ def test_a_large_document_warns(runner: CliRunner, tmp_path: Path, monkeypatch: 
 
 
 def test_a_formula_bug_is_not_hidden_by_the_html_fallback(runner: CliRunner, tmp_path: Path, monkeypatch):
-    """Only the MathML reader's own refusal (a command it lacks) falls back to the plain formula: a
-    kind whose LaTeX fails is a bug, and the report must not quietly degrade around it."""
+    """No formula falls back to plain text: one the views cannot typeset is a bug, and the report
+    must not quietly degrade around it."""
     from transformer_walkthrough.views.documents import report
 
-    def broken(stage: object, trace: object) -> list[str]:
-        raise KeyError("a kind without its LaTeX")
+    def broken(formula: object) -> str:
+        raise KeyError("a term without its MathML")
 
-    monkeypatch.setattr(report, "tex_formula", broken)
+    monkeypatch.setattr(report, "formula_mathml", broken)
     result = runner.invoke(app, ["export", str(tmp_path / "r.html")])
     assert isinstance(result.exception, KeyError), (result.exit_code, result.stderr[-500:])
     assert not (tmp_path / "r.html").exists()

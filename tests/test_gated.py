@@ -307,7 +307,7 @@ def test_a_hidden_cell_is_explained_with_its_numbers() -> None:
 def test_a_reglu_cell_and_an_output_cell_without_biases() -> None:
     trace = run_forward(model(feed_forward="gated", ffn_bias=False))  # relu: ReGLU
     ffn = trace["encoder.0.feed-forward"]
-    assert "(ReGLU)" in ffn.formula and "ReGLU" in ffn.explanation
+    assert "(ReGLU)" in str(ffn.formula) and "ReGLU" in ffn.explanation
     gate, up = ffn["X"] @ ffn["W_gate"], ffn["X"] @ ffn["W_up"]
     i, j = np.argwhere(gate < 0)[0]  # a unit the gate turns off
     lines = explain(trace, ffn.id, "hidden", f"{i},{j}", digits=4)
@@ -343,7 +343,7 @@ def test_verify_catches_a_wrong_up() -> None:
 
 def test_the_formulas_and_the_documents_are_the_configs() -> None:
     m = model(feed_forward="gated", activation="gelu-tanh").model
-    assert KINDS["feed-forward"].formula(m).splitlines() == [
+    assert str(KINDS["feed-forward"].formula(m)).splitlines() == [
         "gate = X·W_gate + b_gate",
         "up = X·W_up + b_up",
         "hidden = act(gate) ⊙ up    (GeGLU, tanh form)",
@@ -352,7 +352,7 @@ def test_the_formulas_and_the_documents_are_the_configs() -> None:
     ]
     plain = dataclasses.replace(m, ffn_bias=False, feed_forward="standard", activation="relu")
     assert (
-        KINDS["feed-forward"].formula(plain)
+        str(KINDS["feed-forward"].formula(plain))
         == "pre = X·W_1\nhidden = max(0, pre)    (ReLU)\noutput = hidden·W_2"
     )
     trace = run_forward(model(feed_forward="gated", activation="silu"))
@@ -362,9 +362,9 @@ def test_the_formulas_and_the_documents_are_the_configs() -> None:
         r"\mathrm{gate}", r"\mathrm{up}", r"\mathrm{hidden}",
     ]  # fmt: skip
     tex = to_latex(trace, [ffn], 2)
-    assert r"\mathrm{hidden} &= \mathrm{act}(\mathrm{gate}) \odot \mathrm{up}" in tex
-    assert r"\mathrm{gate} &= X W_{\mathrm{gate}} + b_{\mathrm{gate}}" in tex
-    assert r"\frac{\mathrm{gate}}{1 + e^{-\mathrm{gate}}}" in tex and "W_1" not in tex
+    assert r"\mathrm{hidden} &= \operatorname{act}(\mathrm{gate}) \odot \mathrm{up}" in tex
+    assert r"\mathrm{gate} &= X\,W_{\mathrm{gate}} + b_{\mathrm{gate}}" in tex
+    assert r"\mathrm{gate} / (1 + e^{-\mathrm{gate}})" in tex and "W_1" not in tex
     assert "hidden = act(gate) ⊙ up    (SwiGLU, as Llama)" in to_markdown(trace, [ffn], 2)
 
 
@@ -471,7 +471,7 @@ def test_an_unknown_feed_forward_raises_everywhere() -> None:
     object.__setattr__(trace.config.model, "feed_forward", "glu")  # as if added to conventions.py alone
     m = trace.config.model
     kind = KINDS["feed-forward"]
-    for describe in (kind.formula, kind.latex, kind.explanation, lambda m: kind.params(m, None)):
+    for describe in (kind.formula, kind.explanation, lambda m: kind.params(m, None)):
         with pytest.raises(ValueError, match="unknown feed_forward 'glu'"):
             describe(m)
     with pytest.raises(ValueError, match="unknown feed_forward 'glu'"):

@@ -244,7 +244,7 @@ def test_scaled_embeddings_multiply_by_sqrt_d_model() -> None:
     trace = run_forward(Config(model=ModelConfig(scale_embeddings=True)))
     stage = trace["encoder.embedding"]
     assert (stage["output"] == stage["E"][[2, 3, 4]] * 2.0).all()  # √4
-    assert "√d_model" in stage.formula
+    assert "√d_model" in str(stage.formula)
 
 
 def test_flatten_head_is_the_articles_step() -> None:

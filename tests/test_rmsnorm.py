@@ -36,7 +36,8 @@ from transformer_walkthrough.model.transformer import (
     init_weights,
     run_forward,
 )
-from transformer_walkthrough.views.documents.mathml import mathml
+from transformer_walkthrough.views.documents.formulas import latex_lines
+from transformer_walkthrough.views.documents.formulas import mathml as formula_mathml
 from transformer_walkthrough.views.explain import explain, explainable
 
 from .strategies import configs
@@ -157,7 +158,7 @@ def test_an_unknown_norm_raises_everywhere() -> None:
     object.__setattr__(config.model, "norm", "scalenorm")  # as if added in conventions.py alone
     m = trace.config.model
     for kind in (KINDS["add-norm"], KINDS["layer-norm"]):
-        for part in (kind.explanation, kind.formula, kind.latex):
+        for part in (kind.explanation, kind.formula):
             with pytest.raises(ValueError, match="unknown norm 'scalenorm'"):
                 part(m)
     with pytest.raises(ValueError, match="unknown norm 'scalenorm'"):
@@ -189,8 +190,8 @@ def test_same_stages_and_kinds_gamma_and_no_beta(name: str) -> None:
         stage = trace[sid]
         assert "beta" not in stage.matrices and set(stage.params) == {"gamma"}
         assert "RMSNorm" in stage.explanation and "beta" in stage.explanation  # "no beta"
-        assert "mean(" in stage.formula and "+ beta" not in stage.formula
-        assert "\\beta" not in "".join(KINDS[stage.kind].latex(config.model))
+        assert "mean(" in str(stage.formula) and "+ beta" not in str(stage.formula)
+        assert "\\beta" not in "".join(latex_lines(stage.formula))
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -312,9 +313,9 @@ def test_the_residual_stream_names_the_norm() -> None:
 
 def test_the_latex_is_typeset() -> None:
     for kind in (KINDS["add-norm"], KINDS["layer-norm"]):
-        lines = kind.latex(PRE.model)
-        assert r"\mathrm{mean}" in lines[-1] and r"\beta" not in lines[-1] and r"\mu" not in lines[-1]
-        page = mathml(lines)
+        lines = latex_lines(kind.formula(PRE.model))
+        assert r"\operatorname{mean}" in lines[-1] and r"\beta" not in lines[-1] and r"\mu" not in lines[-1]
+        page = formula_mathml(kind.formula(PRE.model))
         assert "<msqrt>" in page and "γ" in page and "β" not in page
 
 

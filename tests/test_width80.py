@@ -176,9 +176,9 @@ def test_a_formula_wraps_under_a_hanging_indent_never_inside_an_aside(runner: Cl
     ]
     halves = output(runner, "run", "-c", str(CONFIGS / "marian-style.yaml"))
     assert _after(halves, "  PE[pos, i]", 3) == [
-        "  PE[pos, i]          = sin(pos / 10000^(2i/d_model))",
+        "  PE[pos, i]             = sin(pos / 10000^(2i/d_model))",
         "      (i < d_model/2: the sines first)",
-        "  PE[pos, d_model/2+i] = cos(pos / 10000^(2i/d_model))   (then the cosines)",
+        "  PE[pos, d_model/2 + i] = cos(pos / 10000^(2i/d_model))   (then the cosines)",
     ]
     flatten = output(runner, "run", "-c", str(CONFIGS / "article-flatten.yaml"))
     assert _after(flatten, "      (the article's leak", 3) == [  # an aside longer than a line: between words

@@ -20,13 +20,7 @@ from __future__ import annotations
 from .attention import CROSS_ATTENTION, MASKED_ATTENTION, SELF_ATTENTION, attend
 from .base import Grads, Kind, Sizes, Spec
 from .embedding import EMBEDDING, POSITIONAL_ENCODING, add_positions, embed
-from .feed_forward import (
-    ACTIVATION_FORMULAS,
-    ACTIVATION_LATEX,
-    ACTIVATIONS_BY_HAND,
-    FEED_FORWARD,
-    feed_forward,
-)
+from .feed_forward import ACTIVATION_PIECES, FEED_FORWARD, feed_forward
 from .norms import ADD_NORM, EMBEDDING_NORM, LAYER_NORM, RESIDUAL, add_norm, layer_norm, residual
 from .output import LOGITS, PROBABILITIES_KIND, TRANSFORM, logits, probabilities, transform
 
@@ -40,7 +34,7 @@ KINDS: dict[str, Kind] = {
 }  # fmt: skip
 
 __all__ = [
-    "ACTIVATIONS_BY_HAND", "ACTIVATION_FORMULAS", "ACTIVATION_LATEX", "ADD_NORM", "CROSS_ATTENTION",
+    "ACTIVATION_PIECES", "ADD_NORM", "CROSS_ATTENTION",
     "EMBEDDING", "EMBEDDING_NORM", "FEED_FORWARD", "KINDS", "LAYER_NORM", "LOGITS", "MASKED_ATTENTION",
     "POSITIONAL_ENCODING", "PROBABILITIES_KIND", "RESIDUAL", "SELF_ATTENTION", "TRANSFORM", "Grads",
     "Kind", "Sizes", "Spec", "add_norm", "add_positions", "attend", "embed", "feed_forward",

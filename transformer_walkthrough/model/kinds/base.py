@@ -1,7 +1,7 @@
 """What a kind of stage is: one object that owns everything about it.
 
-A ``Kind`` says what its stage is (title, one-sentence explanation, formula and LaTeX as
-functions of the config), which parameters it has (``params``), how it computes and records
+A ``Kind`` says what its stage is (title, one-sentence explanation and formula as functions of
+the config), which parameters it has (``params``), how it computes and records
 (its forward function, beside it in its module), how its gradient flows back (``backward``), how
 ``verify`` computes it a second way (``second``), how ``explain`` writes out the arithmetic of a
 cell of each of its matrices (``explain``, by the matrix's base name), which of its matrices share
@@ -36,8 +36,11 @@ class Grads(NamedTuple):
     matrices: Arrays  # dL/d(matrix) for the stage's matrices, by name (inputs among them)
     params: Arrays  # dL/d(parameter), by the stage's local parameter name (W_QKV, gamma, …)
 
-    from ..cell import Cell
-    from ..formula import Formula
+
+__all__ = [
+    "Arrays", "Cells", "Explainer", "Grads", "Kind", "Sizes", "Spec", "Step", "StepOf", "cache_of", "col", "linear_step",
+    "named", "one", "row", "said", "step", "sum_step",
+]  # fmt: skip
 
 
 class Sizes(NamedTuple):
@@ -90,6 +93,26 @@ def step(kind: str, *parts: Cells) -> Step:
     return Step(kind, tuple(cell for part in parts for cell in part))
 
 
+def linear_step(x: str, W: str, b: str) -> StepOf:
+    """The step of a cell of x·W + b: a dot of row i of x and column j of W, plus b_j (if any)."""
+
+    def of(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        return step(
+            "dot", row(stage, named(stage, x), i), col(stage, named(stage, W), j), one(named(stage, b), 0, j)
+        )
+
+    return of
+
+
+def sum_step(*terms: str) -> StepOf:
+    """The step of a cell of a sum of matrices (X + sublayer): the same cell of each."""
+
+    def of(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        return step("sum", *(one(named(stage, t), i, j) for t in terms))
+
+    return of
+
+
 def _no_params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
     return {}
 
@@ -99,9 +122,9 @@ class Kind:
     id: str  # "masked-attention"
     title: str | Callable[[ModelConfig], str]  # shown in the header: "Decoder layer 0 · <title>"
     explanation: Callable[[ModelConfig], str]  # plain English, as true under the config
-    # the arithmetic under this config: as data (``model.formula``), or lines split by "\n"
-    formula: Callable[[ModelConfig], str | Formula]
-    latex: Callable[[ModelConfig], list[str]] | None  # a str formula, as the lines of a LaTeX align*
+    # the arithmetic under this config, as data (``model.formula``): the views write it as plain
+    # text, LaTeX and MathML
+    formula: Callable[[ModelConfig], Formula]
     backward: Callable[[Stage, np.ndarray, Arrays, ModelConfig], Grads] | None
     second: Callable[[Stage, Trace, ModelConfig], list[Check]]  # verify's independent computation
     explain: Mapping[str, Explainer]  # a cell's arithmetic, by the matrix's base name

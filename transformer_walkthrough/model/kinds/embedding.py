@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from .. import functional as F
+from ..formula import Formula, Term, call, formula, frac, index, line, note, num, pad, power, sqrt, sym, word
 from ..trace import CONSTANT, Stage, dims, positions
-from .base import Arrays, Grads, Kind, Sizes, Spec, cache_of, said
+from .base import Arrays, Grads, Kind, Sizes, Spec, Step, cache_of, named, one, said, step, sum_step
 from .hand import Check, gap
 
 if TYPE_CHECKING:
@@ -155,42 +156,56 @@ def explain_embedding(c: Cell, trace: Trace) -> list[str]:
     ]
 
 
-def _embedding_formula(m: ModelConfig) -> str:
-    scaled = "·√d_model" if m.scale_embeddings else ""
+def _embedding_formula(m: ModelConfig) -> Formula:
+    row: list[Term | str] = [index("E", sym("token", "i"))]
+    if m.scale_embeddings:
+        row += ["·", sqrt("d_model")]
     tied = (
-        ""
+        []
         if not m.tie_embeddings
-        else "\n    (E is also the output layer's table, W = Eᵀ: tied)"
+        else [note("(E is also the output layer's table, ", sym("W"), " = ", sym("E", sup="T"), ": tied)")]
         if m.decoder_only or m.encoder_only
-        else "\n    (E is the one table of both stacks and of the output layer: tied)"
+        else [note("(E is the one table of both stacks and of the output layer: tied)")]
     )
     if not m.sums_embeddings:
-        return f"output[i] = E[token_i]{scaled}" + tied
-    lines = [f"token[i] = E[token_i]{scaled}"]
+        return formula(line(index("output", "i"), "=", *row), *tied)
+    lines = [line(index("token", "i"), "=", *row)]
     if m.segments:
-        lines.append("segment[i] = T[segment_i]    (the sentence token i is in: 0 for the first)")
-    if m.positional_encoding == "learned":
-        lines.append(
-            f"position[i] = P[{m.position_offset} + i]    (RoBERTa: positions count from padding_idx + 1; "
-            f"rows 0…{m.position_offset - 1} are never read)"
-            if m.position_offset
-            else "position[i] = P[i]"
-        )
+        lines.append(line(index("segment", "i"), "=", index("T", sym("segment", "i")), "    ",
+                          word("(the sentence token i is in: 0 for the first)")))  # fmt: skip
+    if m.positional_encoding == "learned" and m.position_offset:
+        o = m.position_offset
+        lines.append(line(index("position", "i"), "=", index("P", num(o), "+", "i"), "    ",
+                          word(f"(RoBERTa: positions count from padding_idx + 1; rows 0…{o - 1} are never read)")))  # fmt: skip
+    elif m.positional_encoding == "learned":
+        lines.append(line(index("position", "i"), "=", index("P", "i")))
     else:
-        lines.append("position[i] = the sinusoids of position i (§3.5)")
-    lines.append("output = token" + (" + segment" if m.segments else "") + " + position")
-    return "\n".join(lines) + tied
+        lines.append(line(index("position", "i"), "=", word("the sinusoids of position i (§3.5)")))
+    lines.append(line("output", "=", "token", *(["+", "segment"] if m.segments else []), "+", "position"))
+    return formula(*lines, *tied)
 
 
-def _embedding_latex(m: ModelConfig) -> list[str]:
-    scaled = r" \cdot \sqrt{d_\mathrm{model}}" if m.scale_embeddings else ""
-    if not m.sums_embeddings:
-        return [r"\mathrm{output}_i &= E[\mathrm{token}_i]" + scaled]
-    segment = r" + T[\mathrm{segment}_i]" if m.segments else ""
-    position = rf"P[{m.position_offset} + i]" if m.position_offset else "P[i]"
-    if m.positional_encoding != "learned":
-        position = r"PE_i"
-    return [r"\mathrm{output}_i &= E[\mathrm{token}_i]" + scaled + segment + " + " + position]
+def lookup_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step | None:
+    """A cell of the token's row: looked up in E (none past the sentence's tokens)."""
+    ids = trace.ids(stage.id)
+    return step("lookup", one(named(stage, "E"), int(ids[i]), j)) if i < len(ids) else None
+
+
+def embedding_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step | None:
+    """A cell of output: the row of E, or (encoder-only) token + segment + position."""
+    if stage.has("token"):
+        return sum_step("token", "segment", "position")(stage, trace, name, i, j)
+    return lookup_step(stage, trace, name, i, j)
+
+
+def segment_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+    segment = (trace.segment_ids or (0,) * len(trace.ids(stage.id)))[i]
+    return step("lookup", one(named(stage, "T"), segment, j))
+
+
+def sinusoid_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step | None:
+    """A sinusoid's cell (a learned P's row is a weight's, which no worksheet asks for)."""
+    return step("sinusoid") if stage.matrices[name].role == CONSTANT else None
 
 
 def _embedding_params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
@@ -217,7 +232,6 @@ EMBEDDING = Kind(
         )
     ),
     _embedding_formula,
-    _embedding_latex,
     embed_backward,
     embed_second,
     {
@@ -227,6 +241,12 @@ EMBEDDING = Kind(
         "position": explain_position_row,
     },
     params=_embedding_params,
+    steps={
+        "output": embedding_step,
+        "token": lookup_step,
+        "segment": segment_step,
+        "position": sinusoid_step,
+    },
 )
 
 
@@ -290,35 +310,34 @@ def positions_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     return [Check(stage.id, what, max(gap(stage["PE"], pe), gap(stage["output"], stage["X"] + pe)))]
 
 
-def _positions_formula(m: ModelConfig) -> str:
+def _angle() -> list[Term | str]:
+    """pos / 10000^(2i/d_model), the angle of pair i at position pos (§3.5)."""
+    return [sym("pos"), "/", power(num(10000), frac([num(2), "i"], "d_model"))]
+
+
+def _positions_formula(m: ModelConfig) -> Formula:
+    pe, pos = sym("PE"), sym("pos")
+    output = line("output", "=", "X", "+", pe)
     if m.positional_encoding == "learned":
-        return "PE = the first rows of P, one per position (P is learned)\noutput = X + PE"
+        P = sym("P")
+        return formula(line(pe, "=", word("the first rows of "), P, word(", one per position ("), P,
+                            word(" is learned)")), output)  # fmt: skip
+    sin, cos = call("sin", _angle()), call("cos", _angle())
     if m.positional_encoding == "sinusoidal-halves":
-        return (
-            "PE[pos, i]          = sin(pos / 10000^(2i/d_model))    (i < d_model/2: the sines first)\n"
-            "PE[pos, d_model/2+i] = cos(pos / 10000^(2i/d_model))   (then the cosines)\n"
-            "output = X + PE"
-        )
+        return formula(
+            line(index(pe, pos, ",", "i"), pad(12), "=", sin, "    ",
+                 "(", "i", "<", frac("d_model", num(2)), word(": the sines first"), ")"),
+            line(index(pe, pos, ",", frac("d_model", num(2)), "+", "i"), "=", cos, "   ",
+                 word("(then the cosines)")),
+            output,
+        )  # fmt: skip
     if m.positional_encoding == "sinusoidal":
-        return (
-            "PE[pos, 2i]   = sin(pos / 10000^(2i/d_model))\n"
-            "PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model))\n"
-            "output = X + PE"
+        return formula(
+            line(index(pe, pos, ",", num(2), "i"), pad(4), "=", sin),
+            line(index(pe, pos, ",", num(2), "i", "+", num(1)), "=", cos),
+            output,
         )
     raise ValueError(f"unknown positional_encoding {m.positional_encoding!r}")
-
-
-def _positions_latex(m: ModelConfig) -> list[str]:
-    angle = r"pos / 10000^{2i/d_\mathrm{model}}"
-    if m.positional_encoding == "learned":
-        first = r"PE_{pos} &= P_{pos} \quad \text{(a row of the learned table } P\text{)}"
-    elif m.positional_encoding == "sinusoidal-halves":
-        first = rf"PE_{{pos, i}} &= \sin({angle}), \quad PE_{{pos, d_\mathrm{{model}}/2 + i}} = \cos({angle})"
-    elif m.positional_encoding == "sinusoidal":
-        first = rf"PE_{{pos, 2i}} &= \sin({angle}), \quad PE_{{pos, 2i+1}} = \cos({angle})"
-    else:
-        raise ValueError(f"unknown positional_encoding {m.positional_encoding!r}")
-    return [first, r"\mathrm{output} &= X + PE"]
 
 
 def _token_at(c: Cell) -> str:
@@ -380,10 +399,10 @@ POSITIONAL_ENCODING = Kind(
         "to each token's vector: fixed sines and cosines, or a table learned like any weight."
     ),
     _positions_formula,
-    _positions_latex,
     positions_backward,
     positions_second,
     {"PE": explain_positional, "output": explain_shifted},
     params=_positions_params,
+    steps={"PE": sinusoid_step, "output": sum_step("X", "PE")},
     tex={"PE": "PE"},
 )

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from .. import functional as F
+from ..formula import Line, Note, Term, call, formula, line, note, sqrt, sym
 from ..trace import Stage, dims
-from .base import Arrays, Grads, Kind, Sizes, Spec, said
+from .base import Arrays, Grads, Kind, Sizes, Spec, Step, StepOf, named, one, row, said, step, sum_step
 from .hand import Check, gap, mean_square_rows, where_from
 
 if TYPE_CHECKING:
@@ -41,8 +42,7 @@ class Norm(NamedTuple):
     forward: Callable[[np.ndarray, Arrays, float], np.ndarray]  # x, parameters (d,), eps -> output
     backward: Callable[[np.ndarray, np.ndarray, Arrays, float], Arrays]  # d_out, x, p, eps -> dx, dp
     by_hand: Callable[[np.ndarray, float], list[list[float]]]  # x, eps -> rows before gamma, with math
-    formula: Callable[[str], str]  # the arithmetic, of the input named x
-    latex: Callable[[str], str]
+    formula: Callable[[str], list[Line | Note]]  # the arithmetic, of the input named x
     explain: Callable[[Cell, str, float], list[str]]  # a cell of output, of the input named x
 
 
@@ -100,6 +100,13 @@ def _rms_norm_backward(d_out: np.ndarray, x: np.ndarray, p: Arrays, eps: float) 
     return {"x": dx, "gamma": d_gamma}
 
 
+MEAN, VAR = sym("mean", tex=r"\mu"), sym("var", tex=r"\sigma^2")  # of a row
+
+
+def _mean_square(x: str) -> Term:
+    return call("mean", sym(x, sup="2"))
+
+
 # Every value of model.norm (config.NORMS), by value.
 NORM_PIECES: dict[str, Norm] = {
     "layernorm": Norm(
@@ -110,14 +117,24 @@ NORM_PIECES: dict[str, Norm] = {
         lambda x, p, eps: F.layer_norm(x, p["gamma"], p["beta"], eps),
         _layer_norm_backward,
         _layer_norm_by_hand,
-        lambda x: (
-            f"output = gamma ⊙ ({x} − mean) / √(var + eps) + beta\n"
-            f"    (mean and var of each row of {x}; var divides by d_model)"
-        ),
-        lambda x: (
-            rf"\mathrm{{output}} &= \gamma \odot \frac{{{x} - \mu}}{{\sqrt{{\sigma^2 + \epsilon}}}} + \beta"
-            r" \quad \text{(per row; } \sigma^2 \text{ divides by } d_\mathrm{model}\text{)}"
-        ),
+        lambda x: [
+            line(
+                "output", "=", "gamma", "⊙", "(", x, "−", MEAN, ")", "/", sqrt(VAR, "+", "eps"), "+", "beta"
+            ),
+            note(
+                "(",
+                MEAN,
+                " and ",
+                VAR,
+                " of each row of ",
+                sym(x),
+                "; ",
+                VAR,
+                " divides by ",
+                sym("d_model"),
+                ")",
+            ),
+        ],
         _explain_layer_norm,
     ),
     "rmsnorm": Norm(
@@ -128,14 +145,18 @@ NORM_PIECES: dict[str, Norm] = {
         lambda x, p, eps: F.rms_norm(x, p["gamma"], eps),
         _rms_norm_backward,
         _rms_norm_by_hand,
-        lambda x: (
-            f"output = gamma ⊙ {x} / √(mean({x}²) + eps)\n"
-            f"    (mean({x}²): the mean of the squares of each row of {x}; no beta)"
-        ),
-        lambda x: (
-            rf"\mathrm{{output}} &= \gamma \odot \frac{{{x}}}{{\sqrt{{\mathrm{{mean}}({x}^2) + \epsilon}}}}"
-            r" \quad \text{(per row; the mean of the squares over } d_\mathrm{model}\text{)}"
-        ),
+        lambda x: [
+            line("output", "=", "gamma", "⊙", x, "/", sqrt(_mean_square(x), "+", "eps")),
+            note(
+                "(",
+                _mean_square(x),
+                ": the mean of the squares of each row of ",
+                sym(x),
+                "; no ",
+                sym("beta"),
+                ")",
+            ),
+        ],
         _explain_rms_norm,
     ),
 }
@@ -182,6 +203,17 @@ def explain_norm(c: Cell, trace: Trace) -> list[str]:
 
 
 NORM_TEX = {"gamma": r"\gamma", "beta": r"\beta"}
+
+
+def norm_step(x: str) -> StepOf:
+    """The step of a cell of Norm(x): all of row i of x, and column j of each of the norm's
+    parameters (gamma, and LayerNorm's beta)."""
+
+    def of(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        params = norm_of(trace.config.model).params
+        return step("norm", row(stage, named(stage, x), i), *(one(named(stage, p), 0, j) for p in params))
+
+    return of
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,12 +265,12 @@ ADD_NORM = Kind(
         "The sublayer's output is added back to its input (a residual connection), then each row "
         f"is {norm_of(m).row}, post-norm as in the paper."
     ),
-    lambda m: "sum = X + sublayer\n" + norm_of(m).formula("sum"),
-    lambda m: [r"\mathrm{sum} &= X + \mathrm{sublayer}", norm_of(m).latex(r"\mathrm{sum}")],
+    lambda m: formula(line("sum", "=", "X", "+", "sublayer"), *norm_of(m).formula("sum")),
     add_norm_backward,
     add_norm_second,
     {"X": explain_carried, "sublayer": explain_sublayer, "sum": explain_sum, "output": explain_norm},
     params=_norm_params,
+    steps={"sum": sum_step("X", "sublayer"), "output": norm_step("sum")},
     tex=NORM_TEX,
 )
 
@@ -273,12 +305,12 @@ LAYER_NORM = Kind(
         f"Each row is {norm_of(m).row}, before a sublayer in a pre-norm model or on top of a stack "
         "(model.final_norm)."
     ),
-    lambda m: norm_of(m).formula("X"),
-    lambda m: [norm_of(m).latex("X")],
+    lambda m: formula(*norm_of(m).formula("X")),
     layer_norm_backward,
     layer_norm_second,
     {"output": explain_norm},
     params=_norm_params,
+    steps={"output": norm_step("X")},
     tex=NORM_TEX,
 )
 
@@ -290,12 +322,12 @@ EMBEDDING_NORM = Kind(
         f"Each token's summed embedding is {norm_of(m).row}, before the first layer "
         "(BERT: the layers then read vectors of a steady size, whatever the tables' scales)."
     ),
-    lambda m: norm_of(m).formula("X"),
-    lambda m: [norm_of(m).latex("X")],
+    lambda m: formula(*norm_of(m).formula("X")),
     layer_norm_backward,
     layer_norm_second,
     {"output": explain_norm},
     params=_norm_params,
+    steps={"output": norm_step("X")},
     tex=NORM_TEX,
 )
 
@@ -340,9 +372,9 @@ RESIDUAL = Kind(
         "The sublayer's output is added back to the stream it read (pre-norm): the stream itself is "
         "never normalised, so the sum of every sublayer's contribution reaches the top."
     ),
-    lambda m: "output = X + sublayer",
-    lambda m: [r"\mathrm{output} &= X + \mathrm{sublayer}"],
+    lambda m: formula(line("output", "=", "X", "+", "sublayer")),
     residual_backward,
     residual_second,
     {"X": explain_stream, "sublayer": explain_sublayer, "output": explain_sum},
+    steps={"output": sum_step("X", "sublayer")},
 )

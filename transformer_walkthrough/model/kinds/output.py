@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import functional as F
+from ..formula import Formula, call, formula, line, note, sym, word
 from ..trace import PROBABILITIES, Stage, dims
-from .base import Arrays, Grads, Kind, Sizes, Spec
-from .feed_forward import activation_by_hand, activation_formula, activation_latex, activation_lines
+from .base import Arrays, Grads, Kind, Sizes, Spec, Step, col, linear_step, named, one, row, step
+from .feed_forward import activation_by_hand, activation_formula, activation_lines
 from .hand import Check, gap, linear, mm, softmax_cell, softmax_rows
-from .norms import NORM_TEX, norm_of, normalize, normalize_backward, normalize_by_hand
+from .norms import NORM_TEX, norm_of, norm_step, normalize, normalize_backward, normalize_by_hand
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
@@ -89,20 +90,28 @@ TRANSFORM = Kind(
         f"activation and {norm_of(m).a} (BERT's masked-language-model head): the encoder's last "
         "layer serves every task, this layer turns it towards predicting words."
     ),
-    lambda m: (
-        "dense = X·W_dense + b_dense\n"
-        + f"hidden = {activation_formula(m.activation, 'dense')}\n"
-        + norm_of(m).formula("hidden")
+    lambda m: formula(
+        line(
+            "dense",
+            "=",
+            "X",
+            "·",
+            sym("W_dense", tex=r"W_{\mathrm{dense}}"),
+            "+",
+            sym("b_dense", tex=r"b_{\mathrm{dense}}"),
+        ),
+        line("hidden", "=", *activation_formula(m.activation, "dense")),
+        *norm_of(m).formula("hidden"),
     ),
-    lambda m: [
-        r"\mathrm{dense} &= X W_\mathrm{dense} + b_\mathrm{dense}",
-        r"\mathrm{hidden} &= " + activation_latex(m.activation, r"\mathrm{dense}"),
-        norm_of(m).latex(r"\mathrm{hidden}"),
-    ],
     transform_backward,
     transform_second,
     {"dense": explain_dense, "hidden": explain_transformed_hidden, "output": explain_transformed},
     params=_transform_params,
+    steps={
+        "dense": linear_step("X", "W_dense", "b_dense"),
+        "hidden": lambda stage, trace, name, i, j: step("activation", one(named(stage, "dense"), i, j)),
+        "output": norm_step("hidden"),
+    },
     tex={
         **NORM_TEX,
         "W_dense": r"W_{{\mathrm{{dense}}}}",
@@ -154,26 +163,20 @@ def logits_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     return checks
 
 
-def _logits_formula(m: ModelConfig) -> str:
-    tied = "\n    (W = Eᵀ: the embedding table, transposed — tied)" if m.tie_embeddings else ""
-    b = " + b" if m.output_bias else ""
+def _logits_formula(m: ModelConfig) -> Formula:
+    b = ["+", "b"] if m.output_bias else []
+    tied = [note("(", sym("W"), " = ", sym("E", sup="T"), ": the embedding table, transposed — tied)")]
+    tied = tied if m.tie_embeddings else []
     if m.output_head == "flatten":
-        return (
-            f"flattened = X as one row\nlogits = flattened·W{b}" + tied + "\n"
+        return formula(
+            line("flattened", "=", "X", word(" as one row")),
+            line("logits", "=", "flattened", "·", "W", *b),
+            *tied,
             # one logical line: the terminal wraps it at its width, under its own indent
-            "    (the article's leak: one row of all positions, so the prediction sees the future "
-            "tokens, the very words it should predict; the paper's head reads each position alone)"
-        )
-    return f"logits = X·W{b}" + tied
-
-
-def _logits_latex(m: ModelConfig) -> list[str]:
-    b = " + b" if m.output_bias else ""
-    tied = [r"W &= E^{\top} \quad \text{(tied to the embedding table)}"] if m.tie_embeddings else []
-    if m.output_head == "flatten":
-        return [r"\mathrm{flattened} &= \text{the rows of } X \text{ end to end}",
-                rf"\mathrm{{logits}} &= \mathrm{{flattened}}\, W{b}", *tied]  # fmt: skip
-    return [rf"\mathrm{{logits}} &= X W{b}", *tied]
+            note("(the article's leak: one row of all positions, so the prediction sees the future "
+                 "tokens, the very words it should predict; the paper's head reads each position alone)"),
+        )  # fmt: skip
+    return formula(line("logits", "=", "X", "·", "W", *b), *tied)
 
 
 def explain_flattened(c: Cell, trace: Trace) -> list[str]:
@@ -190,6 +193,16 @@ def explain_logit(c: Cell, trace: Trace) -> list[str]:
         c, f"logits = X·W + b: how much position {c.i} ({c.row}) speaks for the word {c.col!r}",
         x[c.i], c.stage["W"][:, c.j], "b",
     )  # fmt: skip
+
+
+def flattened_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+    """Column j of the one row is row j // d_model, column j % d_model of X."""
+    return step("copy", one("X", *divmod(j, stage.matrices["X"].shape[1])))
+
+
+def logits_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+    x = named(stage, "flattened") or "X"
+    return step("dot", row(stage, x, i), col(stage, "W", j), one(named(stage, "b"), 0, j))
 
 
 def _logits_params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
@@ -211,11 +224,11 @@ LOGITS = Kind(
         "word of the vocabulary."
     ),
     _logits_formula,
-    _logits_latex,
     logits_backward,
     logits_second,
     {"flattened": explain_flattened, "logits": explain_logit},
     params=_logits_params,
+    steps={"flattened": flattened_step, "logits": logits_step},
 )
 
 
@@ -245,9 +258,9 @@ PROBABILITIES_KIND = Kind(
         else "Softmax turns each row of logits into probabilities that sum to 1; the most likely "
         "word is the prediction for the next token."
     ),
-    lambda m: "probabilities = softmax(logits)    (row-wise)",
-    lambda m: [r"\mathrm{probabilities} &= \operatorname{softmax}(\mathrm{logits}) \quad \text{(row-wise)}"],
+    lambda m: formula(line("probabilities", "=", call("softmax", "logits"), "    ", word("(row-wise)"))),
     None,  # the loss starts from the logits: cross-entropy differentiates softmax and log together
     probabilities_second,
     {"logits": explain_copied, "probabilities": lambda c, trace: softmax_cell(c, "logits")},
+    steps={"probabilities": lambda stage, trace, name, i, j: step("softmax", row(stage, "logits", i))},
 )

@@ -10,7 +10,24 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 
-from ...model.formula import Call, Ceil, Formula, Line, Note, Num, Op, Root, Sym, Term, Word
+from ...model.formula import (
+    Call,
+    Ceil,
+    Formula,
+    Frac,
+    Index,
+    Line,
+    Neg,
+    Note,
+    Num,
+    Op,
+    Pad,
+    Power,
+    Root,
+    Sym,
+    Term,
+    Word,
+)
 from .text import tex
 
 _GREEK = frozenset({"gamma", "beta", "mu", "sigma", "epsilon", "theta", "alpha", "lambda", "pi"})
@@ -43,6 +60,11 @@ def tex_name(name: str) -> str:
     return symbol + (rf"_{{\mathrm{{{rest}}}}}" if len(rest) > 1 else f"_{{{rest}}}" if rest else "")
 
 
+# Functions LaTeX knows by name (\\max, \\tanh), and the Greek ones the formulas apply (σ(x), Φ(x)).
+_TEX_FUNCTIONS = {"max": r"\max", "tanh": r"\tanh", "exp": r"\exp", "sin": r"\sin", "cos": r"\cos",
+                  "log": r"\log", "σ": r"\sigma", "Φ": r"\Phi"}  # fmt: skip
+
+
 def _tex_sub(sub: str) -> str:
     return sub if len(sub) == 1 else rf"\mathrm{{{tex(sub)}}}" if not sub.isdigit() else sub
 
@@ -57,19 +79,38 @@ def tex_term(t: Term) -> str:
             symbol += "^{\\top}" if t.sup == "T" else f"^{{{t.sup}}}"
         return symbol
     if isinstance(t, Op):
-        return _TEX_OPS.get(t.text, t.text)
+        return r" \quad " if t.text.isspace() else _TEX_OPS.get(t.text, t.text)
     if isinstance(t, Num):
         return t.text
     if isinstance(t, Word):
         return rf"\text{{{tex(t.text)}}}"
     if isinstance(t, Call):
-        name = t.name.replace("_", r"\_")
-        return rf"\operatorname{{{name}}}(" + ", ".join(tex_terms(a) for a in t.args) + ")"
+        name = _TEX_FUNCTIONS.get(t.name) or r"\operatorname{" + t.name.replace("_", r"\_") + "}"
+        return name + "(" + ", ".join(tex_terms(a) for a in t.args) + ")"
     if isinstance(t, Root):
         return rf"\sqrt{{{tex_terms(t.terms)}}}"
     if isinstance(t, Ceil):
         return rf"\lceil {tex_terms(t.terms)} \rceil"
+    if isinstance(t, Frac):
+        return rf"\frac{{{tex_terms(t.num)}}}{{{tex_terms(t.den)}}}"
+    if isinstance(t, Power):
+        base = tex_terms(t.base)
+        return (f"({base})" if len(t.base) > 1 else base) + f"^{{{_tex_inline(t.exp)}}}"
+    if isinstance(t, Neg):
+        inner = tex_terms(t.terms)
+        return "-" + (f"({inner})" if len(t.terms) > 1 else inner)
+    if isinstance(t, Index):
+        return f"{tex_term(t.base)}[{_tex_inline(t.index)}]"
+    if isinstance(t, Pad):
+        return ""
     raise TypeError(f"not a term: {t!r}")
+
+
+def _tex_inline(terms: Iterable[Term]) -> str:
+    """Terms on one line, as an exponent or an index reads best: a fraction as a/b (10000^{2i/d_model})."""
+    return "".join(
+        f"{tex_terms(t.num)}/{tex_terms(t.den)}" if isinstance(t, Frac) else tex_term(t) for t in terms
+    )
 
 
 def tex_terms(terms: Iterable[Term]) -> str:
@@ -132,7 +173,7 @@ def mathml_term(t: Term) -> str:
             return f"<msub>{base}{sub}</msub>"
         return f"<msup>{base}{sup}</msup>" if sup else base
     if isinstance(t, Op):
-        text = _MATHML_OPS.get(t.text, t.text)
+        text = "" if t.text.isspace() else _MATHML_OPS.get(t.text, t.text)
         spaced = ' lspace="0" rspace="1em"' if t.text == ",  " else ""
         return f"<mo{spaced}>{html.escape(text)}</mo>" if text else '<mspace width="1em"/>'
     if isinstance(t, Num):
@@ -141,11 +182,24 @@ def mathml_term(t: Term) -> str:
         return f"<mtext>{html.escape(t.text)}</mtext>"
     if isinstance(t, Call):
         args = "<mo>,</mo>".join(f"<mrow>{mathml_terms(a)}</mrow>" for a in t.args)
-        return f"{_mi(t.name)}<mo>(</mo>{args}<mo>)</mo>"
+        return f"{_mi(t.name, upright=t.name != 'σ')}<mo>(</mo>{args}<mo>)</mo>"
     if isinstance(t, Root):
         return f"<msqrt>{mathml_terms(t.terms)}</msqrt>"
     if isinstance(t, Ceil):
         return f"<mo>⌈</mo>{mathml_terms(t.terms)}<mo>⌉</mo>"
+    if isinstance(t, Frac):
+        return f"<mfrac><mrow>{mathml_terms(t.num)}</mrow><mrow>{mathml_terms(t.den)}</mrow></mfrac>"
+    if isinstance(t, Power):
+        base = mathml_terms(t.base)
+        base = f"<mo>(</mo>{base}<mo>)</mo>" if len(t.base) > 1 else base
+        return f"<msup><mrow>{base}</mrow><mrow>{mathml_terms(t.exp)}</mrow></msup>"
+    if isinstance(t, Neg):
+        inner = mathml_terms(t.terms)
+        return "<mo>−</mo>" + (f"<mo>(</mo>{inner}<mo>)</mo>" if len(t.terms) > 1 else inner)
+    if isinstance(t, Index):
+        return f"{mathml_term(t.base)}<mo>[</mo>{mathml_terms(t.index)}<mo>]</mo>"
+    if isinstance(t, Pad):
+        return ""
     raise TypeError(f"not a term: {t!r}")
 
 

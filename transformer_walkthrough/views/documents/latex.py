@@ -24,7 +24,7 @@ from .shown import Options, Shown, document_lens, heading, mark, probability, ro
 from .text import number, tex
 from .worksheet import Worksheet, hole_label
 
-_TEX_PREAMBLE = r"""\documentclass[10pt]{article}
+TEX_PREAMBLE = r"""\documentclass[10pt]{article}
 \usepackage[T1]{fontenc}
 \usepackage{lmodern}
 \usepackage{amsmath, amssymb, graphicx, tabularx}
@@ -134,7 +134,7 @@ def _tex_lines(group: list[list[Shown]]) -> Iterator[list[list[Shown]]]:
 
 def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     title, facts = heading(trace, o)
-    yield _TEX_PREAMBLE
+    yield TEX_PREAMBLE
     line = "".join(rf"\texttt{{{tex(text)}}}" if code else tex(text) for text, code in facts)
     yield f"\\title{{{tex(title)}}}\n\\date{{}}\n\\begin{{document}}\n\\maketitle\n{line}\\par\n"
     for stage in stages:
@@ -253,7 +253,7 @@ def to_latex(trace: Trace, stages: list[Stage], precision: int = 2, **options: o
 
 def iter_key(trace: Trace, sheet: Worksheet, title: str) -> Iterator[str]:
     """A worksheet's answer key as a LaTeX article of its own, under ``title``."""
-    yield _TEX_PREAMBLE
+    yield TEX_PREAMBLE
     yield f"\\title{{{tex(title)}}}\n\\date{{}}\n\\begin{{document}}\n\\maketitle\n"
     yield from _tex_key(trace, sheet)
     yield "\\end{document}\n"

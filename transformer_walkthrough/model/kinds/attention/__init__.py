@@ -188,7 +188,7 @@ def _merged(attribute: str) -> dict[str, Any]:
 def _kind(id: str, title: str, explanation: str, cross: bool = False, article: str = "") -> Kind:
     at = At(cross, id == "masked-attention")
     return Kind(
-        id, title, _explanation(explanation, at), _formula(at), None, attention_backward,
+        id, title, _explanation(explanation, at), _formula(at), attention_backward,
         attention_second, {**_merged("explain"), "memory": explain_memory}, params=_params,
         steps=_merged("steps"), groups=_merged("groups"), tex=_merged("tex"), article=article,
     )  # fmt: skip

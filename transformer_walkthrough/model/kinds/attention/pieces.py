@@ -124,18 +124,16 @@ class Project(Piece):
         def plus(name: str, head: str) -> list[Fm.Term | str]:
             return ["+", sym(f"b_{name}", head)] if m.attention_bias else []
 
-        # one head per key/value head: the range of h says it on the line; grouped: two notes below
-        every = [] if g == "g" else ["    ", Fm.Word("(h = 1 … num_heads)")]
-        grouped = (
+        heads = (
             [note("(h = 1 … num_heads; g = 1 … num_kv_heads: grouped-query attention,"),
              note("query head h reads key/value head ", sym("g"), " = ", ceil("h", "/", Fm.Num(str(m.num_heads // m.kv_heads))), ")")]
-            if g == "g" else []
+            if g == "g" else [note("(h = 1 … num_heads)", beside=True)]
         )  # fmt: skip
         return [
             line(sym("Q", "h"), "=", "X", "·", sym("W_Q", "h"), *plus("Q", "h"), ",  ",
                  sym("K", g), "=", kv, "·", sym("W_K", g), *plus("K", g), ",  ",
-                 sym("V", g), "=", kv, "·", sym("W_V", g), *plus("V", g), *every),
-            *grouped,
+                 sym("V", g), "=", kv, "·", sym("W_V", g), *plus("V", g)),
+            *heads,
         ]  # fmt: skip
 
     @staticmethod
