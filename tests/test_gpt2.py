@@ -38,8 +38,8 @@ from transformer_walkthrough.checkpoints.bpe import bytes_to_unicode, label
 from transformer_walkthrough.checkpoints.gpt2 import gpt2_rows
 from transformer_walkthrough.config import Config, ModelConfig
 from transformer_walkthrough.errors import WalkthroughError
-from transformer_walkthrough.model.architecture import parameters
 from transformer_walkthrough.model.generation import compare, generate_cached, generated_ids
+from transformer_walkthrough.model.parameters import parameters
 from transformer_walkthrough.model.sampling import Sampling
 from transformer_walkthrough.model.trace import token_labels
 from transformer_walkthrough.model.transformer import init_weights, run_forward

@@ -32,8 +32,9 @@ import numpy as np
 from ..config import MASK, MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelConfig, estimate_size
 from ..errors import ConfigError
 from ..model import generation
-from ..model.architecture import DECODER, ENCODER, parameters
+from ..model.architecture import DECODER, ENCODER
 from ..model.generation import Step, ends, full_passes, generate_cached, generated_ids
+from ..model.parameters import parameters
 from ..model.sampling import Sampling
 from ..model.trace import Trace
 from ..model.transformer import run_forward

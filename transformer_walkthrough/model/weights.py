@@ -22,7 +22,8 @@ import numpy as np
 
 from ..config import SWITCHES, Config
 from ..errors import WalkthroughError
-from .architecture import Ref, Spec, parameters, side_of
+from .architecture import Ref, side_of
+from .parameters import Spec, parameters
 
 
 class Weights(Mapping[str, np.ndarray]):

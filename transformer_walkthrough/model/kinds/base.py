@@ -7,9 +7,11 @@ functions of the config), which parameters it has (``params``), how it computes 
 cell of each of its matrices (``explain``, by the matrix's base name), which of its matrices share
 a row on screen (``groups``) and how a document typesets their names (``tex``). ``verify``,
 ``explain``, ``render``, ``documents`` and the parameter list loop over kinds and over the
-metadata each matrix is recorded with (``trace.Matrix``), and parse no matrix name back. Still
-keyed by kind elsewhere: the wiring (``transformer.layer`` calls each sublayer's forward), the
-map's short labels (``figure``) and the torch reference, which rebuilds PyTorch's own layers.
+metadata each matrix is recorded with (``trace.Matrix``), and parse no matrix name back. Where a
+stage sits and what it reads is ``architecture``'s (the walk); the parameters a kind declares
+(``Spec``) are named there by ``parameters``. Still keyed by kind elsewhere: the shapes a stage
+records, counted before the pass by ``size``, and the torch reference, which rebuilds
+PyTorch's own layers.
 """
 
 from __future__ import annotations
@@ -19,8 +21,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-
-from ..architecture import Spec
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
@@ -37,6 +37,15 @@ class Grads(NamedTuple):
 
 
 __all__ = ["Arrays", "Explainer", "Grads", "Kind", "Sizes", "Spec", "said"]
+
+
+class Spec(NamedTuple):
+    """A parameter's shape and how it is first drawn (an ``init`` of ``weights``)."""
+
+    shape: tuple[int, ...]
+    init: str  # "embedding", "xavier", "xavier-qkv", "bias", "zeros", "ones", "positions"
+    fan_in: int = 0  # for "bias": the layer's input width
+    blocks: tuple[int, ...] = ()  # for "xavier-qkv": the widths of the column blocks, each drawn alone
 
 
 class Sizes(NamedTuple):
