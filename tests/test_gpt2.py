@@ -450,7 +450,7 @@ def test_an_input_too_large_for_memory_is_refused_first(gpt2):
     ids=["small-10", "small-200", "small-1024", "medium-10", "large-10"],
 )  # fmt: skip
 def test_gpt2_sizes_are_judged_without_cross_attention(gpt2, shape, tokens, fits):
-    """A decoder-only trace has no encoder and no cross-attention (estimate_size with 0 encoder
+    """A decoder-only trace has no encoder and no cross-attention (trace_size with 0 encoder
     layers): GPT-2 small and medium fit on a short prompt (medium: about 1.5 GiB of float32
     matrices, 4,800 tables), large does not."""
     _, config, _ = _ours(gpt2[0]["saved"], "float32")

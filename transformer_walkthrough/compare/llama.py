@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from ..config import Config
+from ..model import architecture
+from ..model.architecture import DECODER
 from ..model.weights import Weights
 
 
@@ -51,24 +53,31 @@ def llama_with(config: Config, w: Weights, dtype: Any) -> Any:
     def t(a: np.ndarray) -> torch.Tensor:
         return torch.tensor(np.ascontiguousarray(a), dtype=dtype)
 
+    # Our stage names, from the walk: the embedding, each layer's two blocks (norm-1, attention;
+    # norm-2, feed-forward), the final norm and the output layer.
+    embedding = architecture.bottom(DECODER, m)[0].id
+    final_norm = architecture.final_norm(DECODER, m)[0].id
+    logits = next(p.id for p in architecture.head(m) if p.kind == "logits")
     sd = {
-        "model.embed_tokens.weight": t(w["decoder.embedding/E"]),
-        "lm_head.weight": t(w["output.logits/W"].T),
-        "model.norm.weight": t(w["decoder.final-norm/gamma"]),
+        "model.embed_tokens.weight": t(w[f"{embedding}/E"]),
+        "lm_head.weight": t(w[f"{logits}/W"].T),
+        "model.norm.weight": t(w[f"{final_norm}/gamma"]),
     }
     for i in range(m.num_decoder_layers):
-        W = w[f"decoder.{i}.masked-attention/W_QKV"]
+        attention, ffn = architecture.layer(DECODER, i, m)
+        a, f = attention.stage.id, ffn.stage.id
+        W = w[f"{a}/W_QKV"]
         p = f"model.layers.{i}."
         sd |= {
             p + "self_attn.q_proj.weight": t(W[:, :q].T),
             p + "self_attn.k_proj.weight": t(W[:, q : q + kv].T),
             p + "self_attn.v_proj.weight": t(W[:, q + kv :].T),
-            p + "self_attn.o_proj.weight": t(w[f"decoder.{i}.masked-attention/W_O"].T),
-            p + "mlp.gate_proj.weight": t(w[f"decoder.{i}.feed-forward/W_gate"].T),
-            p + "mlp.up_proj.weight": t(w[f"decoder.{i}.feed-forward/W_up"].T),
-            p + "mlp.down_proj.weight": t(w[f"decoder.{i}.feed-forward/W_down"].T),
-            p + "input_layernorm.weight": t(w[f"decoder.{i}.norm-1/gamma"]),
-            p + "post_attention_layernorm.weight": t(w[f"decoder.{i}.norm-2/gamma"]),
+            p + "self_attn.o_proj.weight": t(w[f"{a}/W_O"].T),
+            p + "mlp.gate_proj.weight": t(w[f"{f}/W_gate"].T),
+            p + "mlp.up_proj.weight": t(w[f"{f}/W_up"].T),
+            p + "mlp.down_proj.weight": t(w[f"{f}/W_down"].T),
+            p + "input_layernorm.weight": t(w[f"{attention.norm.id}/gamma"]),  # type: ignore[union-attr]
+            p + "post_attention_layernorm.weight": t(w[f"{ffn.norm.id}/gamma"]),  # type: ignore[union-attr]
         }  # fmt: skip
     missing, unexpected = model.load_state_dict(sd, strict=False)
     if unexpected or not all("rotary" in k for k in missing):  # only the rotary tables are not ours
