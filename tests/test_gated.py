@@ -29,13 +29,13 @@ from transformer_walkthrough.config import (
     Config,
     ModelConfig,
     config_from_dict,
-    estimate_size,
 )
 from transformer_walkthrough.errors import ConfigError, WalkthroughError
 from transformer_walkthrough.files.weights import load_weights
 from transformer_walkthrough.model import functional as F
 from transformer_walkthrough.model.backprop import backward, next_tokens
 from transformer_walkthrough.model.kinds import KINDS
+from transformer_walkthrough.model.size import check_config, trace_size
 from transformer_walkthrough.model.transformer import forward, init_weights, run_forward
 from transformer_walkthrough.model.weights import Weights
 from transformer_walkthrough.views.documents.latex import to_latex
@@ -385,39 +385,43 @@ def test_float32_gated_model_stays_float32() -> None:
     np.testing.assert_allclose(p32, p64, atol=1e-5)
 
 
-def test_the_size_estimate_bounds_a_gated_trace() -> None:
+def test_the_size_estimate_counts_a_gated_trace() -> None:
     for config in (model(feed_forward="gated"), model(feed_forward="gated", d_model=16, num_heads=4, d_ff=32,
                                                       num_decoder_layers=3)):  # fmt: skip
         trace = run_forward(config)
         m = config.model
         tokens = (len(config.source_tokens), len(config.target_tokens), len(config.vocabulary or ()))
-        size = estimate_size(m.d_model, m.num_heads, m.d_ff, m.num_encoder_layers, m.num_decoder_layers,
-                             *tokens, gated=True)  # fmt: skip
+        size = trace_size(m, *tokens)
         numbers = sum(x.values.size for s in trace for x in s.matrices.values())
-        tables = sum(len(s.matrices) for s in trace)
-        assert numbers <= size.numbers <= 1.2 * numbers
-        assert abs(size.tables - tables) <= 0.1 * tables
-        plain = estimate_size(
-            m.d_model, m.num_heads, m.d_ff, m.num_encoder_layers, m.num_decoder_layers, *tokens
-        )
-        # a third weight, two more d_ff-wide matrices and a bias per feed-forward stage
+        assert size == (numbers, sum(len(s.matrices) for s in trace))
+        plain = trace_size(dataclasses.replace(m, feed_forward="standard"), *tokens)
+        # a third weight and its bias, and one more d_ff-wide matrix (gate, up, hidden for pre, hidden)
         layers = m.num_encoder_layers + m.num_decoder_layers
         rows = m.num_encoder_layers * tokens[0] + m.num_decoder_layers * tokens[1]
-        assert size.numbers - plain.numbers == layers * (m.d_model * m.d_ff + m.d_ff) + 2 * rows * m.d_ff
+        assert size.numbers - plain.numbers == layers * (m.d_model * m.d_ff + m.d_ff) + rows * m.d_ff
+        assert size.tables - plain.tables == 3 * layers
 
 
 def test_a_gated_model_too_large_is_refused_before_any_work() -> None:
-    """check_size counts the gated form: a model that fits as standard can be refused as gated."""
+    """The size check counts the gated form: a model that fits as standard is refused as gated, when its
+    weights are about to be drawn (``model.size.check_config``), before any is."""
+
+    def numbers(d_ff: int, form: str) -> int:  # on the article's sentence: 3 + 4 tokens, 7 words
+        m = ModelConfig(d_model=512, num_heads=8, d_ff=d_ff, num_encoder_layers=6, num_decoder_layers=6,
+                        feed_forward=form)  # fmt: skip
+        return trace_size(m, 3, 4, 7).numbers
+
     d_ff = 2048 * 40  # the 12 feed-forwards dominate the cost
-    while estimate_size(512, 8, d_ff, 6, 6, 3, 4, 7).numbers * 8 > 2**31:  # the article's sentence
+    while numbers(d_ff, "standard") * 8 > 2**31:
         d_ff -= 2048
-    assert estimate_size(512, 8, d_ff, 6, 6, 3, 4, 7, gated=True).numbers * 8 > 2**31
+    assert numbers(d_ff, "gated") * 8 > 2**31
     sizes = dict(d_model=512, num_heads=8, d_ff=d_ff, num_encoder_layers=6, num_decoder_layers=6)
-    config_from_dict({"model": sizes})  # fits
+    check_config(config_from_dict({"model": sizes}))  # fits
+    gated = config_from_dict({"model": {**sizes, "feed_forward": "gated"}})
     with pytest.raises(
         ConfigError, match=r"this model would need about .* GiB of matrices; the limit is 2 GiB"
     ):
-        config_from_dict({"model": {**sizes, "feed_forward": "gated"}})
+        init_weights(gated)
 
 
 def test_train_then_generate_a_llama_like_model() -> None:

@@ -39,8 +39,8 @@ from transformer_walkthrough.checkpoints.family import invert
 from transformer_walkthrough.checkpoints.gpt2 import GPT2
 from transformer_walkthrough.config import Config, ModelConfig
 from transformer_walkthrough.errors import WalkthroughError
-from transformer_walkthrough.model.architecture import parameters
 from transformer_walkthrough.model.generation import compare, generate_cached, generated_ids
+from transformer_walkthrough.model.parameters import parameters
 from transformer_walkthrough.model.sampling import Sampling
 from transformer_walkthrough.model.trace import token_labels
 from transformer_walkthrough.model.transformer import init_weights, run_forward
@@ -453,7 +453,7 @@ def test_an_input_too_large_for_memory_is_refused_first(gpt2):
     ids=["small-10", "small-200", "small-1024", "medium-10", "large-10"],
 )  # fmt: skip
 def test_gpt2_sizes_are_judged_without_cross_attention(gpt2, shape, tokens, fits):
-    """A decoder-only trace has no encoder and no cross-attention (estimate_size with 0 encoder
+    """A decoder-only trace has no encoder and no cross-attention (trace_size with 0 encoder
     layers): GPT-2 small and medium fit on a short prompt (medium: about 1.5 GiB of float32
     matrices, 4,800 tables), large does not."""
     _, config, _ = _ours(gpt2[0]["saved"], "float32")

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 
 from transformer_walkthrough import load_config, run_forward
 from transformer_walkthrough.config import Config, ModelConfig
+from transformer_walkthrough.model.architecture import walk
 from transformer_walkthrough.model.trace import Trace
 from transformer_walkthrough.model.transformer import init_weights
 
@@ -110,6 +111,9 @@ def test_labels_say_which_space(trace: Trace) -> None:
 def check_invariants(trace: Trace) -> None:
     """What holds for every stage of every forward pass, recomputed from the stage's own matrices."""
     m = trace.config.model
+    # The walk of Figure 1 is the pass: its stages, their kinds and where each input comes from.
+    walked = [(p.id, p.kind, dict(p.inputs)) for p in walk(m)]
+    assert walked == [(s.id, s.kind, s.sources) for s in trace]
     eps = m.layer_norm_eps
     previous = None
     for stage in trace:

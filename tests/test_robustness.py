@@ -32,13 +32,13 @@ from transformer_walkthrough.config import (
     POSITIONAL_ENCODINGS,
     Config,
     ModelConfig,
-    estimate_size,
     load_config,
 )
 from transformer_walkthrough.errors import ConfigError, ExportError, WalkthroughError
 from transformer_walkthrough.files.export import check_target, schema, trace_to_dict, write_atomic
 from transformer_walkthrough.files.export import number as export_number
 from transformer_walkthrough.files.npzfile import read_npz
+from transformer_walkthrough.model.size import trace_size
 from transformer_walkthrough.model.transformer import init_weights, run_forward
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -286,14 +286,10 @@ def test_the_size_estimate_matches_the_trace() -> None:
         Config(model=ModelConfig(d_model=16, num_heads=4, d_ff=32, num_decoder_layers=3)),
     ):
         trace = run_forward(config)
-        m = config.model
-        layers = (m.num_encoder_layers, m.num_decoder_layers)
         tokens = (len(config.source_tokens), len(config.target_tokens), len(config.vocabulary or ()))
-        size = estimate_size(m.d_model, m.num_heads, m.d_ff, *layers, *tokens)
         numbers = sum(x.values.size for s in trace for x in s.matrices.values())
         tables = sum(len(s.matrices) for s in trace)
-        assert numbers <= size.numbers <= 1.2 * numbers
-        assert abs(size.tables - tables) <= 0.1 * tables
+        assert trace_size(config.model, *tokens) == (numbers, tables)
 
 
 def test_the_base_model_fits() -> None:

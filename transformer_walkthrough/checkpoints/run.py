@@ -29,12 +29,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..config import MASK, MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelConfig, estimate_size
+from ..config import MASK, MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelConfig
 from ..errors import ConfigError
 from ..model import generation
-from ..model.architecture import DECODER, ENCODER, parameters
+from ..model.architecture import DECODER, ENCODER
 from ..model.generation import Step, ends, full_passes, generate_cached, generated_ids
+from ..model.parameters import parameters
 from ..model.sampling import Sampling
+from ..model.size import trace_size
 from ..model.trace import Trace
 from ..model.transformer import run_forward
 from ..model.weights import Weights
@@ -140,10 +142,7 @@ def check_size(config: Config, source: int, target: int) -> None:
     if (not m.decoder_only and source > rows) or target > rows:
         raise CheckpointError(f"the input has {max(source, target)} tokens; this model reads at most {rows}")
     vocabulary = max(len(config.vocabulary_of(side)) for side in (ENCODER, DECODER))  # an upper bound
-    size = estimate_size(
-        m.d_model, m.num_heads, m.d_ff, m.num_encoder_layers, m.num_decoder_layers,
-        source, target, vocabulary, gated=m.feed_forward == "gated", d_k=m.d_k,
-    )  # fmt: skip
+    size = trace_size(m, source, target, vocabulary)
     need = size.numbers * np.dtype(m.dtype).itemsize
     if need > MAX_BYTES or size.tables > MAX_TABLES:
         raise CheckpointError(

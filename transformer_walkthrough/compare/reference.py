@@ -24,16 +24,8 @@ from typing import Any
 import numpy as np
 
 from ..config import Config
-from ..model.architecture import (
-    DECODER,
-    ENCODER,
-    OUTPUT,
-    connection,
-    stack_output,
-    stacks,
-    stage_id,
-    sublayers,
-)
+from ..model import architecture
+from ..model.architecture import DECODER, ENCODER, MEMORY, OUTPUT, Place, layer_output, stacks
 from ..model.trace import Trace
 from ..model.weights import Weights
 from .checks import Check, gap
@@ -78,9 +70,8 @@ class TorchTransformer:
             for i, layer in enumerate(layers):
                 self._bind_layer(side, i, layer)
         for side, norm in self.norms.items():
-            self._bind(
-                stage_id(side, "final-norm"), {"gamma": (norm.weight, False), "beta": (norm.bias, False)}
-            )
+            for place in architecture.final_norm(side, m):
+                self._bind(place.id, {"gamma": (norm.weight, False), "beta": (norm.bias, False)})
         with torch.no_grad():
             for name, (t, transposed) in self.tensors.items():
                 t.copy_(torch.from_numpy(np.ascontiguousarray(w[name].T if transposed else w[name])))
@@ -98,34 +89,35 @@ class TorchTransformer:
                 self.tensors[name] = tensor
 
     def _bind_layer(self, side: str, i: int, layer: Any) -> None:
-        """Which of the layer's tensors holds which of our parameters."""
-        m = self.m
-        modules = {"self-attention": layer.self_attn, "masked-attention": layer.self_attn,
-                   "cross-attention": getattr(layer, "multihead_attn", None)}  # fmt: skip
-        for k, kind in enumerate(sublayers(side, m), 1):
-            if kind == "feed-forward":
-                self._bind(stage_id(side, kind, i), {
+        """Which of the layer's tensors holds which of our parameters: the walk's block k is
+        PyTorch's sublayer k, its norm ``norm{k}`` (before it, or after the sum)."""
+        for k, block in enumerate(architecture.layer(side, i, self.m), 1):
+            keys = block.sublayer.keys
+            if keys is None:  # the feed-forward
+                self._bind(block.stage.id, {
                     "W_1": (layer.linear1.weight, True), "b_1": (layer.linear1.bias, False),
                     "W_2": (layer.linear2.weight, True), "b_2": (layer.linear2.bias, False)})  # fmt: skip
             else:
-                mha = modules[kind]
-                self._bind(stage_id(side, kind, i), {
+                mha = layer.multihead_attn if keys == MEMORY else layer.self_attn
+                self._bind(block.stage.id, {
                     "W_QKV": (mha.in_proj_weight, True), "W_O": (mha.out_proj.weight, True),
                     "b_QKV": (mha.in_proj_bias, False), "b_O": (mha.out_proj.bias, False)})  # fmt: skip
-            c = connection(side, i, k, m)
             norm = getattr(layer, f"norm{k}")
-            self._bind(c.norm or c.after, {"gamma": (norm.weight, False), "beta": (norm.bias, False)})
+            self._bind(
+                (block.norm or block.after).id, {"gamma": (norm.weight, False), "beta": (norm.bias, False)}
+            )
 
     def parameter(self, stage: str, local: str) -> Any:
         ref = self.w.ref(stage, local)
         t, _ = self.tensors[ref.name]
         return t.T if ref.transposed else t
 
-    def _positions(self, side: str, n: int) -> Any:
+    def _positions(self, place: Place, n: int) -> Any:
+        """The first n rows of the positions the stage ``place`` adds."""
         torch, m = self.torch, self.m
         dtype = getattr(torch, m.dtype)
         if m.positional_encoding == "learned":
-            return self.parameter(stage_id(side, "positional-encoding"), "P")[:n]
+            return self.parameter(place.id, "P")[:n]
         pos = torch.arange(n, dtype=torch.float64)[:, None]
         if m.positional_encoding == "sinusoidal-halves":
             s = (m.d_model + 1) // 2
@@ -140,42 +132,35 @@ class TorchTransformer:
     def forward(
         self, source_ids: list[int], target_ids: list[int], outputs: dict[str, Any] | None = None
     ) -> Any:
-        """The logits, (decoder tokens, vocab); ``outputs`` collects each layer's and norm's output
-        under our stage ids."""
+        """The logits, (decoder tokens, vocab); ``outputs`` collects, under our stage ids, the
+        embeddings plus positions, each layer's output, each final norm's and the logits."""
         torch, m = self.torch, self.m
         outputs = {} if outputs is None else outputs
         scale = math.sqrt(m.d_model) if m.scale_embeddings else 1.0
-
-        def bottom(side: str, ids: list[int]) -> Any:
-            x = self.parameter(stage_id(side, "embedding"), "E")[torch.tensor(ids)] * scale
-            x = x + self._positions(side, len(ids))
-            outputs[stage_id(side, "positional-encoding")] = x
-            return x[None]
-
-        def top(side: str, x: Any, i: int) -> None:
-            outputs[connection(side, i, len(sublayers(side, m)), m).after] = x[0]
-
+        ids = {ENCODER: source_ids, DECODER: target_ids}
         memory = None
-        if not m.decoder_only:
-            memory = bottom(ENCODER, source_ids)
-            for i, layer in enumerate(self.layers[ENCODER]):
-                memory = layer(memory)
-                top(ENCODER, memory, i)
-            if m.has_final_norm:
-                memory = self.norms[ENCODER](memory)
-            outputs[stack_output(ENCODER, m)] = memory[0]
-        y = bottom(DECODER, target_ids)
-        mask = torch.nn.Transformer.generate_square_subsequent_mask(y.shape[1], dtype=y.dtype)
-        for i, layer in enumerate(self.layers[DECODER]):
-            y = layer(y, src_mask=mask) if memory is None else layer(y, memory, tgt_mask=mask)
-            top(DECODER, y, i)
-        if m.has_final_norm:
-            y = self.norms[DECODER](y)
-        outputs[stack_output(DECODER, m)] = y[0]
-        logits = y[0] @ self.parameter(stage_id(OUTPUT, "logits"), "W")
+        for side in stacks(m):  # the walk's stacks, each from its bottom stages to its final norm
+            embedding, positions = architecture.bottom(side, m)  # the paper's: E, then positions added
+            x = self.parameter(embedding.id, "E")[torch.tensor(ids[side])] * scale
+            x = x + self._positions(positions, len(ids[side]))
+            outputs[positions.id] = x
+            x = x[None]
+            mask = torch.nn.Transformer.generate_square_subsequent_mask(x.shape[1], dtype=x.dtype)
+            for i, layer in enumerate(self.layers[side]):
+                if side == ENCODER:
+                    x = layer(x)
+                else:  # PyTorch's encoder layer under a causal mask, for a decoder-only model
+                    x = layer(x, src_mask=mask) if memory is None else layer(x, memory, tgt_mask=mask)
+                outputs[layer_output(side, i, m)] = x[0]
+            for norm in architecture.final_norm(side, m):
+                x = self.norms[side](x)
+                outputs[norm.id] = x[0]
+            memory = x
+        logits_place = next(p for p in architecture.head(m) if p.kind == "logits")
+        logits = memory[0] @ self.parameter(logits_place.id, "W")  # type: ignore[index]
         if m.output_bias:
-            logits = logits + self.parameter(stage_id(OUTPUT, "logits"), "b")
-        outputs[stage_id(OUTPUT, "logits")] = logits
+            logits = logits + self.parameter(logits_place.id, "b")
+        outputs[logits_place.id] = logits
         return logits
 
     def gradients(self) -> dict[str, np.ndarray]:
@@ -216,7 +201,10 @@ def torch_checks(torch: ModuleType, trace: Trace, w: Weights) -> list[Check]:
                 stage = trace[sid]
                 what = "logits, by PyTorch" if sid.startswith(OUTPUT) else f"{stage.output}, by PyTorch"
                 checks.append(Check(sid, what, gap(stage[stage.output], value.numpy())))
-            attention = [s for s in trace if s.kind.endswith("attention")]
+            # the walk's attention sublayers, in the order PyTorch calls its attention modules
+            attention = [
+                trace[p.id] for p in architecture.walk(config.model) if p.sublayer and p.sublayer.keys
+            ]
             for stage, (mod, args, kwargs) in zip(attention, calls[: len(attention)], strict=True):
                 kwargs = {**kwargs, "need_weights": True, "average_attn_weights": False, "is_causal": False}
                 out, weights = mod(*args, **kwargs)

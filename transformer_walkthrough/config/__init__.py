@@ -42,10 +42,10 @@ from .conventions import (
     TORCH_LAYERS,
 )
 from .display import DisplayConfig
+from .limits import MAX_BYTES, MAX_TABLES
 from .model import ModelConfig
 from .schema import quote
 from .sentence import Config
-from .size import MAX_BYTES, MAX_TABLES, Size, check_size, estimate_size
 from .tokens import (
     CLS,
     END,
@@ -100,14 +100,11 @@ __all__ = [
     "Config",
     "DisplayConfig",
     "ModelConfig",
-    "Size",
     "TrainingConfig",
     "answers",
-    "check_size",
     "config_from_dict",
     "config_to_dict",
     "config_to_yaml",
-    "estimate_size",
     "load_config",
     "masked",
     "quote",

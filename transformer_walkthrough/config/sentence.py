@@ -3,7 +3,7 @@ encoder and decoder, the vocabulary, the blanks, the seed — with the sections 
 
 Its checks hold the sentence to the model it feeds (an encoder-only model reads every word, a
 decoder-only one has no encoder to feed), the vocabulary to the words and the blanks to the task,
-and refuse, before any work, a config too large to hold or show (``size.check_size``).
+(a config too large to hold or show is refused by the model, before any work: ``model.size``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import ClassVar
 from .display import DisplayConfig
 from .model import ModelConfig
 from .schema import Checked, doc, quote
-from .size import check_size
 from .tokens import END, FILL_MASK_TOKENS, MASK, SPECIAL_TOKENS, START, answers, masked, tokenize
 from .training import TrainingConfig
 
@@ -84,8 +83,6 @@ class Config(Checked):
             f"{', '.join(vocabulary[:10])}{' …' if len(vocabulary) > 10 else ''} (the sentence is "
             f"lower-cased; {', '.join(specials[:-1])} and {specials[-1]} are always needed)",
         )
-        check_size(self)
-
         if self.model.positional_encoding == "learned":
             longest = max(len(t) for pair in self.pairs for t in pair)
             rows = self.model.max_positions - self.model.position_offset

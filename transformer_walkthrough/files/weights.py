@@ -15,7 +15,8 @@ import numpy as np
 
 from ..config import SWITCHES, Config
 from ..errors import WalkthroughError
-from ..model.architecture import parameters
+from ..model.parameters import parameters
+from ..model.size import check_config
 from ..model.weights import Weights
 from .npzfile import VOCABULARY, member_names, read_npz, read_vocabulary
 
@@ -23,7 +24,9 @@ from .npzfile import VOCABULARY, member_names, read_npz, read_vocabulary
 def load_weights(config: Config, path: str | Path) -> Weights:
     """Weights for ``config`` from an .npz (as ``walkthrough train --output`` writes): every name,
     shape and dtype checked against the config's parameters before any array is read
-    (``read_npz``), and no forward pass needed to know them."""
+    (``read_npz``), and no forward pass needed to know them; a config whose trace would not fit is
+    refused before the file is opened."""
+    check_config(config)
     specs, uses = parameters(config)
     try:
         stored = read_npz(path, expected={name: spec.shape for name, spec in specs.items()})

@@ -1,9 +1,12 @@
-"""Figure 1 described once: the stacks, the sublayers of each layer, the stage ids, the parameters.
+"""Figure 1 described once: the stacks, the sublayers of each layer, the stage ids, the wiring.
 
-The forward pass (``model``), the parameters (``weights``), the reference in PyTorch and the
-stage list all read this description instead of wiring the figure again; the backward pass and
-``verify`` walk the graph each trace records. A convention of the config changes the
-description here, and nowhere else:
+``walk`` yields every stage of a forward pass as a ``Place``: its id, its kind, its side and
+layer, its box on the map, and the stages its inputs come from (``X ← decoder.0.norm-2``,
+``memory ← encoder.final-norm``). Everything that needs Figure 1 reads it here instead of wiring
+the figure again: the forward pass (``transformer``), the parameters (``parameters``), the size
+of a trace before it is made (``size``), the map (``views.figure``), the reference in PyTorch
+and the stage names of transformers' Llama (``compare``). A convention of the config changes
+the description here, and nowhere else:
 
 - ``norm_first``: a post-norm sublayer k is two stages, the sublayer and ``add-norm-k``
   (LayerNorm(x + Sublayer(x)), the paper); a pre-norm one is three, ``norm-k``, the sublayer and
@@ -53,13 +56,30 @@ def num_layers(side: str, m: ModelConfig) -> int:
     return m.num_encoder_layers if side == ENCODER else m.num_decoder_layers
 
 
-def sublayers(side: str, m: ModelConfig) -> tuple[str, ...]:
-    """The kinds of the sublayers of one layer, in order (each is the kind of its stage)."""
+class Sublayer(NamedTuple):
+    """A sublayer as Figure 1 wires it: the kind of its stage, its box on the map, and what it reads
+    besides its input x."""
+
+    kind: str  # "cross-attention": the kind of its stage (``kinds.KINDS``)
+    box: str  # its box on the map: "cross"
+    keys: str | None = None  # attention: the rows its keys and values come from, SELF or MEMORY
+    causal: bool = False  # each position sees only itself and those before it (and the key/value cache)
+
+
+SELF, MEMORY = "self", "memory"  # attention over its own input, or over the encoder's output
+SELF_ATTENTION = Sublayer("self-attention", "self", SELF)
+MASKED_ATTENTION = Sublayer("masked-attention", "masked", SELF, causal=True)
+CROSS_ATTENTION = Sublayer("cross-attention", "cross", MEMORY)
+FEED_FORWARD = Sublayer("feed-forward", "ffn")
+
+
+def sublayers(side: str, m: ModelConfig) -> tuple[Sublayer, ...]:
+    """The sublayers of one layer, in order."""
     if side == ENCODER:
-        return ("self-attention", "feed-forward")
+        return (SELF_ATTENTION, FEED_FORWARD)
     if m.decoder_only:
-        return ("masked-attention", "feed-forward")
-    return ("masked-attention", "cross-attention", "feed-forward")
+        return (MASKED_ATTENTION, FEED_FORWARD)
+    return (MASKED_ATTENTION, CROSS_ATTENTION, FEED_FORWARD)
 
 
 class Connection(NamedTuple):
@@ -88,58 +108,136 @@ def stack_output(side: str, m: ModelConfig) -> str:
     """The stage whose output leaves the stack (the memory, for the encoder)."""
     if m.has_final_norm:
         return stage_id(side, "final-norm")
-    return connection(side, num_layers(side, m) - 1, len(sublayers(side, m)), m).after
+    return layer_output(side, num_layers(side, m) - 1, m)
 
 
-def bottom(side: str, m: ModelConfig) -> list[tuple[str, str]]:
-    """The stages under a stack's layers, as (id, kind): the embedding, then the positions added to
-    it (none when they are applied inside attention, ``ModelConfig.adds_positions``, or summed in
-    the embedding stage itself, ``sums_embeddings``), then the norm of the sum (``embedding_norm``)."""
-    stages = [(stage_id(side, "embedding"), "embedding")]
+def layer_output(side: str, layer: int, m: ModelConfig) -> str:
+    """The stage whose output leaves layer ``layer``: the one after its last sublayer."""
+    return connection(side, layer, len(sublayers(side, m)), m).after
+
+
+# ---------------------------------------------------------------------------------------------
+# The walk: every stage as a Place, with the stages its inputs come from.
+# ---------------------------------------------------------------------------------------------
+
+
+class Place(NamedTuple):
+    """One stage of Figure 1 as the walk describes it, before anything is computed."""
+
+    id: str  # "decoder.0.cross-attention"
+    kind: str  # "cross-attention": the kind of stage that computes it (``kinds.KINDS``)
+    box: str  # its box on the map of Figure 1: "cross"
+    side: str  # ENCODER, DECODER or OUTPUT
+    layer: int | None = None  # None outside the layers
+    inputs: tuple[tuple[str, str], ...] = ()  # (input, the stage it comes from): ("X", "decoder.0.norm-2")
+    sublayer: Sublayer | None = None  # a sublayer's own stage: what it reads
+
+
+class Block(NamedTuple):
+    """Sublayer k of a layer in its residual connection: the norm before it (pre-norm), the sublayer,
+    and the stage after it that adds the residual (and norms, post-norm)."""
+
+    norm: Place | None
+    stage: Place  # the sublayer's own stage
+    after: Place
+
+    @property
+    def sublayer(self) -> Sublayer:
+        """Which sublayer it is, and what it reads besides x."""
+        assert self.stage.sublayer is not None  # the walk gives every sublayer's stage its record
+        return self.stage.sublayer
+
+    @property
+    def places(self) -> list[Place]:
+        """Its stages in computing order."""
+        return [*([self.norm] if self.norm else []), self.stage, self.after]
+
+
+def bottom(side: str, m: ModelConfig) -> list[Place]:
+    """The stages under a stack's layers: the embedding, then the positions added to it (none when
+    they are applied inside attention, ``ModelConfig.adds_positions``, or summed in the embedding
+    stage itself, ``sums_embeddings``), then the norm of the sum (``embedding_norm``)."""
+    places = [Place(stage_id(side, "embedding"), "embedding", "embed", side)]
     if m.adds_positions and not m.sums_embeddings:
-        stages.append((stage_id(side, "positional-encoding"), "positional-encoding"))
+        places.append(_on_top(places[-1], side, "positional-encoding", "pos"))
     if m.embedding_norm:
-        stages.append((stage_id(side, "embedding-norm"), "embedding-norm"))
-    return stages
+        places.append(_on_top(places[-1], side, "embedding-norm", "norm"))
+    return places
 
 
-def head(m: ModelConfig) -> list[tuple[str, str]]:
-    """The stages above the stacks, as (id, kind): BERT's transform (``output_transform``), the
-    output layer and the softmax; none when the model only encodes (``task: encode``)."""
+def _on_top(below: Place | str, side: str, name: str, box: str, kind: str | None = None) -> Place:
+    """The stage ``name`` outside the layers, reading the output of the one below it as X."""
+    x = below.id if isinstance(below, Place) else below
+    return Place(stage_id(side, name), kind or name, box, side, None, (("X", x),))
+
+
+def layer(side: str, i: int, m: ModelConfig) -> list[Block]:
+    """Layer i of a stack: each sublayer in its residual connection, the norm on the config's side
+    of it (``connection``); the decoder's cross-attention reads the encoder stack's output."""
+    x = bottom(side, m)[-1].id if i == 0 else layer_output(side, i - 1, m)  # the layer's input
+    blocks = []
+    for k, sub in enumerate(sublayers(side, m), 1):
+        c = connection(side, i, k, m)
+        norm = None if c.norm is None else Place(c.norm, "layer-norm", "norm", side, i, (("X", x),))
+        reads = [("X", x if norm is None else norm.id)]
+        if sub.keys == MEMORY:
+            reads.append(("memory", stack_output(ENCODER, m)))
+        own = Place(stage_id(side, sub.kind, i), sub.kind, sub.box, side, i, tuple(reads), sub)
+        kind, box = ("residual", "+") if norm else ("add-norm", "+norm")
+        after = Place(c.after, kind, box, side, i, (("X", x), ("sublayer", own.id)))
+        blocks.append(Block(norm, own, after))
+        x = after.id
+    return blocks
+
+
+def final_norm(side: str, m: ModelConfig) -> list[Place]:
+    """The norm on top of a stack, when the model has one (``ModelConfig.has_final_norm``)."""
+    if not m.has_final_norm:
+        return []
+    last = layer_output(side, num_layers(side, m) - 1, m)
+    return [_on_top(last, side, "final-norm", "final norm", kind="layer-norm")]
+
+
+def head(m: ModelConfig) -> list[Place]:
+    """The stages above the stacks: BERT's transform (``output_transform``), the output layer and
+    the softmax; none when the model only encodes (``task: encode``)."""
     if m.task == "encode":
         return []
-    stages = [(stage_id(OUTPUT, "transform"), "transform")] if m.output_transform else []
-    return [
-        *stages,
-        (stage_id(OUTPUT, "logits"), "logits"),
-        (stage_id(OUTPUT, "probabilities"), "probabilities"),
-    ]
+    below: Place | str = stack_output(top_stack(m), m)
+    places = []
+    if m.output_transform:
+        places.append(below := _on_top(below, OUTPUT, "transform", "transform"))
+    logits = _on_top(below, OUTPUT, "logits", "linear")
+    softmax = Place(stage_id(OUTPUT, "probabilities"), "probabilities", "softmax", OUTPUT, None,
+                    (("logits", logits.id),))  # fmt: skip
+    return [*places, logits, softmax]
 
 
-def walk(m: ModelConfig) -> Iterator[tuple[str, str]]:
-    """Every stage of a forward pass as (id, kind), in computing order: Figure 1, bottom to top."""
+def stack(side: str, m: ModelConfig) -> Iterator[Place]:
+    """Every stage of one stack, bottom to top: the embedding's, the layers', the final norm."""
+    yield from bottom(side, m)
+    for i in range(num_layers(side, m)):
+        for block in layer(side, i, m):
+            yield from block.places
+    yield from final_norm(side, m)
+
+
+def walk(m: ModelConfig) -> Iterator[Place]:
+    """Every stage of a forward pass, in computing order: Figure 1, bottom to top."""
     for side in stacks(m):
-        yield from bottom(side, m)
-        for i in range(num_layers(side, m)):
-            for k, kind in enumerate(sublayers(side, m), 1):
-                c = connection(side, i, k, m)
-                if c.norm:
-                    yield c.norm, "layer-norm"
-                yield stage_id(side, kind, i), kind
-                yield c.after, "residual" if c.norm else "add-norm"
-        if m.has_final_norm:
-            yield stage_id(side, "final-norm"), "layer-norm"
+        yield from stack(side, m)
     yield from head(m)
 
 
 def stage_ids(config: Config) -> list[str]:
     """Every stage id of a forward pass, in computing order (pinned by a test)."""
-    return [sid for sid, _ in walk(config.model)]
+    return [place.id for place in walk(config.model)]
 
 
 # ---------------------------------------------------------------------------------------------
-# Parameters: named by the stage that uses them ("decoder.0.feed-forward/W_1"); a tied table is
-# one parameter, named by its first use, that later uses refer to.
+# Parameters are named by the stage that uses them ("decoder.0.feed-forward/W_1"): ``parameters``
+# lists them from the walk and each kind's specs. A tied table is one parameter, named by its
+# first use, that later uses refer to.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -148,40 +246,3 @@ class Ref(NamedTuple):
 
     name: str
     transposed: bool = False
-
-
-class Spec(NamedTuple):
-    """A parameter's shape and how it is first drawn (an ``init`` of ``weights``)."""
-
-    shape: tuple[int, ...]
-    init: str  # "embedding", "xavier", "xavier-qkv", "bias", "zeros", "ones", "positions"
-    fan_in: int = 0  # for "bias": the layer's input width
-    blocks: tuple[int, ...] = ()  # for "xavier-qkv": the widths of the column blocks, each drawn alone
-
-
-def parameters(config: Config) -> tuple[dict[str, Spec], dict[str, Ref]]:
-    """Every parameter of the model in a fixed order, and every use of a parameter by a stage.
-
-    Returns ``specs`` (parameter name -> Spec) and ``uses`` ("stage id/local name" -> Ref).
-    With ``tie_embeddings`` the first stack's E is the only table: the other embedding and the
-    output layer's W use it (W as Eᵀ). A table has a row for each piece of its side's vocabulary
-    (``config.vocabulary_of``): a checkpoint's encoder may read a vocabulary of its own.
-    """
-    from .kinds import KINDS, Sizes  # the kinds record into traces, and traces read this module
-
-    m = config.model
-    head_in = m.d_model * (len(config.target_tokens) if m.output_head == "flatten" else 1)
-    specs: dict[str, Spec] = {}
-    uses: dict[str, Ref] = {}
-    shared: Ref | None = None  # the tied table: the first embedding's E
-    for sid, kind in walk(m):
-        sizes = Sizes(len(config.vocabulary_of(side_of(sid))), head_in)
-        for local, spec in KINDS[kind].params(m, sizes).items():
-            name = f"{sid}/{local}"
-            if m.tie_embeddings and local in ("E", "W") and shared is not None:
-                uses[name] = shared if local == "E" else shared._replace(transposed=True)
-                continue
-            specs[name], uses[name] = spec, Ref(name)
-            if m.tie_embeddings and local == "E":
-                shared = Ref(name)
-    return specs, uses

@@ -3,13 +3,13 @@
 Each sublayer sits inside a residual connection with a norm, and ``model.norm_first`` says
 where the norm goes: after the sum (post-norm, the paper: ``x = Norm(x + Sublayer(x))``) or
 before the sublayer (pre-norm, GPT-2 and most models since: ``x = x + Sublayer(Norm(x))``).
-Which stacks exist and which sublayers a layer has come from ``architecture``; every stage
-records its matrices into the trace and returns its output.
+Which stacks exist, which sublayers a layer has, which stage comes after which and what each
+reads come from the walk of ``architecture``; every stage records its matrices into the trace
+and returns its output.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -17,9 +17,10 @@ import numpy as np
 
 from ..config import Config, ModelConfig
 from ..errors import WalkthroughError
+from . import architecture as A
 from . import functional as F
 from . import kinds as K
-from .architecture import DECODER, ENCODER, OUTPUT, connection, num_layers, stacks, stage_id, sublayers
+from .architecture import DECODER, ENCODER, OUTPUT, Block, Place, stacks
 from .heap import keep_freed_memory
 from .trace import NullTrace, Stage, Trace, token_labels
 from .weights import Weights, init_weights
@@ -45,65 +46,67 @@ class Stack(NamedTuple):
     start: int = 0  # the position of the first row (a cached step's new token is at start)
     cache: Any = None  # generation.Cache: each layer's keys and values so far
 
-    def open(self, kind: K.Kind, name: str, layer: int | None = None) -> Stage:
-        return kind.open(self.trace, stage_id(self.side, name, layer), self.m)
+    def open(self, place: Place) -> Stage:
+        """The stage of ``place``, opened in the trace by its kind."""
+        return K.KINDS[place.kind].open(self.trace, place.id, self.m)
 
 
-def sublayer_connection(s: Stack, i: int, k: int, kind: str, x: np.ndarray, sublayer: Sublayer) -> np.ndarray:
-    """Sublayer k of layer i with its residual connection and its norm, on the config's side of it.
+def sublayer_connection(s: Stack, block: Block, x: np.ndarray, sublayer: Sublayer) -> np.ndarray:
+    """A sublayer with its residual connection and its norm, on the config's side of it.
 
     Post-norm (the paper):  x = LayerNorm(x + Sublayer(x))      stages: sublayer, add-norm-k
     Pre-norm:               x = x + Sublayer(LayerNorm(x))      stages: norm-k, sublayer, residual-k
     """
-    c = connection(s.side, i, k, s.m)
-    open_sublayer = functools.partial(s.open, K.KINDS[kind], kind, i)
-    if c.norm is None:
-        out = sublayer(open_sublayer(), x)
-        return K.add_norm(K.ADD_NORM.open(s.trace, c.after, s.m), s.w, x, out, s.tokens, s.m)
-    normed = K.layer_norm(K.LAYER_NORM.open(s.trace, c.norm, s.m), s.w, x, s.tokens, s.m)
-    out = sublayer(open_sublayer(), normed)
-    return K.residual(K.RESIDUAL.open(s.trace, c.after, s.m), x, out, s.tokens)
+    if block.norm is None:
+        out = sublayer(s.open(block.stage), x)
+        return K.add_norm(s.open(block.after), s.w, x, out, s.tokens, s.m)
+    normed = K.layer_norm(s.open(block.norm), s.w, x, s.tokens, s.m)
+    out = sublayer(s.open(block.stage), normed)
+    return K.residual(s.open(block.after), x, out, s.tokens)
 
 
 def layer(s: Stack, i: int, x: np.ndarray, memory: np.ndarray | None) -> np.ndarray:
-    """One encoder or decoder layer: its sublayers (``architecture.sublayers``) in turn.
+    """One encoder or decoder layer: its sublayers (``architecture.layer``) in turn.
 
     Encoder: self-attention, feed-forward. Decoder: masked self-attention, cross-attention
     (queries from the decoder, keys and values from the encoder's output, ``memory``),
     feed-forward; a decoder-only model has no cross-attention.
     """
     w, m, tokens = s.w, s.m, s.tokens
-    cache = None if s.cache is None else s.cache.layer(i)
-    window = m.sliding_window
-    mask = F.causal_mask(len(tokens), x.dtype, s.start, window) if s.side == DECODER else None
-    if s.cache is not None and len(tokens) == 1 and (window is None or s.start < window):
-        mask = None  # one new token sees every cached one (all within its window): no mask
-    run: dict[str, Sublayer] = {
-        "self-attention": lambda stage, x: K.attend(stage, w, x, tokens, m),
-        "masked-attention": lambda stage, x: K.attend(stage, w, x, tokens, m, mask=mask, cache=cache),
-        "cross-attention": lambda stage, x: K.attend(
-            stage, w, x, tokens, m, memory=memory, kv_tokens=s.trace.source_tokens
-        ),
-        "feed-forward": lambda stage, x: K.feed_forward(stage, w, x, tokens, m),
-    }
-    for k, kind in enumerate(sublayers(s.side, m), 1):
-        x = sublayer_connection(s, i, k, kind, x, run[kind])
+
+    def sublayer(how: A.Sublayer) -> Sublayer:
+        """The sublayer's computation, fed what the walk says it reads besides x."""
+        if how.keys is None:
+            return lambda stage, x: K.feed_forward(stage, w, x, tokens, m)
+        if how.keys == A.MEMORY:
+            return lambda stage, x: K.attend(stage, w, x, tokens, m, memory=memory,
+                                             kv_tokens=s.trace.source_tokens)  # fmt: skip
+        if not how.causal:
+            return lambda stage, x: K.attend(stage, w, x, tokens, m)
+        cache = None if s.cache is None else s.cache.layer(i)
+        window = m.sliding_window
+        mask = F.causal_mask(len(tokens), x.dtype, s.start, window)
+        if s.cache is not None and len(tokens) == 1 and (window is None or s.start < window):
+            mask = None  # one new token sees every cached one (all within its window): no mask
+        return lambda stage, x: K.attend(stage, w, x, tokens, m, mask=mask, cache=cache)
+
+    for block in A.layer(s.side, i, m):
+        x = sublayer_connection(s, block, x, sublayer(block.sublayer))
     return x
 
 
 def stack(s: Stack, ids: list[int], memory: np.ndarray | None = None) -> np.ndarray:
     """One stack of Figure 1, bottom to top: embed, add positions (and BERT's segments), the norm
-    of the sum if any, the layers, the final norm if any."""
+    of the sum if any (``architecture.bottom``), the layers, the final norm if any."""
     m, segments = s.m, s.trace.segment_ids if s.side == ENCODER else ()
-    x = K.embed(s.open(K.EMBEDDING, "embedding"), s.w, ids, s.tokens, s.trace.vocabulary_of(s.side), m,
+    bottom = {place.kind: place for place in A.bottom(s.side, m)}
+    x = K.embed(s.open(bottom["embedding"]), s.w, ids, s.tokens, s.trace.vocabulary_of(s.side), m,
                 s.start, segments)  # fmt: skip
-    if m.adds_positions and not m.sums_embeddings:  # else inside each attention, or summed already
-        x = K.add_positions(
-            s.open(K.POSITIONAL_ENCODING, "positional-encoding"), s.w, x, s.tokens, m, s.start
-        )
-    if m.embedding_norm:
-        x = K.layer_norm(s.open(K.EMBEDDING_NORM, "embedding-norm"), s.w, x, s.tokens, m)
-    for i in range(num_layers(s.side, s.m)):
+    if "positional-encoding" in bottom:  # else inside each attention, or summed already
+        x = K.add_positions(s.open(bottom["positional-encoding"]), s.w, x, s.tokens, m, s.start)
+    if "embedding-norm" in bottom:
+        x = K.layer_norm(s.open(bottom["embedding-norm"]), s.w, x, s.tokens, m)
+    for i in range(A.num_layers(s.side, s.m)):
         x = layer(s, i, x, memory)
     return final_norm(s, x)
 
@@ -111,9 +114,9 @@ def stack(s: Stack, ids: list[int], memory: np.ndarray | None = None) -> np.ndar
 def final_norm(s: Stack, x: np.ndarray) -> np.ndarray:
     """The norm on top of a stack, when the model has one (``ModelConfig.has_final_norm``: a
     pre-norm stack's last residual is never normed otherwise); else x itself."""
-    if not s.m.has_final_norm:
-        return x
-    return K.layer_norm(s.open(K.LAYER_NORM, "final-norm"), s.w, x, s.tokens, s.m)
+    for place in A.final_norm(s.side, s.m):
+        x = K.layer_norm(s.open(place), s.w, x, s.tokens, s.m)
+    return x
 
 
 def output_layer(
@@ -122,14 +125,16 @@ def output_layer(
     """The top of Figure 1 up to the logits: BERT's transform (if any), then the output layer, on
     the rows y of the top stack (its tokens ``tokens``). Returns the logits, (rows, vocab)."""
     out = Stack(trace, OUTPUT, tokens, w, m)
-    if m.output_transform:
-        y = K.transform(out.open(K.TRANSFORM, "transform"), w, y, tokens, m)
-    return K.logits(out.open(K.LOGITS, "logits"), w, y, tokens, trace.vocabulary_of(OUTPUT), m)
+    head = {place.kind: place for place in A.head(m)}
+    if "transform" in head:
+        y = K.transform(out.open(head["transform"]), w, y, tokens, m)
+    return K.logits(out.open(head["logits"]), w, y, tokens, trace.vocabulary_of(OUTPUT), m)
 
 
 def softmax(trace: Trace, m: ModelConfig, scores: np.ndarray, rows: tuple[str, ...]) -> np.ndarray:
     """The softmax on top: each row of logits into probabilities over the vocabulary."""
-    stage = K.PROBABILITIES_KIND.open(trace, stage_id(OUTPUT, "probabilities"), m)
+    place = A.head(m)[-1]
+    stage = K.KINDS[place.kind].open(trace, place.id, m)
     return K.probabilities(stage, scores, rows, trace.vocabulary_of(OUTPUT))
 
 

@@ -21,7 +21,9 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from ..config import Config
-from .architecture import Ref, Spec, parameters, side_of
+from .architecture import Ref, side_of
+from .parameters import Spec, parameters
+from .size import check_config
 
 
 class Weights(Mapping[str, np.ndarray]):
@@ -108,7 +110,8 @@ def init_weights(config: Config) -> Weights:
     matrices Glorot/Xavier uniform (nn.Transformer), feed-forward and output biases uniform in
     ±1/√fan_in (nn.Linear), attention biases 0 (nn.MultiheadAttention), LayerNorm gamma 1 and beta
     0, learned positions N(0, 0.02²) (GPT-2). Drawn in float64, then rounded to the config's dtype,
-    so float32 weights are float64's rounded."""
+    so float32 weights are float64's rounded. A config whose trace would not fit is refused first."""
+    check_config(config)
     specs, uses = parameters(config)
     dtype = np.dtype(config.model.dtype)
     arrays = {

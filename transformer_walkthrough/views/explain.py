@@ -119,7 +119,7 @@ def explainer(stage: Stage, name: str) -> Callable[[Cell, Trace], list[str]]:
 
 
 def _weight(c: Cell, trace: Trace) -> list[str]:
-    from ..model.architecture import Spec, parameters
+    from ..model.parameters import Spec, parameters
 
     m = trace.config.model
     param = c.matrix.param or c.name  # W_Q1 is a view of W_QKV

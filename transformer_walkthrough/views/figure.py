@@ -1,10 +1,11 @@
 """Where am I: Figure 1 of the paper as a small map, with the current stage highlighted.
 
-The map is laid out once here, from ``architecture`` (so it follows every convention: pre-norm's
-norm-k and residual-k stages, final norms, a decoder-only model with no encoder), as lines of
-spans; the terminal styles the spans (``stages.figure``) and the HTML report takes the same
-layout as an inline SVG (``figure_svg``). Like Figure 1 it reads bottom to top, the encoder on
-the left and the decoder on the right, one row per layer::
+The map is laid out once here, from the walk of ``architecture`` (so it follows every convention:
+pre-norm's norm-k and residual-k stages, final norms, a decoder-only model with no encoder), each
+stage drawn as the box its ``Place`` names, as lines of spans; the terminal styles the spans
+(``stages.figure``) and the HTML report takes the same layout as an inline SVG (``figure_svg``).
+Like Figure 1 it reads bottom to top, the encoder on the left and the decoder on the right, one
+row per layer::
 
                                    output   linear softmax
     encoder ×1                     decoder ×1
@@ -22,7 +23,8 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..model.architecture import ENCODER, bottom, connection, head, num_layers, stacks, stage_id, sublayers
+from ..model import architecture
+from ..model.architecture import ENCODER, Place, bottom, final_norm, head, num_layers, stacks
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
@@ -32,23 +34,6 @@ if TYPE_CHECKING:
 DONE, CURRENT, TODO, LABEL, TEXT = "done", "current", "todo", "label", "text"
 GAP = 3  # spaces between the encoder's column and the decoder's
 MAX_LAYERS = 3  # more layers than this: the first, the current and the last, with ⋮ between
-
-# The box of each kind of stage, as short as Figure 1's boxes allow.
-SHORT = {
-    "embedding": "embed",
-    "positional-encoding": "pos",
-    "self-attention": "self",
-    "masked-attention": "masked",
-    "cross-attention": "cross",
-    "feed-forward": "ffn",
-    "add-norm": "+norm",
-    "layer-norm": "norm",
-    "embedding-norm": "norm",
-    "residual": "+",
-    "transform": "transform",
-    "logits": "linear",
-    "probabilities": "softmax",
-}
 
 
 class Span(NamedTuple):
@@ -62,39 +47,19 @@ class Span(NamedTuple):
 Line = list[Span]
 
 
-def _kind(stage: str) -> str:
-    """The kind of a stage from its id: ``decoder.0.add-norm-2`` -> ``add-norm``."""
-    name = stage.rsplit(".", 1)[-1]
-    if name == "final-norm":
-        return "layer-norm"
-    if name.startswith(("add-norm-", "norm-", "residual-")):
-        name = name.rsplit("-", 1)[0]
-        return "layer-norm" if name == "norm" else name
-    return name
-
-
-def _layer_stages(side: str, layer: int, m: ModelConfig) -> list[str]:
-    """The stage ids of one layer, in computing order (as ``architecture.stage_ids`` lists them)."""
-    ids: list[str] = []
-    for k, kind in enumerate(sublayers(side, m), 1):
-        c = connection(side, layer, k, m)
-        ids += [*([c.norm] if c.norm else []), stage_id(side, kind, layer), c.after]
-    return ids
-
-
-def _boxes(ids: list[str], order: dict[str, int], current: str | None) -> Line:
-    """Boxes for the stage ids, one space apart; the current one in brackets, "[cross]"."""
+def _boxes(places: list[Place], order: dict[str, int], current: str | None) -> Line:
+    """The places' boxes (``Place.box``), one space apart; the current one in brackets, "[cross]"."""
     at = order.get(current, -1) if current is not None else -1
     line: Line = []
-    for k, sid in enumerate(ids):
+    for k, place in enumerate(places):
+        sid = place.id
         state = CURRENT if sid == current else DONE if order.get(sid, len(order)) < at else TODO
         if k:
             line.append(Span(" ", TEXT))
-        text = "final norm" if sid.endswith(".final-norm") else SHORT.get(_kind(sid), sid)
         if state == CURRENT:
-            line += [Span("[", CURRENT, sid), Span(text, state, sid), Span("]", CURRENT, sid)]
+            line += [Span("[", CURRENT, sid), Span(place.box, state, sid), Span("]", CURRENT, sid)]
         else:
-            line.append(Span(text, state, sid))
+            line.append(Span(place.box, state, sid))
     return line
 
 
@@ -122,16 +87,16 @@ def _stack(side: str, m: ModelConfig, order: dict[str, int], current: str | None
     current_layer = int(parts[1]) if parts[0] == side and len(parts) == 3 else None
     rows: list[Line] = [[Span(f"{side} ×{n}", LABEL)]]
     if m.has_final_norm:
-        rows.append([Span("    ", TEXT), *_boxes([stage_id(side, "final-norm")], order, current)])
+        rows.append([Span("    ", TEXT), *_boxes(final_norm(side, m), order, current)])
     label_width = len(str(n - 1))
     for layer in reversed(_shown_layers(n, current_layer)):
         if layer is None:
             rows.append([Span("  " + "⋮".rjust(label_width), LABEL)])
             continue
         head = Span(f"  {layer:>{label_width}} ", LABEL)
-        rows.append([head, *_boxes(_layer_stages(side, layer, m), order, current)])
-    embedding = [sid for sid, _ in bottom(side, m)]
-    rows.append([Span(" " * (3 + label_width), TEXT), *_boxes(embedding, order, current)])
+        places = [place for block in architecture.layer(side, layer, m) for place in block.places]
+        rows.append([head, *_boxes(places, order, current)])
+    rows.append([Span(" " * (3 + label_width), TEXT), *_boxes(bottom(side, m), order, current)])
     return rows
 
 
@@ -142,7 +107,7 @@ def figure_lines(trace: Trace, current: str, width: int = 80) -> list[Line]:
     m = trace.config.model
     order = {sid: k for k, sid in enumerate(trace.stages)}
     columns = [_stack(side, m, order, current) for side in stacks(m)]
-    output = [Span("output ", LABEL), *_boxes([sid for sid, _ in head(m)], order, current)] if head(m) else []
+    output = [Span("output ", LABEL), *_boxes(head(m), order, current)] if head(m) else []
     # The decoder's column starts at the same place on every page: as if the widest encoder row
     # held the current box's brackets.
     left = 0

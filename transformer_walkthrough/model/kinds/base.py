@@ -7,20 +7,20 @@ the config), which parameters it has (``params``), how it computes and records
 cell of each of its matrices (``explain``, by the matrix's base name), which of its matrices share
 a row on screen (``groups``) and how a document typesets their names (``tex``). ``verify``,
 ``explain``, ``render``, ``documents`` and the parameter list loop over kinds and over the
-metadata each matrix is recorded with (``trace.Matrix``), and parse no matrix name back. Still
-keyed by kind elsewhere: the wiring (``transformer.layer`` calls each sublayer's forward), the
-map's short labels (``figure``) and the torch reference, which rebuilds PyTorch's own layers.
+metadata each matrix is recorded with (``trace.Matrix``), and parse no matrix name back. Where a
+stage sits and what it reads is ``architecture``'s (the walk); the parameters a kind declares
+(``Spec``) are named there by ``parameters``. Still keyed by kind elsewhere: the shapes a stage
+records, counted before the pass by ``size``, and the torch reference, which rebuilds
+PyTorch's own layers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
-
-from ..architecture import Spec
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
@@ -32,15 +32,32 @@ if TYPE_CHECKING:
 Arrays = dict[str, np.ndarray]
 
 
+class Weights(Protocol):
+    """What a kind reads its parameters through (``model.weights.Weights``): the array a stage uses
+    under a local name, noted in the stage. A protocol, so that the kinds, which the parameters'
+    specs are read from, import nothing that reads those specs."""
+
+    def take(self, stage: Any, local: str) -> np.ndarray: ...
+
+
 class Grads(NamedTuple):
     matrices: Arrays  # dL/d(matrix) for the stage's matrices, by name (inputs among them)
     params: Arrays  # dL/d(parameter), by the stage's local parameter name (W_QKV, gamma, …)
 
 
 __all__ = [
-    "Arrays", "Cells", "Explainer", "Grads", "Kind", "Sizes", "Spec", "Step", "StepOf", "cache_of", "col", "linear_step",
+    "Arrays", "Cells", "Explainer", "Grads", "Kind", "Sizes", "Spec", "Step", "StepOf", "Weights", "cache_of", "col", "linear_step",
     "named", "one", "row", "said", "step", "sum_step",
 ]  # fmt: skip
+
+
+class Spec(NamedTuple):
+    """A parameter's shape and how it is first drawn (an ``init`` of ``weights``)."""
+
+    shape: tuple[int, ...]
+    init: str  # "embedding", "xavier", "xavier-qkv", "bias", "zeros", "ones", "positions"
+    fan_in: int = 0  # for "bias": the layer's input width
+    blocks: tuple[int, ...] = ()  # for "xavier-qkv": the widths of the column blocks, each drawn alone
 
 
 class Sizes(NamedTuple):

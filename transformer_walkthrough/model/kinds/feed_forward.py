@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ...config import ModelConfig
     from ..cell import Cell
     from ..trace import Trace
-    from ..weights import Weights
+    from .base import Weights
 
 STANDARD, GATED = "standard", "gated"
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ....config import ModelConfig
     from ...cell import Cell
     from ...trace import Trace
-    from ...weights import Weights
+    from ..base import Weights
 
 from .flow import At, Back, ByHand, Flow, Piece, columns, kv_head, readers
 from .pieces import PIECES, attended, recipe
