@@ -278,7 +278,7 @@ def _edited(folder: Path, to: Path, **changes) -> Path:
     ("name", "changes", "message"),
     [
         ("bert", {"model_type": "albert"},
-         "model_type is 'albert'; supported: 'marian', 'gpt2', 'llama', 'mistral', 'qwen2', 'bert', "
+         "model_type is 'albert'; supported: 'marian', 'gpt2', 'llama', 'mistral', 'qwen2', 'qwen3', 'bert', "
          "'roberta', 'distilbert'"),
         ("bert", {"position_embedding_type": "relative_key"},
          "position_embedding_type is 'relative_key': only 'absolute' (a learned table P) is supported"),

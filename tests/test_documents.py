@@ -365,21 +365,6 @@ def test_documents_leave_the_weights_out(runner: CliRunner, tmp_path: Path) -> N
 # ---------------------------------------------------------------------------------------------
 
 
-def test_mathml_of_a_formula_written_by_hand() -> None:
-    from transformer_walkthrough.views.documents.mathml import mathml
-
-    assert mathml([r"S_h &= Q_h K_h^{\top} / \sqrt{d_k}"]) == (
-        '<math display="block"><mtable><mtr><mtd><msub><mi>S</mi><mi>h</mi></msub></mtd><mtd><mo>=</mo>'
-        "<msub><mi>Q</mi><mi>h</mi></msub><msubsup><mi>K</mi><mi>h</mi><mrow><mi>⊤</mi></mrow></msubsup>"
-        "<mo>/</mo><msqrt><mrow><msub><mi>d</mi><mi>k</mi></msub></mrow></msqrt></mtd></mtr></mtable></math>"
-    )
-    assert "<mtext>(row-wise)</mtext>" in mathml(
-        [r"A_h &= \operatorname{softmax}(S_h) \quad \text{(row-wise)}"]
-    )
-    with pytest.raises(ValueError, match="unknown command"):
-        mathml([r"x = \frobnicate{y}"])
-
-
 @pytest.mark.parametrize("name", CONVENTIONS)
 def test_every_formula_is_typeset_in_mathml(name: str) -> None:
     """No stage of any convention falls back to the plain-text formula."""

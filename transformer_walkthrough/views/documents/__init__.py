@@ -18,7 +18,7 @@ One module a job, each importing only those above it:
 - ``worksheet``: the cells a worksheet hides, how each is computed (``cell_step``), the answers;
 - ``shown``: what every document shows of a trace: the options, each stage's matrices grouped
   by meaning and summarised as the terminal summarises them, the heading, the prediction's cells;
-- ``mathml``: the kinds' LaTeX formulas as MathML, which the browser typesets;
+- ``formulas``: a formula's terms (``model.formula``) as LaTeX and as MathML, which the browser typesets;
 - ``markdown``, ``latex``, ``report`` (the HTML): one writer a format;
 - ``writers``: the writer and the answer key of each format, by the file's suffix.
 

@@ -2,9 +2,9 @@
 
 Each matrix is set with its row and column labels on it (plain TeX's \\bordermatrix, with
 brackets); small ones side by side; anything wider than the line or taller than the page is
-shrunk to fit (\\fit measures it). Each stage's formula is its kind's LaTeX under the config
-(``tex_formula``), the notes of its plain formula below it (``notes``: the HTML report shows
-both too); a worksheet's answers are ``explain``'s lines with their arithmetic typeset.
+shrunk to fit (\\fit measures it). Each stage's formula is its terms written as LaTeX
+(``formulas``), its notes below it; a worksheet's answers are ``explain``'s lines with their
+arithmetic typeset.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ...model.formula import Formula, plain_item
-from ...model.kinds import KINDS
 from ...model.numbers import text_widths
 from ...model.trace import Stage, Trace
 from ..lens import lens_latex
@@ -60,19 +58,9 @@ TEX_PREAMBLE = r"""\documentclass[10pt]{article}
 """
 
 
-def tex_formula(stage: Stage, trace: Trace) -> list[str]:
-    """The stage's formula as align* lines: its terms written as LaTeX, or as its kind writes them."""
-    if isinstance(stage.formula, Formula):
-        return latex_lines(stage.formula)
-    return KINDS[stage.kind].latex(trace.config.model)
-
-
-def notes(stage: Stage) -> str:
-    """The indented notes under a stage's plain formula (the flatten head's leak, a tied table),
-    which its LaTeX and MathML do not say."""
-    if isinstance(stage.formula, Formula):
-        return " ".join(plain_item(n).strip() for n in stage.formula.notes)
-    return " ".join(line.strip() for line in stage.formula.splitlines() if line.startswith(" "))
+def tex_formula(stage: Stage) -> list[str]:
+    """The stage's formula as the lines of an align*: its terms written as LaTeX."""
+    return latex_lines(stage.formula)
 
 
 def _tex_matrix(s: Shown) -> Iterator[str]:
@@ -141,9 +129,9 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
         yield (
             f"\n\\section*{{{tex(stage.title)}}}\n\\label{{{stage.id}}}\n"
             f"{{\\small\\ttfamily {tex(stage.id)}}}\\par\n{tex(stage.explanation)}\n"
-            "\\begin{align*}\n" + " \\\\\n".join(tex_formula(stage, trace)) + "\n\\end{align*}\n"
+            "\\begin{align*}\n" + " \\\\\n".join(tex_formula(stage)) + "\n\\end{align*}\n"
         )
-        if said := (latex_notes(stage.formula) if isinstance(stage.formula, Formula) else tex(notes(stage))):
+        if said := latex_notes(stage.formula):  # the flatten head's leak, a tied table, the heads' range
             yield f"{{\\small {said}}}\\par\n"
         for group in units(stage, o, _LINE):
             for line in _tex_lines(group):

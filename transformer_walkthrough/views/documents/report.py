@@ -1,6 +1,6 @@
 """The walkthrough as an HTML report: one self-contained file, no network, one inline script that
 only adds (``views.clickable``: a click on a cell shows its arithmetic); matrices as heatmaps
-(``shades``); formulas typeset in MathML (``mathml``); prints well. The whole report ends on the
+(``shades``); formulas typeset in MathML (``formulas``); prints well. The whole report ends on the
 logit lens and the attention overview (``views.sections``).
 """
 
@@ -13,13 +13,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...model.formula import Formula
 from ...model.trace import Stage, Trace
 from ..sections import SECTIONS_CSS, report_sections
 from .formulas import html_notes
 from .formulas import mathml as formula_mathml
-from .latex import notes, tex_formula
-from .mathml import mathml
 from .shades import OPENINGS, SHADES_CSS, cell_shades, legend, shading
 from .shown import Options, Shown, heading, mark, probability, units
 from .text import number
@@ -98,25 +95,16 @@ tr.right td.word {{ color: #0b7a32; font-weight: 700; }}
 """
 
 
-def _html_formula(stage: Stage, trace: Trace) -> str:
-    """The kind's formula typeset in MathML, with the plain formula's notes below it; the plain
-    formula itself if its LaTeX is beyond ``mathml``'s small reader."""
+def _html_formula(stage: Stage) -> str:
+    """The stage's formula typeset in MathML (its terms written as MathML elements, which the
+    browser lays out itself), its notes below it; the plain formula as the block's title."""
     e = html.escape
-    if isinstance(stage.formula, Formula):
-        said = html_notes(stage.formula)
-        return (
-            f'<div class="formula" title="{e(str(stage.formula))}">{formula_mathml(stage.formula)}'
-            + (f"<p>{said}</p>" if said else "")
-            + "</div>"
-        )
-    tex = tex_formula(stage, trace)  # outside the try: a kind without LaTeX is a bug to see, not hide
-    try:
-        math_block = mathml(tex)
-    except ValueError:  # a command the small reader does not know
-        return f'<pre class="formula">{e(stage.formula)}</pre>'
-    said = notes(stage)
-    note = f"<p>{e(said)}</p>" if said else ""
-    return f'<div class="formula" title="{e(stage.formula)}">{math_block}{note}</div>'
+    said = html_notes(stage.formula)
+    return (
+        f'<div class="formula" title="{e(str(stage.formula))}">{formula_mathml(stage.formula)}'
+        + (f"<p>{said}</p>" if said else "")
+        + "</div>"
+    )
 
 
 def html_matrix(s: Shown, kinds: set[str | None], attributes: str = "") -> Iterator[str]:
@@ -220,11 +208,7 @@ def html_stage(trace: Trace | None, stage: Stage, o: Options, clicks: Clicks | N
 
     e = html.escape
     where = "" if trace is None else f'<div class="where">{figure_svg(trace, stage.id)}</div>'
-    formula = (
-        f'<pre class="formula">{e(str(stage.formula))}</pre>'
-        if trace is None
-        else _html_formula(stage, trace)
-    )
+    formula = f'<pre class="formula">{e(str(stage.formula))}</pre>' if trace is None else _html_formula(stage)
     yield (
         f'<section id="{e(stage.id)}"><div class="intro"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'
         f"{where}<p>{e(stage.explanation)}</p>{formula}</div>"  # where: the stage's place in Figure 1

@@ -19,7 +19,7 @@ import numpy as np
 from ...errors import StageError, shorten
 from ...model.kinds import KINDS
 from ...model.kinds.base import Step
-from ...model.trace import CONSTANT, INPUT, MASK, WEIGHT, Stage, Trace
+from ...model.trace import INPUT, MASK, WEIGHT, Stage, Trace
 
 
 class Hole(NamedTuple):
@@ -64,93 +64,15 @@ DEFAULT_KINDS = ("dot", "softmax", "norm", "rotation")  # the stage's real step:
 ROW_BOUND = {"softmax": 2, "norm": 2}  # a row bound by Σ (softmax: Σ = 1; a norm: Σ (y − β)/γ = 0)
 
 
-def _names_of(stage: Stage) -> dict[tuple[str, int | None], str]:
-    return {(m.base or name, m.head): name for name, m in stage.matrices.items()}
-
-
 def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | None:
-    """The step that computes ``stage.name[i, j]`` and the cells it reads; None for a weight, an
-    input, a constant of no formula (the mask) or a matrix this worksheet does not know."""
+    """The step that computes ``stage.name[i, j]`` and the cells it reads, as the stage's kind says
+    it (``Kind.steps``); None for a weight, an input, a constant of no formula (the mask) or a
+    matrix no step makes (a learned position's row)."""
     m = stage.matrices[name]
     if m.role in (WEIGHT, INPUT, MASK):
         return None
-    if (of := KINDS[stage.kind].steps.get(m.base or name)) is not None:  # the kind says it
-        return of(stage, trace, name, i, j)
-    names = _names_of(stage)
-    base = m.base or name
-
-    def get(b: str, h: int | None = None) -> str | None:
-        return names.get((b, h))
-
-    def row(n: str | None, r: int) -> list[tuple[str, int, int]]:
-        return [] if n is None else [(n, r, c) for c in range(stage.matrices[n].shape[1])]
-
-    def col(n: str | None, c: int) -> list[tuple[str, int, int]]:
-        return [] if n is None else [(n, r, c) for r in range(stage.matrices[n].shape[0])]
-
-    def one(n: str | None, r: int, c: int) -> list[tuple[str, int, int]]:
-        return [] if n is None else [(n, r, c)]
-
-    def step(kind: str, *parts: list[tuple[str, int, int]]) -> Step:
-        return Step(kind, tuple(cell for part in parts for cell in part))
-
-    kind = stage.kind
-    if kind == "embedding":
-        ids = trace.source_ids if stage.id.startswith("encoder") else trace.target_ids
-        if base == "output" and get("token"):  # encoder-only: token + segment + position
-            return step("sum", one(get("token"), i, j), one(get("segment"), i, j), one(get("position"), i, j))
-        if base in ("output", "token"):
-            return step("lookup", one(get("E"), int(ids[i]), j)) if i < len(ids) else None
-        if base == "segment":
-            return step("lookup", one(get("T"), (trace.segment_ids or (0,) * len(ids))[i], j))
-        if base == "position":
-            return step("sinusoid") if m.role == CONSTANT else None  # a learned P's row is a lookup
-        return None
-    if kind == "positional-encoding":
-        if base == "PE":
-            return step("sinusoid") if m.role == CONSTANT else None  # a learned P's row is a lookup
-        if base == "output":
-            return step("sum", one(get("X"), i, j), one(get("PE"), i, j))
-        return None
-    if kind == "transform":
-        if base == "dense":
-            return step("dot", row(get("X"), i), col(get("W_dense"), j), one(get("b_dense"), 0, j))
-        if base == "hidden":
-            return step("activation", one(get("dense"), i, j))
-        if base == "output":
-            return step("norm", row(get("hidden"), i), one(get("gamma"), 0, j), one(get("beta"), 0, j))
-        return None
-    if kind in ("add-norm", "layer-norm", "embedding-norm", "residual"):
-        if base == "sum" or (kind == "residual" and base == "output"):
-            return step("sum", one(get("X"), i, j), one(get("sublayer"), i, j))
-        if base == "output":
-            return step(
-                "norm", row(get("sum") or get("X"), i), one(get("gamma"), 0, j), one(get("beta"), 0, j)
-            )
-        return None
-    if kind == "feed-forward":
-        linear = {"pre": ("W_1", "b_1"), "gate": ("W_gate", "b_gate"), "up": ("W_up", "b_up")}
-        if base in linear:
-            w, b = linear[base]
-            return step("dot", row(get("X"), i), col(get(w), j), one(get(b), 0, j))
-        if base == "hidden":
-            if get("gate") is not None:
-                return step("activation", one(get("gate"), i, j), one(get("up"), i, j))
-            return step("activation", one(get("pre"), i, j))
-        if base == "output":
-            w, b = ("W_down", "b_down") if get("W_down") else ("W_2", "b_2")
-            return step("dot", row(get("hidden"), i), col(get(w), j), one(get(b), 0, j))
-        return None
-    if kind == "logits":
-        if base == "flattened":
-            d = stage.matrices[get("X")].shape[1]
-            return step("copy", one(get("X"), *divmod(j, d)))
-        if base == "logits":
-            return step("dot", row(get("flattened") or get("X"), i), col(get("W"), j), one(get("b"), 0, j))
-        return None
-    if kind == "probabilities" and base == "probabilities":
-        return step("softmax", row(get("logits"), i))
-    return None
+    of = KINDS[stage.kind].steps.get(m.base or name)
+    return None if of is None else of(stage, trace, name, i, j)
 
 
 MAX_EXERCISE = 100
