@@ -49,7 +49,7 @@ def models() -> Iterator[ModelConfig]:
 def test_every_formula_typesets_in_latex_and_mathml(tmp_path: Path) -> None:
     blocks: dict[str, str] = {}
     for m in models():
-        for kind in [KINDS[k] for k in dict.fromkeys(k for _, k in walk(m))]:  # its stages' kinds
+        for kind in [KINDS[k] for k in dict.fromkeys(p.kind for p in walk(m))]:  # its stages' kinds
             f = kind.formula(m)
             assert mathml(f).startswith('<math display="block">') and "<mtr>" in mathml(f)
             html_notes(f)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ...trace import Trace
 
 Explainer = Callable[["Cell", "Trace"], list[str]]
+Labels = tuple[str, ...]  # the query rows' tokens (q), or the key rows' (kv)
 
 # ---------------------------------------------------------------------------------------------
 # Heads: which columns of W_QKV a head owns, which key/value head a query head reads.
@@ -159,14 +160,13 @@ class Piece:
     def forward(self, f: Flow) -> None:
         raise NotImplementedError
 
-    def record_before(self, stage: Stage, f: Flow, q: tuple[str, ...], kv: tuple[str, ...]) -> None:
+    def record_before(self, stage: Stage, f: Flow, q: Labels, kv: Labels) -> None:
         """Matrices shown before the heads (a table every head reads)."""
 
-    def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool,
-               q: tuple[str, ...], kv: tuple[str, ...]) -> None:  # fmt: skip
+    def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         """Query head h's matrices (and key/value head g's, where ``first`` of its readers)."""
 
-    def record_after(self, stage: Stage, f: Flow, q: tuple[str, ...]) -> None:
+    def record_after(self, stage: Stage, f: Flow, q: Labels) -> None:
         """Matrices shown after the heads (what sets them side by side)."""
 
     def backward(self, f: Flow, d: Back) -> None:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ....config import ModelConfig
     from ...cell import Cell
     from ...trace import Trace
-from .flow import At, Back, ByHand, Explainer, Flow, Piece, heads_letter, kv_head
+from .flow import At, Back, ByHand, Explainer, Flow, Labels, Piece, heads_letter, kv_head
 
 # ---------------------------------------------------------------------------------------------
 # mask: S_h + M, M of 0 and −∞ (the decoder's causal mask, a sliding window)
@@ -59,7 +59,7 @@ class Mask(Piece):
     def forward(self, f: Flow) -> None:
         f.masked = f.S + f.mask
 
-    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+    def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         stage.rec("S+M", f.masked[h - 1], q, kv, head=h)
 
     def backward(self, f: Flow, d: Back) -> None:
@@ -125,7 +125,7 @@ class Softmax(Piece):
     def forward(self, f: Flow) -> None:
         f.A = F.softmax(f.S if f.masked is None else f.masked)
 
-    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+    def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         stage.rec("A", f.A[h - 1], q, kv, ATTENTION, head=h)
 
     def backward(self, f: Flow, d: Back) -> None:
@@ -167,7 +167,7 @@ class Weigh(Piece):
         A = f.A.reshape(G, h // G, *f.A.shape[1:])
         f.O = (A @ f.V[:, None]).reshape(h, f.A.shape[1], -1)
 
-    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+    def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         d_k = f.m.d_k  # the same numbers as concat's block, kept once: in concat
         stage.rec("O", f.concat[:, (h - 1) * d_k : h * d_k], q, dims(d_k, "k"), head=h)
 
@@ -218,7 +218,7 @@ class Concat(Piece):
     def forward(self, f: Flow) -> None:
         f.concat = F.merge_heads(f.O)
 
-    def record_after(self, stage, f, q):  # type: ignore[no-untyped-def]
+    def record_after(self, stage: Stage, f: Flow, q: Labels) -> None:
         stage.rec("concat", f.concat, q, head_dims(f.m.num_heads, f.m.d_k))
 
     def backward(self, f: Flow, d: Back) -> None:
@@ -258,7 +258,7 @@ class ProjectOut(Piece):
     def forward(self, f: Flow) -> None:
         f.output = F.linear(f.concat, f.p["W_O"], f.p.get("b_O"))
 
-    def record_after(self, stage, f, q):  # type: ignore[no-untyped-def]
+    def record_after(self, stage: Stage, f: Flow, q: Labels) -> None:
         D, Hk = dims(f.m.d_model), head_dims(f.m.num_heads, f.m.d_k)
         stage.weight("W_O", f.p["W_O"], Hk, D)
         if "b_O" in f.p:

@@ -30,7 +30,20 @@ if TYPE_CHECKING:
     from ....config import ModelConfig
     from ...cell import Cell
     from ...trace import Trace
-from .flow import At, Back, ByHand, Explainer, Flow, Piece, columns, heads_letter, kv_head, readers, rope
+from .flow import (
+    At,
+    Back,
+    ByHand,
+    Explainer,
+    Flow,
+    Labels,
+    Piece,
+    columns,
+    heads_letter,
+    kv_head,
+    readers,
+    rope,
+)
 from .mixing import Concat, Mask, ProjectOut, Softmax, Weigh
 
 # ---------------------------------------------------------------------------------------------
@@ -75,7 +88,7 @@ class Project(Piece):
         )
         f.made[""] = (f.Q, f.K)
 
-    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+    def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         m, W, b = f.m, f.p["W_QKV"], f.p.get("b_QKV")
         D, Dk = dims(m.d_model), dims(m.d_k, "k")
         for which, head in [("Q", h), *([("K", g), ("V", g)] if first else [])]:
@@ -199,12 +212,12 @@ class QKNorm(Piece):
         f.K = F.rms_norm(f.K, f.p["gamma_K"], f.m.layer_norm_eps)
         f.made["norm_"] = (f.Q, f.K)
 
-    def record_before(self, stage, f, q, kv):  # type: ignore[no-untyped-def]
+    def record_before(self, stage: Stage, f: Flow, q: Labels, kv: Labels) -> None:
         Dk = dims(f.m.d_k, "k")
         stage.weight("gamma_Q", f.p["gamma_Q"], ("gamma_Q",), Dk)
         stage.weight("gamma_K", f.p["gamma_K"], ("gamma_K",), Dk)
 
-    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+    def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         Dk, (Q, K) = dims(f.m.d_k, "k"), f.made["norm_"]
         stage.rec("norm_Q", Q[h - 1], q, Dk, head=h)
         if first:
@@ -314,12 +327,12 @@ class Rotate(Piece):
         f.Q, f.K = F.apply_rotary(f.Q, r), F.apply_rotary(f.K, r)
         f.made["rot_"] = (f.Q, f.K)
 
-    def record_before(self, stage, f, q, kv):  # type: ignore[no-untyped-def]
+    def record_before(self, stage: Stage, f: Flow, q: Labels, kv: Labels) -> None:
         r, Dk = f.kept[self.name], dims(f.m.d_k, "k")
         stage.rec("cos", r.cos, positions(q), Dk, CONSTANT)
         stage.rec("sin", r.sin, positions(q), Dk, CONSTANT)
 
-    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+    def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         Dk, (Q, K) = dims(f.m.d_k, "k"), f.made["rot_"]
         stage.rec("rot_Q", Q[h - 1], q, Dk, head=h)
         if first:
@@ -468,7 +481,7 @@ class Scores(Piece):
         S *= 1 / math.sqrt(f.m.d_k)  # a Python float keeps float32 float32
         f.S = S.reshape(-1, *S.shape[2:])
 
-    def record(self, stage, f, h, g, first, q, kv):  # type: ignore[no-untyped-def]
+    def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         stage.rec("S", f.S[h - 1], q, kv, head=h)
 
     def backward(self, f: Flow, d: Back) -> None:
