@@ -217,6 +217,7 @@ class Concat(Piece):
 
     def forward(self, f: Flow) -> None:
         f.concat = F.merge_heads(f.O)
+        f.O = None  # type: ignore[assignment]  # the heads' outputs live on in concat (O1, O2, … are its views)
 
     def record_after(self, stage: Stage, f: Flow, q: Labels) -> None:
         stage.rec("concat", f.concat, q, head_dims(f.m.num_heads, f.m.d_k))
