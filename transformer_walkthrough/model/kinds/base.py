@@ -16,6 +16,7 @@ PyTorch's own layers.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
@@ -155,10 +156,17 @@ class Kind:
         """A new stage of this kind in ``trace``, titled and explained as the kind says under ``m``
         (and, on the toy, with the article's mistake noted: a checkpoint's config names its source)."""
         title = self.title(m) if callable(self.title) else self.title
-        explanation = self.explanation(m)
+        explanation = _said(self.explanation, m)
         if self.article and not getattr(trace.config, "checkpoint", ""):  # type: ignore[attr-defined]
             explanation = f"{explanation} {self.article}"
-        return trace.stage(stage_id, self.id, title, explanation, self.formula(m))  # type: ignore[attr-defined]
+        return trace.stage(stage_id, self.id, title, explanation, _said(self.formula, m))  # type: ignore[attr-defined]
+
+
+@functools.lru_cache(maxsize=256)
+def _said(say: Callable[[ModelConfig], Any], m: ModelConfig) -> Any:
+    """What a kind says under a config, said once: every layer's stage of a kind says the same
+    (a formula is a few hundred terms; a base-size pass opens 66 stages)."""
+    return say(m)
 
 
 Cache = TypeVar("Cache", bound=tuple[Any, ...])
