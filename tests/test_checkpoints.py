@@ -496,7 +496,7 @@ def test_a_shard_that_is_a_fifo_is_refused_not_waited_on(marian_shards, tmp_path
 def test_shard_headers_share_one_budget(marian_shards, tmp_path, monkeypatch):
     """Headers count together against the one limit of a single file's header, so that an index naming
     one large file many times (under as many names) cannot multiply the memory it takes."""
-    from transformer_walkthrough.checkpoints import tensors
+    from transformer_walkthrough.checkpoints import safetensors_file as tensors
 
     sizes = [
         tensors.read_safetensors(p).header_bytes for p in sorted(marian_shards.glob("model-*.safetensors"))

@@ -41,8 +41,10 @@ from .gpt2 import GPT2Checkpoint, load_gpt2  # noqa: E402
 from .hub import resolve  # noqa: E402
 from .marian import MarianCheckpoint, load_marian  # noqa: E402
 from .run import CheckpointConfig, check_size, checkpoint_config, checkpoint_weights  # noqa: E402
-from .tensors import read_safetensors, read_torch_bin, read_weights  # noqa: E402
+from .safetensors_file import read_safetensors  # noqa: E402
+from .tensors import read_weights  # noqa: E402
 from .tokenizer import MarianTokenizer  # noqa: E402
+from .torch_bin import read_torch_bin  # noqa: E402
 from .wordpiece import WordPieceTokenizer  # noqa: E402
 
 __all__ = [

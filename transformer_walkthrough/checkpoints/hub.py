@@ -62,7 +62,7 @@ def resolve(model: str) -> Path:
 def _download(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
 
-    from .tensors import shard_files
+    from .safetensors_file import shard_files
 
     offline = _offline()
     _check_ref(repo_id)
