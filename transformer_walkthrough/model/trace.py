@@ -127,9 +127,9 @@ class Stage:
     # declares beside it (``kinds.embedding.EmbeddingCache``, ``functional.FeedForward``), read back
     # as that type by ``kinds.base.cache_of``.
     cache: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
-    # Which stage produced each array, by id(): the trace's own table, shared (not the trace
-    # itself, which would make a cycle that only the garbage collector could free).
-    producers: dict[int, str] | None = field(default=None, repr=False, compare=False)
+    # Where each input will come from, as the walk of Figure 1 says (``architecture.Place.inputs``):
+    # ``input`` notes it in ``sources`` when the stage records that input.
+    declared: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     # The trace it belongs to, weakly (a cycle would wait for the garbage collector): shown alone
     # in a notebook, a stage draws its place in Figure 1 and typesets its formula from it.
     owner: Any = field(default=None, repr=False, compare=False)
@@ -156,11 +156,9 @@ class Stage:
         return values
 
     def input(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
-        """Record an input and the earlier stage whose output it is (found by identity)."""
-        if self.producers is not None:
-            source = self.producers.get(id(values))
-            if source is not None:
-                self.sources[name] = source
+        """Record an input and the earlier stage whose output it is (as the walk declared it)."""
+        if name in self.declared:
+            self.sources[name] = self.declared[name]
         return self.rec(name, values, rows, cols, INPUT)
 
     def out(
@@ -168,10 +166,7 @@ class Stage:
     ) -> np.ndarray:
         """Record the stage's output: what the next stages read, and what they name as their source."""
         self.output = name
-        stored = self.rec(name, values, rows, cols, role)
-        if self.producers is not None:
-            self.producers[id(stored)] = self.id  # the trace keeps the array alive: its id() stays unique
-        return stored
+        return self.rec(name, values, rows, cols, role)
 
     def weight(
         self, base: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str],
@@ -294,20 +289,25 @@ class Trace:
     segment_ids: tuple[int, ...] = ()  # each encoder token's segment (BERT's token types); (): all 0
     answer_ids: tuple[int, ...] = ()  # fill-mask: each encoder row's hidden word, -1 where none; (): unknown
 
-    _producers: dict[int, str] = field(default_factory=dict, repr=False)
-
     @property
     def weights_origin(self) -> str:
         return weights_origin(self.config.seed, self.weights_source)
 
     def stage(
-        self, stage_id: str, kind: str, title: str | None = None, explanation: str = "", formula: str = ""
+        self,
+        stage_id: str,
+        kind: str,
+        title: str | None = None,
+        explanation: str = "",
+        formula: Any = "",
+        inputs: Sequence[tuple[str, str]] = (),
     ) -> Stage:
-        """Open a new stage (``Kind.open`` passes what its kind says about it)."""
+        """Open a new stage (``Kind.open`` passes what its kind says about it, and the stages its
+        inputs come from)."""
         title = title or kind
         side, *layer, _ = stage_id.split(".")
         where = f"{side.capitalize()} layer {layer[0]}" if layer else side.capitalize()
-        new = Stage(stage_id, kind, f"{where} · {title}", explanation, formula, producers=self._producers,
+        new = Stage(stage_id, kind, f"{where} · {title}", explanation, formula, declared=dict(inputs),
                     owner=weakref.ref(self))  # fmt: skip
         self.stages[stage_id] = new
         return new

@@ -48,7 +48,7 @@ class Stack(NamedTuple):
 
     def open(self, place: Place) -> Stage:
         """The stage of ``place``, opened in the trace by its kind."""
-        return K.KINDS[place.kind].open(self.trace, place.id, self.m)
+        return K.KINDS[place.kind].open(self.trace, place.id, self.m, place.inputs)
 
 
 def sublayer_connection(s: Stack, block: Block, x: np.ndarray, sublayer: Sublayer) -> np.ndarray:
@@ -134,7 +134,7 @@ def output_layer(
 def softmax(trace: Trace, m: ModelConfig, scores: np.ndarray, rows: tuple[str, ...]) -> np.ndarray:
     """The softmax on top: each row of logits into probabilities over the vocabulary."""
     place = A.head(m)[-1]
-    stage = K.KINDS[place.kind].open(trace, place.id, m)
+    stage = K.KINDS[place.kind].open(trace, place.id, m, place.inputs)
     return K.probabilities(stage, scores, rows, trace.vocabulary_of(OUTPUT))
 
 

@@ -17,7 +17,7 @@ PyTorch's own layers.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
@@ -152,14 +152,17 @@ class Kind:
     tex: Mapping[str, str] = field(default_factory=dict)  # base -> its LaTeX symbol; {h}: the head
     article: str = ""  # where the article says otherwise: said on the article's toy, not on a checkpoint
 
-    def open(self, trace: object, stage_id: str, m: ModelConfig) -> Stage:
+    def open(
+        self, trace: object, stage_id: str, m: ModelConfig, inputs: Sequence[tuple[str, str]] = ()
+    ) -> Stage:
         """A new stage of this kind in ``trace``, titled and explained as the kind says under ``m``
         (and, on the toy, with the article's mistake noted: a checkpoint's config names its source)."""
         title = self.title(m) if callable(self.title) else self.title
         explanation = _said(self.explanation, m)
         if self.article and not getattr(trace.config, "checkpoint", ""):  # type: ignore[attr-defined]
             explanation = f"{explanation} {self.article}"
-        return trace.stage(stage_id, self.id, title, explanation, _said(self.formula, m))  # type: ignore[attr-defined]
+        said = _said(self.formula, m)
+        return trace.stage(stage_id, self.id, title, explanation, said, inputs)  # type: ignore[attr-defined]
 
 
 @functools.lru_cache(maxsize=256)
