@@ -2,8 +2,9 @@
 each with its own gamma, after the projection and before the rotation, as Qwen3, Gemma 3 and OLMoE.
 
 The toy with it is held against transformers' own ``Qwen3ForCausalLM`` holding our weights (Qwen3
-is Llama with exactly this norm): every normed query and key, every attention weight, the residual
-stream and the logits in float64, and every parameter's gradient against autograd. Then what the
+is Llama with exactly this norm; ``compare.llama.llama_with`` walks Qwen3's name map backward):
+every normed query and key, every attention weight, the residual stream and the logits in float64,
+and every parameter's gradient against autograd. Then what the
 piece owns: its recorded names, its explainer's arithmetic, verify's second computation, its
 formula in LaTeX and MathML, and the cached generation, which must keep the normed keys.
 """
@@ -18,6 +19,9 @@ import numpy as np
 import pytest
 import torch
 
+from transformer_walkthrough.checkpoints.family import convert, model_keys
+from transformer_walkthrough.checkpoints.llama import QWEN3
+from transformer_walkthrough.compare.llama import llama_with
 from transformer_walkthrough.compare.verify import recompute
 from transformer_walkthrough.config import Config, load_config
 from transformer_walkthrough.model.backprop import backward, next_tokens
@@ -49,58 +53,13 @@ def _trained_looking(config: Config) -> Weights:
     return w
 
 
-def qwen3_with(config: Config, w: Weights, dtype: torch.dtype) -> torch.nn.Module:
-    """A Qwen3ForCausalLM of the config's sizes holding our weights (nn.Linear's are (out, in))."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from transformer_walkthrough.compare.llama import rope_parameters
-
-    m = config.model
-    hf = Qwen3Config(
-        vocab_size=len(config.vocabulary), hidden_size=m.d_model, intermediate_size=m.d_ff,
-        num_hidden_layers=m.num_decoder_layers, num_attention_heads=m.num_heads,
-        num_key_value_heads=m.kv_heads, head_dim=m.d_k, rms_norm_eps=m.layer_norm_eps,
-        rope_parameters=rope_parameters(m), max_position_embeddings=4096, tie_word_embeddings=False,
-        hidden_act="silu", attention_bias=False,
-    )  # fmt: skip
-    hf._attn_implementation = "eager"
-    model = Qwen3ForCausalLM(hf).to(dtype).eval()
-    q, kv = m.num_heads * m.d_k, m.kv_heads * m.d_k
-
-    def t(a: np.ndarray) -> torch.Tensor:
-        return torch.tensor(np.ascontiguousarray(a), dtype=dtype)
-
-    sd = {"model.embed_tokens.weight": t(w["decoder.embedding/E"]),
-          "lm_head.weight": t(w["output.logits/W"].T),
-          "model.norm.weight": t(w["decoder.final-norm/gamma"])}  # fmt: skip
-    for i in range(m.num_decoder_layers):
-        a, p = f"decoder.{i}.masked-attention/", f"model.layers.{i}."
-        W = w[a + "W_QKV"]
-        sd |= {
-            p + "self_attn.q_proj.weight": t(W[:, :q].T),
-            p + "self_attn.k_proj.weight": t(W[:, q : q + kv].T),
-            p + "self_attn.v_proj.weight": t(W[:, q + kv :].T),
-            p + "self_attn.o_proj.weight": t(w[a + "W_O"].T),
-            p + "self_attn.q_norm.weight": t(w[a + "gamma_Q"]),
-            p + "self_attn.k_norm.weight": t(w[a + "gamma_K"]),
-            p + "mlp.gate_proj.weight": t(w[f"decoder.{i}.feed-forward/W_gate"].T),
-            p + "mlp.up_proj.weight": t(w[f"decoder.{i}.feed-forward/W_up"].T),
-            p + "mlp.down_proj.weight": t(w[f"decoder.{i}.feed-forward/W_down"].T),
-            p + "input_layernorm.weight": t(w[f"decoder.{i}.norm-1/gamma"]),
-            p + "post_attention_layernorm.weight": t(w[f"decoder.{i}.norm-2/gamma"]),
-        }  # fmt: skip
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    assert not unexpected and all("rotary" in k for k in missing), (missing, unexpected)
-    return model
-
-
 @pytest.mark.parametrize("name", CONFIGS)
 def test_the_forward_equals_qwen3_in_float64(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     exact_llama.float64(monkeypatch)
     config = CONFIGS[name]
     w = _trained_looking(config)
     trace = run_forward(config, w)
-    model = qwen3_with(config, w, torch.float64)
+    model = llama_with(config, w, torch.float64)  # a Qwen3ForCausalLM under qk_norm: head
     exact_llama.inv_freq_64(model)
     normed: dict[tuple[int, str], torch.Tensor] = {}  # (layer, "q" or "k") -> (n, heads, d_k)
     for i, layer in enumerate(model.model.layers):
@@ -132,26 +91,25 @@ def test_every_gradient_equals_qwen3_autograd(monkeypatch: pytest.MonkeyPatch, n
     w = _trained_looking(config)
     trace = run_forward(config, w)
     ours = backward(trace, w)
-    model = qwen3_with(config, w, torch.float64)
+    model = llama_with(config, w, torch.float64)  # a Qwen3ForCausalLM under qk_norm: head
     exact_llama.inv_freq_64(model)
     logits = model(torch.tensor([list(trace.target_ids)])).logits[0]
     targets = next_tokens(trace)
     torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(targets[:-1])).backward()
+    # Their gradients mapped onto our parameters by Qwen3's own record, walked forward as the
+    # converter walks their weights: q_norm onto gamma_Q, k_norm onto gamma_K.
     g = {name: p.grad.numpy() for name, p in model.named_parameters()}
-    theirs = {"decoder.embedding/E": g["model.embed_tokens.weight"], "output.logits/W": g["lm_head.weight"].T,
-              "decoder.final-norm/gamma": g["model.norm.weight"]}  # fmt: skip
-    for i in range(config.model.num_decoder_layers):
-        a, p = f"decoder.{i}.masked-attention/", f"model.layers.{i}."
-        theirs |= {
-            a + "W_QKV": np.hstack([g[p + f"self_attn.{x}_proj.weight"].T for x in "qkv"]),
-            a + "W_O": g[p + "self_attn.o_proj.weight"].T,
-            a + "gamma_Q": g[p + "self_attn.q_norm.weight"], a + "gamma_K": g[p + "self_attn.k_norm.weight"],
-            f"decoder.{i}.feed-forward/W_gate": g[p + "mlp.gate_proj.weight"].T,
-            f"decoder.{i}.feed-forward/W_up": g[p + "mlp.up_proj.weight"].T,
-            f"decoder.{i}.feed-forward/W_down": g[p + "mlp.down_proj.weight"].T,
-            f"decoder.{i}.norm-1/gamma": g[p + "input_layernorm.weight"],
-            f"decoder.{i}.norm-2/gamma": g[p + "post_attention_layernorm.weight"],
-        }  # fmt: skip
+    rows = QWEN3.rows(model_keys(config.model))
+    theirs = convert(rows, lambda name, shape: g[name], np.dtype(np.float64))
+    theirs |= {
+        "decoder.embedding/E": g["model.embed_tokens.weight"],
+        "output.logits/W": g["lm_head.weight"].T,
+    }
+    assert {name for row in rows for name, _ in row.theirs} >= {
+        f"model.layers.{i}.self_attn.{x}_norm.weight"
+        for i in range(config.model.num_decoder_layers)
+        for x in "qk"
+    }
     assert set(theirs) == set(w)  # every parameter once: Qwen3's, no more, no fewer
     for name, grad in ours.weights.items():
         assert np.max(np.abs(grad - theirs[name])) <= 1e-8, name

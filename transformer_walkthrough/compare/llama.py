@@ -29,15 +29,16 @@ def rope_parameters(m: Any) -> dict[str, Any]:
 def llama_with(config: Config, w: Weights, dtype: Any) -> Any:
     """A LlamaForCausalLM of the config's sizes holding our weights: the family's name map walked
     backward (each weight transposed back to nn.Linear's (out, in), W_QKV cut into q, k, v); a
-    MistralForCausalLM, the same model with a sliding window, when the config has one."""
+    MistralForCausalLM, the same model with a sliding window, when the config has one; a
+    Qwen3ForCausalLM, the same with each head's queries and keys normed, under ``qk_norm: head``."""
     import torch
     import transformers
 
     from ..checkpoints.family import invert, model_keys
-    from ..checkpoints.llama import LLAMA, MISTRAL
+    from ..checkpoints.llama import LLAMA, MISTRAL, QWEN3
 
     m = config.model
-    family = LLAMA if m.sliding_window is None else MISTRAL
+    family = QWEN3 if m.qk_norm == "head" else LLAMA if m.sliding_window is None else MISTRAL
     sizes = dict(
         vocab_size=len(config.vocabulary), hidden_size=m.d_model, intermediate_size=m.d_ff,
         num_hidden_layers=m.num_decoder_layers, num_attention_heads=m.num_heads,
@@ -47,6 +48,8 @@ def llama_with(config: Config, w: Weights, dtype: Any) -> Any:
     )  # fmt: skip
     if family is LLAMA:
         hf = transformers.LlamaConfig(**sizes, attention_bias=False, mlp_bias=False)
+    elif family is QWEN3:
+        hf = transformers.Qwen3Config(**sizes, attention_bias=False)
     else:
         hf = transformers.MistralConfig(**sizes, sliding_window=m.sliding_window)
     hf._attn_implementation = "eager"
