@@ -12,6 +12,11 @@ adding a step to attention adds a piece and its place in ``PIECES``, not branche
 The pieces that turn the queries and keys (qk-norm, rotate) each make a new matrix of them
 (``norm_Q``, ``rot_Q``): the scores read the last one (``attended``), the explainers the one
 before (``turned_from``), both found by the recipe's order, not by spelling.
+
+    flow     what a piece is (``Piece``), what passes through forward (``Flow``) and back (``Back``)
+    pieces   project, qk-norm, rotate, scores, and ``PIECES``: the recipe's order
+    mixing   mask, softmax, weigh, concat, project-out: from the scores to the output
+    here     the kind: the recipe run and recorded (``attend``), differentiated, checked by hand
 """
 
 from __future__ import annotations
@@ -25,15 +30,14 @@ from ...formula import Formula
 from ...trace import MASK, Stage, dims
 from ..base import Arrays, Grads, Kind, Sizes, Spec
 from ..hand import Check, gap, mm
+from .flow import At, Back, ByHand, Flow, Piece, columns, kv_head, readers
+from .pieces import PIECES, attended, recipe
 
 if TYPE_CHECKING:
     from ....config import ModelConfig
     from ...cell import Cell
     from ...trace import Trace
     from ..base import Weights
-
-from .flow import At, Back, ByHand, Flow, Piece, columns, kv_head, readers
-from .pieces import PIECES, attended, recipe
 
 # ---------------------------------------------------------------------------------------------
 # The kind: the recipe run, recorded, differentiated and checked.
