@@ -147,15 +147,17 @@ def toy(
     precision and your words applied, and its weights: from ``weights``, or drawn from the seed."""
     from .config import Config, load_config
     from .config.yaml_io import override
-    from .files.weights import load_weights
     from .model.transformer import init_weights
 
     if isinstance(config, Config):
         settings = override(config, None, sentence, seed, precision)
     else:
         settings = load_config(config, seed=seed, precision=precision, sentence=sentence)
-    w = init_weights(settings) if weights is None else load_weights(settings, Path(weights))
-    return settings, w
+    if weights is None:
+        return settings, init_weights(settings)
+    from .files.weights import load_weights  # an .npz reader, only when there is one to read
+
+    return settings, load_weights(settings, Path(weights))
 
 
 def _checkpoint(
