@@ -396,13 +396,14 @@ def layer_norm_backward(
 def rms_norm_backward(
     dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """dL/dx (n, d) and dL/dgamma (d,) of y = gamma ⊙ x̂, x̂ = x / √(mean(x²) + eps), per row."""
+    """dL/dx (…, n, d) and dL/dgamma (d,) of y = gamma ⊙ x̂, x̂ = x / √(mean(x²) + eps), per row;
+    gamma's gradient gathers every row's, of every head when x is (heads, n, d) (QK-norm)."""
     inv_rms = 1.0 / np.sqrt(np.einsum("...i,...i->...", x, x)[..., None] / x.shape[-1] + eps)
     x_hat = x * inv_rms
     dx_hat = dy * gamma
     # x̂ depends on x through the mean square too: remove the part along x̂.
     dx = inv_rms * (dx_hat - x_hat * (dx_hat * x_hat).mean(axis=-1, keepdims=True))
-    return dx, (dy * x_hat).sum(axis=0)
+    return dx, (dy * x_hat).reshape(-1, x.shape[-1]).sum(axis=0)
 
 
 def scaled_dot_product_attention_backward(

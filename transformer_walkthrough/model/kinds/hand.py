@@ -76,6 +76,15 @@ def mean_square_rows(x: np.ndarray) -> list[tuple[float, float]]:
     return out
 
 
+def rms_norm_by_hand(x: np.ndarray, eps: float) -> list[list[float]]:
+    """Each row divided by its root mean square (before gamma), the squares summed exactly: the
+    RMSNorm of a stage and of each head's queries and keys (QK-norm)."""
+    rows = x.tolist()
+    # v * v, not v ** 2: ** raises OverflowError past 1e154, where numpy's product is inf
+    roots = [math.sqrt(math.fsum(v * v for v in row) / len(row) + eps) for row in rows]
+    return [[v / root for v in row] for row, root in zip(rows, roots, strict=True)]
+
+
 # ---------------------------------------------------------------------------------------------
 # The explainers' arithmetic, written out.
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from .. import functional as F
 from ..formula import Line, Note, Term, call, formula, line, note, sqrt, sym
 from ..trace import Stage, dims
 from .base import Arrays, Grads, Kind, Sizes, Spec, Step, StepOf, named, one, row, said, step, sum_step
-from .hand import Check, gap, mean_square_rows, where_from
+from .hand import Check, gap, mean_square_rows, rms_norm_by_hand, where_from
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
@@ -65,13 +65,6 @@ def _explain_layer_norm(c: Cell, x: str, eps: float) -> list[str]:
         f"  ({x}[{c.i}, {c.j}] − mean) / √(var + eps) = ({c.f(row[c.j])} − {c.operand(mean)}) / √({c.f(var)} + {eps:g}) = {c.f(normed)}",
         f"  × gamma[{c.j}] {c.f(gamma)} + beta[{c.j}] {c.operand(beta)} = {c.f(c.value)}",
     ]
-
-
-def _rms_norm_by_hand(x: np.ndarray, eps: float) -> list[list[float]]:
-    rows = x.tolist()
-    # v * v, not v ** 2: ** raises OverflowError past 1e154, where numpy's product is inf
-    roots = [math.sqrt(math.fsum(v * v for v in row) / len(row) + eps) for row in rows]
-    return [[v / root for v in row] for row, root in zip(rows, roots, strict=True)]
 
 
 def _explain_rms_norm(c: Cell, x: str, eps: float) -> list[str]:
@@ -144,7 +137,7 @@ NORM_PIECES: dict[str, Norm] = {
         "divided by its root mean square and scaled by gamma (RMSNorm: no mean subtracted, no beta)",
         lambda x, p, eps: F.rms_norm(x, p["gamma"], eps),
         _rms_norm_backward,
-        _rms_norm_by_hand,
+        rms_norm_by_hand,
         lambda x: [
             line("output", "=", "gamma", "⊙", x, "/", sqrt(_mean_square(x), "+", "eps")),
             note(

@@ -22,6 +22,7 @@ from ..hand import (
     gap,
     linear,
     mm,
+    rms_norm_by_hand,
     rotary_by_hand,
     rotate_by_hand,
 )
@@ -227,12 +228,12 @@ class QKNorm(Piece):
         Q, K = f.kept[self.name]
         d.per_head |= {"norm_Q": d.Q, "norm_K": d.K}
         eps = f.m.layer_norm_eps
-        d.Q, d.params["gamma_Q"] = _rms_norm_backward(d.Q, Q, f.p["gamma_Q"], eps)
-        d.K, d.params["gamma_K"] = _rms_norm_backward(d.K, K, f.p["gamma_K"], eps)
+        d.Q, d.params["gamma_Q"] = F.rms_norm_backward(d.Q, Q, f.p["gamma_Q"], eps)
+        d.K, d.params["gamma_K"] = F.rms_norm_backward(d.K, K, f.p["gamma_K"], eps)
 
     def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
-        b.q = np.array(rms_rows_by_hand(b.q, m.layer_norm_eps)) * stage["gamma_Q"][0]
-        b.k = np.array(rms_rows_by_hand(b.k, m.layer_norm_eps)) * stage["gamma_K"][0]
+        b.q = np.array(rms_norm_by_hand(b.q, m.layer_norm_eps)) * stage["gamma_Q"][0]
+        b.k = np.array(rms_norm_by_hand(b.k, m.layer_norm_eps)) * stage["gamma_K"][0]
         b.checked += [
             ("norm_Q", gap(stage.of("norm_Q", b.h), b.q)),
             ("norm_K", gap(stage.of("norm_K", b.g), b.k)),
@@ -273,23 +274,6 @@ class QKNorm(Piece):
         return step("norm", row(stage, named(stage, letter, m.head), i), one(f"gamma_{letter}", 0, j))
 
     steps: ClassVar[Mapping[str, StepOf]] = {"norm_Q": normed_step, "norm_K": normed_step}
-
-
-def _rms_norm_backward(
-    dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """``functional.rms_norm_backward`` over every head's rows at once: dx (heads, n, d_k), and
-    dgamma (d_k,) summed over the heads that share gamma."""
-    dx, _ = F.rms_norm_backward(dy, x, gamma, eps)
-    inv_rms = 1.0 / np.sqrt(np.einsum("...i,...i->...", x, x)[..., None] / x.shape[-1] + eps)
-    return dx, (dy * x * inv_rms).reshape(-1, x.shape[-1]).sum(axis=0)
-
-
-def rms_rows_by_hand(x: np.ndarray, eps: float) -> list[list[float]]:
-    """Each row divided by its root mean square, the squares summed exactly (``math.fsum``)."""
-    rows = x.tolist()
-    roots = [math.sqrt(math.fsum(v * v for v in r) / len(r) + eps) for r in rows]
-    return [[v / root for v in r] for r, root in zip(rows, roots, strict=True)]
 
 
 # ---------------------------------------------------------------------------------------------
