@@ -435,6 +435,11 @@ class Rotate(Piece):
 THETA = sym("θ", "i", tex=r"\theta")  # how fast pair i turns
 
 
+def scale(m: ModelConfig) -> float:
+    """What the scores are multiplied by: 1/√d_k (the paper), 1/√n (``score_scale`` n), or 1 (none)."""
+    return 1.0 if m.score_divisor is None else 1 / math.sqrt(m.score_divisor)
+
+
 def _scaled(m: ModelConfig) -> str:
     """How θ_i is stretched past the trained length, in the formula's words ("" for none)."""
     if m.rope_scaling == "linear":
@@ -462,7 +467,8 @@ class Scores(Piece):
             f.K, f.V = f.cache.extend(f.K, f.V)
         Q, K, _ = F.group(f.Q, f.K, f.V)  # the h/G query heads of a group against their one key head
         S = Q @ np.swapaxes(K, -1, -2)
-        S *= 1 / math.sqrt(f.m.d_k)  # a Python float keeps float32 float32
+        if f.m.score_divisor is not None:
+            S *= scale(f.m)  # a Python float keeps float32 float32
         f.S = S.reshape(-1, *S.shape[2:])
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
@@ -473,17 +479,33 @@ class Scores(Piece):
         h, G = f.Q.shape[0], f.K.shape[0]
         dS = d.S.reshape(G, h // G, *d.S.shape[1:])
         Q = f.Q.reshape(G, h // G, *f.Q.shape[1:])
-        scale = 1 / math.sqrt(f.m.d_k)
-        d.Q = (dS @ f.K[:, None] * scale).reshape(f.Q.shape)
-        d.K = (np.swapaxes(dS, -1, -2) @ Q * scale).sum(axis=1)  # a shared key gathers every reader's
+        c = scale(f.m)
+        d.Q = (dS @ f.K[:, None] * c).reshape(f.Q.shape)
+        d.K = (np.swapaxes(dS, -1, -2) @ Q * c).sum(axis=1)  # a shared key gathers every reader's
 
     def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
-        b.s = np.einsum("id,jd->ij", b.q, b.k) / math.sqrt(m.d_k)
+        products = np.einsum("id,jd->ij", b.q, b.k)
+        b.s = products if m.score_divisor is None else products / math.sqrt(m.score_divisor)
         b.checked.append(("S", gap(stage.of("S", b.h), b.s)))
 
     def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
         g, (Q, K) = heads_letter(m), entering(m, at, self)
-        return [line(sym("S", "h"), "=", sym(Q, "h"), "·", sym(K, g, "T"), "/", sqrt(sym("d_k")))]
+        product = [sym("S", "h"), "=", sym(Q, "h"), "·", sym(K, g, "T")]
+        if m.score_scale == "d_k":
+            return [line(*product, "/", sqrt(sym("d_k")))]
+        if m.score_scale == "none":
+            return [
+                line(*product),
+                note("(score_scale: none: the scores are not divided, as T5's)", beside=True),
+            ]
+        return [
+            line(*product, "/", sqrt(Fm.num(f"{m.score_divisor:g}"))),
+            note(
+                "(score_scale: divided by √",
+                f"{m.score_divisor:g}",
+                ", not √d_k: Gemma's query_pre_attn_scalar)",
+            ),
+        ]
 
     @staticmethod
     def explain_scores(c: Cell, trace: Trace) -> list[str]:
@@ -494,11 +516,27 @@ class Scores(Piece):
         q, k = matrix_name(Q, h), matrix_name(K, g)
         terms, total = dot(c, c.stage.of(Q, h)[c.i], c.stage.of(K, g)[c.j])
         shared = f" (query head {h} reads key head {g})" if g != h else ""
-        return [
-            f"S{h} = {q}·{k}ᵀ / √d_k: how well query {c.i} ({c.row}) matches key {c.j} ({c.col}){shared}",
+        under = (
+            ""
+            if m.score_divisor is None
+            else " / √d_k"
+            if m.score_scale == "d_k"
+            else f" / √{m.score_divisor:g}"
+        )
+        lines = [
+            f"S{h} = {q}·{k}ᵀ{under}: how well query {c.i} ({c.row}) matches key {c.j} ({c.col}){shared}",
             f"  {q}[{c.i}]·{k}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
-            f"  divided by √d_k = √{d_k} = {c.f(math.sqrt(d_k))}: {c.f(total)} / {c.f(math.sqrt(d_k))} = {c.f(c.value)}",
-            "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
+        ]
+        if m.score_divisor is None:
+            return [*lines, "  not divided (score_scale: none, as T5: the weights' initialisation keeps the "
+                            f"scores' spread instead): S{h}[{c.i}, {c.j}] = {c.f(c.value)}"]  # fmt: skip
+        root, n = math.sqrt(m.score_divisor), f"{m.score_divisor:g}"
+        said = f"√d_k = √{d_k}" if m.score_scale == "d_k" else f"√{n} (score_scale {n}, not √d_k = √{d_k})"
+        return [
+            *lines,
+            f"  divided by {said} = {c.f(root)}: {c.f(total)} / {c.f(root)} = {c.f(c.value)}",
+            "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate"
+            + (")" if m.score_scale == "d_k" else "; Gemma divides by √query_pre_attn_scalar instead)"),
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"S": explain_scores}
