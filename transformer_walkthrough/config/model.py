@@ -88,7 +88,8 @@ class ModelConfig(Checked):
     )
     qk_norm: Literal[QK_NORMS] = doc(
         "head: an RMSNorm of each head's queries and keys (gamma_Q, gamma_K), before the rotation "
-        "(Qwen3, Gemma 3, OLMoE)",
+        "(Qwen3, Gemma 3); whole: one RMSNorm over the whole projection, every head's columns at once, "
+        "before the split into heads (OLMo 2, OLMoE)",
         False,
     )
     score_scale: Literal[tuple(SCORE_SCALES)] | float = doc(
