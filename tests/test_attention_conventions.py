@@ -41,6 +41,35 @@ CONFIGS = {
     "score_scale none": toy(score_scale="none"),
     "qk_norm whole": toy(qk_norm="whole", head_dim=4),
     "qk_norm whole, score_scale 3": toy(qk_norm="whole", head_dim=4, score_scale=3),
+    "attention_softcap 1.5": toy(attention_softcap=1.5),
+    "attention_softcap 0.5, score_scale none": toy(attention_softcap=0.5, score_scale="none"),
+    "logit_softcap 2": toy(logit_softcap=2.0),
+    "both soft caps, score_scale 0.5": toy(attention_softcap=1.0, logit_softcap=0.75, score_scale=0.5),
+    # Gemma 3's pattern on three layers, a window of 2 on seven tokens, a base of 10 in the sliding ones
+    "layer_types, local_rope_theta": toy(
+        num_decoder_layers=3,
+        head_dim=4,
+        layer_types=("sliding", "full", "sliding"),
+        sliding_window=2,
+        local_rope_theta=10.0,
+    ),
+    "Gemma 3's attention: layer_types, qk_norm head, score_scale 256, logit_softcap": toy(
+        head_dim=4,
+        layer_types=("full", "sliding"),
+        sliding_window=3,
+        local_rope_theta=100.0,
+        rope_theta=1e6,
+        qk_norm="head",
+        score_scale=256,
+        logit_softcap=3.0,
+    ),
+    "Gemma 2's attention: layer_types, attention_softcap, score_scale 8": toy(
+        head_dim=4,
+        layer_types=("sliding", "full"),
+        sliding_window=2,
+        attention_softcap=1.0,
+        score_scale=8,
+    ),
 }
 
 
@@ -119,3 +148,14 @@ def test_every_gradient_equals_autograd(monkeypatch: pytest.MonkeyPatch, name: s
     assert set(theirs) == set(w)  # every parameter once
     for key, grad in ours.weights.items():
         assert np.max(np.abs(grad - theirs[key])) <= 1e-8, key
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_size_counted_before_the_pass_is_the_trace_s(name: str) -> None:
+    """The size check counts every matrix the pass records (normed, capped, uncapped) before it runs."""
+    from transformer_walkthrough.model.size import trace_size
+
+    trace = run_forward(CONFIGS[name])
+    held = sum(x.values.size for s in trace for x in s.matrices.values()), sum(len(s.matrices) for s in trace)
+    m = CONFIGS[name].model
+    assert trace_size(m, 0, len(trace.target_tokens), len(trace.config.vocabulary)) == held

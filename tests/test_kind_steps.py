@@ -34,6 +34,7 @@ VARIANTS = {
     "offset-positions": lambda: _with("bert-style.yaml", positional_encoding="learned", position_offset=2),
     "qk-norm": lambda: _with("llama-style.yaml", qk_norm="head", head_dim=4),
     "qk-norm-whole": lambda: _with("llama-style.yaml", qk_norm="whole", head_dim=4, score_scale=256),
+    "soft-caps": lambda: _with("llama-style.yaml", attention_softcap=0.5, logit_softcap=1.0),
     "scaled-embeddings": lambda: _with("standard.yaml", scale_embeddings=True),
 }
 
@@ -57,6 +58,9 @@ def recomputed(trace: Trace, stage: Stage, name: str, i: int, j: int, step: Step
     if step.kind == "dot":
         value = float(g[0] @ g[1]) + (float(g[2][0]) if len(g) > 2 else 0.0)
         return value / math.sqrt(m.score_divisor or 1) if base == "S" else value
+    if step.kind == "softcap":  # c·tanh(x / c) of the one cell it reads
+        c = m.logit_softcap if base == "logits" else m.attention_softcap
+        return c * math.tanh(float(g[0][0]) / c)
     if step.kind in ("sum", "copy"):
         return float(sum(x[0] for x in g))
     if step.kind == "lookup":

@@ -41,7 +41,7 @@ def llama_with(config: Config, w: Weights, dtype: Any) -> Any:
     m = config.model
     family = (
         QWEN3 if m.qk_norm == "head"
-        else LLAMA if m.sliding_window is None
+        else LLAMA if m.sliding_window is None or m.layer_types is not None
         else MISTRAL
     )  # fmt: skip
     sizes = dict(
@@ -93,7 +93,8 @@ def gemma_conventions(m: Any) -> bool:
     """Whether the config has an attention convention transformers' Llama lacks: a score scale
     other than √d_k, soft caps, QK-norm over the whole projection, or sliding and full layers."""
     return (
-        m.score_scale != "d_k" or m.qk_norm == "whole"
+        m.score_scale != "d_k" or m.attention_softcap is not None or m.logit_softcap is not None
+        or m.qk_norm == "whole" or m.layer_types is not None
     )  # fmt: skip
 
 
@@ -106,15 +107,23 @@ def _gemma_attention(model: Any, config: Config, dtype: Any) -> None:
     (``create_sliding_window_causal_mask`` or ``create_causal_mask``) and the rotary tables of its
     type (``Gemma3RotaryEmbedding``: local_rope_theta, rope_theta); with ``logit_softcap``, the
     causal model's forward Gemma 3's, which caps the logits (final_logit_softcapping)."""
+    import types
+
     import transformers
     from transformers.models.gemma2 import modeling_gemma2
     from transformers.models.gemma3 import modeling_gemma3
     from transformers.models.olmo2 import modeling_olmo2
 
     m = config.model
+    if m.attention_softcap is not None and m.qk_norm:
+        raise ValueError(
+            "llama_with: no transformers attention has both QK-norm and a soft cap of the scores"
+        )
+    if m.layer_types is not None and m.rope_scaling != "default":
+        raise ValueError("llama_with: Gemma 3's rotary tables here are the default ones")
     hf = model.config
     divisor = 1.0 if m.score_divisor is None else m.score_divisor  # 1**-0.5: not divided
-    types_ = ["full_attention"] * m.num_decoder_layers
+    types_ = [f"{t}_attention" for t in m.layer_types or ["full"] * m.num_decoder_layers]
     window = m.sliding_window or 4096
     theirs = dict(
         vocab_size=hf.vocab_size, hidden_size=m.d_model, intermediate_size=m.d_ff,
@@ -126,7 +135,7 @@ def _gemma_attention(model: Any, config: Config, dtype: Any) -> None:
         query_pre_attn_scalar=int(divisor) if divisor.is_integer() else 1,  # an integer in their config
         sliding_window=window, layer_types=types_,
     )  # fmt: skip
-    local = {"rope_type": "default", "rope_theta": m.rope_theta}
+    local = {"rope_type": "default", "rope_theta": m.local_rope_theta or m.rope_theta}
     rope = {"full_attention": rope_parameters(m), "sliding_attention": local}
     gemma3 = transformers.Gemma3TextConfig(**theirs, **gemma, rope_parameters=rope)
     gemma2 = transformers.Gemma2Config(**theirs, **gemma)
@@ -134,7 +143,7 @@ def _gemma_attention(model: Any, config: Config, dtype: Any) -> None:
     for c in (gemma3, gemma2, olmo2):
         c._attn_implementation = "eager"
     for c in (gemma3, gemma2):  # None given is their default (Gemma 2: 50 and 30): None set is none
-        c.attn_logit_softcapping, c.final_logit_softcapping = None, None
+        c.attn_logit_softcapping, c.final_logit_softcapping = m.attention_softcap, m.logit_softcap
     for i, layer in enumerate(model.model.layers):
         if m.qk_norm == "whole":
             attention = modeling_olmo2.Olmo2Attention(olmo2, i)
@@ -146,3 +155,12 @@ def _gemma_attention(model: Any, config: Config, dtype: Any) -> None:
         if not divisor.is_integer():  # their query_pre_attn_scalar**-0.5, of a number their config refuses
             attention.scaling = divisor**-0.5
         layer.self_attn = attention.to(dtype)
+    if m.layer_types is not None:
+        for key in ("layer_types", "sliding_window"):
+            setattr(hf, key, gemma[key])
+        hf.use_bidirectional_attention = False
+        model.model.rotary_emb = modeling_gemma3.Gemma3RotaryEmbedding(gemma3)
+        model.model.forward = types.MethodType(modeling_gemma3.Gemma3TextModel.forward, model.model)
+    if m.logit_softcap is not None:
+        hf.final_logit_softcapping = m.logit_softcap
+        model.forward = types.MethodType(modeling_gemma3.Gemma3ForCausalLM.forward, model)

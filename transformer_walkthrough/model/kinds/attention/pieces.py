@@ -12,6 +12,7 @@ import numpy as np
 
 from ... import formula as Fm
 from ... import functional as F
+from ...architecture import layer_of
 from ...formula import Line, Note, ceil, line, note, sqrt, sym
 from ...trace import CONSTANT, Stage, dims, head_dims, matrix_name, positions
 from ..base import Spec, Step, StepOf, col, named, one, row, step
@@ -45,7 +46,7 @@ from .flow import (
     readers,
     rope,
 )
-from .mixing import Concat, Mask, ProjectOut, Softmax, Weigh
+from .mixing import Concat, Mask, ProjectOut, Softcap, Softmax, Weigh
 
 # ---------------------------------------------------------------------------------------------
 # project: Q_h = X·W_Qh (+ b), K_g = memory·W_Kg, V_g = memory·W_Vg
@@ -389,7 +390,7 @@ class Rotate(Piece):
         )
 
     def forward(self, f: Flow) -> None:
-        r = F.rotary(len(f.x), f.m.d_k, rope(f.m), f.x.dtype, f.start)
+        r = F.rotary(len(f.x), f.m.d_k, rope(f.m, f.layer), f.x.dtype, f.start)
         f.kept[self.name] = r
         f.Q, f.K = F.apply_rotary(f.Q, r), F.apply_rotary(f.K, r)
         f.made["rot_"] = (f.Q, f.K)
@@ -411,10 +412,14 @@ class Rotate(Piece):
         d.Q, d.K = F.apply_rotary_backward(d.Q, r), F.apply_rotary_backward(d.K, r)
 
     def before(self, stage: Stage, m: ModelConfig) -> list[Check]:
-        cos, sin = rotary_by_hand(len(stage["X"]), m)
+        layer = layer_of(stage.id)
+        cos, sin = rotary_by_hand(len(stage["X"]), m, layer)
         worst = max(gap(stage["cos"], cos), gap(stage["sin"], sin))
-        scaled = "" if m.rope_scaling == "default" else f", scaled ({m.rope_scaling})"
-        return [Check(stage.id, f"cos and sin recomputed from pos / rope_theta^(2i/d_k){scaled}", worst)]
+        if m.local(layer):
+            base = f"local_rope_theta {m.theta(layer):g}"
+        else:
+            base = "rope_theta" + ("" if m.rope_scaling == "default" else f", scaled ({m.rope_scaling})")
+        return [Check(stage.id, f"cos and sin recomputed from pos / θ^(2i/d_k), θ = {base}", worst)]
 
     def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
         cos, sin = stage["cos"], stage["sin"]  # checked once, before the heads
@@ -432,30 +437,33 @@ class Rotate(Piece):
             note("(rotary: each pair of columns (i, i + d_k/2) turned by the angle pos·", THETA, ","),
             note(THETA, f" = rope_theta^(−2i/d_k){_scaled(m)}; rotate_half(", sym("x", 1), ", ", sym("x", 2),
                  ") = (−", sym("x", 2), ", ", sym("x", 1), "))"),
+            *([note(f"(sliding layers of layer_types: local_rope_theta {m.local_rope_theta:g} in place of "
+                    f"rope_theta {m.rope_theta:g}, unscaled)")] if m.local_rope_theta is not None else []),
         ]  # fmt: skip
 
     @staticmethod
     def explain_table(c: Cell, trace: Trace) -> list[str]:
-        m = trace.config.model
+        m, layer = trace.config.model, layer_of(c.stage.id)
         half = m.d_k // 2
         i = c.j % half
         pos = c.i  # a traced pass starts at position 0
-        theta, scaled = frequency_by_hand(m, i)
+        theta, scaled = frequency_by_hand(m, i, layer)
         angle = pos * theta
-        base = m.rope_theta ** (2 * i / m.d_k)
+        base = m.theta(layer) ** (2 * i / m.d_k)
+        name = "local_rope_theta" if m.local(layer) else "rope_theta"
         partner = c.j + half if c.j < half else c.j - half
         lines = [
-            f"{c.name}[pos, j] = {c.name}(pos · θ_i), θ_i = rope_theta^(−2i/d_k), with pos = {pos}, j = {c.j}: "
+            f"{c.name}[pos, j] = {c.name}(pos · θ_i), θ_i = {name}^(−2i/d_k), with pos = {pos}, j = {c.j}: "
             f"pair i = {i} (column j and column j {'+' if c.j < half else '−'} d_k/2 = {partner} share the angle)",
         ]
         if scaled:
             lines.append(
-                f"  θ_{i} = 1 / {m.rope_theta:g}^({2 * i}/{m.d_k}) = 1 / {c.f(base)}, {scaled}: θ_{i} = {theta:.6g}"
+                f"  θ_{i} = 1 / {m.theta(layer):g}^({2 * i}/{m.d_k}) = 1 / {c.f(base)}, {scaled}: θ_{i} = {theta:.6g}"
             )
             lines.append(f"  angle = {pos} · {theta:.6g} = {c.f(angle)}")
         else:
             lines.append(
-                f"  angle = {pos} / {m.rope_theta:g}^({2 * i}/{m.d_k}) = {pos} / {c.f(base)} = {c.f(angle)}"
+                f"  angle = {pos} / {m.theta(layer):g}^({2 * i}/{m.d_k}) = {pos} / {c.f(base)} = {c.f(angle)}"
             )
         return [
             *lines,
@@ -552,10 +560,10 @@ class Scores(Piece):
         S = Q @ np.swapaxes(K, -1, -2)
         if f.m.score_divisor is not None:
             S *= scale(f.m)  # a Python float keeps float32 float32
-        f.S = S.reshape(-1, *S.shape[2:])
+        f.S = f.kept[self.name] = S.reshape(-1, *S.shape[2:])  # kept: a soft cap turns f.S into its own
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
-        stage.rec("S", f.S[h - 1], q, kv, head=h)
+        stage.rec("S", f.kept[self.name][h - 1], q, kv, head=h)
 
     def backward(self, f: Flow, d: Back) -> None:
         d.per_head["S"] = d.S
@@ -635,10 +643,19 @@ class Scores(Piece):
 
 
 PROJECT, QK_NORM, ROTATE, SCORES = Project(), QKNorm(), Rotate(), Scores()
-MASKING, SOFTMAX, WEIGH, CONCAT, PROJECT_OUT = Mask(), Softmax(), Weigh(), Concat(), ProjectOut()
+SOFTCAP, MASKING, SOFTMAX, WEIGH, CONCAT, PROJECT_OUT = (
+    Softcap(),
+    Mask(),
+    Softmax(),
+    Weigh(),
+    Concat(),
+    ProjectOut(),
+)
 
 # Every piece of attention, in computing order; a recipe is the ones the config selects.
-PIECES: tuple[Piece, ...] = (PROJECT, QK_NORM, ROTATE, SCORES, MASKING, SOFTMAX, WEIGH, CONCAT, PROJECT_OUT)
+PIECES: tuple[Piece, ...] = (
+    PROJECT, QK_NORM, ROTATE, SCORES, SOFTCAP, MASKING, SOFTMAX, WEIGH, CONCAT, PROJECT_OUT,
+)  # fmt: skip
 
 
 def recipe(m: ModelConfig, at: At) -> tuple[Piece, ...]:
