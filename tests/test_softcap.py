@@ -137,3 +137,37 @@ def test_the_map_shows_the_capped_output_layer() -> None:
 
     assert "[linear+cap]" in figure_text(run_forward(CAPPED), "output.logits")
     assert "linear+cap" not in figure_text(run_forward(LLAMA), "output.logits")
+
+
+def test_walkthrough_explain_writes_the_cap_s_gradient_with_its_numbers(tmp_path) -> None:
+    """The command line, cell and gradient: dL/dS = dL/dcap_S·(1 − (cap_S / c)²), and dL/duncapped
+    likewise through the logits' cap; each line's numbers are the recorded ones."""
+    from transformer_walkthrough.model.backprop import backward
+
+    path = tmp_path / "capped.yaml"
+    path.write_text(
+        "sentence: The cat is sleeping comfortably.\nencoder_words: 0\nmodel:\n  num_encoder_layers: 0\n"
+        "  attention_softcap: 0.25\n  logit_softcap: 0.5\n"
+    )
+    config = load_config(path)
+    w = init_weights(config)
+    trace = run_forward(config, w)
+    grads = backward(trace, w).stages
+    runner = CliRunner()
+    cell = runner.invoke(app, ["explain", "-c", str(path), "-s", STAGE, "-m", "cap_S2", "--cell", "3,2",
+                               "--digits", "8"])  # fmt: skip
+    assert cell.exit_code == 0, cell.output
+    assert "0.25·tanh(S2 / 0.25)" in cell.output
+    assert f"{trace[STAGE]['cap_S2'][3, 2]:.8f}".replace("-", "−") in cell.output
+    out = runner.invoke(app, ["explain", "-c", str(path), "-s", STAGE, "-m", "dL/dS2", "--cell", "3,2",
+                              "--digits", "8"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    capped, d_capped = trace[STAGE]["cap_S2"][3, 2], grads[STAGE]["cap_S2"][3, 2]
+    slope = 1 - (capped / 0.25) ** 2
+    assert "dL/dS2 = dL/dcap_S2·(1 − (cap_S2 / 0.25)²)" in text
+    assert f"= {d_capped * slope:.8f}".replace("-", "−") in text and abs(slope) < 0.99  # the cap bites
+    logit = runner.invoke(app, ["explain", "-c", str(path), "-s", "output.logits", "-m", "dL/duncapped",
+                                "--cell", "2,1", "--digits", "8"])  # fmt: skip
+    assert "dL/duncapped = dL/dlogits·(1 − (logits / 0.5)²)" in " ".join(logit.output.split())
+    assert f"{grads['output.logits']['uncapped'][2, 1]:.8f}".replace("-", "−") in logit.output
