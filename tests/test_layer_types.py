@@ -128,3 +128,49 @@ def test_the_map_draws_each_layer_as_its_type() -> None:
     rows = {line.split()[0]: line for line in text.splitlines() if line.strip()[:1].isdigit()}
     assert "sliding" in rows["0"] and "[full]" in rows["1"] and "sliding" in rows["2"]
     assert "masked" not in text
+
+
+GEMMA_LIKE = """\
+sentence: The cat is sleeping comfortably.
+encoder_words: 0
+model:
+  d_model: 8
+  num_heads: 2
+  num_kv_heads: 1
+  head_dim: 4
+  d_ff: 16
+  num_encoder_layers: 0
+  num_decoder_layers: 3
+  norm_first: true
+  norm: rmsnorm
+  feed_forward: gated
+  activation: silu
+  ffn_bias: false
+  positional_encoding: rotary
+  output_bias: false
+  qk_norm: head
+  score_scale: 256
+  attention_softcap: 50
+  logit_softcap: 30
+  sliding_window: 2
+  layer_types: [sliding, sliding, full]
+  local_rope_theta: 10000
+  rope_theta: 1000000
+"""
+
+
+def test_every_attention_convention_at_once_verifies_trains_and_generates(tmp_path) -> None:
+    """Gemma 3's attention conventions together on the toy, through the command line: verify's
+    second computation agrees everywhere, training memorises the sentence, and the generation says
+    it back with each cached step equal to the full pass."""
+    path, weights = tmp_path / "gemma-like.yaml", tmp_path / "w.npz"
+    path.write_text(GEMMA_LIKE)
+    runner = CliRunner()
+    verified = runner.invoke(app, ["verify", "-c", str(path)])
+    assert verified.exit_code == 0, verified.output
+    assert "62 of 62 checks agree" in verified.output and "local_rope_theta 10000" in verified.output
+    trained = runner.invoke(app, ["train", "-c", str(path), "-o", str(weights)])
+    assert trained.exit_code == 0 and "has memorised it" in trained.output, trained.output
+    said = runner.invoke(app, ["generate", "-c", str(path), "-w", str(weights), "--compare"])
+    assert said.exit_code == 0, said.output
+    assert "<start> the cat is sleeping comfortably " in said.output
