@@ -1,5 +1,6 @@
-"""From the scores to the output: the soft cap, the mask, softmax, the weighted sum of the values, the heads side by
-side and the output projection. These pieces read no name that another piece makes."""
+"""From the scores to the output: the soft cap, the mask, softmax, the weighted sum of the values, the
+heads side by side and the output projection. The mask and softmax read the scores as the soft cap
+left them (``scored``: cap_S or S); no other name another piece makes."""
 
 from __future__ import annotations
 
