@@ -75,6 +75,7 @@ TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
     "sliding_window": (None,),
     "attention_bias": (False, True),
     "qk_norm": (False,),
+    "experts": (0,),
     "positional_encoding": tuple(p for p in POSITIONAL_ENCODINGS if p not in ROTATED_POSITIONS),
     "feed_forward": ("standard",),
     "ffn_bias": (True,),  # nn.TransformerEncoderLayer's bias=False drops the LayerNorms' too

@@ -1,0 +1,54 @@
+"""transformers' Mixtral in float64 throughout, for comparisons at 1e-9 and below.
+
+As ``exact_llama`` does for the Llama family: Mixtral's RMSNorm, rotary tables and eager softmax
+compute in float32 even in a float64 model, and so does its router (``router_logits.float()``
+before the softmax). ``float64`` replaces those four functions with their own lines minus the cast;
+everything else, the top-k choice, the renormalisation and the experts' loop included, is
+transformers' code as shipped.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers.models.mixtral import modeling_mixtral
+
+from . import exact_llama
+
+
+def float64(monkeypatch: pytest.MonkeyPatch) -> None:
+    def rms_norm(self, hidden_states):
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+    def rotary(self, x, position_ids):
+        inv_freq = self.inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1).to(torch.float64)
+        freqs = (inv_freq @ position_ids[:, None, :].to(torch.float64)).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+
+    def eager(module_, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        key_states = modeling_mixtral.repeat_kv(key, module_.num_key_value_groups)
+        value_states = modeling_mixtral.repeat_kv(value, module_.num_key_value_groups)
+        attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        attn_weights = torch.nn.functional.softmax(attn_weights, dim=-1)
+        return torch.matmul(attn_weights, value_states).transpose(1, 2).contiguous(), attn_weights
+
+    def router(self, hidden_states):
+        hidden_states = hidden_states.reshape(-1, self.hidden_dim)
+        router_logits = F.linear(hidden_states, self.weight)
+        router_probs = torch.nn.functional.softmax(router_logits, dim=-1)
+        router_top_value, router_indices = torch.topk(router_probs, self.top_k, dim=-1)
+        router_top_value /= router_top_value.sum(dim=-1, keepdim=True)
+        return router_logits, router_top_value, router_indices
+
+    monkeypatch.setattr(modeling_mixtral.MixtralRMSNorm, "forward", rms_norm)
+    monkeypatch.setattr(modeling_mixtral.MixtralRotaryEmbedding, "forward", rotary)
+    monkeypatch.setattr(modeling_mixtral, "eager_attention_forward", eager)
+    monkeypatch.setattr(modeling_mixtral.MixtralTopKRouter, "forward", router)
+
+
+inv_freq_64 = exact_llama.inv_freq_64
