@@ -1,10 +1,10 @@
 """transformers' Mixtral in float64 throughout, for comparisons at 1e-9 and below.
 
 As ``exact_llama`` does for the Llama family: Mixtral's RMSNorm, rotary tables and eager softmax
-compute in float32 even in a float64 model, and so does its router (``router_logits.float()``
-before the softmax). ``float64`` replaces those four functions with their own lines minus the cast;
-everything else, the top-k choice, the renormalisation and the experts' loop included, is
-transformers' code as shipped.
+compute in float32 even in a float64 model, and so do its router (``router_logits.float()``
+before the softmax) and its load-balancing loss (summed in float32). ``float64`` replaces those
+five functions with their own lines minus the cast; everything else, the top-k choice, the
+renormalisation and the experts' loop included, is transformers' code as shipped.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ def float64(monkeypatch: pytest.MonkeyPatch) -> None:
         inv_freq = self.inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1).to(torch.float64)
         freqs = (inv_freq @ position_ids[:, None, :].to(torch.float64)).transpose(1, 2)
         emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(
+            x.dtype
+        )
 
     def eager(module_, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
         key_states = modeling_mixtral.repeat_kv(key, module_.num_key_value_groups)
@@ -45,6 +47,24 @@ def float64(monkeypatch: pytest.MonkeyPatch) -> None:
         router_top_value /= router_top_value.sum(dim=-1, keepdim=True)
         return router_logits, router_top_value, router_indices
 
+    def load_balancing(gate_logits, num_experts=None, top_k=2, attention_mask=None):
+        tokens_per_expert_sum = torch.zeros(num_experts, dtype=torch.float64)
+        router_prob_sum = torch.zeros(num_experts, dtype=torch.float64)
+        total_rows = 0.0
+        for layer_gate in gate_logits:
+            routing_weights = torch.nn.functional.softmax(layer_gate, dim=-1)
+            _, selected_experts = torch.topk(routing_weights, top_k, dim=-1)
+            tokens_per_expert_sum = (
+                tokens_per_expert_sum
+                + torch.bincount(selected_experts.reshape(-1), minlength=num_experts).double()
+            )
+            router_prob_sum = router_prob_sum + routing_weights.sum(dim=0)
+            total_rows = total_rows + routing_weights.shape[0]
+        tokens_per_expert = tokens_per_expert_sum / total_rows
+        router_prob_per_expert = router_prob_sum / total_rows
+        return torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0)) * num_experts
+
+    monkeypatch.setattr(modeling_mixtral, "load_balancing_loss_func", load_balancing)
     monkeypatch.setattr(modeling_mixtral.MixtralRMSNorm, "forward", rms_norm)
     monkeypatch.setattr(modeling_mixtral.MixtralRotaryEmbedding, "forward", rotary)
     monkeypatch.setattr(modeling_mixtral, "eager_attention_forward", eager)

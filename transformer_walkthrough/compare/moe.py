@@ -61,7 +61,10 @@ def mixtral_with(config: Config, w: Weights, dtype: Any) -> Any:
     sd = {name: t(a) for name, a in invert(rows, w).items()}
     for i in range(m.num_decoder_layers):
         sd |= {f"model.layers.{i}.mlp.{name}": t(a) for name, a in experts_state(w, i, m).items()}
-    sd |= {"model.embed_tokens.weight": t(w["decoder.embedding/E"]), "lm_head.weight": t(w["output.logits/W"].T)}
+    sd |= {
+        "model.embed_tokens.weight": t(w["decoder.embedding/E"]),
+        "lm_head.weight": t(w["output.logits/W"].T),
+    }
     missing, unexpected = model.load_state_dict(sd, strict=False)
     if unexpected or not all("rotary" in k for k in missing):
         raise ValueError(f"mixtral_with: missing {missing}, unexpected {unexpected}")

@@ -105,7 +105,9 @@ class ModelConfig(Checked):
         "true: the k chosen probabilities divided by their sum (Mixtral, Qwen3-MoE); false: kept (OLMoE)",
         True,
     )
-    sparse_step: int = doc("every sparse_step-th layer has experts (layers step−1, 2·step−1, …; Qwen2-MoE)", 1)
+    sparse_step: int = doc(
+        "every sparse_step-th layer has experts (layers step−1, 2·step−1, …; Qwen2-MoE)", 1
+    )
     dense_layers: tuple[int, ...] = doc(
         "layers that keep a plain feed-forward though experts is set (Qwen2-MoE's mlp_only_layers)", ()
     )
@@ -239,11 +241,15 @@ class ModelConfig(Checked):
         self._require(0 < k <= E, "experts_per_token", f"must be 1 to model.experts = {E}, got {k}")
         for name in ("expert_d_ff", "shared_expert_d_ff"):
             value = getattr(self, name)
-            self._require(value is None or value > 0, name, f"must be a positive integer or omitted, got {value}")
+            self._require(
+                value is None or value > 0, name, f"must be a positive integer or omitted, got {value}"
+            )
         self._require(
             self.shared_experts in (0, 1), "shared_experts", f"must be 0 or 1, got {self.shared_experts}"
         )
-        self._require(self.sparse_step > 0, "sparse_step", f"must be a positive integer, got {self.sparse_step}")
+        self._require(
+            self.sparse_step > 0, "sparse_step", f"must be a positive integer, got {self.sparse_step}"
+        )
         self._require(
             self.router_aux_loss_coef >= 0,
             "router_aux_loss_coef",

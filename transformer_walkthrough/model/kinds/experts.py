@@ -29,8 +29,9 @@ import numpy as np
 
 from .. import functional as F
 from ..formula import Formula, Line, call, formula, line, note, sym, word
+from ..topk import topk as top_k
 from ..trace import CONSTANT, Stage, dims
-from .base import Arrays, Grads, Kind, Sizes, Spec, Step, linear_step, one, row, step
+from .base import Arrays, Grads, Kind, Sizes, Spec, Step, cache_of, linear_step, one, row, step
 from .feed_forward import TEX as FFN_TEX
 from .feed_forward import recipe
 from .hand import Check, gap, linear, mm, softmax_cell, softmax_rows
@@ -57,11 +58,6 @@ def as_feed_forward(m: ModelConfig, width: int) -> ModelConfig:
         m, d_ff=width, experts=0, experts_per_token=None, expert_d_ff=None, shared_experts=0,
         shared_expert_d_ff=None,
     )  # fmt: skip
-
-
-def top_k(probs: np.ndarray, k: int) -> np.ndarray:  # (n, E) -> (n, k) ints
-    """The k largest of each row, largest first; among equal values the lower expert first."""
-    return np.argsort(-probs, axis=-1, kind="stable")[:, :k]
 
 
 def routing_weights(probs: np.ndarray, chosen: np.ndarray, norm_topk: bool) -> np.ndarray:
@@ -91,6 +87,15 @@ def load_balancing_grads(probs: list[np.ndarray], chosen: list[np.ndarray], E: i
 # ---------------------------------------------------------------------------------------------
 # The pieces: the router, the choice, the experts, the shared expert, the sum.
 # ---------------------------------------------------------------------------------------------
+
+
+class ExpertsCache(NamedTuple):
+    """What the forward keeps for the backward: the choice, each expert's tokens and matrices, and
+    dL/d(router_probs) of the load-balancing loss (``backprop`` sets it when training adds that loss)."""
+
+    chosen: np.ndarray
+    kept: dict[str, tuple[Routed, Arrays]]
+    aux_grad: np.ndarray | float = 0.0
 
 
 class Routed(NamedTuple):
@@ -209,7 +214,7 @@ def experts(stage: Stage, w: Weights, x: np.ndarray, tokens: tuple[str, ...], m:
         gate = stage.rec("shared_gate", F.sigmoid(F.linear(x, p["W_shared_gate"])), tokens, ("gate",))
         out += gate * values["output"]
         kept[SHARED] = (Routed(np.arange(len(tokens)), np.zeros(len(tokens), int)), values)
-    stage.cache = (chosen, kept)
+    stage.cache = ExpertsCache(chosen, kept)
     return stage.out("output", out, tokens, D)
 
 
@@ -235,7 +240,7 @@ def experts_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig)
         d(X) = d(router_logits)·W_routerᵀ + every expert's d(X) at its tokens (+ the shared expert's)
 
     An expert no token chose has no rows: its parameters' gradient is 0."""
-    chosen, kept = stage.cache  # type: ignore[misc]
+    chosen, kept, aux_grad = cache_of(stage, ExpertsCache)
     x, probs, weights = stage["X"], stage["router_probs"], stage["routing_weights"]
     g: Arrays = {"output": d_out}
     params: Arrays = {}
@@ -266,7 +271,7 @@ def experts_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig)
         d_top = (d_weights - np.sum(d_weights * weights, axis=-1, keepdims=True)) / total
     d_probs = np.zeros_like(probs)
     np.put_along_axis(d_probs, chosen, d_top, axis=-1)
-    d_probs += getattr(stage, "aux_grad", 0.0)  # the load-balancing loss's, when training adds it
+    d_probs += aux_grad  # the load-balancing loss's, when training adds it
     d_logits = F.softmax_backward(d_probs, probs)
     d_x += d_logits @ p["W_router"].T
     params["W_router"] = x.T @ d_logits
@@ -299,7 +304,9 @@ def experts_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     probs = softmax_rows(stage["router_logits"])
     checks = [
         Check(stage.id, "router_logits = X·W_router", gap(stage["router_logits"], logits)),
-        Check(stage.id, "router_probs = softmax(router_logits), row by row", gap(stage["router_probs"], probs)),
+        Check(
+            stage.id, "router_probs = softmax(router_logits), row by row", gap(stage["router_probs"], probs)
+        ),
     ]
     chosen = np.rint(stage["chosen"]).astype(int)
     wrong = 0.0  # each row's chosen: k distinct experts, none of the others more probable
@@ -325,7 +332,10 @@ def experts_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
         for piece in recipe(ffn):
             piece.by_hand(Prefixed(stage, prefix), hand, ffn)  # type: ignore[arg-type]
         worst = max([gap(stage[f"{prefix}.{name}"], hand[name]) for name in _ffn_names(ffn)])
-        checks.append(Check(stage.id, f"{prefix}: its {len(share.tokens)} tokens, every matrix", worst))
+        got = len(share.tokens)
+        checks.append(
+            Check(stage.id, f"{prefix}: its {got} token{'' if got == 1 else 's'}, every matrix", worst)
+        )
         for r, t in enumerate(share.tokens.tolist()):
             out[t] += stage["routing_weights"][t, share.slots[r]] * hand["output"][r]
     if m.shared_experts:
@@ -406,13 +416,17 @@ def _explain_output(c: Cell, trace: Trace) -> list[str]:
     m = trace.config.model
     chosen = np.rint(c.stage["chosen"][c.i]).astype(int).tolist()
     weights = c.stage["routing_weights"][c.i].tolist()
-    lines = [f"output[{c.i}, {c.j}] = Σ over the experts row {c.i} ({c.row}) was sent to of weight · expert output"]
+    lines = [
+        f"output[{c.i}, {c.j}] = Σ over the experts row {c.i} ({c.row}) was sent to of weight · expert output"
+    ]
     terms, values = [], []
     for e, w in zip(chosen, weights, strict=True):
         share = routed(np.rint(c.stage["chosen"]).astype(int), e)
         r = int(np.flatnonzero(share.tokens == c.i)[0])
         v = float(c.stage[f"expert{e}.output"][r, c.j])
-        lines.append(f"  expert {e}: weight {c.f(w)}, its output[{c.j}] (row {r} of expert{e}.output) {c.f(v)}")
+        lines.append(
+            f"  expert {e}: weight {c.f(w)}, its output[{c.j}] (row {r} of expert{e}.output) {c.f(v)}"
+        )
         terms.append(c.times(w, v))
         values.append(w * v)
     if m.shared_experts:
