@@ -292,3 +292,53 @@ def test_bad_expert_configs_are_one_line_and_exit_2(tmp_path: Path, yaml: str, k
     assert result.exit_code == 2
     assert result.stderr.startswith("error:") and len(result.stderr.strip().splitlines()) == 1
     assert key in result.stderr and "Traceback" not in result.output
+
+
+def test_the_load_balancing_loss_is_switch_transformers_by_hand() -> None:
+    """E · Σᵢ fᵢ·Pᵢ over both layers' rows, counted here from the recorded choice and probabilities;
+    a router of zeros (every probability 1/E, each token to 2 of 4) gives k·(1/E)·E·… = its even value."""
+    trace = run_forward(MOE)
+    stages = [trace[f"decoder.{i}.experts"] for i in range(2)]
+    rows = sum(len(s["X"]) for s in stages)
+    f = [sum(int(np.sum(s["chosen"] == e)) for s in stages) / rows for e in range(4)]
+    P = [sum(float(np.sum(s["router_probs"][:, e])) for s in stages) / rows for e in range(4)]
+    w = init_weights(MOE)
+    assert backward(trace, w).aux == pytest.approx(
+        4 * sum(a * b for a, b in zip(f, P, strict=True)), abs=1e-14
+    )
+    tied = _tied(MOE)
+    assert backward(run_forward(MOE, tied), tied).aux == pytest.approx(2.0, abs=1e-14)
+
+
+def test_the_experts_command_shows_every_token_and_each_load() -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["experts", "-c", str(MOE_PATH), "--layer", "1"])
+    assert result.exit_code == 0, result.output
+    stage = run_forward(MOE)["decoder.1.experts"]
+    chosen = stage["chosen"].astype(int)
+    for t, label in enumerate(stage.matrices["X"].rows):
+        line = next(x for x in result.output.splitlines() if x.strip().startswith(label + " "))
+        assert [int(e) for e in __import__("re").findall(r"expert (\d+) ×", line)] == list(chosen[t])
+    counts = [int(np.sum(chosen == e)) for e in range(4)]
+    for e, n in enumerate(counts):
+        assert f"expert {e}: {n} token" in result.output or (
+            n == 0 and f"expert {e}: no token" in result.output
+        )
+    one = runner.invoke(app, ["experts", "-c", str(MOE_PATH), "--layer", "1", "--token", "2"])
+    assert one.exit_code == 0 and one.output.count("→") == 1
+    bad = runner.invoke(app, ["experts", "-c", str(MOE_PATH), "--layer", "5"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("error:")
+    llama = runner.invoke(app, ["experts", "-c", str(MOE_PATH.with_name("llama-style.yaml"))])
+    assert llama.exit_code == 2 and "no experts" in llama.stderr
+
+
+def test_moe_style_trains_then_generates_its_sentence(tmp_path: Path) -> None:
+    runner, config, weights = CliRunner(), str(MOE_PATH), tmp_path / "moe.npz"
+    trained = runner.invoke(app, ["train", "-c", config, "-o", str(weights)])
+    assert trained.exit_code == 0, trained.output
+    assert "has memorised it" in trained.output and "load-balancing loss" in trained.output
+    assert "layer 0: e0" in trained.output and "layer 1: e0" in trained.output
+    generated = runner.invoke(app, ["generate", "-c", config, "-w", str(weights)])
+    assert generated.exit_code == 0, generated.output
+    assert "<start> → the cat is sleeping comfortably <end>" in generated.output
+    assert runner.invoke(app, ["verify", "-c", config, "-w", str(weights)]).exit_code == 0
