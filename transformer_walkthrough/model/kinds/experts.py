@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from .. import functional as F
-from ..formula import Formula, Line, call, formula, line, note, sym, word
+from ..formula import Formula, Line, call, formula, frac, line, note, sym, word
 from ..topk import topk as top_k
 from ..trace import CONSTANT, Stage, dims
 from .base import Arrays, Grads, Kind, Sizes, Spec, Step, cache_of, linear_step, one, row, step
@@ -454,10 +454,6 @@ def _probs_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
     return step("softmax", row(stage, "router_logits", i))
 
 
-def _weight_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
-    return step("softmax", row(stage, "router_probs", i), one("chosen", i, j))
-
-
 # ---------------------------------------------------------------------------------------------
 # What the stage says it is.
 # ---------------------------------------------------------------------------------------------
@@ -478,23 +474,30 @@ def _explanation(m: ModelConfig) -> str:
     )
 
 
+SUM = sym("Σ", tex=r"\sum")
+
+
 def _formula(m: ModelConfig) -> Formula:
+    chosen = ["router_probs", "[", "chosen", "]"]
     lines: list[Line] = [
         line("router_logits", "=", "X", "·", sym("W_router", tex=r"W_{\mathrm{router}}")),
         line("router_probs", "=", call("softmax", "router_logits"), "    ", word("(row-wise)")),
         line("chosen", "=", call("topk", "router_probs", "k"), "    ", word(f"(k = {m.experts_per_token})")),
+        line("routing_weights", "=", frac(chosen, [SUM, *chosen]))
+        if m.norm_topk
+        else line("routing_weights", "=", *chosen),
     ]
-    if m.norm_topk:
-        lines.append(line("routing_weights", "=", "router_probs", "[", "chosen", "]", "/",
-                          call("Σ", ["router_probs", "[", "chosen", "]"])))  # fmt: skip
-    else:
-        lines.append(line("routing_weights", "=", "router_probs", "[", "chosen", "]"))
-    total: list[Any] = ["output", "=", call("Σ", ["routing_weights", "·", call("FFN", "X")])]
+    total: list[Any] = ["output", "=", SUM, "routing_weights", "·", call("FFN", "X")]
     if m.shared_experts:
-        total += ["+", call("σ", ["X", "·", sym("W_shared_gate", tex=r"W_{\mathrm{shared\,gate}}")]), "·",
-                  call("FFN_shared", "X")]  # fmt: skip
+        gate = sym("W_shared_gate", tex=r"W_{\mathrm{shared\,gate}}")
+        total += ["+", call("σ", ["X", "·", gate]), "·", call("FFN_shared", "X")]
     lines.append(line(*total))
-    return formula(*lines, note("each FFN is one expert's feed-forward, on the tokens routed to it"))
+    return formula(
+        *lines,
+        note(
+            "the sum over the k chosen experts; each FFN is one expert's feed-forward, on the tokens routed to it"
+        ),
+    )
 
 
 def _tex(m: ModelConfig | None = None) -> dict[str, str]:
@@ -517,6 +520,6 @@ EXPERTS = Kind(
         "output": _explain_output,
     },
     params=_params,
-    steps={"router_logits": _logits_step, "router_probs": _probs_step, "routing_weights": _weight_step},
+    steps={"router_logits": _logits_step, "router_probs": _probs_step},
     tex=_tex(),
 )
