@@ -31,7 +31,7 @@ from .. import functional as F
 from ..formula import Formula, Line, call, formula, frac, line, note, sym, word
 from ..topk import topk as top_k
 from ..trace import CONSTANT, Stage, dims
-from .base import Arrays, Grads, Kind, Sizes, Spec, Step, cache_of, linear_step, one, row, step
+from .base import Arrays, Grads, Kind, Sizes, Spec, Step, cache_of, linear_step, row, step
 from .feed_forward import TEX as FFN_TEX
 from .feed_forward import recipe
 from .hand import Check, gap, linear, mm, softmax_cell, softmax_rows
