@@ -88,6 +88,21 @@ NAME_MAP = (
     )),
     Block(DECODER, (Param("final-norm/gamma", Tensor("model.norm.weight", "d")),)),
 )  # fmt: skip
+# Mixtral: Mistral's layers with a mixture of experts where the MLP was (every layer sparse): the
+# router ``gate`` and each expert's SwiGLU, w1 the gate, w3 up, w2 down, as save_pretrained writes them.
+MIXTRAL_MAP = (
+    Block(DECODER, prefix="model.layers.{n}.", layers="layers", params=(
+        *(p for p in NAME_MAP[0].params if not p.ours.startswith("feed-forward/")),
+        Param("experts/W_router", Tensor("block_sparse_moe.gate.weight", "E", "d"), transposed=True),
+        Param("experts/expert{e}.W_gate", Tensor("block_sparse_moe.experts.{e}.w1.weight", "ff", "d"),
+              transposed=True, each_expert=True),
+        Param("experts/expert{e}.W_up", Tensor("block_sparse_moe.experts.{e}.w3.weight", "ff", "d"),
+              transposed=True, each_expert=True),
+        Param("experts/expert{e}.W_down", Tensor("block_sparse_moe.experts.{e}.w2.weight", "d", "ff"),
+              transposed=True, each_expert=True),
+    )),
+    NAME_MAP[1],
+)  # fmt: skip
 # The embedding table and the output layer, tied or not: _convert's own lines.
 EMBEDDING, OUTPUT_LAYER = "model.embed_tokens.weight", "lm_head.weight"
 
@@ -96,8 +111,10 @@ def sizes(m: Mapping[str, Any]) -> dict[str, int]:
     """The map's size names, from the model's keys: H query heads and G key/value heads of d_k."""
     d_k = m["head_dim"] or m["d_model"] // m["num_heads"]
     kv_heads = m["num_kv_heads"] or m["num_heads"]
+    experts = m.get("experts", 0)
+    ff = m["d_ff"] if not experts or m.get("expert_d_ff") is None else m["expert_d_ff"]
     return {"d": m["d_model"], "d_k": d_k, "q": m["num_heads"] * d_k, "kv": kv_heads * d_k,
-            "ff": m["d_ff"], "layers": m["num_decoder_layers"]}  # fmt: skip
+            "ff": ff, "layers": m["num_decoder_layers"], "E": experts, "experts": experts}  # fmt: skip
 
 
 # transformers 5's LlamaConfig defaults, for the keys an older config.json leaves out. None: derived
@@ -193,7 +210,16 @@ def _model(config: dict[str, Any]) -> dict[str, Any]:
         "tie_embeddings": config["tie_word_embeddings"],
         "output_bias": False,
         "scale_embeddings": False,
+        **_experts(config),
     }  # fmt: skip
+
+
+def _experts(config: dict[str, Any]) -> dict[str, Any]:
+    """ModelConfig's mixture-of-experts keys of a checked config.json (none for a dense family)."""
+    if "experts" not in config:
+        return {}
+    return {"experts": config["experts"], "experts_per_token": config["num_experts_per_tok"],
+            "norm_topk": True, "router_aux_loss_coef": float(config["router_aux_loss_coef"])}  # fmt: skip
 
 
 def _scaling(rope: dict[str, Any]) -> dict[str, Any]:
@@ -308,10 +334,26 @@ def read_config(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: mlp_bias is true; {family}'s MLP has no biases")
     if family == "mistral" and config["attention_bias"]:
         raise CheckpointError(f"{path}: attention_bias is true; Mistral's attention has no biases")
+    if family == "mixtral":
+        _check_experts(config, path)
     generation = _generation_eos(folder)  # what generate stops on, as transformers reads it
     if generation is not None:
         config["eos_token_id"] = _eos(generation, folder / "generation_config.json")
     return config
+
+
+def _check_experts(config: dict[str, Any], path: Path) -> None:
+    """Mixtral's experts: E of them, each token to k ≤ E; adds ``experts`` (E)."""
+    config["experts"] = _positive_int(config, "num_local_experts", path)
+    k = _positive_int(config, "num_experts_per_tok", path)
+    if k > config["experts"]:
+        raise CheckpointError(
+            f"{path}: num_experts_per_tok is {k}, more than the {config['experts']} experts "
+            "(num_local_experts)"
+        )
+    coef = config["router_aux_loss_coef"]
+    if isinstance(coef, bool) or not isinstance(coef, int | float) or not 0 <= coef < float("inf"):
+        raise CheckpointError(f"{path}: router_aux_loss_coef is {shown(coef)}, not a number ≥ 0")
 
 
 def _generation_eos(folder: Path) -> Any:
@@ -471,4 +513,13 @@ QWEN3 = dataclasses.replace(
     LLAMA, model_type="qwen3", name="Qwen3", transformers="Qwen3ForCausalLM",
     defaults={**QWEN2.defaults, "head_dim": 128, "sliding_window": 4096},
 )  # fmt: skip
-FAMILIES = (LLAMA, MISTRAL, QWEN2, QWEN3)
+# Mixtral: Mistral's attention, a mixture of experts in every layer (transformers 5's MixtralConfig).
+MIXTRAL = dataclasses.replace(
+    LLAMA, model_type="mixtral", name="Mixtral", transformers="MixtralForCausalLM",
+    defaults={
+        **MISTRAL.defaults, "sliding_window": None, "num_local_experts": 8, "num_experts_per_tok": 2,
+        "router_aux_loss_coef": 0.001,
+    },
+    name_map=MIXTRAL_MAP,
+)  # fmt: skip
+FAMILIES = (LLAMA, MISTRAL, QWEN2, QWEN3, MIXTRAL)
