@@ -1,20 +1,28 @@
-"""transformers' Mixtral in float64 throughout, for comparisons at 1e-9 and below.
+"""transformers' mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE) in float64 throughout, for
+comparisons at 1e-9 and below.
 
-As ``exact_llama`` does for the Llama family: Mixtral's RMSNorm, rotary tables and eager softmax
-compute in float32 even in a float64 model, and so do its router (``router_logits.float()``
-before the softmax) and its load-balancing loss (summed in float32). ``float64`` replaces those
-five functions with their own lines minus the cast; everything else, the top-k choice, the
-renormalisation and the experts' loop included, is transformers' code as shipped.
+As ``exact_llama`` does for the Llama family: their RMSNorm, rotary tables and eager softmax
+compute in float32 even in a float64 model, and so do their routers (the softmax in float32) and
+the load-balancing loss (summed in float32). ``float64`` replaces those five functions of each
+module with their own lines minus the cast; everything else, the top-k choice, the
+renormalisation, the experts' loop and the shared expert included, is transformers' code as shipped.
 """
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 import torch
 import torch.nn.functional as F
 from transformers.models.mixtral import modeling_mixtral
+from transformers.models.qwen2_moe import modeling_qwen2_moe
+from transformers.models.qwen3_moe import modeling_qwen3_moe
 
 from . import exact_llama
+
+# Each mixture's modeling module, by the prefix of its classes (MixtralRMSNorm, Qwen2MoeTopKRouter).
+MODULES = {"Mixtral": modeling_mixtral, "Qwen2Moe": modeling_qwen2_moe, "Qwen3Moe": modeling_qwen3_moe}
 
 
 def float64(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -30,9 +38,9 @@ def float64(monkeypatch: pytest.MonkeyPatch) -> None:
             x.dtype
         )
 
-    def eager(module_, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-        key_states = modeling_mixtral.repeat_kv(key, module_.num_key_value_groups)
-        value_states = modeling_mixtral.repeat_kv(value, module_.num_key_value_groups)
+    def eager(module_, query, key, value, attention_mask, scaling, dropout=0.0, _m=None, **kwargs):
+        key_states = _m.repeat_kv(key, module_.num_key_value_groups)
+        value_states = _m.repeat_kv(value, module_.num_key_value_groups)
         attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
         if attention_mask is not None:
             attn_weights = attn_weights + attention_mask
@@ -44,7 +52,8 @@ def float64(monkeypatch: pytest.MonkeyPatch) -> None:
         router_logits = F.linear(hidden_states, self.weight)
         router_probs = torch.nn.functional.softmax(router_logits, dim=-1)
         router_top_value, router_indices = torch.topk(router_probs, self.top_k, dim=-1)
-        router_top_value /= router_top_value.sum(dim=-1, keepdim=True)
+        if getattr(self, "norm_topk_prob", True):  # Mixtral's router always renormalises
+            router_top_value /= router_top_value.sum(dim=-1, keepdim=True)
         return router_logits, router_top_value, router_indices
 
     def load_balancing(gate_logits, num_experts=None, top_k=2, attention_mask=None):
@@ -64,11 +73,12 @@ def float64(monkeypatch: pytest.MonkeyPatch) -> None:
         router_prob_per_expert = router_prob_sum / total_rows
         return torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0)) * num_experts
 
-    monkeypatch.setattr(modeling_mixtral, "load_balancing_loss_func", load_balancing)
-    monkeypatch.setattr(modeling_mixtral.MixtralRMSNorm, "forward", rms_norm)
-    monkeypatch.setattr(modeling_mixtral.MixtralRotaryEmbedding, "forward", rotary)
-    monkeypatch.setattr(modeling_mixtral, "eager_attention_forward", eager)
-    monkeypatch.setattr(modeling_mixtral.MixtralTopKRouter, "forward", router)
+    for name, module in MODULES.items():
+        monkeypatch.setattr(module, "load_balancing_loss_func", load_balancing)
+        monkeypatch.setattr(getattr(module, f"{name}RMSNorm"), "forward", rms_norm)
+        monkeypatch.setattr(getattr(module, f"{name}RotaryEmbedding"), "forward", rotary)
+        monkeypatch.setattr(module, "eager_attention_forward", functools.partial(eager, _m=module))
+        monkeypatch.setattr(getattr(module, f"{name}TopKRouter"), "forward", router)
 
 
 inv_freq_64 = exact_llama.inv_freq_64

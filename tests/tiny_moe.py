@@ -1,7 +1,12 @@
 """Tiny random mixture-of-experts checkpoints, made offline with transformers and briefly trained.
 
 - ``mixtral``: ``MixtralForCausalLM``, 4 experts of width 8, each token to 2, 4 query heads over 2
-  key/value heads, untied output, a Llama 2 style tokenizer (``<s>`` added).
+  key/value heads, untied output, a Llama 2 style tokenizer (``<s>`` added);
+- ``qwen2_moe``: ``Qwen2MoeForCausalLM``, 4 experts of width 6, each token to 2, their probabilities
+  kept as they are (``norm_topk_prob: false``), a shared expert of width 12 behind its sigmoid gate,
+  Q/K/V biases, tied embeddings, a Qwen2 style tokenizer;
+- ``qwen3_moe``: ``Qwen3MoeForCausalLM``, 4 experts of width 6, each token to 2, renormalised
+  (``norm_topk_prob: true``), QK-norm, a Qwen2 style tokenizer.
 
 Trained for a few steps on ``tiny_llama.CORPUS`` with the end token after each sentence (so that
 greedy decoding of a prompt from the corpus ends), then saved with ``save_pretrained``
@@ -19,8 +24,26 @@ import transformers
 from . import tiny_tokenizers
 from .tiny_llama import CORPUS
 
-MODELS = ("mixtral",)
-TRAIN_STEPS = 30
+MODELS = ("mixtral", "qwen2_moe", "qwen3_moe")
+COMMON = dict(
+    hidden_size=16, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    num_experts_per_tok=2, max_position_embeddings=64, rms_norm_eps=1e-6,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+)  # fmt: skip
+SPECS = {
+    "mixtral": dict(COMMON, intermediate_size=8, num_local_experts=4, tie_word_embeddings=False),
+    "qwen2_moe": dict(COMMON, intermediate_size=8, moe_intermediate_size=6,
+                      shared_expert_intermediate_size=12, num_experts=4, norm_topk_prob=False,
+                      tie_word_embeddings=True),
+    "qwen3_moe": dict(COMMON, intermediate_size=8, moe_intermediate_size=6, num_experts=4,
+                      norm_topk_prob=True, tie_word_embeddings=False),
+}  # fmt: skip
+CLASSES = {
+    "mixtral": "MixtralForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+}
+TRAIN_STEPS = 10
 
 
 def build(root: Path, name: str) -> Path:
@@ -29,17 +52,18 @@ def build(root: Path, name: str) -> Path:
     folder.mkdir(parents=True)
     tokenizer_files = root / f"{name}-tokenizer"
     tokenizer_files.mkdir()
-    tiny_tokenizers.llama2_style(tokenizer_files, legacy_layout=False)
+    if name == "mixtral":
+        tiny_tokenizers.llama2_style(tokenizer_files, legacy_layout=False)
+    else:
+        tiny_tokenizers.qwen2_style(tokenizer_files)
     tok = transformers.AutoTokenizer.from_pretrained(tokenizer_files)
-    config = transformers.MixtralConfig(
-        vocab_size=len(tok), hidden_size=16, intermediate_size=8, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
-        max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=False,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=None,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    config = transformers.AutoConfig.for_model(
+        name, vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=None, **SPECS[name],
     )  # fmt: skip
-    torch.manual_seed(5)
-    model = transformers.MixtralForCausalLM(config)
+    torch.manual_seed(MODELS.index(name) + 5)
+    config._experts_implementation = "eager"  # the grouped kernel wants widths of 16-byte multiples
+    model = getattr(transformers, CLASSES[name])(config)
     batch = [[*tok(text).input_ids, tok.eos_token_id] for text in CORPUS]
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-2)
     model.train()

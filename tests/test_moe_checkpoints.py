@@ -1,8 +1,9 @@
-"""Mixtral checkpoints against transformers' ``MixtralForCausalLM`` (eager), on the tiny trained
-checkpoint of ``tests/tiny_moe.py``: token ids against ``AutoTokenizer``; every attention weight,
-every layer's router logits (as transformers returns them with ``output_router_logits=True``) and
-the logits in float64 (transformers' float32 casts removed, ``exact_moe``) and in float32 as
-shipped; greedy generation against ``generate``; bad input, one line."""
+"""Mixture-of-experts checkpoints (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE) against
+transformers' own models (eager), on the tiny trained checkpoints of ``tests/tiny_moe.py``: token
+ids against ``AutoTokenizer``; every attention weight, every layer's router logits (as
+transformers returns them with ``output_router_logits=True``) and the logits in float64
+(transformers' float32 casts removed, ``exact_moe``) and in float32 as shipped; greedy generation
+against ``generate``; bad input, one line."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from safetensors.numpy import load_file, save_file
 from typer.testing import CliRunner
 
 from tests import exact_moe
+from tests.tiny_moe import MODELS
 from transformer_walkthrough.checkpoints.checkpoint import load_checkpoint
 from transformer_walkthrough.checkpoints.run import continue_prompt, load, walk_prompt
 from transformer_walkthrough.cli import app
@@ -36,19 +38,31 @@ def _reference(folder: Path, dtype: torch.dtype = torch.float64) -> torch.nn.Mod
     return model.eval()
 
 
-def test_token_ids_equal_auto_tokenizer(moe_family):
-    folder = moe_family["mixtral"]
+@pytest.mark.parametrize("name", MODELS)
+def test_token_ids_equal_auto_tokenizer(moe_family, name):
+    folder = moe_family[name]
     reference = transformers.AutoTokenizer.from_pretrained(folder)
     ckpt = load_checkpoint(str(folder), "float32", prompt=True)
     assert ckpt.tokenizer.encode(PROMPT) == reference(PROMPT).input_ids
 
 
-def test_attention_router_logits_and_logits_equal_mixtral_in_float64(moe_family, monkeypatch):
+# What each checkpoint's config.json says, read into our keys.
+READ = {
+    "mixtral": dict(experts=4, experts_per_token=2, d_expert=8, norm_topk=True, shared_experts=0),
+    "qwen2_moe": dict(experts=4, experts_per_token=2, d_expert=6, norm_topk=False, shared_experts=1,
+                      d_shared=12, attention_bias="qkv", tie_embeddings=True),
+    "qwen3_moe": dict(experts=4, experts_per_token=2, d_expert=6, norm_topk=True, shared_experts=0,
+                      qk_norm="head"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_attention_router_logits_and_logits_equal_transformers_in_float64(moe_family, monkeypatch, name):
     exact_moe.float64(monkeypatch)
-    folder = moe_family["mixtral"]
+    folder = moe_family[name]
     walk = walk_prompt(str(folder), PROMPT, "float64")
     trace, m = walk.trace, walk.config.model
-    assert (m.experts, m.experts_per_token, m.d_ff, m.norm_topk) == (4, 2, 8, True)
+    assert {key: getattr(m, key) for key in READ[name]} == READ[name]
     ids = list(trace.target_ids)
     with torch.no_grad():
         out = _reference(folder)(torch.tensor([ids]), output_attentions=True, output_router_logits=True)
@@ -63,8 +77,9 @@ def test_attention_router_logits_and_logits_equal_mixtral_in_float64(moe_family,
     assert np.max(np.abs(trace["output.logits"]["logits"] - out.logits[0].numpy())) <= 1e-9
 
 
-def test_float32_equals_mixtral_as_shipped(moe_family):
-    folder = moe_family["mixtral"]
+@pytest.mark.parametrize("name", MODELS)
+def test_float32_equals_transformers_as_shipped(moe_family, name):
+    folder = moe_family[name]
     trace = walk_prompt(str(folder), PROMPT, "float32").trace
     with torch.no_grad():
         out = _reference(folder, torch.float32)(
@@ -76,9 +91,10 @@ def test_float32_equals_mixtral_as_shipped(moe_family):
     assert np.max(np.abs(router - out.router_logits[1].numpy())) <= 1e-4 * np.max(np.abs(router))
 
 
-def test_greedy_generation_equals_generate(moe_family, monkeypatch):
+@pytest.mark.parametrize("name", MODELS)
+def test_greedy_generation_equals_generate(moe_family, monkeypatch, name):
     exact_moe.float64(monkeypatch)
-    folder = moe_family["mixtral"]
+    folder = moe_family[name]
     reference = _reference(folder)
     for text in ["The cat is", "The dog", "A bird sings"]:
         loaded = load(str(folder), text, "float64", prompt=True)
@@ -98,10 +114,18 @@ def _copy(folder: Path, to: Path) -> Path:
     return to
 
 
+EXPERT = {
+    "mixtral": "model.layers.1.block_sparse_moe.experts.3.w2.weight",
+    "qwen2_moe": "model.layers.1.mlp.shared_expert_gate.weight",
+    "qwen3_moe": "model.layers.1.mlp.experts.3.down_proj.weight",
+}
+
+
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("bad", ["missing expert", "wrong shape", "k > E"])
-def test_bad_checkpoints_are_one_line_and_exit_2(moe_family, tmp_path, bad):
-    folder = _copy(moe_family["mixtral"], tmp_path / "bad")
-    name = "model.layers.1.block_sparse_moe.experts.3.w2.weight"
+def test_bad_checkpoints_are_one_line_and_exit_2(moe_family, tmp_path, bad, model):
+    folder = _copy(moe_family[model], tmp_path / "bad")
+    name = EXPERT[model]
     if bad == "k > E":
         config = json.loads((folder / "config.json").read_text())
         config["num_experts_per_tok"] = 5
@@ -111,7 +135,7 @@ def test_bad_checkpoints_are_one_line_and_exit_2(moe_family, tmp_path, bad):
         if bad == "missing expert":
             del tensors[name]
         else:
-            tensors[name] = tensors[name][:, :4].copy()
+            tensors[name] = tensors[name][:, :3].copy()
         save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     out = tmp_path / "out.json"
     result = CliRunner().invoke(app, ["export", str(out), "--model", str(folder), "--prompt", "The cat"])
