@@ -9,12 +9,14 @@ from transformer_walkthrough.config import (
     ATTENTION_BIASES,
     FEED_FORWARDS,
     FINAL_NORMS,
+    LAYER_TYPES,
     NORMS,
     OUTPUT_HEADS,
     POSITIONAL_ENCODINGS,
     QK_NORMS,
     ROPE_SCALINGS,
     ROTATED_POSITIONS,
+    SCORE_SCALES,
     TORCH_LAYERS,
     Config,
     ModelConfig,
@@ -37,8 +39,9 @@ def configs(
     With ``conventions``, any combination of the conventions too: pre- or post-norm, final norms,
     every norm, every activation, both feed-forwards with or without biases, every positional
     encoding, tied embeddings, attention biases of each kind and output biases, shared key/value
-    heads, decoder-only, encoder-only (fill-mask, with BERT's segments, embedding norm, transform
-    and position offset, and any set of blanks); with ``torch``, only the values PyTorch's layers
+    heads, score scales, soft caps, sliding and full layers with their rotary bases, decoder-only,
+    encoder-only (fill-mask, with BERT's segments, embedding norm, transform and position offset,
+    and any set of blanks); with ``torch``, only the values PyTorch's layers
     have (``TORCH_LAYERS``).
     """
 
@@ -73,6 +76,9 @@ def configs(
             tie_embeddings=head == "per-position" and draw(st.booleans()),
             attention_bias=draw(st.sampled_from(values("attention_bias", ATTENTION_BIASES))),
             qk_norm=draw(st.sampled_from(values("qk_norm", QK_NORMS))),
+            score_scale=draw(st.sampled_from(values("score_scale", (*SCORE_SCALES, 3.0)))),
+            attention_softcap=draw(st.sampled_from(values("attention_softcap", (None, 0.5, 4.0)))),
+            logit_softcap=draw(st.sampled_from(values("logit_softcap", (None, 0.5, 4.0)))),
             num_kv_heads=draw(st.sampled_from(
                 values("num_kv_heads", (None, *(g for g in range(1, num_heads + 1) if num_heads % g == 0))))),
             output_bias=draw(st.booleans()),
@@ -95,6 +101,19 @@ def configs(
                 rope_factor=draw(st.sampled_from([1.0, 2.0, 8.0])),
                 rope_original_max_positions=draw(st.integers(2, 16)),  # small: every branch of llama3
             )
+    num_decoder_layers = 0 if encoder_only else draw(st.integers(1, max_layers))
+    if (
+        conventions
+        and num_decoder_layers
+        and more.get("sliding_window")
+        and None not in values("layer_types", (0,))
+    ):
+        pattern = st.lists(
+            st.sampled_from(list(LAYER_TYPES)), min_size=num_decoder_layers, max_size=num_decoder_layers
+        )
+        more["layer_types"] = draw(st.none() | pattern.map(tuple))
+        if more["layer_types"] and positions in ROTATED_POSITIONS:
+            more["local_rope_theta"] = draw(st.sampled_from([None, 100.0]))
     own_width = conventions and draw(st.sampled_from(values("head_dim", (None, True))))
     model = ModelConfig(
         d_model=draw(st.integers(1, 8)) if own_width else num_heads * d_k,
@@ -102,7 +121,7 @@ def configs(
         num_heads=num_heads,
         d_ff=draw(st.integers(1, 12)),
         num_encoder_layers=0 if decoder_only else draw(st.integers(1, max_layers)),
-        num_decoder_layers=0 if encoder_only else draw(st.integers(1, max_layers)),
+        num_decoder_layers=num_decoder_layers,
         output_head=head,
         scale_embeddings=draw(st.booleans()),
         **more,

@@ -19,7 +19,8 @@ from .test_documents import compile_latex, overfull
 
 CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
 # What the kinds' formulas depend on, with every value the families use (Llama's SwiGLU and RMSNorm,
-# GPT-2's tanh GELU and learned tied table, BERT's segments, RoBERTa's offset, Marian's halves).
+# GPT-2's tanh GELU and learned tied table, BERT's segments, RoBERTa's offset, Marian's halves,
+# Gemma's and OLMo 2's attention).
 SWITCHES = {
     "activation": ["relu", "gelu", "gelu-tanh", "silu"], "feed_forward": ["standard", "gated"],
     "ffn_bias": [True, False], "norm": ["layernorm", "rmsnorm"],
@@ -27,6 +28,8 @@ SWITCHES = {
     "tie_embeddings": [False, True], "output_head": ["per-position", "flatten"], "output_bias": [True, False],
     "scale_embeddings": [False, True], "position_offset": [0, 2], "segments": [0, 2],
     "num_kv_heads": [None, 1], "attention_bias": [False, True, "qkv"],
+    "qk_norm": [False, "head", "whole"], "score_scale": ["d_k", "none", 256.0],
+    "attention_softcap": [None, 50.0], "logit_softcap": [None, 30.0],
 }  # fmt: skip
 
 

@@ -11,12 +11,14 @@ from .conventions import (
     DTYPES,
     FEED_FORWARDS,
     FINAL_NORMS,
+    LAYER_TYPES,
     NORMS,
     OUTPUT_HEADS,
     POSITIONAL_ENCODINGS,
     QK_NORMS,
     ROPE_SCALINGS,
     ROTATED_POSITIONS,
+    SCORE_SCALES,
     TASKS,
 )
 from .schema import Checked, choice, doc, quote
@@ -74,6 +76,16 @@ class ModelConfig(Checked):
         "each position sees itself and the sliding_window − 1 before it, no further (Mistral); omit: all",
         None,
     )
+    layer_types: tuple[Literal[tuple(LAYER_TYPES)], ...] | None = doc(
+        "one entry per decoder layer, sliding (its self-attention sees the last sliding_window "
+        "positions) or full (every earlier one), as Gemma 2 and 3; omit: every layer as sliding_window says",
+        None,
+    )
+    local_rope_theta: float | None = doc(
+        "rotary's base in the sliding layers of layer_types (Gemma 3: 10,000, its full layers' "
+        "rope_theta 1,000,000); omit: rope_theta in every layer",
+        None,
+    )
     tie_embeddings: bool = doc(
         "true: one table E for both stacks and the output, W = Eᵀ (the paper §3.4)", False
     )
@@ -87,7 +99,8 @@ class ModelConfig(Checked):
     )
     qk_norm: Literal[QK_NORMS] = doc(
         "head: an RMSNorm of each head's queries and keys (gamma_Q, gamma_K), before the rotation "
-        "(Qwen3, Gemma 3, OLMoE)",
+        "(Qwen3, Gemma 3); whole: one RMSNorm over the whole projection, every head's columns at once, "
+        "before the split into heads (OLMo 2, OLMoE)",
         False,
     )
     experts: int = doc(
@@ -114,6 +127,17 @@ class ModelConfig(Checked):
     router_aux_loss_coef: float = doc(
         "training: the load-balancing loss E·Σ fᵢ·Pᵢ (Switch Transformer) is added times this", 0.01
     )
+    score_scale: Literal[tuple(SCORE_SCALES)] | float = doc(
+        "what the scores Q·Kᵀ are divided by: d_k: √d_k (the paper); none: nothing (T5); a positive "
+        "number n: √n (Gemma's query_pre_attn_scalar)",
+        "d_k",
+    )
+    attention_softcap: float | None = doc(
+        "c: each score s becomes c·tanh(s / c) after the scaling, before the mask: never beyond ±c "
+        "(Gemma 2: 50); omit: none",
+        None,
+    )
+    logit_softcap: float | None = doc("c: each logit z becomes c·tanh(z / c) (Gemma 2: 30); omit: none", None)
     layer_norm_eps: float = doc("the norm's eps: under its square root, added to var or mean(x²)", 1.0e-5)
     dtype: Literal[tuple(DTYPES)] = choice(DTYPES, "float64", " or ")
 
@@ -192,6 +216,42 @@ class ModelConfig(Checked):
             f"must be a positive integer, got {self.rope_original_max_positions}",
         )
         self._require(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
+        for name in ("attention_softcap", "logit_softcap", "local_rope_theta"):
+            value = getattr(self, name)
+            said = "" if value is None else f"{value:g}"
+            self._require(
+                value is None or value > 0, name, f"must be a positive number or omitted, got {said}"
+            )
+        if self.layer_types is not None:
+            self._require(
+                len(self.layer_types) == self.num_decoder_layers,
+                "layer_types",
+                f"has {len(self.layer_types)} entr{'y' if len(self.layer_types) == 1 else 'ies'} for "
+                f"{self.num_decoder_layers} decoder layers: one per layer",
+            )
+            self._require(
+                "sliding" not in self.layer_types or self.sliding_window is not None,
+                "layer_types",
+                "has sliding layers but no sliding_window says how far back they see",
+            )
+        self._require(
+            self.local_rope_theta is None or (self.layer_types is not None and not self.adds_positions),
+            "local_rope_theta",
+            "is the rotary base of layer_types' sliding layers: it needs layer_types and "
+            "positional_encoding: rotary",
+        )
+        self._require(
+            self.local_rope_theta is None or self.local_rope_theta > 1,
+            "local_rope_theta",
+            f"must be more than 1, got {self.local_rope_theta or 0:g}",
+        )
+        self._require(
+            isinstance(self.score_scale, str) or self.score_scale > 0,
+            "score_scale",
+            f"must be d_k, none or a positive number, got {self.score_scale:g}"
+            if not isinstance(self.score_scale, str)
+            else "",
+        )
         self._require(self.rope_theta > 1, "rope_theta", f"must be more than 1, got {self.rope_theta:g}")
         self._require(
             self.adds_positions or self.d_k % 2 == 0,
@@ -302,6 +362,32 @@ class ModelConfig(Checked):
         """Whether positions are added to the embedding (a positional-encoding stage), or applied
         inside attention (``ROTATED_POSITIONS``)."""
         return self.positional_encoding not in ROTATED_POSITIONS
+
+    def window(self, layer: int | None) -> int | None:
+        """How far back decoder layer ``layer``'s self-attention sees: ``sliding_window``, or every
+        position (None) in a full layer of ``layer_types``; None for a layer outside the decoder."""
+        if self.layer_types is not None and layer is not None and self.layer_types[layer] == "full":
+            return None
+        return self.sliding_window
+
+    def local(self, layer: int | None) -> bool:
+        """Whether decoder layer ``layer`` turns its queries and keys by ``local_rope_theta`` (a
+        sliding layer of ``layer_types``, when the local base is given), unscaled as Gemma 3's."""
+        return (
+            self.local_rope_theta is not None and layer is not None and self.layer_types[layer] == "sliding"
+        )
+
+    def theta(self, layer: int | None) -> float:
+        """Rotary's base in decoder layer ``layer``: ``local_rope_theta`` in a local one, else rope_theta."""
+        return self.local_rope_theta if self.local(layer) else self.rope_theta  # type: ignore[return-value]
+
+    @property
+    def score_divisor(self) -> float | None:
+        """The number whose square root divides the scores (``score_scale``): d_k, the number
+        given, or None when they are not divided."""
+        if self.score_scale == "none":
+            return None
+        return float(self.d_k) if self.score_scale == "d_k" else float(self.score_scale)
 
     @property
     def d_k(self) -> int:

@@ -19,6 +19,9 @@ the description here, and nowhere else:
 - ``tie_embeddings``: one table E for both embeddings and the output layer (W = Eᵀ).
 - ``experts``: a sparse layer (``ModelConfig.sparse``) has the stage ``experts`` (a router and its
   experts, Mixtral) where the others have ``feed-forward``.
+- ``layer_types``: each decoder layer's masked attention is drawn on the map as ``sliding`` or
+  ``full``, the kind of layer it is (Gemma 2 and 3); ``logit_softcap``: the output layer as
+  ``linear+cap``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,12 @@ def stage_id(side: str, name: str, layer: int | None = None) -> str:
 def side_of(stage_id: str) -> str:
     """The side a stage belongs to: ``encoder``, ``decoder`` or ``output`` (the first part of its id)."""
     return stage_id.split(".", 1)[0]
+
+
+def layer_of(stage_id: str) -> int | None:
+    """The layer a stage belongs to (``decoder.3.masked-attention``: 3), or None outside the layers."""
+    parts = stage_id.split(".")
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
 
 
 def stacks(m: ModelConfig) -> tuple[str, ...]:
@@ -187,7 +196,10 @@ def layer(side: str, i: int, m: ModelConfig) -> list[Block]:
         reads = [("X", x if norm is None else norm.id)]
         if sub.keys == MEMORY:
             reads.append(("memory", stack_output(ENCODER, m)))
-        own = Place(stage_id(side, sub.kind, i), sub.kind, sub.box, side, i, tuple(reads), sub)
+        box = sub.box
+        if sub.causal and m.layer_types is not None:  # the map says which kind of layer it is
+            box = m.layer_types[i]  # "sliding" or "full"
+        own = Place(stage_id(side, sub.kind, i), sub.kind, box, side, i, tuple(reads), sub)
         kind, box = ("residual", "+") if norm else ("add-norm", "+norm")
         after = Place(c.after, kind, box, side, i, (("X", x), ("sublayer", own.id)))
         blocks.append(Block(norm, own, after))
@@ -212,7 +224,7 @@ def head(m: ModelConfig) -> list[Place]:
     places = []
     if m.output_transform:
         places.append(below := _on_top(below, OUTPUT, "transform", "transform"))
-    logits = _on_top(below, OUTPUT, "logits", "linear")
+    logits = _on_top(below, OUTPUT, "logits", "linear" if m.logit_softcap is None else "linear+cap")
     softmax = Place(stage_id(OUTPUT, "probabilities"), "probabilities", "softmax", OUTPUT, None,
                     (("logits", logits.id),))  # fmt: skip
     return [*places, logits, softmax]

@@ -38,6 +38,14 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e
 
 
+def softcap(x: np.ndarray, c: float) -> np.ndarray:
+    """c·tanh(x / c): x kept within ±c, smoothly (Gemma 2's soft cap of scores and logits).
+
+    Near 0 it is x itself (tanh(t) ≈ t); far from 0 it flattens towards ±c, so no score or logit
+    can run away. Computed as transformers writes it: divide, tanh, multiply."""
+    return np.tanh(x / c) * c
+
+
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
     """LayerNorm(x) = gamma ⊙ (x - mean) / sqrt(var + eps) + beta, per row; x: (n, d) -> (n, d).
 
@@ -375,6 +383,13 @@ def linear_backward(
 def softmax_backward(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
     """y = softmax(x) row-wise  =>  dx = y ⊙ (dy − Σ_j dy_j·y_j). A weight of 0 passes no gradient."""
     return y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
+
+
+def softcap_backward(dy: np.ndarray, y: np.ndarray, c: float) -> np.ndarray:
+    """y = c·tanh(x / c)  =>  dx = dy·(1 − tanh²(x / c)) = dy·(1 − (y / c)²): the slope is 1 at 0 and
+    falls towards 0 as y nears ±c."""
+    t = y / c
+    return dy * (1 - t * t)
 
 
 def layer_norm_backward(

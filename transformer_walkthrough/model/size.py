@@ -69,8 +69,9 @@ def recorded(place: Place, m: ModelConfig, sizes: Sizes, rows: Rows) -> list[Sha
     if kind == "transform":  # X, dense, hidden, output
         return [*params, *[(n, d)] * 4]
     flat = m.output_head == "flatten"  # the output layer reads one row of every position's numbers
-    if kind == "logits":  # X (and flattened), logits
-        return [*params, (n, d), *([(1, n * d), (1, v)] if flat else [(n, v)])]
+    if kind == "logits":  # X (and flattened), logits (and uncapped, before the soft cap)
+        capped = 1 + (m.logit_softcap is not None)
+        return [*params, (n, d), *([(1, n * d), *[(1, v)] * capped] if flat else [(n, v)] * capped)]
     if kind == "probabilities":  # logits, probabilities
         return [(1 if flat else n, v)] * 2
     assert place.sublayer is not None and place.sublayer.keys is not None, kind  # attention
@@ -106,8 +107,11 @@ def _attention(place: Place, m: ModelConfig, specs: dict[str, Spec], rows: Rows)
     shapes += [(k, d)] if cross else []  # memory
     shapes += [(n, k)] if causal else []  # M
     shapes += [(n, d_k)] * 2 if rotated else []  # cos, sin
-    per_query = [(n, d_k), (n, k), (n, k), (n, d_k)] + [(n, k)] * causal + [(n, d_k)] * rotated  # Q S A O
-    per_key = [(k, d_k)] * (2 + rotated)  # K, V (and rot_K)
+    normed, capped = bool(m.qk_norm), m.attention_softcap is not None  # norm_Q, norm_K; cap_S
+    per_query = (
+        [(n, d_k), (n, k), (n, k), (n, d_k)] + [(n, k)] * (causal + capped) + [(n, d_k)] * (rotated + normed)
+    )
+    per_key = [(k, d_k)] * (2 + rotated + normed)  # K, V (and rot_K, norm_K)
     return shapes + per_query * h + per_key * g
 
 

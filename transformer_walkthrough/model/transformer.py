@@ -86,11 +86,11 @@ def layer(s: Stack, i: int, x: np.ndarray, memory: np.ndarray | None) -> np.ndar
         if not how.causal:
             return lambda stage, x: K.attend(stage, w, x, tokens, m)
         cache = None if s.cache is None else s.cache.layer(i)
-        window = m.sliding_window
+        window = m.window(i)  # sliding_window, or none in a full layer of layer_types
         mask = F.causal_mask(len(tokens), x.dtype, s.start, window)
         if s.cache is not None and len(tokens) == 1 and (window is None or s.start < window):
             mask = None  # one new token sees every cached one (all within its window): no mask
-        return lambda stage, x: K.attend(stage, w, x, tokens, m, mask=mask, cache=cache)
+        return lambda stage, x: K.attend(stage, w, x, tokens, m, mask=mask, cache=cache, layer=i)
 
     for block in A.layer(s.side, i, m):
         x = sublayer_connection(s, block, x, sublayer(block.sublayer))

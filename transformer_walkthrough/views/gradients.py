@@ -48,11 +48,15 @@ def _rule(c: Cell, trace: Trace, grads: Backward, g: dict[str, np.ndarray], valu
     m = c.matrix
     if base == "logits" and stage.kind in ("logits", "probabilities"):
         return _loss(c, trace)
-    if m.base in ("S", "S+M") and m.head is not None:
-        return _softmax(c, g)
     model = trace.config.model
+    if m.base == "S" and m.head is not None and stage.has("cap_S", m.head):  # through the soft cap
+        return _softcap(c, g, _of(stage, "cap_S", m.head), model.attention_softcap)
+    if m.base in ("S", "cap_S", "S+M") and m.head is not None:
+        return _softmax(c, g)
+    if stage.kind == "logits" and base == "uncapped":
+        return _softcap(c, g, "logits", model.logit_softcap)
     if stage.kind == "logits" and base in ("X", "W"):
-        return _linear(c, "logits", "W", "X", g, model.output_bias)
+        return _linear(c, "uncapped" if "uncapped" in stage else "logits", "W", "X", g, model.output_bias)
     if stage.kind.endswith("attention") and base == "concat":
         return _linear(c, "output", "W_O", "concat", g, model.attention_bias)
     if stage.kind.endswith("attention") and m.base == "A" and m.head is not None:
@@ -108,7 +112,8 @@ def _softmax(c: Cell, g: dict[str, np.ndarray]) -> list[str]:
     dot = float(np.dot(A, dA))
     dS = float(A[c.j]) * (float(dA[c.j]) - dot)
     d = f"{PREFIX}{a_name}"
-    of = c.name if c.matrix.base == "S+M" or not c.stage.has("S+M", c.matrix.head) else f"{c.name}+M"
+    head = c.matrix.head
+    of = c.name if c.matrix.base == "S+M" or not c.stage.has("S+M", head) else _of(c.stage, "S+M", head)
     constant = f" (M is a constant: {PREFIX}{c.name} = {PREFIX}{of})" if of != c.name else ""
     return [
         f"{a_name} = softmax of each row of {of}{constant}: "
@@ -116,6 +121,18 @@ def _softmax(c: Cell, g: dict[str, np.ndarray]) -> list[str]:
         f"  Σ_k {a_name}[{c.i}, k]·{d}[{c.i}, k] = {c.sum_of(terms)} = {c.f(dot)}",
         f"  {PREFIX}{c.name}[{c.i}, {c.j}] = {c.operand(float(A[c.j]))}·({c.f(float(dA[c.j]))} − "
         f"{c.operand(dot)}) = {c.f(dS)}",
+    ]
+
+
+def _softcap(c: Cell, g: dict[str, np.ndarray], capped: str, cap: float) -> list[str]:
+    """Y = c·tanh(X / c): dX = dY·(1 − tanh²(X / c)) = dY·(1 − (Y / c)²) (``softcap_backward``)."""
+    y, dy = float(c.stage[capped][c.i, c.j]), float(g[capped][c.i, c.j])
+    slope = 1 - (y / cap) ** 2
+    rule = f"{PREFIX}{c.name} = {PREFIX}{capped}·(1 − ({capped} / {cap:g})²)"
+    return [
+        f"{capped} = {cap:g}·tanh({c.name} / {cap:g}), so {rule}",
+        f"  {PREFIX}{c.name}[{c.i}, {c.j}] = {c.f(dy)}·(1 − ({c.f(y)} / {cap:g})²) "
+        f"= {c.operand(dy)}·{c.f(slope)} = {c.f(dy * slope)}",
     ]
 
 

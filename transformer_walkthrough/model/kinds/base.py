@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
+from ..architecture import layer_of
+
 if TYPE_CHECKING:
     from ...config import ModelConfig
     from ..cell import Cell
@@ -151,6 +153,9 @@ class Kind:
     groups: Mapping[str, str] = field(default_factory=dict)  # base -> the row it shares per head
     tex: Mapping[str, str] = field(default_factory=dict)  # base -> its LaTeX symbol; {h}: the head
     article: str = ""  # where the article says otherwise: said on the article's toy, not on a checkpoint
+    # what a stage of this kind in layer N says of that layer alone (its type in ``layer_types``): a
+    # few words for its title and a sentence for its explanation; ("", "") for nothing more
+    layered: Callable[[ModelConfig, int], tuple[str, str]] | None = None
 
     def open(
         self, trace: object, stage_id: str, m: ModelConfig, inputs: Sequence[tuple[str, str]] = ()
@@ -162,6 +167,12 @@ class Kind:
         if self.article and not getattr(trace.config, "checkpoint", ""):  # type: ignore[attr-defined]
             explanation = f"{explanation} {self.article}"
         said = _said(self.formula, m)
+        layer = layer_of(stage_id)
+        if self.layered is not None and layer is not None:
+            words, sentence = self.layered(m, layer)
+            title, explanation = (
+                (f"{title} ({words})", f"{explanation} {sentence}") if words else (title, explanation)
+            )
         return trace.stage(stage_id, self.id, title, explanation, said, inputs)  # type: ignore[attr-defined]
 
 

@@ -144,8 +144,11 @@ def where_from(c: Cell) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def frequency_by_hand(m: ModelConfig, i: int) -> tuple[float, str]:
-    """θ_i of pair i with ``math``, and how it was scaled (the words of ``explain``)."""
+def frequency_by_hand(m: ModelConfig, i: int, layer: int | None = None) -> tuple[float, str]:
+    """θ_i of pair i in decoder layer ``layer`` with ``math``, and how it was scaled (the words of
+    ``explain``): a local layer's (``local_rope_theta``) never is."""
+    if m.local(layer):
+        return m.theta(layer) ** (-2 * i / m.d_k), ""
     theta = m.rope_theta ** (-2 * i / m.d_k)
     if m.rope_scaling == "linear":
         return theta / m.rope_factor, f"divided by rope_factor {m.rope_factor:g} (linear scaling)"
@@ -172,10 +175,10 @@ def frequency_by_hand(m: ModelConfig, i: int) -> tuple[float, str]:
     return theta, ""
 
 
-def rotary_by_hand(n: int, m: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
+def rotary_by_hand(n: int, m: ModelConfig, layer: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin of pos·θ_i (``frequency_by_hand``), column i and i + d_k/2 alike, with ``math``."""
     half = m.d_k // 2
-    thetas = [frequency_by_hand(m, i)[0] for i in range(half)]
+    thetas = [frequency_by_hand(m, i, layer)[0] for i in range(half)]
     angles = [[pos * thetas[j % half] for j in range(m.d_k)] for pos in range(n)]
     return (np.array([[math.cos(a) for a in row] for row in angles]),
             np.array([[math.sin(a) for a in row] for row in angles]))  # fmt: skip
@@ -192,3 +195,22 @@ def rotate_by_hand(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarra
             partner, sign = (j + half, -1.0) if j < half else (j - half, 1.0)
             out[p, j] = x[p, j] * cos[p, j] + sign * x[p, partner] * sin[p, j]
     return out
+
+
+def softcap_by_hand(x: np.ndarray, cap: float) -> np.ndarray:
+    """c·tanh(x / c) of every entry, one at a time with ``math.tanh``."""
+    return np.array([[cap * math.tanh(v / cap) for v in row] for row in np.atleast_2d(x).tolist()])
+
+
+def softcap_lines(c: Cell, source: str, x: float, cap: float, what: str) -> list[str]:
+    """A soft-capped cell written out: c·tanh(x / c) with its numbers, and what the cap did."""
+    t = x / cap
+    squeezed = x - c.value
+    return [
+        f"{c.name} = {cap:g}·tanh({source} / {cap:g}): the {what} {source}[{c.i}, {c.j}] soft-capped at ±{cap:g}",
+        f"  {source}[{c.i}, {c.j}] / {cap:g} = {c.f(x)} / {cap:g} = {c.f(t)}",
+        f"  tanh({c.f(t)}) = {c.f(math.tanh(t))}",
+        f"  × {cap:g} = {c.f(c.value)}",
+        f"  (the cap took {c.f(abs(squeezed))} off: {100 * abs(squeezed) / abs(x) if x else 0:.2g}% of the {what}; "
+        "tanh(t) ≈ t − t³/3 near 0, so small values pass almost unchanged and large ones bend below the cap)",
+    ]

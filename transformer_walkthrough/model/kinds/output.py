@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import functional as F
-from ..formula import Formula, call, formula, line, note, sym, word
+from ..formula import Formula, call, formula, line, note, num, sym, word
 from ..trace import PROBABILITIES, Stage, dims
 from .base import Arrays, Grads, Kind, Sizes, Spec, Step, col, linear_step, named, one, row, step
 from .feed_forward import activation_by_hand, activation_formula, activation_lines
-from .hand import Check, gap, linear, mm, softmax_cell, softmax_rows
+from .hand import Check, gap, linear, mm, softcap_by_hand, softcap_lines, softmax_cell, softmax_rows
 from .norms import NORM_TEX, norm_of, norm_step, normalize, normalize_backward, normalize_by_hand
 
 if TYPE_CHECKING:
@@ -138,13 +138,19 @@ def logits(stage: Stage, w: Weights, y: np.ndarray, tokens: tuple[str, ...], voc
         x, rows, W_rows = y, tokens, D
     W = stage.weight("W", w.take(stage, "W"), W_rows, vocabulary)
     b = stage.weight("b", w.take(stage, "b"), ("b",), vocabulary).ravel() if m.output_bias else None
-    return stage.out("logits", F.linear(x, W, b), rows, vocabulary)
+    if m.logit_softcap is None:
+        return stage.out("logits", F.linear(x, W, b), rows, vocabulary)
+    uncapped = stage.rec("uncapped", F.linear(x, W, b), rows, vocabulary)  # before Gemma 2's cap
+    return stage.out("logits", F.softcap(uncapped, m.logit_softcap), rows, vocabulary)
 
 
 def logits_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
     x = stage.get("flattened", stage["X"])
+    d_logits = d_out
+    if "uncapped" in stage:  # through the soft cap first
+        d_out = F.softcap_backward(d_out, stage["logits"], m.logit_softcap)
     dx, dW, db = F.linear_backward(d_out, x, p["W"])
-    grads = {"X": dx.reshape(stage["X"].shape), "W": dW, "b": db[None], "logits": d_out}
+    grads = {"X": dx.reshape(stage["X"].shape), "W": dW, "b": db[None], "logits": d_logits, "uncapped": d_out}
     if "flattened" in stage:
         grads["flattened"] = dx
     return Grads(
@@ -156,7 +162,15 @@ def logits_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     x = stage["flattened"] if "flattened" in stage else stage["X"]
     scores = mm(x, stage["W"]) + stage.get("b", 0)
     what = "logits equal X·W + b" if "b" in stage else "logits equal X·W"
-    checks = [Check(stage.id, what, gap(stage["logits"], scores))]
+    if "uncapped" in stage:
+        c = m.logit_softcap
+        checks = [
+            Check(stage.id, what.replace("logits", "uncapped"), gap(stage["uncapped"], scores)),
+            Check(stage.id, f"logits equal {c:g}·tanh(uncapped / {c:g})",
+                  gap(stage["logits"], softcap_by_hand(scores, c))),
+        ]  # fmt: skip
+    else:
+        checks = [Check(stage.id, what, gap(stage["logits"], scores))]
     if m.tie_embeddings:
         E = next(s for s in trace if s.kind == "embedding")["E"]
         checks.append(Check(stage.id, "W equals Eᵀ (tied to the embedding)", gap(stage["W"], E.T)))
@@ -165,18 +179,27 @@ def logits_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
 
 def _logits_formula(m: ModelConfig) -> Formula:
     b = ["+", "b"] if m.output_bias else []
+    out = "logits" if m.logit_softcap is None else "uncapped"  # the product, before the soft cap
     tied = [note("(", sym("W"), " = ", sym("E", sup="T"), ": the embedding table, transposed — tied)")]
     tied = tied if m.tie_embeddings else []
+    cap = []
+    if m.logit_softcap is not None:
+        c = num(f"{m.logit_softcap:g}")
+        cap = [
+            line("logits", "=", c, "·", call("tanh", ["uncapped", "/", c])),
+            note("(soft cap, Gemma 2: every logit kept within ±", c, "; a small one nearly unchanged)"),
+        ]
     if m.output_head == "flatten":
         return formula(
             line("flattened", "=", "X", word(" as one row")),
-            line("logits", "=", "flattened", "·", "W", *b),
+            line(out, "=", "flattened", "·", "W", *b),
+            *cap,
             *tied,
             # one logical line: the terminal wraps it at its width, under its own indent
             note("(the article's leak: one row of all positions, so the prediction sees the future "
                  "tokens, the very words it should predict; the paper's head reads each position alone)"),
         )  # fmt: skip
-    return formula(line("logits", "=", "X", "·", "W", *b), *tied)
+    return formula(line(out, "=", "X", "·", "W", *b), *cap, *tied)
 
 
 def explain_flattened(c: Cell, trace: Trace) -> list[str]:
@@ -188,9 +211,12 @@ def explain_flattened(c: Cell, trace: Trace) -> list[str]:
 
 
 def explain_logit(c: Cell, trace: Trace) -> list[str]:
+    if c.name == "logits" and "uncapped" in c.stage:
+        uncapped = float(c.stage["uncapped"][c.i, c.j])
+        return softcap_lines(c, "uncapped", uncapped, trace.config.model.logit_softcap, "logit")
     x = c.stage["flattened"] if "flattened" in c.stage else c.stage["X"]
     return linear(
-        c, f"logits = X·W + b: how much position {c.i} ({c.row}) speaks for the word {c.col!r}",
+        c, f"{c.name} = X·W + b: how much position {c.i} ({c.row}) speaks for the word {c.col!r}",
         x[c.i], c.stage["W"][:, c.j], "b",
     )  # fmt: skip
 
@@ -201,6 +227,8 @@ def flattened_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Ste
 
 
 def logits_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+    if name == "logits" and "uncapped" in stage:
+        return step("softcap", one("uncapped", i, j))
     x = named(stage, "flattened") or "X"
     return step("dot", row(stage, x, i), col(stage, "W", j), one(named(stage, "b"), 0, j))
 
@@ -214,21 +242,30 @@ LOGITS = Kind(
     "logits",
     "output linear layer",
     lambda m: (
-        "One linear layer turns all the decoder positions' vectors, laid end to end as one row, into "
-        "one score (logit) for every word of the vocabulary."
-        if m.output_head == "flatten"
-        else "One linear layer turns each position's vector into a score (logit) for every word of "
-        "the vocabulary: at a blank ([MASK]), for the word hidden there."
-        if m.encoder_only
-        else "One linear layer turns each decoder position's vector into a score (logit) for every "
-        "word of the vocabulary."
+        (
+            "One linear layer turns all the decoder positions' vectors, laid end to end as one row, into "
+            "one score (logit) for every word of the vocabulary."
+            if m.output_head == "flatten"
+            else "One linear layer turns each position's vector into a score (logit) for every word of "
+            "the vocabulary: at a blank ([MASK]), for the word hidden there."
+            if m.encoder_only
+            else "One linear layer turns each decoder position's vector into a score (logit) for every "
+            "word of the vocabulary."
+        )
+        + (
+            ""
+            if m.logit_softcap is None
+            else f" Then each logit is soft-capped at ±{m.logit_softcap:g} (Gemma 2): "
+            f"{m.logit_softcap:g}·tanh(uncapped / {m.logit_softcap:g}) keeps a small one and bends a large one "
+            "below the cap, so no word's probability can be pushed to certainty by one huge logit."
+        )
     ),
     _logits_formula,
     logits_backward,
     logits_second,
-    {"flattened": explain_flattened, "logits": explain_logit},
+    {"flattened": explain_flattened, "uncapped": explain_logit, "logits": explain_logit},
     params=_logits_params,
-    steps={"flattened": flattened_step, "logits": logits_step},
+    steps={"flattened": flattened_step, "uncapped": logits_step, "logits": logits_step},
 )
 
 

@@ -41,7 +41,7 @@ _TEX_OPS = {"·": r"\,", "⊙": r" \odot ", "…": r"\ldots", "−": " - ", "-":
 
 
 def tex_name(name: str) -> str:
-    """A symbol's name as LaTeX: W_Q as W^{Q}, rot_Q as \\tilde{Q}, gamma as \\gamma, d_k as d_k, a
+    """A symbol's name as LaTeX: W_Q as W^{Q}, rot_Q as \\tilde{Q}, cap_S as \\bar{S}, gamma as \\gamma, d_k as d_k, a
     longer word upright (\\mathrm{concat})."""
     stem, _, rest = name.partition("_")
     if stem in ("W", "b") and rest:
@@ -50,6 +50,8 @@ def tex_name(name: str) -> str:
         return rf"\tilde{{{tex_name(rest)}}}"
     if stem == "norm" and rest:
         return rf"\hat{{{tex_name(rest)}}}"
+    if stem == "cap" and rest:  # soft-capped: cap_S as \bar{S}
+        return rf"\bar{{{tex_name(rest)}}}"
     if stem in _GREEK:
         return rf"\{stem}" + (f"^{{{rest}}}" if rest else "")
     if stem == "eps":
@@ -152,8 +154,8 @@ def _mathml_name(name: str) -> str:
     stem, _, rest = name.partition("_")
     if stem in ("W", "b") and rest:
         return f"<msup>{_mi(stem)}{_mi(rest)}</msup>"
-    if stem in ("rot", "norm") and rest:
-        accent = "~" if stem == "rot" else "^"
+    if stem in ("rot", "norm", "cap") and rest:
+        accent = {"rot": "~", "norm": "^", "cap": "¯"}[stem]
         return f'<mover accent="true">{_mathml_name(rest)}<mo>{accent}</mo></mover>'
     if stem in _MATHML_NAMES:
         symbol = _mi(_MATHML_NAMES[stem])

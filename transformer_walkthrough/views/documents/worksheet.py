@@ -56,6 +56,7 @@ STEP_KINDS = {
     "rotation": "a rotary turn of a query or key",
     "activation": "the feed-forward's activation",
     "sinusoid": "a positional sinusoid",
+    "softcap": "a soft cap c·tanh(x / c) of a score or a logit",
     "sum": "a single addition (a residual, the positions, the mask)",
     "lookup": "a row of the embedding table",
     "copy": "a cell copied from another matrix (concat, flattened)",

@@ -1,6 +1,6 @@
 """Multi-head attention, self, masked self and cross: a recipe of pieces, each owning itself.
 
-    attention = project → [qk-norm] → [rotate] → scores → [mask] → softmax → weigh → concat → project-out
+    attention = project → [qk-norm] → [rotate] → scores → [softcap] → [mask] → softmax → weigh → concat → project-out
 
 A piece (``Piece``) is one step inside the stage. It owns everything about itself: its parameters,
 its forward (reading and writing the ``Flow`` that passes through the recipe), the matrices it
@@ -15,7 +15,7 @@ before (``turned_from``), both found by the recipe's order, not by spelling.
 
     flow     what a piece is (``Piece``), what passes through forward (``Flow``) and back (``Back``)
     pieces   project, qk-norm, rotate, scores, and ``PIECES``: the recipe's order
-    mixing   mask, softmax, weigh, concat, project-out: from the scores to the output
+    mixing   softcap, mask, softmax, weigh, concat, project-out: from the scores to the output
     here     the kind: the recipe run and recorded (``attend``), differentiated, checked by hand
 """
 
@@ -45,11 +45,13 @@ if TYPE_CHECKING:
 
 
 def attention(m: ModelConfig, x: np.ndarray, p: Arrays, memory: np.ndarray | None = None,
-              mask: np.ndarray | None = None, cache: Any = None) -> Flow:  # fmt: skip
+              mask: np.ndarray | None = None, cache: Any = None, layer: int | None = None) -> Flow:  # fmt: skip
     """Multi-head attention as a pure function: the recipe's pieces run in turn on x (queries) and
     memory (keys and values; x itself when None), with the parameters ``p`` by local name (W_QKV,
     W_O, …). Returns everything the pieces computed (``Flow``); nothing is recorded."""
-    f = Flow(m, x, x if memory is None else memory, p, mask, cache, 0 if cache is None else cache.cache.rows)
+    f = Flow(
+        m, x, x if memory is None else memory, p, mask, cache, 0 if cache is None else cache.cache.rows, layer
+    )
     for piece in recipe(m, At(memory is not None, mask is not None)):
         piece.forward(f)
     return f
@@ -66,7 +68,7 @@ def attention_grads(f: Flow, d_output: np.ndarray) -> Back:
 
 def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m: ModelConfig,
            memory: np.ndarray | None = None, kv_tokens: tuple[str, ...] = (),
-           mask: np.ndarray | None = None, cache: Any = None) -> np.ndarray:  # fmt: skip
+           mask: np.ndarray | None = None, cache: Any = None, layer: int | None = None) -> np.ndarray:  # fmt: skip
     """Multi-head attention with queries from x and keys/values from memory (x itself when None):
     MultiHead = Concat(head_1, …, head_h)·W_O, head_i = Attention(X·W_Qi, memory·W_Ki, memory·W_Vi).
 
@@ -76,7 +78,7 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
     """
     pieces = recipe(m, At(memory is not None, mask is not None))
     p = {local: w.take(stage, local) for piece in pieces for local in piece.params(m)}
-    f = attention(m, x, p, memory, mask, cache)
+    f = attention(m, x, p, memory, mask, cache, layer)
     if cache is not None:
         cache.note(f)
     if not stage.records:  # nothing is kept: skip the per-head views, made only to be shown
@@ -189,12 +191,36 @@ def _merged(attribute: str) -> dict[str, Any]:
     return {key: value for piece in PIECES for key, value in getattr(piece, attribute).items()}
 
 
+def _layer_type(m: ModelConfig, layer: int) -> tuple[str, str]:
+    """What a decoder layer's masked attention is under ``layer_types``: sliding (a band of
+    sliding_window positions, its rotary base local_rope_theta) or full (everything before it)."""
+    if m.layer_types is None:
+        return "", ""
+    base = f"{m.theta(layer):.15g}"  # 1000000, not 1e+06
+    theta = f", θ {base}" if m.local_rope_theta is not None else ""
+    turned = (
+        f" Its queries and keys turn by the rotary base {base} ({'local_rope_theta' if m.local(layer) else 'rope_theta'})."
+        if m.local_rope_theta is not None else ""
+    )  # fmt: skip
+    if m.layer_types[layer] == "sliding":
+        w = m.sliding_window
+        return f"sliding: window {w}{theta}", (
+            f"Layer {layer} is a sliding layer (layer_types): each position sees itself and the {w - 1} "
+            f"before it, and M shows the band.{turned}"
+        )
+    return (
+        f"full{theta}",
+        f"Layer {layer} is a full layer (layer_types): each position sees every earlier one.{turned}",
+    )
+
+
 def _kind(id: str, title: str, explanation: str, cross: bool = False, article: str = "") -> Kind:
     at = At(cross, id == "masked-attention")
     return Kind(
         id, title, _explanation(explanation, at), _formula(at), attention_backward,
         attention_second, {**_merged("explain"), "memory": explain_memory}, params=_params,
         steps=_merged("steps"), groups=_merged("groups"), tex=_merged("tex"), article=article,
+        layered=_layer_type if at.masked else None,
     )  # fmt: skip
 
 

@@ -47,8 +47,11 @@ def readers(m: ModelConfig, group: int) -> list[int]:
     return list(range((group - 1) * share + 1, group * share + 1))
 
 
-def rope(m: ModelConfig) -> F.RopeScaling:
-    """The config's rotary frequencies, as ``functional.rotary`` takes them."""
+def rope(m: ModelConfig, layer: int | None = None) -> F.RopeScaling:
+    """The config's rotary frequencies in decoder layer ``layer``, as ``functional.rotary`` takes
+    them: a local layer's (``local_rope_theta``, unscaled, Gemma 3's sliding layers), or the model's."""
+    if m.local(layer):
+        return F.RopeScaling(m.theta(layer))
     return F.RopeScaling(
         m.rope_theta, m.rope_scaling, m.rope_factor, m.rope_low_freq_factor,
         m.rope_high_freq_factor, m.rope_original_max_positions,
@@ -84,6 +87,7 @@ class Flow:
     mask: np.ndarray | None = None  # (n_q, n_k) of 0 and −∞
     cache: Any = None  # a layer's key/value cache (``generation.LayerCache``): keys join it before the scores
     start: int = 0  # the position of x's first row
+    layer: int | None = None  # the decoder layer (its layer type, its rotary base); None elsewhere
     Q: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     K: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     V: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]

@@ -1,4 +1,4 @@
-"""From the scores to the output: the mask, softmax, the weighted sum of the values, the heads side by
+"""From the scores to the output: the soft cap, the mask, softmax, the weighted sum of the values, the heads side by
 side and the output projection. These pieces read no name that another piece makes."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import numpy as np
 
 from ... import formula as Fm
 from ... import functional as F
-from ...formula import Line, Note, line, sym
+from ...architecture import layer_of
+from ...formula import Line, Note, line, note, sym
 from ...trace import ATTENTION, Stage, dims, head_dims, matrix_name
 from ..base import Spec, Step, StepOf, col, named, one, row, step
 from ..hand import (
@@ -20,6 +21,8 @@ from ..hand import (
     gap,
     linear,
     mm,
+    softcap_by_hand,
+    softcap_lines,
     softmax_cell,
     softmax_rows,
 )
@@ -29,6 +32,70 @@ if TYPE_CHECKING:
     from ...cell import Cell
     from ...trace import Trace
 from .flow import At, Back, ByHand, Explainer, Flow, Labels, Piece, heads_letter, kv_head
+
+# ---------------------------------------------------------------------------------------------
+# softcap: cap_S_h = c·tanh(S_h / c) (Gemma 2's attn_logit_softcapping)
+# ---------------------------------------------------------------------------------------------
+
+
+class Softcap(Piece):
+    """The scores' soft cap, c·tanh(S_h / c): after the scaling, before the mask (as Gemma 2's eager
+    attention), so no score goes beyond ±c. A score near 0 stays itself (tanh(t) ≈ t); a large one
+    is squeezed towards c, and softmax can no longer give one key nearly all the weight."""
+
+    name = "softcap"
+    groups: ClassVar[Mapping[str, str]] = {"cap_S": "attention"}
+    tex: ClassVar[Mapping[str, str]] = {"cap_S": r"\bar{{S}}_{{{h}}}"}
+
+    def on(self, m: ModelConfig, at: At) -> bool:
+        return m.attention_softcap is not None
+
+    def said(self, m: ModelConfig, at: At) -> str:
+        c = f"{m.attention_softcap:g}"
+        return (
+            f" The scores are soft-capped at ±{c} (Gemma 2): cap_S = {c}·tanh(S / {c}) leaves a small "
+            f"score as it is and bends a large one below {c}, so no single key can take all the weight."
+        )
+
+    def forward(self, f: Flow) -> None:
+        f.S = F.softcap(f.S, f.m.attention_softcap)
+
+    def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
+        stage.rec("cap_S", f.S[h - 1], q, kv, head=h)
+
+    def backward(self, f: Flow, d: Back) -> None:
+        d.per_head["cap_S"] = d.S
+        d.S = F.softcap_backward(d.S, f.S, f.m.attention_softcap)  # f.S: the capped scores
+
+    def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
+        b.s = softcap_by_hand(b.s, m.attention_softcap)
+        b.checked.append(("cap_S", gap(stage.of("cap_S", b.h), b.s)))
+
+    def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
+        c = Fm.num(f"{m.attention_softcap:g}")
+        return [
+            line(sym("cap_S", "h"), "=", c, "·", Fm.call("tanh", [sym("S", "h"), "/", c])),
+            note("(soft cap, Gemma 2: every score kept within ±", c, "; a small one nearly unchanged)", beside=True),
+        ]  # fmt: skip
+
+    @staticmethod
+    def explain_capped(c: Cell, trace: Trace) -> list[str]:
+        h, cap = c.matrix.head, trace.config.model.attention_softcap
+        return softcap_lines(c, f"S{h}", float(c.stage.of("S", h)[c.i, c.j]), cap, "score")
+
+    explain: ClassVar[Mapping[str, Explainer]] = {"cap_S": explain_capped}
+
+    @staticmethod
+    def capped_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
+        return step("softcap", one(named(stage, "S", stage.matrices[name].head), i, j))
+
+    steps: ClassVar[Mapping[str, StepOf]] = {"cap_S": capped_step}
+
+
+def scored(stage: Stage, head: int) -> str:
+    """The name of head ``head``'s scores as the mask and softmax read them: soft-capped (cap_S1) or not (S1)."""
+    return next(n for n in (named(stage, "cap_S", head), named(stage, "S", head)) if n is not None)
+
 
 # ---------------------------------------------------------------------------------------------
 # mask: S_h + M, M of 0 and −∞ (the decoder's causal mask, a sliding window)
@@ -50,6 +117,12 @@ class Mask(Piece):
         if m.sliding_window is None:
             return ""
         w = m.sliding_window
+        if m.layer_types is not None:
+            return (
+                f" Layers are sliding or full (layer_types, as Gemma 2 and 3): in a sliding layer M is −∞ "
+                f"also more than {w - 1} positions back (each position sees itself and the {w - 1} before "
+                "it: a band); a full layer sees every earlier position."
+            )
         return (
             f" With a sliding window of {w} (Mistral), M is −∞ also more than {w - 1} positions back: "
             f"each position sees itself and the {w - 1} before it (a band, when the text is longer "
@@ -67,7 +140,7 @@ class Mask(Piece):
         d.M = d.S.sum(axis=0)  # M is added to every head's scores: it collects each head's
 
     def before(self, stage: Stage, m: ModelConfig) -> list[Check]:
-        n, window = len(stage["X"]), m.sliding_window or len(stage["X"])
+        n, window = len(stage["X"]), m.window(layer_of(stage.id)) or len(stage["X"])
         mask = np.array([[0.0 if i - window < j <= i else -math.inf for j in range(n)] for i in range(n)])
         seen = "on and below the diagonal" if window >= n else f"in the band of the last {window} positions"
         return [Check(stage.id, f"M is 0 {seen}, −∞ elsewhere", gap(stage["M"], mask))]
@@ -78,7 +151,7 @@ class Mask(Piece):
 
     @staticmethod
     def explain_mask(c: Cell, trace: Trace) -> list[str]:
-        window = trace.config.model.sliding_window
+        window = trace.config.model.window(layer_of(c.stage.id))
         if window is not None and c.j <= c.i - window:
             return [
                 f"M[{c.i}, {c.j}] = −∞: column {c.j} ({c.col}) is {c.i - c.j} positions before row {c.i} ({c.row}), "
@@ -96,17 +169,17 @@ class Mask(Piece):
 
     @staticmethod
     def explain_masked_scores(c: Cell, trace: Trace) -> list[str]:
-        h = c.matrix.head
-        s, mask = float(c.stage.of("S", h)[c.i, c.j]), float(c.stage["M"][c.i, c.j])
+        source = scored(c.stage, c.matrix.head)
+        s, mask = float(c.stage[source][c.i, c.j]), float(c.stage["M"][c.i, c.j])
         return [
-            f"{c.name}[{c.i}, {c.j}] = S{h}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c.operand(mask)} = {c.f(c.value)}"
+            f"{c.name}[{c.i}, {c.j}] = {source}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c.operand(mask)} = {c.f(c.value)}"
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"M": explain_mask, "S+M": explain_masked_scores}
 
     @staticmethod
     def masked_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
-        return step("sum", one(named(stage, "S", stage.matrices[name].head), i, j), one("M", i, j))
+        return step("sum", one(scored(stage, stage.matrices[name].head), i, j), one("M", i, j))
 
     steps: ClassVar[Mapping[str, StepOf]] = {"S+M": masked_step}
 
@@ -137,21 +210,21 @@ class Softmax(Piece):
         b.checked.append(("A", gap(stage.of("A", b.h), b.a)))
 
     def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
-        s = [sym("S", "h"), "+", sym("M")] if at.masked else [sym("S", "h")]
+        S = sym("cap_S" if m.attention_softcap is not None else "S", "h")
+        s = [S, "+", sym("M")] if at.masked else [S]
         return [line(sym("A", "h"), "=", Fm.call("softmax", s), "    ", Fm.Word("(row-wise)"))]
 
     @staticmethod
     def explain_weights(c: Cell, trace: Trace) -> list[str]:
         h = c.matrix.head
-        base = "S+M" if c.stage.has("S+M", h) else "S"
-        return softmax_cell(c, matrix_name(base, h))
+        return softmax_cell(c, matrix_name("S+M", h) if c.stage.has("S+M", h) else scored(c.stage, h))
 
     explain: ClassVar[Mapping[str, Explainer]] = {"A": explain_weights}
 
     @staticmethod
     def weights_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
         h = stage.matrices[name].head
-        return step("softmax", row(stage, named(stage, "S+M", h) or named(stage, "S", h), i))
+        return step("softmax", row(stage, named(stage, "S+M", h) or scored(stage, h), i))
 
     steps: ClassVar[Mapping[str, StepOf]] = {"A": weights_step}
 
