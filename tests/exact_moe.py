@@ -1,4 +1,4 @@
-"""transformers' mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE) in float64 throughout, for
+"""transformers' mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) in float64 throughout, for
 comparisons at 1e-9 and below.
 
 As ``exact_llama`` does for the Llama family: their RMSNorm, rotary tables and eager softmax
@@ -16,13 +16,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 from transformers.models.mixtral import modeling_mixtral
+from transformers.models.olmoe import modeling_olmoe
 from transformers.models.qwen2_moe import modeling_qwen2_moe
 from transformers.models.qwen3_moe import modeling_qwen3_moe
 
 from . import exact_llama
 
 # Each mixture's modeling module, by the prefix of its classes (MixtralRMSNorm, Qwen2MoeTopKRouter).
-MODULES = {"Mixtral": modeling_mixtral, "Qwen2Moe": modeling_qwen2_moe, "Qwen3Moe": modeling_qwen3_moe}
+MODULES = {
+    "Mixtral": modeling_mixtral, "Qwen2Moe": modeling_qwen2_moe, "Qwen3Moe": modeling_qwen3_moe,
+    "Olmoe": modeling_olmoe,
+}  # fmt: skip
 
 
 def float64(monkeypatch: pytest.MonkeyPatch) -> None:

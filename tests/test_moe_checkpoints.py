@@ -1,6 +1,6 @@
-"""Mixture-of-experts checkpoints (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE) against
-transformers' own models (eager), on the tiny trained checkpoints of ``tests/tiny_moe.py``: token
-ids against ``AutoTokenizer``; every attention weight, every layer's router logits (as
+"""Mixture-of-experts checkpoints (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE, OLMoE)
+against transformers' own models (eager), on the tiny trained checkpoints of ``tests/tiny_moe.py``:
+token ids against ``AutoTokenizer``; every attention weight, every layer's router logits (as
 transformers returns them with ``output_router_logits=True``) and the logits in float64
 (transformers' float32 casts removed, ``exact_moe``) and in float32 as shipped; greedy generation
 against ``generate``; bad input, one line."""
@@ -53,6 +53,8 @@ READ = {
                       d_shared=12, attention_bias="qkv", tie_embeddings=True),
     "qwen3_moe": dict(experts=4, experts_per_token=2, d_expert=6, norm_topk=True, shared_experts=0,
                       qk_norm="head"),
+    "olmoe": dict(experts=4, experts_per_token=2, d_expert=8, norm_topk=False, shared_experts=0,
+                  qk_norm="whole"),
 }  # fmt: skip
 
 
@@ -118,6 +120,7 @@ EXPERT = {
     "mixtral": "model.layers.1.block_sparse_moe.experts.3.w2.weight",
     "qwen2_moe": "model.layers.1.mlp.shared_expert_gate.weight",
     "qwen3_moe": "model.layers.1.mlp.experts.3.down_proj.weight",
+    "olmoe": "model.layers.0.mlp.experts.2.up_proj.weight",
 }
 
 

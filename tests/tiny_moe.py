@@ -6,7 +6,9 @@
   kept as they are (``norm_topk_prob: false``), a shared expert of width 12 behind its sigmoid gate,
   Q/K/V biases, tied embeddings, a Qwen2 style tokenizer;
 - ``qwen3_moe``: ``Qwen3MoeForCausalLM``, 4 experts of width 6, each token to 2, renormalised
-  (``norm_topk_prob: true``), QK-norm, a Qwen2 style tokenizer.
+  (``norm_topk_prob: true``), QK-norm, a Qwen2 style tokenizer;
+- ``olmoe``: ``OlmoeForCausalLM``, 4 experts of width 8, each token to 2, not renormalised, QK-norm
+  over the whole projections (``qk_norm: whole``), a Qwen2 style tokenizer.
 
 Trained for a few steps on ``tiny_llama.CORPUS`` with the end token after each sentence (so that
 greedy decoding of a prompt from the corpus ends), then saved with ``save_pretrained``
@@ -24,7 +26,7 @@ import transformers
 from . import tiny_tokenizers
 from .tiny_llama import CORPUS
 
-MODELS = ("mixtral", "qwen2_moe", "qwen3_moe")
+MODELS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 COMMON = dict(
     hidden_size=16, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
     num_experts_per_tok=2, max_position_embeddings=64, rms_norm_eps=1e-6,
@@ -37,11 +39,14 @@ SPECS = {
                       tie_word_embeddings=True),
     "qwen3_moe": dict(COMMON, intermediate_size=8, moe_intermediate_size=6, num_experts=4,
                       norm_topk_prob=True, tie_word_embeddings=False),
+    "olmoe": dict(COMMON, intermediate_size=8, num_experts=4, norm_topk_prob=False,
+                  tie_word_embeddings=False),
 }  # fmt: skip
 CLASSES = {
     "mixtral": "MixtralForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "olmoe": "OlmoeForCausalLM",
 }
 TRAIN_STEPS = 10
 

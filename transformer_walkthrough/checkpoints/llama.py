@@ -133,6 +133,25 @@ QWEN_MOE_MAP = (
     )),
     NAME_MAP[1],
 )  # fmt: skip
+
+
+def qk_norm_whole(m: Mapping[str, Any]) -> bool:
+    """OLMoE's RMSNorm of the whole query and key projections, every head at once."""
+    return m.get("qk_norm") == "whole"
+
+
+# OLMoE: Llama's attention with QK-norm over the whole projections (q_norm: num_heads·d_k wide,
+# k_norm: num_kv_heads·d_k), and in every layer the router ``mlp.gate`` and experts as Qwen's.
+OLMOE_MAP = (
+    Block(DECODER, prefix="model.layers.{n}.", layers="layers", params=(
+        *QWEN_MOE_MAP[0].params[:4],  # norm-1, W_QKV, b_QKV, (Qwen3's per-head norms: off)
+        Param("masked-attention/gamma_Q", Tensor("self_attn.q_norm.weight", "q"), when=qk_norm_whole),
+        Param("masked-attention/gamma_K", Tensor("self_attn.k_norm.weight", "kv"), when=qk_norm_whole),
+        *(p for p in QWEN_MOE_MAP[0].params[4:] if not p.ours.startswith("experts/shared")
+          and p.ours != "experts/W_shared_gate"),
+    )),
+    NAME_MAP[1],
+)  # fmt: skip
 # The embedding table and the output layer, tied or not: _convert's own lines.
 EMBEDDING, OUTPUT_LAYER = "model.embed_tokens.weight", "lm_head.weight"
 
@@ -237,7 +256,8 @@ def _model(config: dict[str, Any]) -> dict[str, Any]:
         "activation": "silu",
         "ffn_bias": config["mlp_bias"],
         "attention_bias": config["biases"],
-        "qk_norm": "head" if config["model_type"] in ("qwen3", "qwen3_moe") else False,
+        "qk_norm": "head" if config["model_type"] in ("qwen3", "qwen3_moe")
+        else "whole" if config["model_type"] == "olmoe" else False,
         "tie_embeddings": config["tie_word_embeddings"],
         "output_bias": False,
         "scale_embeddings": False,
@@ -255,7 +275,7 @@ def _experts(config: dict[str, Any]) -> dict[str, Any]:
         "norm_topk": config["norm_topk"],
         "router_aux_loss_coef": float(config["router_aux_loss_coef"]),
     }
-    if config["model_type"] == "mixtral":
+    if config["model_type"] in ("mixtral", "olmoe"):  # each expert as wide as intermediate_size
         return moe
     shared = config["model_type"] == "qwen2_moe"
     return {**moe, "expert_d_ff": config["moe_intermediate_size"], "shared_experts": int(shared),
@@ -386,7 +406,7 @@ def read_config(folder: Path) -> dict[str, Any]:
     return config
 
 
-MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 
 
 def _check_experts(config: dict[str, Any], path: Path) -> None:
@@ -399,7 +419,11 @@ def _check_experts(config: dict[str, Any], path: Path) -> None:
     config["norm_topk"] = True if mixtral else config["norm_topk_prob"]
     if type(config["norm_topk"]) is not bool:
         raise CheckpointError(f"{path}: norm_topk_prob is {shown(config['norm_topk'])}, not true or false")
-    if not mixtral:
+    if config["model_type"] == "olmoe" and config["clip_qkv"] is not None:
+        raise CheckpointError(
+            f"{path}: clip_qkv is {shown(config['clip_qkv'])}: clamping Q, K and V is not supported"
+        )
+    if config["model_type"] in ("qwen2_moe", "qwen3_moe"):
         _positive_int(config, "moe_intermediate_size", path)
         if config["model_type"] == "qwen2_moe":
             _positive_int(config, "shared_expert_intermediate_size", path)
@@ -603,4 +627,16 @@ QWEN3_MOE = dataclasses.replace(
               "num_experts_per_tok": 8, "num_experts": 128, "intermediate_size": 6144},
     name_map=QWEN_MOE_MAP,
 )  # fmt: skip
-FAMILIES = (LLAMA, MISTRAL, QWEN2, QWEN3, MIXTRAL, QWEN2_MOE, QWEN3_MOE)
+# OLMoE: QK-norm over the whole projections, 64 experts, 8 a token, their probabilities as they are.
+OLMOE = dataclasses.replace(
+    LLAMA, model_type="olmoe", name="OLMoE", transformers="OlmoeForCausalLM",
+    defaults={
+        **_COMMON_DEFAULTS, "vocab_size": 50304, "hidden_size": 2048, "intermediate_size": 2048,
+        "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": None,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "eos_token_id": 50279, "bos_token_id": None,
+        "pad_token_id": 1, "sliding_window": None, "clip_qkv": None, "num_experts_per_tok": 8,
+        "num_experts": 64, "router_aux_loss_coef": 0.01, "norm_topk_prob": False,
+    },
+    name_map=OLMOE_MAP,
+)  # fmt: skip
+FAMILIES = (LLAMA, MISTRAL, QWEN2, QWEN3, MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE)
