@@ -84,3 +84,13 @@ def bert_family(tmp_path_factory):
     from tests.tiny_bert import build_all
 
     return build_all(tmp_path_factory.mktemp("bert"))
+
+
+@pytest.fixture(scope="session")
+def moe_family(tmp_path_factory):
+    """Tiny trained mixture-of-experts checkpoints (tests/tiny_moe.py), by name."""
+    pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
+    from tests.tiny_moe import MODELS, build
+
+    root = tmp_path_factory.mktemp("moe")
+    return {name: build(root, name) for name in MODELS}

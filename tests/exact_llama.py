@@ -23,7 +23,9 @@ from transformer_walkthrough.checkpoints.llama import FAMILIES
 
 # Each family's modeling module, by the prefix of its classes (LlamaRMSNorm, Qwen2RotaryEmbedding).
 MODULES = {
-    f.name: importlib.import_module(f"transformers.models.{f.model_type}.modeling_{f.model_type}")
+    f.transformers.removesuffix("ForCausalLM"): importlib.import_module(
+        f"transformers.models.{f.model_type}.modeling_{f.model_type}"
+    )
     for f in FAMILIES
 }
 

@@ -13,13 +13,15 @@ from transformer_walkthrough.checkpoints.family import convert, invert
 MODEL = {
     "d_model": 8, "num_heads": 2, "num_kv_heads": 1, "head_dim": 6, "d_ff": 12, "num_encoder_layers": 2,
     "num_decoder_layers": 3, "max_positions": 10, "segments": 2, "output_transform": True,
-    "attention_bias": True, "ffn_bias": True, "qk_norm": "head",
+    "attention_bias": True, "ffn_bias": True, "qk_norm": "head", "experts": 3,
 }  # fmt: skip
 
 
 def test_one_record_per_model_type_in_the_order_messages_list_them():
     assert [f.model_type for f in FAMILIES] == [
-        "marian", "gpt2", "llama", "mistral", "qwen2", "qwen3", "bert", "roberta", "distilbert",
+        "marian", "gpt2", "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
+        "bert",
+        "roberta", "distilbert",
     ]  # fmt: skip
     assert [f.architecture for f in FAMILIES if f.encoder_decoder] == ["encoder-decoder"]
 
@@ -44,3 +46,16 @@ def test_an_optional_row_is_there_only_when_its_switch_is_on():
     qwen2 = {row.ours for row in llama.rows({**MODEL, "attention_bias": "qkv", "ffn_bias": False})}
     assert qwen2 - plain == {f"decoder.{n}.masked-attention/b_QKV" for n in range(3)}
     assert not any("/b_" in name for name in plain)
+
+
+def test_a_mixture_maps_one_row_per_expert():
+    mixtral = next(f for f in FAMILIES if f.model_type == "mixtral")
+    rows = {row.ours: row for row in mixtral.rows(MODEL)}
+    assert [n for n in rows if n.startswith("decoder.0.experts/")] == [
+        "decoder.0.experts/W_router",
+        *(f"decoder.0.experts/expert{e}.W_{w}" for w in ("gate", "up", "down") for e in range(3)),
+    ]
+    assert rows["decoder.2.experts/expert1.W_up"].theirs == (
+        ("model.layers.2.block_sparse_moe.experts.1.w3.weight", (12, 8)),
+    )
+    assert not any("feed-forward" in n for n in rows)

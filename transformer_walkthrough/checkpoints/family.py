@@ -50,15 +50,22 @@ class Param:
     """One of our parameters, ``stage/name`` (the stage within its layer, or within its side), and
     the tensors it is made of, side by side along its last axis; ``transposed``: each is
     ``nn.Linear``'s ``(out, in)``, transposed to our ``(in, out)``; ``when``: the row is there only
-    when the model's keys say so (None: always)."""
+    when the model's keys say so (None: always); ``each_expert``: one row per expert of a mixture,
+    ``{e}`` in the names standing for its number (``experts/expert{e}.W_gate`` <-
+    ``block_sparse_moe.experts.{e}.w1.weight``)."""
 
     ours: str
     theirs: tuple[Tensor, ...]
     transposed: bool
     when: Switch | None
+    each_expert: bool
 
-    def __init__(self, ours: str, *theirs: Tensor, transposed: bool = False, when: Switch | None = None):
-        for key, value in (("ours", ours), ("theirs", theirs), ("transposed", transposed), ("when", when)):
+    def __init__(
+        self, ours: str, *theirs: Tensor, transposed: bool = False, when: Switch | None = None,
+        each_expert: bool = False,
+    ):  # fmt: skip
+        for key, value in (("ours", ours), ("theirs", theirs), ("transposed", transposed), ("when", when),
+                           ("each_expert", each_expert)):  # fmt: skip
             object.__setattr__(self, key, value)
 
 
@@ -139,9 +146,12 @@ def _rows(
             for p in block.params:
                 if p.when is not None and not p.when(model):
                     continue
-                stage, local = p.ours.split("/")
-                theirs = tuple((start + t.name, tuple(sizes[s] for s in t.shape)) for t in p.theirs)
-                yield Row(f"{stage_id(block.side, stage, n)}/{local}", theirs, p.transposed)
+                for e in range(sizes["experts"]) if p.each_expert else [None]:
+                    stage, local = p.ours.format(e=e).split("/")
+                    theirs = tuple(
+                        (start + t.name.format(e=e), tuple(sizes[s] for s in t.shape)) for t in p.theirs
+                    )
+                    yield Row(f"{stage_id(block.side, stage, n)}/{local}", theirs, p.transposed)
 
 
 def first_tensor(block: Block, prefix: str = "") -> str:

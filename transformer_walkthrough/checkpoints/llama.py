@@ -88,6 +88,70 @@ NAME_MAP = (
     )),
     Block(DECODER, (Param("final-norm/gamma", Tensor("model.norm.weight", "d")),)),
 )  # fmt: skip
+# Mixtral: Mistral's layers with a mixture of experts where the MLP was (every layer sparse): the
+# router ``gate`` and each expert's SwiGLU, w1 the gate, w3 up, w2 down, as save_pretrained writes them.
+MIXTRAL_MAP = (
+    Block(DECODER, prefix="model.layers.{n}.", layers="layers", params=(
+        *(p for p in NAME_MAP[0].params if not p.ours.startswith("feed-forward/")),
+        Param("experts/W_router", Tensor("block_sparse_moe.gate.weight", "E", "d"), transposed=True),
+        Param("experts/expert{e}.W_gate", Tensor("block_sparse_moe.experts.{e}.w1.weight", "eff", "d"),
+              transposed=True, each_expert=True),
+        Param("experts/expert{e}.W_up", Tensor("block_sparse_moe.experts.{e}.w3.weight", "eff", "d"),
+              transposed=True, each_expert=True),
+        Param("experts/expert{e}.W_down", Tensor("block_sparse_moe.experts.{e}.w2.weight", "d", "eff"),
+              transposed=True, each_expert=True),
+    )),
+    NAME_MAP[1],
+)  # fmt: skip
+
+
+def shared_expert(m: Mapping[str, Any]) -> bool:
+    """Qwen2-MoE's shared expert, always on, and its sigmoid gate."""
+    return bool(m.get("shared_experts"))
+
+
+# Qwen2-MoE and Qwen3-MoE: Qwen2's or Qwen3's attention, and in every layer the router ``mlp.gate``
+# and each expert's gate_proj, up_proj, down_proj; Qwen2-MoE's shared expert and its gate besides.
+QWEN_MOE_MAP = (
+    Block(DECODER, prefix="model.layers.{n}.", layers="layers", params=(
+        *(p for p in NAME_MAP[0].params if not p.ours.startswith("feed-forward/")),
+        Param("experts/W_router", Tensor("mlp.gate.weight", "E", "d"), transposed=True),
+        Param("experts/expert{e}.W_gate", Tensor("mlp.experts.{e}.gate_proj.weight", "eff", "d"),
+              transposed=True, each_expert=True),
+        Param("experts/expert{e}.W_up", Tensor("mlp.experts.{e}.up_proj.weight", "eff", "d"),
+              transposed=True, each_expert=True),
+        Param("experts/expert{e}.W_down", Tensor("mlp.experts.{e}.down_proj.weight", "d", "eff"),
+              transposed=True, each_expert=True),
+        Param("experts/shared.W_gate", Tensor("mlp.shared_expert.gate_proj.weight", "sff", "d"),
+              transposed=True, when=shared_expert),
+        Param("experts/shared.W_up", Tensor("mlp.shared_expert.up_proj.weight", "sff", "d"),
+              transposed=True, when=shared_expert),
+        Param("experts/shared.W_down", Tensor("mlp.shared_expert.down_proj.weight", "d", "sff"),
+              transposed=True, when=shared_expert),
+        Param("experts/W_shared_gate", Tensor("mlp.shared_expert_gate.weight", "one", "d"),
+              transposed=True, when=shared_expert),
+    )),
+    NAME_MAP[1],
+)  # fmt: skip
+
+
+def qk_norm_whole(m: Mapping[str, Any]) -> bool:
+    """OLMoE's RMSNorm of the whole query and key projections, every head at once."""
+    return m.get("qk_norm") == "whole"
+
+
+# OLMoE: Llama's attention with QK-norm over the whole projections (q_norm: num_heads·d_k wide,
+# k_norm: num_kv_heads·d_k), and in every layer the router ``mlp.gate`` and experts as Qwen's.
+OLMOE_MAP = (
+    Block(DECODER, prefix="model.layers.{n}.", layers="layers", params=(
+        *QWEN_MOE_MAP[0].params[:4],  # norm-1, W_QKV, b_QKV, (Qwen3's per-head norms: off)
+        Param("masked-attention/gamma_Q", Tensor("self_attn.q_norm.weight", "q"), when=qk_norm_whole),
+        Param("masked-attention/gamma_K", Tensor("self_attn.k_norm.weight", "kv"), when=qk_norm_whole),
+        *(p for p in QWEN_MOE_MAP[0].params[4:] if not p.ours.startswith("experts/shared")
+          and p.ours != "experts/W_shared_gate"),
+    )),
+    NAME_MAP[1],
+)  # fmt: skip
 # The embedding table and the output layer, tied or not: _convert's own lines.
 EMBEDDING, OUTPUT_LAYER = "model.embed_tokens.weight", "lm_head.weight"
 
@@ -96,8 +160,11 @@ def sizes(m: Mapping[str, Any]) -> dict[str, int]:
     """The map's size names, from the model's keys: H query heads and G key/value heads of d_k."""
     d_k = m["head_dim"] or m["d_model"] // m["num_heads"]
     kv_heads = m["num_kv_heads"] or m["num_heads"]
+    experts = m.get("experts", 0)
+    expert = m.get("expert_d_ff") or m["d_ff"]  # each expert's width, and the shared expert's
     return {"d": m["d_model"], "d_k": d_k, "q": m["num_heads"] * d_k, "kv": kv_heads * d_k,
-            "ff": m["d_ff"], "layers": m["num_decoder_layers"]}  # fmt: skip
+            "ff": m["d_ff"], "layers": m["num_decoder_layers"], "E": experts, "experts": experts,
+            "eff": expert, "sff": m.get("shared_expert_d_ff") or expert, "one": 1}  # fmt: skip
 
 
 # transformers 5's LlamaConfig defaults, for the keys an older config.json leaves out. None: derived
@@ -189,11 +256,30 @@ def _model(config: dict[str, Any]) -> dict[str, Any]:
         "activation": "silu",
         "ffn_bias": config["mlp_bias"],
         "attention_bias": config["biases"],
-        "qk_norm": "head" if config["model_type"] == "qwen3" else False,
+        "qk_norm": "head" if config["model_type"] in ("qwen3", "qwen3_moe")
+        else "whole" if config["model_type"] == "olmoe" else False,
         "tie_embeddings": config["tie_word_embeddings"],
         "output_bias": False,
         "scale_embeddings": False,
+        **_experts(config),
     }  # fmt: skip
+
+
+def _experts(config: dict[str, Any]) -> dict[str, Any]:
+    """ModelConfig's mixture-of-experts keys of a checked config.json (none for a dense family)."""
+    if "experts" not in config:
+        return {}
+    moe = {
+        "experts": config["experts"],
+        "experts_per_token": config["num_experts_per_tok"],
+        "norm_topk": config["norm_topk"],
+        "router_aux_loss_coef": float(config["router_aux_loss_coef"]),
+    }
+    if config["model_type"] in ("mixtral", "olmoe"):  # each expert as wide as intermediate_size
+        return moe
+    shared = config["model_type"] == "qwen2_moe"
+    return {**moe, "expert_d_ff": config["moe_intermediate_size"], "shared_experts": int(shared),
+            "shared_expert_d_ff": config["shared_expert_intermediate_size"] if shared else None}  # fmt: skip
 
 
 def _scaling(rope: dict[str, Any]) -> dict[str, Any]:
@@ -300,6 +386,10 @@ def read_config(folder: Path) -> dict[str, Any]:
     config["rope"] = _rope(raw, config, path)
     config["window"] = _window(family, config, path)
     config["biases"] = "qkv" if family == "qwen2" else config["attention_bias"]
+    if family == "qwen2_moe":  # Q, K, V biases when qkv_bias says (by default)
+        if type(config["qkv_bias"]) is not bool:
+            raise CheckpointError(f"{path}: qkv_bias is {shown(config['qkv_bias'])}, not true or false")
+        config["biases"] = "qkv" if config["qkv_bias"] else False
     if family == "qwen2" and raw.get("attention_bias") not in (None, True):
         raise CheckpointError(
             f"{path}: attention_bias is {shown(raw['attention_bias'])}; Qwen2 always has Q, K, V biases"
@@ -308,10 +398,48 @@ def read_config(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: mlp_bias is true; {family}'s MLP has no biases")
     if family == "mistral" and config["attention_bias"]:
         raise CheckpointError(f"{path}: attention_bias is true; Mistral's attention has no biases")
+    if family in MOE_TYPES:
+        _check_experts(config, path)
     generation = _generation_eos(folder)  # what generate stops on, as transformers reads it
     if generation is not None:
         config["eos_token_id"] = _eos(generation, folder / "generation_config.json")
     return config
+
+
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+
+
+def _check_experts(config: dict[str, Any], path: Path) -> None:
+    """A mixture's experts: E of them, each token to k ≤ E, every layer sparse; adds ``experts``
+    (E) and ``norm_topk`` (Mixtral always renormalises; Qwen's say so in ``norm_topk_prob``)."""
+    mixtral = config["model_type"] == "mixtral"
+    # transformers 5 writes num_local_experts for every family (Qwen's num_experts is its alias)
+    count = "num_local_experts" if "num_local_experts" in config else "num_experts"
+    config["experts"] = _positive_int(config, count, path)
+    config["norm_topk"] = True if mixtral else config["norm_topk_prob"]
+    if type(config["norm_topk"]) is not bool:
+        raise CheckpointError(f"{path}: norm_topk_prob is {shown(config['norm_topk'])}, not true or false")
+    if config["model_type"] == "olmoe" and config["clip_qkv"] is not None:
+        raise CheckpointError(
+            f"{path}: clip_qkv is {shown(config['clip_qkv'])}: clamping Q, K and V is not supported"
+        )
+    if config["model_type"] in ("qwen2_moe", "qwen3_moe"):
+        _positive_int(config, "moe_intermediate_size", path)
+        if config["model_type"] == "qwen2_moe":
+            _positive_int(config, "shared_expert_intermediate_size", path)
+        if config["decoder_sparse_step"] != 1 or config["mlp_only_layers"]:
+            raise CheckpointError(
+                f"{path}: decoder_sparse_step {shown(config['decoder_sparse_step'])} and mlp_only_layers "
+                f"{shown(config['mlp_only_layers'])}: only checkpoints with experts in every layer are read"
+            )
+    k = _positive_int(config, "num_experts_per_tok", path)
+    if k > config["experts"]:
+        raise CheckpointError(
+            f"{path}: num_experts_per_tok is {k}, more than the {config['experts']} experts ({count})"
+        )
+    coef = config["router_aux_loss_coef"]
+    if isinstance(coef, bool) or not isinstance(coef, int | float) or not 0 <= coef < float("inf"):
+        raise CheckpointError(f"{path}: router_aux_loss_coef is {shown(coef)}, not a number ≥ 0")
 
 
 def _generation_eos(folder: Path) -> Any:
@@ -377,7 +505,7 @@ def _rope(raw: dict[str, Any], config: dict[str, Any], path: Path) -> dict[str, 
 def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
     """The sliding window every layer uses, or None: Mistral's ``sliding_window``; Qwen2 uses one
     only with ``use_sliding_window``, on some layers (refused: one window for all layers here)."""
-    if family in ("qwen2", "qwen3"):
+    if family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
         if config["use_sliding_window"]:
             raise CheckpointError(
                 f"{path}: use_sliding_window is true: {config['family'].name}'s window on some layers only "
@@ -471,4 +599,44 @@ QWEN3 = dataclasses.replace(
     LLAMA, model_type="qwen3", name="Qwen3", transformers="Qwen3ForCausalLM",
     defaults={**QWEN2.defaults, "head_dim": 128, "sliding_window": 4096},
 )  # fmt: skip
-FAMILIES = (LLAMA, MISTRAL, QWEN2, QWEN3)
+# Mixtral: Mistral's attention, a mixture of experts in every layer (transformers 5's MixtralConfig).
+MIXTRAL = dataclasses.replace(
+    LLAMA, model_type="mixtral", name="Mixtral", transformers="MixtralForCausalLM",
+    defaults={
+        **MISTRAL.defaults, "sliding_window": None, "num_local_experts": 8, "num_experts_per_tok": 2,
+        "router_aux_loss_coef": 0.001,
+    },
+    name_map=MIXTRAL_MAP,
+)  # fmt: skip
+_QWEN_MOE_DEFAULTS = {
+    **QWEN2.defaults, "decoder_sparse_step": 1, "num_experts_per_tok": 4, "num_experts": 60,
+    "norm_topk_prob": False, "router_aux_loss_coef": 0.001, "mlp_only_layers": [],
+}  # fmt: skip
+# Qwen2-MoE: Qwen2's attention (Q, K, V biases when qkv_bias), experts of moe_intermediate_size and
+# a shared expert of shared_expert_intermediate_size behind a sigmoid gate.
+QWEN2_MOE = dataclasses.replace(
+    LLAMA, model_type="qwen2_moe", name="Qwen2-MoE", transformers="Qwen2MoeForCausalLM",
+    defaults={**_QWEN_MOE_DEFAULTS, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+              "qkv_bias": True, "intermediate_size": 5632},
+    name_map=QWEN_MOE_MAP,
+)  # fmt: skip
+# Qwen3-MoE: Qwen3's attention (QK-norm), 128 experts, 8 a token, no shared expert.
+QWEN3_MOE = dataclasses.replace(
+    LLAMA, model_type="qwen3_moe", name="Qwen3-MoE", transformers="Qwen3MoeForCausalLM",
+    defaults={**_QWEN_MOE_DEFAULTS, "num_key_value_heads": 4, "moe_intermediate_size": 768,
+              "num_experts_per_tok": 8, "num_experts": 128, "intermediate_size": 6144},
+    name_map=QWEN_MOE_MAP,
+)  # fmt: skip
+# OLMoE: QK-norm over the whole projections, 64 experts, 8 a token, their probabilities as they are.
+OLMOE = dataclasses.replace(
+    LLAMA, model_type="olmoe", name="OLMoE", transformers="OlmoeForCausalLM",
+    defaults={
+        **_COMMON_DEFAULTS, "vocab_size": 50304, "hidden_size": 2048, "intermediate_size": 2048,
+        "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": None,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "eos_token_id": 50279, "bos_token_id": None,
+        "pad_token_id": 1, "sliding_window": None, "clip_qkv": None, "num_experts_per_tok": 8,
+        "num_experts": 64, "router_aux_loss_coef": 0.01, "norm_topk_prob": False,
+    },
+    name_map=OLMOE_MAP,
+)  # fmt: skip
+FAMILIES = (LLAMA, MISTRAL, QWEN2, QWEN3, MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE)

@@ -134,3 +134,28 @@ def attention(
     coloured = out.console.color_system is not None and not out.console.no_color
     out.note(f"weights: {trace.weights_origin}")
     out.show_all(overview(trace, chosen, head, view, coloured))
+
+
+@app.command()
+@user_errors
+@model_options()
+def experts(
+    config: ConfigOption = None,
+    seed: SeedOption = None,
+    weights: WeightsOption = None,
+    layer: LayerOption = None,
+    token: Annotated[
+        Optional[int], typer.Option(help="Only this token (0 is the first).", show_default=False)
+    ] = None,
+    checkpoint: ModelOptions = TOY,
+) -> None:
+    """A mixture of experts' routing: for each sparse layer, every token's chosen experts and their
+    weights, and each expert's load."""
+    from ..views.experts import routing_lines, sparse_stages
+
+    trace, _ = passes.trace(config, seed, None, weights, checkpoint.checked())
+    out = Terminal()
+    out.note(f"weights: {trace.weights_origin}")
+    for stage in sparse_stages(trace, layer):
+        for line in routing_lines(stage, token):
+            out.line(line)

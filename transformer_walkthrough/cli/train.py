@@ -66,6 +66,19 @@ def train(
     if len(losses) > 1:
         out.show(loss_curve(losses, width=min(60, out.width - 12)))
         out.show(training_table(before, after, View(precision=settings.display.precision)))
+        if settings.model.experts:
+            from ..model.backprop import backward
+            from ..views.experts import load_change
+
+            aux = [backward(t, w).aux for t in (before, after)]
+            coef, k = settings.model.router_aux_loss_coef, settings.model.experts_per_token
+            out.line(
+                f"The loss includes {coef:g} × the load-balancing loss E·Σ fᵢ·Pᵢ ({k} "
+                f"when every expert gets as many tokens and as much probability): {aux[0]:.4g} before, "
+                f"{aux[1]:.4g} after."
+            )
+            for line in load_change(before, after):
+                out.line(line)
         for line in training_notes(
             losses, lr if lr is not None else settings.training.learning_rate, settings, after
         ):

@@ -84,6 +84,7 @@ TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
     "sliding_window": (None,),
     "attention_bias": (False, True),
     "qk_norm": (False,),
+    "experts": (0,),
     "score_scale": ("d_k",),
     "attention_softcap": (None,),
     "logit_softcap": (None,),

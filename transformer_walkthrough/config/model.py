@@ -103,6 +103,30 @@ class ModelConfig(Checked):
         "before the split into heads (OLMo 2, OLMoE)",
         False,
     )
+    experts: int = doc(
+        "experts in each sparse layer's feed-forward, a router choosing experts_per_token of them for "
+        "each token (Mixtral); 0: one plain feed-forward",
+        0,
+    )
+    experts_per_token: int | None = doc("k: the experts each token is sent to (top k of the router's)", None)
+    expert_d_ff: int | None = doc("each expert's hidden width; omit: d_ff", None)
+    shared_experts: int = doc(
+        "1: an expert every token goes through, scaled by a sigmoid gate of its own (Qwen2-MoE); 0: none", 0
+    )
+    shared_expert_d_ff: int | None = doc("the shared expert's hidden width; omit: expert_d_ff", None)
+    norm_topk: bool = doc(
+        "true: the k chosen probabilities divided by their sum (Mixtral, Qwen3-MoE); false: kept (OLMoE)",
+        True,
+    )
+    sparse_step: int = doc(
+        "every sparse_step-th layer has experts (layers step−1, 2·step−1, …; Qwen2-MoE)", 1
+    )
+    dense_layers: tuple[int, ...] = doc(
+        "layers that keep a plain feed-forward though experts is set (Qwen2-MoE's mlp_only_layers)", ()
+    )
+    router_aux_loss_coef: float = doc(
+        "training: the load-balancing loss E·Σ fᵢ·Pᵢ (Switch Transformer) is added times this", 0.01
+    )
     score_scale: Literal[tuple(SCORE_SCALES)] | float = doc(
         "what the scores Q·Kᵀ are divided by: d_k: √d_k (the paper); none: nothing (T5); a positive "
         "number n: √n (Gemma's query_pre_attn_scalar)",
@@ -253,12 +277,59 @@ class ModelConfig(Checked):
                 f"{self.num_kv_heads} does not divide model.num_heads = {self.num_heads} (each key/value "
                 "head serves the same number of query heads)",
             )
+        self._check_experts()
         self._require(
             not (self.tie_embeddings and self.output_head == "flatten"),
             "tie_embeddings",
             "the flatten head's W has d_model rows per decoder position, so it cannot be Eᵀ; "
             "use output_head: per-position",
         )
+
+    def _check_experts(self) -> None:
+        """The mixture of experts' sizes, each against the others."""
+        E, k = self.experts, self.experts_per_token
+        self._require(E >= 0, "experts", f"must be 0 (a plain feed-forward) or more, got {E}")
+        if E == 0:
+            for name in ("experts_per_token", "expert_d_ff", "shared_expert_d_ff"):
+                self._require(
+                    getattr(self, name) is None, name, "is set but model.experts is 0: there are no experts"
+                )
+            self._require(self.shared_experts == 0, "shared_experts", "is set but model.experts is 0")
+            return
+        self._require(k is not None, "experts_per_token", f"must be given with model.experts: {E} (1 to {E})")
+        assert k is not None
+        self._require(0 < k <= E, "experts_per_token", f"must be 1 to model.experts = {E}, got {k}")
+        for name in ("expert_d_ff", "shared_expert_d_ff"):
+            value = getattr(self, name)
+            self._require(
+                value is None or value > 0, name, f"must be a positive integer or omitted, got {value}"
+            )
+        self._require(
+            self.shared_experts in (0, 1), "shared_experts", f"must be 0 or 1, got {self.shared_experts}"
+        )
+        self._require(
+            self.sparse_step > 0, "sparse_step", f"must be a positive integer, got {self.sparse_step}"
+        )
+        self._require(
+            self.router_aux_loss_coef >= 0,
+            "router_aux_loss_coef",
+            f"must be 0 or more, got {self.router_aux_loss_coef:g}",
+        )
+
+    def sparse(self, layer: int) -> bool:
+        """Whether layer ``layer`` has experts instead of one feed-forward: experts set, the layer on
+        the step (Qwen2-MoE's ``(layer + 1) % decoder_sparse_step == 0``) and not among the dense ones."""
+        return self.experts > 0 and (layer + 1) % self.sparse_step == 0 and layer not in self.dense_layers
+
+    @property
+    def d_expert(self) -> int:
+        """Each expert's hidden width: ``expert_d_ff``, or d_ff."""
+        return self.d_ff if self.expert_d_ff is None else self.expert_d_ff
+
+    @property
+    def d_shared(self) -> int:
+        """The shared expert's hidden width: ``shared_expert_d_ff``, or each expert's."""
+        return self.d_expert if self.shared_expert_d_ff is None else self.shared_expert_d_ff
 
     @property
     def decoder_only(self) -> bool:

@@ -17,6 +17,8 @@ the description here, and nowhere else:
   ``embedding_norm`` puts a norm after it, ``output_transform`` a dense layer, its activation and
   a norm before the output layer (BERT's masked-language-model head).
 - ``tie_embeddings``: one table E for both embeddings and the output layer (W = Eᵀ).
+- ``experts``: a sparse layer (``ModelConfig.sparse``) has the stage ``experts`` (a router and its
+  experts, Mixtral) where the others have ``feed-forward``.
 - ``layer_types``: each decoder layer's masked attention is drawn on the map as ``sliding`` or
   ``full``, the kind of layer it is (Gemma 2 and 3); ``logit_softcap``: the output layer as
   ``linear+cap``.
@@ -80,15 +82,18 @@ SELF_ATTENTION = Sublayer("self-attention", "self", SELF)
 MASKED_ATTENTION = Sublayer("masked-attention", "masked", SELF, causal=True)
 CROSS_ATTENTION = Sublayer("cross-attention", "cross", MEMORY)
 FEED_FORWARD = Sublayer("feed-forward", "ffn")
+EXPERTS = Sublayer("experts", "experts")  # a sparse layer's mixture of experts, in the feed-forward's place
 
 
-def sublayers(side: str, m: ModelConfig) -> tuple[Sublayer, ...]:
-    """The sublayers of one layer, in order."""
+def sublayers(side: str, m: ModelConfig, layer: int = 0) -> tuple[Sublayer, ...]:
+    """The sublayers of layer ``layer``, in order; its last is the experts where the layer is sparse
+    (``ModelConfig.sparse``), the feed-forward elsewhere. How many there are never depends on ``layer``."""
+    last = EXPERTS if m.sparse(layer) else FEED_FORWARD
     if side == ENCODER:
-        return (SELF_ATTENTION, FEED_FORWARD)
+        return (SELF_ATTENTION, last)
     if m.decoder_only:
-        return (MASKED_ATTENTION, FEED_FORWARD)
-    return (MASKED_ATTENTION, CROSS_ATTENTION, FEED_FORWARD)
+        return (MASKED_ATTENTION, last)
+    return (MASKED_ATTENTION, CROSS_ATTENTION, last)
 
 
 class Connection(NamedTuple):
@@ -185,7 +190,7 @@ def layer(side: str, i: int, m: ModelConfig) -> list[Block]:
     of it (``connection``); the decoder's cross-attention reads the encoder stack's output."""
     x = bottom(side, m)[-1].id if i == 0 else layer_output(side, i - 1, m)  # the layer's input
     blocks = []
-    for k, sub in enumerate(sublayers(side, m), 1):
+    for k, sub in enumerate(sublayers(side, m, i), 1):
         c = connection(side, i, k, m)
         norm = None if c.norm is None else Place(c.norm, "layer-norm", "norm", side, i, (("X", x),))
         reads = [("X", x if norm is None else norm.id)]

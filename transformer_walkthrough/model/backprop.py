@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import WalkthroughError
 from . import functional as F
 from .kinds import KINDS
+from .kinds.experts import load_balancing_grads, load_balancing_loss
 from .trace import Trace
 from .weights import Weights
 
@@ -26,9 +27,24 @@ Grads = dict[str, dict[str, np.ndarray]]  # stage id -> matrix name -> dL/d(matr
 
 
 class Backward(NamedTuple):
-    loss: float
+    loss: float  # the cross-entropy, plus router_aux_loss_coef × the load-balancing loss with experts
     weights: Weights  # dL/d(every parameter), under the parameters' names
     stages: Grads  # dL/d(every matrix of every stage), for showing and exporting
+    aux: float = 0.0  # the load-balancing loss E·Σ fᵢ·Pᵢ (before its coefficient); 0 without experts
+
+
+def load_balancing(trace: Trace) -> float:
+    """Switch Transformer's load-balancing loss over every sparse layer (``kinds.experts``), and
+    each experts stage's share of its gradient, coefficient included, set in its cache for its backward."""
+    m = trace.config.model
+    stages = [s for s in trace if s.kind == "experts"]
+    if not stages:
+        return 0.0
+    probs = [s["router_probs"] for s in stages]
+    chosen = [s.cache.chosen for s in stages]  # type: ignore[union-attr]
+    for s, grad in zip(stages, load_balancing_grads(probs, chosen, m.experts), strict=True):
+        s.cache = s.cache._replace(aux_grad=m.router_aux_loss_coef * grad)  # type: ignore[union-attr]
+    return load_balancing_loss(probs, chosen, m.experts)
 
 
 def next_tokens(trace: Trace) -> np.ndarray:
@@ -57,6 +73,7 @@ def backward(trace: Trace, w: Weights) -> Backward:
     g: Grads = {s.id: {} for s in trace}
     targets = next_tokens(trace)
     loss, d_logits = F.cross_entropy(trace["output.logits"]["logits"], targets)
+    aux = load_balancing(trace)
 
     # Shown, not propagated: cross-entropy differentiates the softmax and the log together, from
     # the logits, which is exact where p[target] is too small for dL/dp = −1/(n·p) to be.
@@ -83,4 +100,5 @@ def backward(trace: Trace, w: Weights) -> Backward:
         for local, ref in stage.params.items():
             grad = grads.params[local]
             _add(d_params, ref.name, grad.T if ref.transposed else grad)
-    return Backward(loss, w.like({name: d_params.get(name, np.zeros_like(a)) for name, a in w.items()}), g)
+    grads = w.like({name: d_params.get(name, np.zeros_like(a)) for name, a in w.items()})
+    return Backward(loss + m.router_aux_loss_coef * aux, grads, g, aux)

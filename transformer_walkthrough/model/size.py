@@ -64,6 +64,8 @@ def recorded(place: Place, m: ModelConfig, sizes: Sizes, rows: Rows) -> list[Sha
         return [(n, d)] * 3
     if kind == "feed-forward":  # X, output; pre and hidden, or gate, up and hidden
         return [*params, *[(n, d)] * 2, *[(n, m.d_ff)] * (3 if m.feed_forward == "gated" else 2)]
+    if kind == "experts":
+        return [*params, *_experts(m, n)]
     if kind == "transform":  # X, dense, hidden, output
         return [*params, *[(n, d)] * 4]
     flat = m.output_head == "flatten"  # the output layer reads one row of every position's numbers
@@ -74,6 +76,23 @@ def recorded(place: Place, m: ModelConfig, sizes: Sizes, rows: Rows) -> list[Sha
         return [(1 if flat else n, v)] * 2
     assert place.sublayer is not None and place.sublayer.keys is not None, kind  # attention
     return _attention(place, m, specs, rows)
+
+
+def _experts(m: ModelConfig, n: int) -> list[Shape]:
+    """X, router_logits, router_probs, chosen, routing_weights; each expert's X, its feed-forward's
+    matrices and output on the tokens routed to it; the shared expert's and its gate; the output.
+    Which expert gets which token is known only after the pass, but not how many rows there are in
+    all: n·k (each token goes to k experts). They are counted as if the first expert had them all and
+    the others none, which holds the same numbers in as many matrices."""
+    k, d, E = m.experts_per_token or 0, m.d_model, m.experts
+    hidden = 3 if m.feed_forward == "gated" else 2  # gate, up, hidden; or pre, hidden
+    shapes: list[Shape] = [(n, d), (n, E), (n, E), (n, k), (n, k)]
+    for e in range(E):
+        rows = n * k if e == 0 else 0
+        shapes += [(rows, d), *[(rows, m.d_expert)] * hidden, (rows, d)]
+    if m.shared_experts:
+        shapes += [(n, d), *[(n, m.d_shared)] * hidden, (n, d), (n, 1)]
+    return [*shapes, (n, d)]
 
 
 def _attention(place: Place, m: ModelConfig, specs: dict[str, Spec], rows: Rows) -> list[Shape]:
@@ -96,6 +115,21 @@ def _attention(place: Place, m: ModelConfig, specs: dict[str, Spec], rows: Rows)
     return shapes + per_query * h + per_key * g
 
 
+def _kinds_of_layer(side: str, m: ModelConfig) -> list[tuple[int, int]]:
+    """The stack's layers in two kinds, dense and sparse (``ModelConfig.sparse``): for each kind
+    that occurs, its first layer and how many there are, counted without a loop over the layers."""
+    layers = m.num_encoder_layers if side == ENCODER else m.num_decoder_layers
+    if m.experts == 0:
+        return [(0, layers)] if layers else []
+    step = m.sparse_step
+    dense_on_step = {i for i in m.dense_layers if i < layers and (i + 1) % step == 0}
+    sparse = layers // step - len(dense_on_step)
+    first_sparse = next((i for i in range(step - 1, layers, step) if i not in dense_on_step), None)
+    first_dense = next((i for i in range(layers) if not m.sparse(i)), None)
+    kinds = [(first_dense, layers - sparse), (first_sparse, sparse)]
+    return [(first, count) for first, count in kinds if first is not None and count]
+
+
 def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int) -> Size:
     """The numbers and matrices of one traced forward pass of ``source`` encoder tokens and
     ``target`` decoder tokens, with a ``vocabulary`` of that many pieces (each side's table, the
@@ -107,10 +141,10 @@ def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int) -> Siz
     for side in stacks(m):
         n = tokens[side]
         counted += [(p, Rows(n, n), 1) for p in (*bottom(side, m), *final_norm(side, m))]
-        layers = m.num_encoder_layers if side == ENCODER else m.num_decoder_layers
-        for block in layer(side, 0, m):  # every layer records the same shapes
-            keys = source if block.sublayer.keys == MEMORY else n
-            counted += [(p, Rows(n, keys), layers) for p in block.places]
+        for first, layers in _kinds_of_layer(side, m):  # the layers of a kind record the same shapes
+            for block in layer(side, first, m):
+                keys = source if block.sublayer.keys == MEMORY else n
+                counted += [(p, Rows(n, keys), layers) for p in block.places]
     counted += [(p, Rows(top, top), 1) for p in head(m)]
     numbers = tables = 0
     for place, rows, times in counted:

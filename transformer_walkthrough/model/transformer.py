@@ -76,6 +76,8 @@ def layer(s: Stack, i: int, x: np.ndarray, memory: np.ndarray | None) -> np.ndar
 
     def sublayer(how: A.Sublayer) -> Sublayer:
         """The sublayer's computation, fed what the walk says it reads besides x."""
+        if how.kind == "experts":
+            return lambda stage, x: K.experts(stage, w, x, tokens, m)
         if how.keys is None:
             return lambda stage, x: K.feed_forward(stage, w, x, tokens, m)
         if how.keys == A.MEMORY:

@@ -12,6 +12,7 @@ gradients to the stages they came from and the parameters' to the parameters.
     attention      self-attention, masked-attention, cross-attention
     norms          add-norm, layer-norm, embedding-norm, residual
     feed_forward   feed-forward
+    experts        experts: a router and its experts, in a sparse layer (mixture of experts)
     output         transform, logits, probabilities
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 from .attention import CROSS_ATTENTION, MASKED_ATTENTION, SELF_ATTENTION, attend
 from .base import Grads, Kind, Sizes, Spec
 from .embedding import EMBEDDING, POSITIONAL_ENCODING, add_positions, embed
+from .experts import EXPERTS, experts
 from .feed_forward import ACTIVATION_PIECES, FEED_FORWARD, feed_forward
 from .norms import ADD_NORM, EMBEDDING_NORM, LAYER_NORM, RESIDUAL, add_norm, layer_norm, residual
 from .output import LOGITS, PROBABILITIES_KIND, TRANSFORM, logits, probabilities, transform
@@ -29,14 +31,14 @@ KINDS: dict[str, Kind] = {
     k.id: k
     for k in (
         EMBEDDING, POSITIONAL_ENCODING, EMBEDDING_NORM, LAYER_NORM, SELF_ATTENTION, ADD_NORM, RESIDUAL,
-        FEED_FORWARD, MASKED_ATTENTION, CROSS_ATTENTION, TRANSFORM, LOGITS, PROBABILITIES_KIND,
+        FEED_FORWARD, EXPERTS, MASKED_ATTENTION, CROSS_ATTENTION, TRANSFORM, LOGITS, PROBABILITIES_KIND,
     )
 }  # fmt: skip
 
 __all__ = [
     "ACTIVATION_PIECES", "ADD_NORM", "CROSS_ATTENTION",
-    "EMBEDDING", "EMBEDDING_NORM", "FEED_FORWARD", "KINDS", "LAYER_NORM", "LOGITS", "MASKED_ATTENTION",
+    "EMBEDDING", "EMBEDDING_NORM", "EXPERTS", "FEED_FORWARD", "KINDS", "LAYER_NORM", "LOGITS", "MASKED_ATTENTION",
     "POSITIONAL_ENCODING", "PROBABILITIES_KIND", "RESIDUAL", "SELF_ATTENTION", "TRANSFORM", "Grads",
-    "Kind", "Sizes", "Spec", "add_norm", "add_positions", "attend", "embed", "feed_forward",
+    "Kind", "Sizes", "Spec", "add_norm", "add_positions", "attend", "embed", "experts", "feed_forward",
     "layer_norm", "logits", "probabilities", "residual", "transform",
 ]  # fmt: skip
