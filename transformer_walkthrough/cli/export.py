@@ -127,8 +127,8 @@ def export(
             trace, stages, exercise, cells or (), include_weights, kinds=kinds, pick_seed=pick_seed,
             separate_key=key is not None,
         )  # fmt: skip
-    warning = size_warning(stages, include_weights, trace.config.model.dtype, suffix)
     grads = passes.gradients(trace, w, backward)
+    warning = size_warning(trace, stages, include_weights, suffix, grads, sheet, full)
     # The size warning is said once the export is written, beside "wrote": an export that fails
     # (a full disk, a .tex of Cyrillic) says only its error, in one line. On a terminal it shows
     # meanwhile as a status line, erased when the export ends: a long wait has its reason on screen.
