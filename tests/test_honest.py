@@ -104,3 +104,88 @@ def test_a_checkpoint_is_said_to_be_a_checkpoint_not_trained(runner: CliRunner, 
     assert _first_line(runner, "step", *prompt, "-s", "embedding").startswith(
         f"weights: from the checkpoint {saved}"
     )
+
+
+def _said(runner: CliRunner, *args: str) -> str:
+    """A command's output as one line of words (the prose wraps where the terminal ends)."""
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return " ".join(result.stdout.split())
+
+
+def test_the_flatten_heads_prediction_says_it_is_one_word_from_all_positions(runner: CliRunner) -> None:
+    flatten = _said(runner, "run", "-c", "configs/article-flatten.yaml")
+    assert "Prediction: one next word, from all the decoder's positions at once (flattened)" in flatten
+    assert "after each decoder position" not in flatten
+    assert "Prediction: the most likely next word after each decoder position" in _said(runner, "run")
+
+
+def test_the_flatten_heads_report_says_it_is_one_word(runner: CliRunner, tmp_path: Path) -> None:
+    target = tmp_path / "r.html"
+    result = runner.invoke(app, ["export", str(target), "-c", "configs/article-flatten.yaml"])
+    assert result.exit_code == 0, result.output
+    text = target.read_text()
+    assert "<p>One next word, from all the decoder&#x27;s positions at once (flattened).</p>" in text
+    assert "after each decoder position" not in text
+
+
+DEPARTURES = {  # a stage of the toy, and what the article says otherwise there
+    "decoder.0.masked-attention": "The article says the decoder takes one token at a time",
+    "decoder.0.feed-forward": "The article draws one linear layer here",
+    "output.logits": "The article flattens the decoder's rows into one",
+    "output.probabilities": 'The article\'s "sleeping, 0.42" cannot be reproduced',
+}
+
+
+@pytest.mark.parametrize("stage", DEPARTURES)
+def test_where_the_toy_departs_from_the_article_its_stage_says_so(runner: CliRunner, stage: str) -> None:
+    assert DEPARTURES[stage] in _said(runner, "step", "-s", stage)
+
+
+def test_a_departure_is_said_only_where_it_is_one(runner: CliRunner) -> None:
+    """The flatten head is the article's step, a gated feed-forward is not the article's one layer,
+    and an encoder-only toy predicts no next word."""
+    assert "The article flattens" not in _said(
+        runner, "step", "-c", "configs/article-flatten.yaml", "-s", "output.logits"
+    )
+    assert "one linear layer here" not in _said(
+        runner, "step", "-c", "configs/llama-style.yaml", "-s", "decoder.0.feed-forward"
+    )
+    bert = _said(runner, "step", "-c", "configs/bert-style.yaml", "-s", "output.probabilities")
+    assert "sleeping, 0.42" not in bert and "The article" not in bert
+
+
+def test_a_checkpoint_is_not_told_about_the_article(runner: CliRunner, gpt2) -> None:
+    prompt = ("--model", str(gpt2[0]["saved"]), "--prompt", "The cat is")
+    for stage in (
+        "decoder.0.masked-attention",
+        "decoder.0.feed-forward",
+        "output.logits",
+        "output.probabilities",
+    ):
+        assert "article" not in _said(runner, "step", *prompt, "-s", stage)
+
+
+def test_the_smaller_wordings_are_true(runner: CliRunner, marian) -> None:
+    """SiLU is not Marian's alone; an RMSNorm stage is no layer-norm; √d_k keeps the variance at 1
+    only for unit-variance q and k; and a ✓ against the model's own translation compares it with itself."""
+    llama = ("-c", "configs/llama-style.yaml")
+    gate = _said(runner, "explain", *llama, "-s", "decoder.0.feed-forward", "-m", "hidden", "--cell", "0,0")
+    assert "(SiLU, also called swish)" in gate and "Marian" not in gate
+    listed = runner.invoke(app, ["stages", *llama], env={"COLUMNS": "120"}).stdout
+    norms = [line.split()[:2] for line in listed.splitlines() if line.startswith("decoder.0.norm-1")]
+    assert norms == [["decoder.0.norm-1", "rms-norm"]]
+    assert "decoder.0.norm-1" in _said(runner, "step", *llama, "-s", "rms-norm")  # as listed
+    layer_norm = runner.invoke(app, ["stages"]).stdout
+    assert any(line.split()[:2] == ["encoder.0.add-norm-1", "add-norm"] for line in layer_norm.splitlines())
+    scores = _said(runner, "explain", "-s", "encoder.0.self-attention", "-m", "S1", "--cell", "0,0")
+    assert "entries independent with variance 1" in scores and "whatever d_k is" in scores
+    translated = runner.invoke(app, ["run", "--model", str(marian[0]), "--source", "the cat"])
+    assert translated.exit_code == 0, translated.output
+    lines = translated.stdout.splitlines()
+    assert lines[0].startswith("translation (greedy): ")
+    assert lines[1] == "(the target is this translation: a ✓ compares the model with itself)"
+    given = runner.invoke(
+        app, ["run", "--model", str(marian[0]), "--source", "the cat", "--target", "die Katze"]
+    )
+    assert "compares the model with itself" not in given.stdout

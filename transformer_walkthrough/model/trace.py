@@ -399,12 +399,22 @@ class Trace:
     def __len__(self) -> int:
         return len(self.stages)
 
+    def kind_said(self, stage: Stage) -> str:
+        """The stage's kind as `stages` lists it: an RMSNorm's norm stage is a ``rms-norm`` (its
+        kind is ``layer-norm``, the stage a LayerNorm or an RMSNorm takes, as the config says)."""
+        if stage.kind == "layer-norm" and self.config.model.norm == "rmsnorm":
+            return "rms-norm"
+        return stage.kind
+
     def select(self, names: Sequence[str] = (), layer: int | None = None) -> list[Stage]:
-        """The stages named by kind (``masked-attention``) or exact id, in order; all if none.
+        """The stages named by kind (``masked-attention``, or as `stages` says it: ``rms-norm``)
+        or exact id, in order; all if none.
 
         ``layer`` keeps only the stages of that layer. Raises StageError for an unknown name or
         a selection that is empty.
         """
+        said = {self.kind_said(s): s.kind for s in self}
+        names = [said.get(name, name) for name in names]
         kinds = {s.kind for s in self}
         for name in names:
             if name not in kinds and name not in self.stages:

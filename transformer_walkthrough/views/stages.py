@@ -127,15 +127,22 @@ def weights_line(trace: Trace) -> Text:
     return Text(f"weights: {trace.weights_origin}", style="dim")
 
 
+def predicted(trace: Trace) -> str:
+    """What the prediction holds, in words: a word per blank (BERT), one word from the whole
+    target at once (the article's flatten head), or a next word per decoder position (the paper)."""
+    m = trace.config.model
+    if m.encoder_only:
+        return "the most likely word at each blank, read from both sides"
+    if m.output_head == "flatten":
+        return "one next word, from all the decoder's positions at once (flattened)"
+    return "the most likely next word after each decoder position"
+
+
 def prediction_table(trace: Trace, view: View) -> Table:
     """Per decoder position: the most likely next word, its probability, the runners-up."""
     p = view.precision
     blanks = trace.config.model.encoder_only
-    table = styled_table(
-        "Prediction: the most likely word at each blank, read from both sides"
-        if blanks
-        else "Prediction: the most likely next word after each decoder position"
-    )
+    table = styled_table(f"Prediction: {predicted(trace)}")
     # the flatten head's one row is after every token: it wraps between them
     table.add_column(Text("blank" if blanks else "after"))
     table.add_column(Text("predicted"), no_wrap=True)

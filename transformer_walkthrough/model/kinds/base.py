@@ -150,7 +150,9 @@ class Kind:
     steps: Mapping[str, StepOf] = field(default_factory=dict)  # a cell's step, by the matrix's base name
     groups: Mapping[str, str] = field(default_factory=dict)  # base -> the row it shares per head
     tex: Mapping[str, str] = field(default_factory=dict)  # base -> its LaTeX symbol; {h}: the head
-    article: str = ""  # where the article says otherwise: said on the article's toy, not on a checkpoint
+    # Where the article says otherwise (a sentence, or one under the config; "" where it agrees):
+    # said at the stage on the toy, not on a checkpoint, whose config names its own source.
+    article: str | Callable[[ModelConfig], str] = ""
 
     def open(
         self, trace: object, stage_id: str, m: ModelConfig, inputs: Sequence[tuple[str, str]] = ()
@@ -159,8 +161,9 @@ class Kind:
         (and, on the toy, with the article's mistake noted: a checkpoint's config names its source)."""
         title = self.title(m) if callable(self.title) else self.title
         explanation = _said(self.explanation, m)
-        if self.article and not getattr(trace.config, "checkpoint", ""):  # type: ignore[attr-defined]
-            explanation = f"{explanation} {self.article}"
+        article = self.article(m) if callable(self.article) else self.article
+        if article and not getattr(trace.config, "checkpoint", ""):  # type: ignore[attr-defined]
+            explanation = f"{explanation} {article}"
         said = _said(self.formula, m)
         return trace.stage(stage_id, self.id, title, explanation, said, inputs)  # type: ignore[attr-defined]
 

@@ -498,7 +498,8 @@ class Scores(Piece):
             f"S{h} = {q}·{k}ᵀ / √d_k: how well query {c.i} ({c.row}) matches key {c.j} ({c.col}){shared}",
             f"  {q}[{c.i}]·{k}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
             f"  divided by √d_k = √{d_k} = {c.f(math.sqrt(d_k))}: {c.f(total)} / {c.f(math.sqrt(d_k))} = {c.f(c.value)}",
-            "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
+            "  (were q's and k's entries independent with variance 1, q·k would have variance d_k:",
+            "  dividing by √d_k brings it back to 1 whatever d_k is, so softmax does not saturate)",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"S": explain_scores}
