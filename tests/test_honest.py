@@ -189,3 +189,41 @@ def test_the_smaller_wordings_are_true(runner: CliRunner, marian) -> None:
         app, ["run", "--model", str(marian[0]), "--source", "the cat", "--target", "die Katze"]
     )
     assert "compares the model with itself" not in given.stdout
+
+
+def _toured(trace, keys: list[str]) -> str:
+    import io
+
+    from rich.console import Console
+
+    from transformer_walkthrough.views.tour import run_tour
+    from transformer_walkthrough.views.widgets import View
+
+    console = Console(width=80, height=24, record=True, file=io.StringIO())
+    pressed = iter([*keys, "q"])
+    run_tour(console, trace, View(width=80), key=pressed.__next__)
+    return console.export_text()
+
+
+def test_a_search_in_the_tour_reads_the_stages_not_the_map(trace) -> None:
+    """Every page opens under the map, whose "output linear softmax" is on every page: /softmax
+    then n must stop only where the stage itself says softmax."""
+    text = _toured(trace, ["/", *"softmax", "\r", *"n" * 6])
+    found = re.findall(r"^/softmax: (\S+) · line (\d+)", text, re.MULTILINE)
+    assert len(found) == 7, text
+    kinds = {s.id: s.kind for s in trace}
+    for stage, line in found:
+        assert kinds.get(stage) in (
+            "self-attention",
+            "masked-attention",
+            "cross-attention",
+            "probabilities",
+        ), found
+        assert int(line) > 5  # below the map's lines
+    assert found[0][0] == "encoder.0.self-attention"
+
+
+def test_g_goes_to_the_prediction_by_the_number_the_count_gives_it(trace) -> None:
+    """The header counts "16 stages + the prediction": g 17 is the prediction, g 18 nothing."""
+    assert "the prediction, after the 16 stages" in _toured(trace, ["g", *"17", "\r"])
+    assert "no stage 18: the stages are 1 to 16, the prediction 17" in _toured(trace, ["g", *"18", "\r"])
