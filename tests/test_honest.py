@@ -227,3 +227,44 @@ def test_g_goes_to_the_prediction_by_the_number_the_count_gives_it(trace) -> Non
     """The header counts "16 stages + the prediction": g 17 is the prediction, g 18 nothing."""
     assert "the prediction, after the 16 stages" in _toured(trace, ["g", *"17", "\r"])
     assert "no stage 18: the stages are 1 to 16, the prediction 17" in _toured(trace, ["g", *"18", "\r"])
+
+
+@pytest.mark.parametrize("columns", [60, 80])
+def test_the_prediction_cuts_no_word_and_no_number(runner: CliRunner, trace, columns: int) -> None:
+    """Each word of the prediction is a word of the vocabulary or of the table's header, each number
+    a whole probability; at 60 columns the runners-up move to a table of their own."""
+    result = runner.invoke(app, ["run"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if line.startswith("Prediction")) :]
+    assert all(len(line) <= columns for line in lines)
+    header = {"after", "predicted", "p", "expected", "top", "3", "✓", "✗", "—"}
+    header |= {"Prediction:", "most", "likely", "next", "word", "each", "decoder", "position"}
+    for line in table[1:]:
+        for word in line.replace(",", " ").split():
+            number = re.fullmatch(r"[01]\.\d\d", word)
+            assert word in trace.vocabulary or word in header or number or set(word) == {"─"}, (word, line)
+    said = " ".join(" ".join(table).split())
+    for pred in trace.prediction:
+        for word, q in pred.top:
+            assert f"{word} {q:.2f}" in said  # a runner-up beside its probability
+
+
+DEEP = "model:\n  num_encoder_layers: 12\n  num_decoder_layers: 12\n"
+
+
+@pytest.mark.parametrize("columns", [40, 60, 80])
+def test_the_stage_rule_never_cuts_the_id(runner: CliRunner, tmp_path: Path, columns: int) -> None:
+    """The id is what a reader types next: the title gives way (shortened, or on a line of its own)."""
+    config = tmp_path / "deep.yaml"
+    config.write_text(DEEP)
+    result = runner.invoke(
+        app, ["step", "-c", str(config), "-s", "masked-attention"], env={"COLUMNS": str(columns)}
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= columns for line in lines)
+    for layer in range(12):
+        stage = f"decoder.{layer}.masked-attention"
+        rules = [line for line in lines if re.search(rf"(^|  ){re.escape(stage)} ─+$", line)]
+        assert len(rules) == 1, (stage, [line for line in lines if "─" in line][:4])
