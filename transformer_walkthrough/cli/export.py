@@ -18,6 +18,7 @@ from .options import (
     ModelOptions,
     SeedOption,
     WeightsOption,
+    complete_stage,
     model_options,
 )
 
@@ -34,7 +35,10 @@ def export(
         ),
     ],
     stage: Annotated[
-        Optional[list[str]], typer.Option("--stage", "-s", help="Only these stages (kind or id); repeatable.")
+        Optional[list[str]],
+        typer.Option(
+            "--stage", "-s", autocompletion=complete_stage, help="Only these stages (kind or id); repeatable."
+        ),
     ] = None,
     layer: LayerOption = None,
     config: ConfigOption = None,
