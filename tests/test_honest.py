@@ -268,3 +268,26 @@ def test_the_stage_rule_never_cuts_the_id(runner: CliRunner, tmp_path: Path, col
         stage = f"decoder.{layer}.masked-attention"
         rules = [line for line in lines if re.search(rf"(^|  ){re.escape(stage)} ─+$", line)]
         assert len(rules) == 1, (stage, [line for line in lines if "─" in line][:4])
+
+
+def test_the_tours_header_keeps_the_id_at_60_columns(tmp_path: Path) -> None:
+    """A tall page's header counts its lines; at 60 columns the count is written short, the id whole."""
+    import io
+
+    from rich.console import Console
+
+    from transformer_walkthrough.config import load_config
+    from transformer_walkthrough.model.transformer import run_forward
+    from transformer_walkthrough.views.tour import run_tour
+    from transformer_walkthrough.views.widgets import View
+
+    config = tmp_path / "deep.yaml"
+    config.write_text(DEEP)
+    deep = run_forward(load_config(config))
+    console = Console(width=60, height=24, record=True, file=io.StringIO())
+    keys = iter(["g", *"decoder.11.masked-attention", "\r", "q"])
+    run_tour(console, deep, View(width=60), key=keys.__next__)
+    headers = [line for line in console.export_text().splitlines() if line.startswith("stage ")]
+    assert re.fullmatch(r"stage \d+ of \d+ · decoder\.11\.masked-attention · 1–20/\d+", headers[-1]), headers[
+        -1
+    ]

@@ -381,7 +381,11 @@ class Tour:
             else f"the prediction, after the {len(stages)} stages"
         )
         if n > body:
-            where += f" · lines {shown.start + 1}–{min(shown.start + shown.count, n)} of {n}"
+            first, last = shown.start + 1, min(shown.start + shown.count, n)
+            span = f" · lines {first}–{last} of {n}"
+            if len(where + span) > console.width:  # the id is what a reader types: the count gives way
+                span = f" · {first}–{last}/{n}"
+            where += span
         if console.is_terminal:
             console.clear()
         header = Text(where, style="bold reverse", no_wrap=True, overflow="ellipsis")
