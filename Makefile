@@ -1,12 +1,17 @@
 # Two commands set everything up on a fresh machine:
 #   make run    install the tool in .venv and run the whole walkthrough
 #   make test   install the test dependencies in .venv, lint, check the imports' contracts
-#               (pyproject.toml's [tool.importlinter]), and run the whole test suite
+#               (pyproject.toml's [tool.importlinter]), and run the test suite on every core,
+#               but for the long sweeps marked `slow`; `make test-all` (and CI, where CI=true)
+#               runs those too
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# One worker per core (pytest-xdist), each test file on one worker: its fixtures built once.
+PYTEST_WORKERS ?= -n auto --dist loadfile
+PYTEST_SELECT := $(if $(or $(SLOW),$(filter true 1,$(CI))),,-m "not slow")
 
-.PHONY: run install test lint bench clean
+.PHONY: run install test test-all lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +27,10 @@ test: $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[test]"
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_WORKERS) $(PYTEST_SELECT)
+
+test-all:
+	$(MAKE) test SLOW=1
 
 lint: $(BIN)/python
 	$(BIN)/ruff check .

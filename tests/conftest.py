@@ -1,6 +1,14 @@
-"""Shared fixtures: the default config's trace is computed once per test session."""
+"""Shared fixtures: the default config's trace is computed once per test session; the tiny trained
+checkpoints once per run, however many workers (pytest-xdist) share it."""
 
 from __future__ import annotations
+
+import fcntl
+import os
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from typer.testing import CliRunner
@@ -18,6 +26,32 @@ def plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LINES", "24")
     for name in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
         monkeypatch.delenv(name, raising=False)
+
+
+T = TypeVar("T")
+
+
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temporary folder of the whole run: under pytest-xdist (`make test`) each worker has a
+    session of its own, in a folder of this one."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+
+
+def built_once(base: Path, name: str, build: Callable[[Path], T]) -> T:
+    """``build(base / name)`` done once for the whole run, however many workers ask: the first
+    builds, holding a lock; the others wait for it and read what it returned (paths: the folders
+    stay)."""
+    done = base / f"{name}.pickle"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if done.exists():
+            return pickle.loads(done.read_bytes())
+        folder = base / name
+        folder.mkdir(exist_ok=True)
+        value = build(folder)
+        done.write_bytes(pickle.dumps(value))
+        return value
 
 
 @pytest.fixture(scope="session")
@@ -62,8 +96,9 @@ def llama_family(tmp_path_factory):
     pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
     from tests.tiny_llama import MODELS, build
 
-    root = tmp_path_factory.mktemp("llama")
-    return {name: build(root, name) for name in MODELS}
+    return built_once(
+        run_folder(tmp_path_factory), "llama", lambda root: {name: build(root, name) for name in MODELS}
+    )
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +118,7 @@ def bert_family(tmp_path_factory):
     pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
     from tests.tiny_bert import build_all
 
-    return build_all(tmp_path_factory.mktemp("bert"))
+    return built_once(run_folder(tmp_path_factory), "bert", build_all)
 
 
 @pytest.fixture(scope="session")
@@ -92,5 +127,6 @@ def moe_family(tmp_path_factory):
     pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
     from tests.tiny_moe import MODELS, build
 
-    root = tmp_path_factory.mktemp("moe")
-    return {name: build(root, name) for name in MODELS}
+    return built_once(
+        run_folder(tmp_path_factory), "moe", lambda root: {name: build(root, name) for name in MODELS}
+    )

@@ -121,7 +121,8 @@ EXPECTED = {
         "S1 = Q1·K1ᵀ / √d_k: how well query 0 (<start>) matches key 0 (<start>)",
         "  Q1[0]·K1[0] = 1.00·3.00 + 2.00·4.00 = 11.00",  # 3 + 8
         "  divided by √d_k = √2 = 1.41: 11.00 / 1.41 = 7.78",  # 11 / 1.41421 = 7.7782
-        "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
+        "  (were q's and k's entries independent with variance 1, q·k would have variance d_k:",
+        "  dividing by √d_k brings it back to 1 whatever d_k is, so softmax does not saturate)",
     ],
     ("decoder.0.masked-attention", "M", "0,1"): [
         "decoder.0.masked-attention · M[<start>, sleeping] = M[0, 1] = −∞",

@@ -292,7 +292,7 @@ def test_a_hidden_cell_is_explained_with_its_numbers() -> None:
         f"decoder.0.feed-forward · hidden[comfortably, f5] = hidden[2, 5] = {shown(act * up)}",
         "hidden = act(gate) ⊙ up, cell by cell (SwiGLU, as Llama): "
         f"gate[2, 5] = {shown(gate)}, up[2, 5] = {shown(up)}",
-        "act(gate) = SiLU(gate) = gate·σ(gate), σ(x) = 1/(1 + e^(−x))   (Marian's swish)",
+        "act(gate) = SiLU(gate) = gate·σ(gate), σ(x) = 1/(1 + e^(−x))   (SiLU, also called swish)",
         f"  σ({shown(gate)}) = 1/(1 + e^({shown(-gate)})) = {shown(sigma)}",
         f"  {shown(gate, True)}·{shown(sigma)} = {shown(act)}",
         f"  hidden = act(gate)·up = {shown(act, True)}·{shown(up, True)} = {shown(act * up)}",

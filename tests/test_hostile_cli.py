@@ -242,6 +242,7 @@ COMMANDS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "env", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0"}, {"LANG": "C", "LC_ALL": "C"}],
     ids=["PYTHONIOENCODING=ascii", "LC_ALL=C, no UTF-8 mode", "LC_ALL=C"],

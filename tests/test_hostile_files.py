@@ -234,6 +234,7 @@ def test_pickle_floods_are_refused_from_their_opcodes(gpt2, tmp_path):
     fails([*GPT2, str(folder)], "memo index 4,294,967,295")
 
 
+@pytest.mark.slow
 def test_a_zip_directory_flood_is_refused_before_zipfile_reads_it(gpt2, tmp_path):
     """200,000 empty members: a 28 MB directory, which zipfile would make 200,000 ZipInfos of."""
     folder = copy(gpt2[0]["hub-bin"], tmp_path / "ckpt")
@@ -340,6 +341,7 @@ def _flood(path: Path, nbytes: int, inside: tuple[bytes, bytes] = (b"", b"")) ->
     path.write_bytes(inside[0] + b"[" + b"{}," * (n - 1) + b"{}]" + inside[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("family", "file", "nbytes"),
     [("gpt2", "tokenizer.json", 198_000_000), ("marian", "vocab.json", 99_000_000),
@@ -452,6 +454,7 @@ def _config_text(config: dict, edits: list[tuple[str, object]]) -> str:
     return text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gpt2", "marian"])
 @settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", 40)),

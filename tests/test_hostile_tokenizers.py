@@ -302,6 +302,7 @@ BOMBS = {
 PEAKS: dict[str, int] = {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(BOMBS))
 def test_allocation_bombs_are_one_line_in_bounded_memory(gpt2, tmp_path, name):
     edit, prompt, unchecked, code, message = BOMBS[name]

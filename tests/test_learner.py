@@ -36,7 +36,7 @@ def test_every_header_says_where_the_weights_come_from(runner: CliRunner, saved:
     for command in (["run"], ["step", "-s", "embedding"], ["generate", "--max-len", "2"]):
         assert ok(runner, *command).splitlines()[0] == RANDOM
         loaded = ok(runner, *command, "--weights", str(saved)).splitlines()[0]
-        assert loaded == f"weights: trained: {saved}"
+        assert loaded == f"weights: from the file {saved}"
     assert ok(runner, "run", "--seed", "7").splitlines()[0].startswith("weights: random (seed 7), untrained")
 
 

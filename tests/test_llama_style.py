@@ -148,6 +148,7 @@ def test_llama_style_verifies_explains_and_names_its_parameters() -> None:
         assert len(explain(trace, stage_id, name, f"{m.shape[0] - 1},{m.shape[1] - 1}")) >= 2
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs(heads=("per-position",), conventions=True))
 def test_any_switches_recompute_and_every_gradient_is_a_finite_difference(config: Config) -> None:

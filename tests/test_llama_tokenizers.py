@@ -260,6 +260,7 @@ def test_a_merges_txt_too_large_is_one_line(tmp_path, monkeypatch):
 LOAD_BAR = 0.3 / 0.071
 
 
+@pytest.mark.slow
 def test_a_128256_token_vocabulary_loads_fast(tmp_path, capsys):
     tiny.llama3_sized(tmp_path)
     data = (tmp_path / "tokenizer.json").read_bytes()

@@ -210,7 +210,7 @@ def same_block(name: str, matrix: Matrix, view: View, colour: bool = False) -> N
     assert new.file.getvalue() == old.file.getvalue()
 
 
-@pytest.mark.parametrize("width", [80, 200])
+@pytest.mark.parametrize("width", [80, pytest.param(200, marks=pytest.mark.slow)])  # 200: CI only
 @pytest.mark.parametrize("path", [None, *CONFIGS], ids=lambda p: "default" if p is None else p.stem)
 def test_every_matrix_of_every_shipped_config_prints_as_the_table_renderer_did(
     path: Path | None, width: int

@@ -221,6 +221,7 @@ def test_a_header_claiming_huge_arrays_is_refused_before_allocating(tmp_path: Pa
         read_npz(path)
 
 
+@pytest.mark.slow
 def test_a_compressed_bomb_is_refused_from_its_header(tmp_path: Path) -> None:
     path = tmp_path / "w.npz"
     np.savez_compressed(path, a=np.zeros((12_000, 12_000)))  # 1.07 GiB of zeros in a small file
@@ -298,6 +299,7 @@ def test_the_base_model_fits() -> None:
     Config(model=base, vocabulary=words)  # the paper's base model, its 37,000-token vocabulary: allowed
 
 
+@pytest.mark.slow
 def test_a_gpt2_sized_vocabulary_loads_fast(tmp_path: Path) -> None:
     words = [
         "<start>",
@@ -508,6 +510,7 @@ def _configs(draw: st.DrawFn) -> dict:
     return doc
 
 
+@pytest.mark.slow
 @settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "80")),
     deadline=None,

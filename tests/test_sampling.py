@@ -144,6 +144,7 @@ def test_top_p_always_keeps_the_most_likely_and_never_a_zero() -> None:
         np.testing.assert_array_equal(top_p_mask(logits, p), their_top_p(logits, p))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     logits=arrays(np.float64, st.integers(1, 300), elements=st.integers(-3, 3).map(float))

@@ -109,12 +109,14 @@ def test_decoder_only_equals_torch(norm_first: bool) -> None:
     assert_equal_to_torch(config, w)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs(max_layers=3, heads=("per-position",)))
 def test_any_shape_equals_torch(config: Config) -> None:
     assert_equal_to_torch(config)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs(max_layers=2, heads=("per-position",), conventions=True, torch=True))
 def test_any_conventions_equal_torch(config: Config) -> None:

@@ -287,14 +287,15 @@ def test_g_and_colon_jump_by_id_prefix_and_number_and_say_when_nothing_matches(t
             ),
             (b"g22\r", "stage 22 of 22 · output.probabilities"),
             (b"gprediction\r", "the prediction, after the 22 stages"),
+            (b"g23\r", "the prediction, after the 22 stages"),  # "22 stages + the prediction"
         ]:
             screen = tty.press(keys, ANY_HELP, header)
             assert screen[0].startswith(header)
         tty.press(b"g1\r", ANY_HELP, "stage 1 of 22")
         for keys, said in [
             (b"gdecoder.2\r", "no stage matches 'decoder.2'"),
-            (b"g23\r", "no stage 23: the stages are numbered 1 to 22"),
-            (b"g0\r", "no stage 0: the stages are numbered 1 to 22"),
+            (b"g24\r", "no stage 24: the stages are 1 to 22, the prediction 23"),
+            (b"g0\r", "no stage 0: the stages are 1 to 22, the prediction 23"),
             (
                 b"gdecoder.1\r",
                 # Six stages start so (the six sublayers' of layer 1); the line is cut at 80 columns.
@@ -464,7 +465,7 @@ def test_stage_starts_the_tour_there_and_a_bad_one_is_one_line(runner: CliRunner
             "decoder.1.cross-attention",
             "error: no stage matches 'decoder.1.cross-attention'; did you mean decoder.0.cross-attention?",
         ),
-        ("17", "error: no stage 17: the stages are numbered 1 to 16"),
+        ("18", "error: no stage 18: the stages are 1 to 16, the prediction 17"),
         (
             "encoder.0",
             "error: 'encoder.0' matches 4 stages: encoder.0.self-attention, encoder.0.add-norm-1, …",

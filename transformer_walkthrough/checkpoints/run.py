@@ -234,7 +234,7 @@ def walk(
     config = dataclasses.replace(config, target=target)
     check_size(config, len(source_ids), len(target_ids))
     trace = run_forward(config, w, source_ids=source_ids, target_ids=target_ids)
-    trace.weights_source = ckpt.source
+    trace.weights_source, trace.weights_checkpoint = ckpt.source, True
     return Walk(config, w, trace, ckpt, steps)
 
 
@@ -264,11 +264,11 @@ def walk_prompt(model: str, prompt: str, dtype: str = "float32", precision: int 
             )
         check_size(config, len(ids), 0)
         trace = run_forward(config, w, source_ids=ids)
-        trace.weights_source = ckpt.source
+        trace.weights_source, trace.weights_checkpoint = ckpt.source, True
         return Walk(config, w, trace, ckpt, None)
     check_size(config, 0, len(ids))
     trace = run_forward(config, w, target_ids=ids)
-    trace.weights_source = ckpt.source
+    trace.weights_source, trace.weights_checkpoint = ckpt.source, True
     return Walk(config, w, trace, ckpt, None)
 
 
@@ -300,7 +300,7 @@ def translate(
     text = ckpt.tokenizer.decode(sequence[1:])
     config = dataclasses.replace(config, target=text)
     trace = run_forward(config, w, source_ids=source_ids, target_ids=sequence[:-1])
-    trace.weights_source = ckpt.source
+    trace.weights_source, trace.weights_checkpoint = ckpt.source, True
     return Translation(steps, trace, source, text, sequence)
 
 

@@ -71,7 +71,8 @@ app = typer.Typer(
     # Rich-formatted help costs more than everything else `--help` does; plain help is instant.
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # `walkthrough --install-completion`: stage ids (`options.complete_stage`) and config paths
+    add_completion=True,
 )
 
 

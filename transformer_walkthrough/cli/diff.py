@@ -9,7 +9,7 @@ from ..errors import WalkthroughError, printable
 from ..session import toy
 from ..views.terminal import Terminal
 from .app import app, user_errors
-from .options import FullOption, PrecisionOption, SeedOption
+from .options import FullOption, PrecisionOption, SeedOption, complete_stage
 
 
 @app.command()
@@ -27,7 +27,10 @@ def diff(
     ] = None,
     seed: SeedOption = None,
     stage: Annotated[
-        Optional[str], typer.Option("--stage", "-s", help="Show this stage's matrices: A, B and A − B.")
+        Optional[str],
+        typer.Option(
+            "--stage", "-s", autocompletion=complete_stage, help="Show this stage's matrices: A, B and A − B."
+        ),
     ] = None,
     precision: PrecisionOption = None,
     full: FullOption = False,

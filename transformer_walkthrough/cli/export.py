@@ -18,6 +18,7 @@ from .options import (
     ModelOptions,
     SeedOption,
     WeightsOption,
+    complete_stage,
     model_options,
 )
 
@@ -34,7 +35,10 @@ def export(
         ),
     ],
     stage: Annotated[
-        Optional[list[str]], typer.Option("--stage", "-s", help="Only these stages (kind or id); repeatable.")
+        Optional[list[str]],
+        typer.Option(
+            "--stage", "-s", autocompletion=complete_stage, help="Only these stages (kind or id); repeatable."
+        ),
     ] = None,
     layer: LayerOption = None,
     config: ConfigOption = None,
@@ -127,8 +131,8 @@ def export(
             trace, stages, exercise, cells or (), include_weights, kinds=kinds, pick_seed=pick_seed,
             separate_key=key is not None,
         )  # fmt: skip
-    warning = size_warning(stages, include_weights, trace.config.model.dtype, suffix)
     grads = passes.gradients(trace, w, backward)
+    warning = size_warning(trace, stages, include_weights, suffix, grads, sheet, full)
     # The size warning is said once the export is written, beside "wrote": an export that fails
     # (a full disk, a .tex of Cyrillic) says only its error, in one line. On a terminal it shows
     # meanwhile as a status line, erased when the export ends: a long wait has its reason on screen.

@@ -150,7 +150,7 @@ def generate(
     out = Terminal()
     view = View(precision=settings.display.precision)
     if model is not None:
-        origin = weights_origin(settings.seed, printable(settings.checkpoint))  # type: ignore[attr-defined]
+        origin = teacher_forced.weights_origin  # as `run` says it
     else:
         origin = weights_origin(settings.seed, None if weights is None else printable(str(weights)))
     out.note(f"weights: {origin}")
@@ -237,7 +237,8 @@ def _continue(
     ids = generated_ids(done.steps)
     rows = token_labels([vocabulary[i] for i in ids])
     out = Terminal()
-    out.note(f"weights: {weights_origin(done.config.seed, printable(done.checkpoint.source))}")
+    origin = weights_origin(done.config.seed, printable(done.checkpoint.source), checkpoint=True)
+    out.note(f"weights: {origin}")
     view = View(precision=done.config.display.precision)
     drawn = sampling is not None and not sampling.greedy
     out.show(cached_generation_table(done.steps, vocabulary, rows, layer, head, view, drawn))

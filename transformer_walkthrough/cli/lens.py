@@ -17,6 +17,7 @@ from .options import (
     PrecisionOption,
     SeedOption,
     WeightsOption,
+    complete_stage,
     model_options,
 )
 
@@ -115,6 +116,7 @@ def attention(
         typer.Option(
             "--stage",
             "-s",
+            autocompletion=complete_stage,
             help="Only these attention stages: a kind (cross-attention) or an id; repeatable.",
             show_default=False,
         ),

@@ -17,9 +17,59 @@ import typer
 from ..session import ModelArgs, Sentence, inputs
 from .app import F
 
+
+def complete_stage(ctx: typer.Context, incomplete: str) -> list[str]:
+    """What `--stage` completes to in a shell (``walkthrough --install-completion``): the kinds and
+    ids of the stages of the config given (-c) or the article's example, read from the walk of
+    Figure 1 (``model.architecture.walk``), nothing computed. A config that does not load
+    completes to nothing; its error is said when the command runs."""
+    from ..config import load_config
+    from ..errors import WalkthroughError
+    from ..model.architecture import walk
+
+    try:
+        places = list(walk(load_config(ctx.params.get("config")).model))
+    except (WalkthroughError, OSError, ValueError):
+        return []
+    names = dict.fromkeys([*(place.kind for place in places), *(place.id for place in places)])
+    return [name for name in names if name.startswith(incomplete)]
+
+
+def complete_config(incomplete: str) -> list[str]:
+    """What `-c` completes to in a shell: the YAML files and the folders whose path starts with what
+    was typed; where only one folder matches, the YAML files inside it (a shell would end a lone
+    folder with a space)."""
+    found: list[str] = []
+    typed = incomplete
+    for _ in range(8):  # folders within folders, as deep as a path is typed
+        folder, slash, start = typed.rpartition("/")
+        prefix = folder + slash
+        try:
+            entries = sorted(Path(prefix or ".").iterdir())
+        except OSError:
+            return []
+        found = [
+            f"{prefix}{e.name}/" if e.is_dir() else prefix + e.name
+            for e in entries
+            if e.name.startswith(start)
+            and not e.name.startswith(".")
+            and (e.is_dir() or e.suffix.lower() in (".yaml", ".yml"))
+        ]
+        if len(found) != 1 or not found[0].endswith("/"):
+            return found
+        typed = found[0]
+    return found
+
+
 ConfigOption = Annotated[
     Optional[Path],
-    typer.Option("--config", "-c", help="YAML config; default: the article's example.", show_default=False),
+    typer.Option(
+        "--config",
+        "-c",
+        help="YAML config; default: the article's example.",
+        show_default=False,
+        autocompletion=complete_config,
+    ),
 ]
 SeedOption = Annotated[Optional[int], typer.Option(help="Seed for the weights (overrides the config).")]
 PrecisionOption = Annotated[

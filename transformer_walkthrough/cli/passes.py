@@ -31,7 +31,11 @@ def trace(
     when the toy's numbers overflowed."""
     done = traced(config, seed, precision, weights, asked)
     if done.translation is not None:
-        note = f"translation (greedy): {printable(done.translation)}"
+        # the target is then the model's own choice: what the prediction's ✓ compares with
+        note = (
+            f"translation (greedy): {printable(done.translation)}\n"
+            "(the target is this translation: a ✓ compares the model with itself)"
+        )
         if notes_to_stderr:
             say_later(note)
         else:

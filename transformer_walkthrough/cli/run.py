@@ -20,6 +20,7 @@ from .options import (
     SeedOption,
     SharedScaleOption,
     WeightsOption,
+    complete_stage,
     model_options,
 )
 
@@ -57,6 +58,7 @@ def step(
         typer.Option(
             "--stage",
             "-s",
+            autocompletion=complete_stage,
             help="A stage kind (masked-attention) or id (decoder.0.cross-attention); repeatable.",
         ),
     ],

@@ -16,6 +16,7 @@ from .options import (
     SeedOption,
     SharedScaleOption,
     WeightsOption,
+    complete_stage,
     model_options,
 )
 
@@ -35,6 +36,7 @@ def tour(
         typer.Option(
             "--stage",
             "-s",
+            autocompletion=complete_stage,
             help="Start at this stage: its id (decoder.0.cross-attention), a unique prefix, or its number.",
             show_default=False,
         ),

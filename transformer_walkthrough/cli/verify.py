@@ -9,7 +9,7 @@ import typer
 from ..views.terminal import Terminal
 from . import passes
 from .app import app, user_errors
-from .options import TOY, ConfigOption, ModelOptions, SeedOption, WeightsOption, model_options
+from .options import TOY, ConfigOption, ModelOptions, SeedOption, WeightsOption, complete_stage, model_options
 
 
 class Reference(str, Enum):
@@ -58,7 +58,10 @@ def explain(
     stage: Annotated[
         str,
         typer.Option(
-            "--stage", "-s", help="A stage id (decoder.0.masked-attention), or a kind with one stage."
+            "--stage",
+            "-s",
+            autocompletion=complete_stage,
+            help="A stage id (decoder.0.masked-attention), or a kind with one stage.",
         ),
     ],
     matrix: Annotated[

@@ -27,6 +27,7 @@ from ..model.trace import Matrix, Stage, Trace
 
 if TYPE_CHECKING:
     from ..model.backprop import Backward
+    from ..views.documents.shown import Options
     from ..views.documents.worksheet import Worksheet
 
 SCHEMA_VERSION = 2  # 2: no gradients of constants; source_vocabulary when the encoder has its own
@@ -256,19 +257,54 @@ _BYTES_PER_NUMBER = {".json": 20, ".html": 25, ".md": 8, ".tex": 9}
 _FORMAT_NAMES = {".json": "JSON", ".html": "HTML", ".md": "Markdown", ".tex": "LaTeX"}
 
 
-def size_warning(stages: list[Stage], weights: bool, dtype: str, suffix: str = ".json") -> str | None:
-    """A word of warning when a text export (JSON, HTML, Markdown, LaTeX) would be large, with
-    what to do instead."""
-    numbers = size(stages, weights)
-    if numbers <= LARGE or suffix not in _BYTES_PER_NUMBER:
+def size_warning(
+    trace: Trace,
+    stages: list[Stage],
+    weights: bool = True,
+    suffix: str = ".json",
+    grads: Backward | None = None,
+    worksheet: Worksheet | None = None,
+    full: bool = False,
+) -> str | None:
+    """A word of warning when a text export (JSON, HTML, Markdown, LaTeX) will be large, with what
+    to do instead. It counts what will be written: JSON holds every number (gradients too); a
+    document only the rows and columns it shows of a large matrix, unless ``full``."""
+    if suffix not in _BYTES_PER_NUMBER:
+        return None
+    every = sum(a.size for a in matrices(stages, weights, grads).values())
+    if suffix in DOCUMENTS:
+        from ..views.documents.writers import numbers_written
+
+        options = _document_options(trace, weights, grads, worksheet, full)
+        numbers = numbers_written(suffix, stages, options)
+    else:
+        numbers = every
+    if numbers <= LARGE:
         return None
     hint = "; --no-weights leaves the weights out" if weights else ""
     text_mb = numbers * _BYTES_PER_NUMBER[suffix] / 1e6
-    npz_mb = numbers * np.dtype(dtype).itemsize / 1e6
+    npz_mb = every * np.dtype(trace.config.model.dtype).itemsize / 1e6
     return (
         f"{numbers:,} numbers make about {text_mb:,.0f} MB of {_FORMAT_NAMES[suffix]}{hint}; "
         f"as .npz, {npz_mb:,.0f} MB"
     )
+
+
+def _document_options(
+    trace: Trace,
+    weights: bool,
+    grads: Backward | None,
+    worksheet: Worksheet | None,
+    full: bool,
+    rerun: str = "",
+) -> Options:
+    """How a document shows the trace (``views.documents.shown.Options``)."""
+    from ..views.documents.shown import Options
+
+    return Options(
+        trace.config.display.precision, weights, None if grads is None else grads.stages, worksheet, full,
+        rerun=rerun,
+    )  # fmt: skip
 
 
 def write_atomic(path: Path, write: Callable[[BinaryIO], None], force: bool = False) -> None:
@@ -382,13 +418,9 @@ def export(
         write_atomic(target, lambda f: np.savez(f, **arrays), force)  # streamed, no copy in memory
         return None
     if suffix in DOCUMENTS:
-        from ..views.documents.shown import Options
         from ..views.documents.writers import WRITERS
 
-        options = Options(
-            trace.config.display.precision, weights, None if grads is None else grads.stages, worksheet, full,
-            rerun=rerun,
-        )  # fmt: skip
+        options = _document_options(trace, weights, grads, worksheet, full, rerun)
 
         def write_document(f: BinaryIO) -> None:
             # A piece at a time (a stage's header, a matrix row): never the whole document in memory.

@@ -149,7 +149,8 @@ def scaled_dot_product_attention(
     """Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + M)·V (paper eq. 1).
 
     Q: (..., n_q, d_k), K: (..., n_k, d_k), V: (..., n_k, d_v), mask: (n_q, n_k) or None.
-    Dividing by √d_k keeps the scores' variance near 1 whatever d_k is, so softmax does not saturate.
+    Dividing by √d_k keeps the scores' variance near 1 whatever d_k is, for q and k of independent
+    unit-variance entries (the paper's footnote 4), so softmax does not saturate.
     """
     scores = Q @ np.swapaxes(K, -1, -2)
     scores *= 1 / math.sqrt(Q.shape[-1])  # a Python float keeps float32 float32

@@ -72,7 +72,13 @@ def run_top(trace: Trace, x: np.ndarray, tokens: tuple[str, ...]) -> Trace:
     from .transformer import Stack, final_norm, output_layer, softmax  # transformer imports the kinds
 
     m, w = trace.config.model, Recorded(trace)
-    top = Trace(trace.config, trace.source_tokens, trace.target_tokens, weights_source=trace.weights_source)
+    top = Trace(
+        trace.config,
+        trace.source_tokens,
+        trace.target_tokens,
+        weights_source=trace.weights_source,
+        weights_checkpoint=trace.weights_checkpoint,
+    )
     y = final_norm(Stack(top, top_stack(m), tokens, w, m), x)  # type: ignore[arg-type]
     softmax(top, m, output_layer(top, w, m, y, tokens), tokens)  # type: ignore[arg-type]
     return top

@@ -229,12 +229,15 @@ def is_space_mark(piece: str) -> bool:
     return piece != "" and set(piece) <= SPACE_MARKS
 
 
-def weights_origin(seed: int, source: str | None) -> str:
+def weights_origin(seed: int, source: str | None, checkpoint: bool = False) -> str:
     """Where the weights' numbers come from, said in every header: random weights predict nothing,
-    and a learner holding the article's "sleeping 0.42" must not think the tool is broken."""
+    and a learner holding the article's "sleeping 0.42" must not think the tool is broken.
+
+    Only where they come from, never whether they were trained: a checkpoint may be a random one
+    (the tests' tiny checkpoints are), and ``train --save-initial`` writes the untrained weights."""
     if source is None:
         return f"random (seed {seed}), untrained — `walkthrough train` teaches it"
-    return f"trained: {source}"
+    return f"from the {'checkpoint' if checkpoint else 'file'} {source}"
 
 
 TOP_K = 3  # next-word candidates kept per position
@@ -284,6 +287,7 @@ class Trace:
     target_tokens: tuple[str, ...]
     stages: dict[str, Stage] = field(default_factory=dict)
     weights_source: str | None = None  # the file the weights came from; None: drawn from the seed
+    weights_checkpoint: bool = False  # whether weights_source is a checkpoint (not a .npz file)
     source_ids: tuple[int, ...] = ()  # the embedding rows the encoder read, one per source token
     target_ids: tuple[int, ...] = ()  # the embedding rows the decoder read, one per target token
     segment_ids: tuple[int, ...] = ()  # each encoder token's segment (BERT's token types); (): all 0
@@ -291,7 +295,7 @@ class Trace:
 
     @property
     def weights_origin(self) -> str:
-        return weights_origin(self.config.seed, self.weights_source)
+        return weights_origin(self.config.seed, self.weights_source, self.weights_checkpoint)
 
     def stage(
         self,
@@ -395,12 +399,22 @@ class Trace:
     def __len__(self) -> int:
         return len(self.stages)
 
+    def kind_said(self, stage: Stage) -> str:
+        """The stage's kind as `stages` lists it: an RMSNorm's norm stage is a ``rms-norm`` (its
+        kind is ``layer-norm``, the stage a LayerNorm or an RMSNorm takes, as the config says)."""
+        if stage.kind == "layer-norm" and self.config.model.norm == "rmsnorm":
+            return "rms-norm"
+        return stage.kind
+
     def select(self, names: Sequence[str] = (), layer: int | None = None) -> list[Stage]:
-        """The stages named by kind (``masked-attention``) or exact id, in order; all if none.
+        """The stages named by kind (``masked-attention``, or as `stages` says it: ``rms-norm``)
+        or exact id, in order; all if none.
 
         ``layer`` keeps only the stages of that layer. Raises StageError for an unknown name or
         a selection that is empty.
         """
+        said = {self.kind_said(s): s.kind for s in self}
+        names = [said.get(name, name) for name in names]
         kinds = {s.kind for s in self}
         for name in names:
             if name not in kinds and name not in self.stages:

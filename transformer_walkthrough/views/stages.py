@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.rule import Rule
 from rich.table import Table
@@ -21,7 +22,18 @@ from ..model.kinds import KINDS
 from ..model.trace import ACTIVATION, Stage, Trace
 from .blocks import GAP, MatrixBlock, is_shaded, largest, layout, legend, matrix_block
 from .palette import sequential
-from .widgets import FORMULA, LABEL, TITLE, Entries, View, label, mark, styled_table, wrap_explanation
+from .widgets import (
+    FORMULA,
+    LABEL,
+    TITLE,
+    Entries,
+    Fitting,
+    View,
+    label,
+    mark,
+    styled_table,
+    wrap_explanation,
+)
 
 if TYPE_CHECKING:
     from ..model.backprop import Backward
@@ -40,13 +52,33 @@ def stage_header(stage: Stage) -> RenderableType:
     """The stage id and title as a rule, then the explanation and the formula."""
     formula = Formula([printable(line) for line in str(stage.formula).splitlines()])
     return Group(
-        Rule(
-            Text.assemble((printable(stage.title), TITLE), ("  " + printable(stage.id), "dim")), align="left"
-        ),
+        StageRule(printable(stage.title), printable(stage.id)),
         Text(lines(stage.explanation)),
         formula,
         Text(""),
     )
+
+
+class StageRule:
+    """The stage's title and id on a rule. The id is what a reader types next (``step -s``): where
+    the line is too short for both, the title is shortened, never the id; where it leaves the title
+    too little room, the title goes whole on a line of its own above."""
+
+    SHORTEST = 16  # cells of a shortened title worth showing: "Decoder layer 1…"
+
+    def __init__(self, title: str, stage_id: str) -> None:
+        self.title, self.id = title, stage_id
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[RenderableType]:
+        # Rich's rule keeps a title to the width less 2 (a space and one ─ after it)
+        room = options.max_width - 2 - cell_len("  " + self.id)
+        if room >= min(cell_len(self.title), self.SHORTEST):
+            title = Text(self.title, style=TITLE)
+            title.truncate(room, overflow="ellipsis")
+            yield Rule(Text.assemble(title, ("  " + self.id, "dim")), align="left")
+            return
+        yield Text(self.title, style=TITLE)  # prose: it wraps between words
+        yield Rule(Text(self.id, style="dim"), align="left")
 
 
 class Formula:
@@ -127,22 +159,45 @@ def weights_line(trace: Trace) -> Text:
     return Text(f"weights: {trace.weights_origin}", style="dim")
 
 
-def prediction_table(trace: Trace, view: View) -> Table:
-    """Per decoder position: the most likely next word, its probability, the runners-up."""
+def predicted(trace: Trace) -> str:
+    """What the prediction holds, in words: a word per blank (BERT), one word from the whole
+    target at once (the article's flatten head), or a next word per decoder position (the paper)."""
+    m = trace.config.model
+    if m.encoder_only:
+        return "the most likely word at each blank, read from both sides"
+    if m.output_head == "flatten":
+        return "one next word, from all the decoder's positions at once (flattened)"
+    return "the most likely next word after each decoder position"
+
+
+def prediction_table(trace: Trace, view: View) -> RenderableType:
+    """Per decoder position: the most likely next word, its probability, the runners-up. Where the
+    table cannot fit whole (60 columns), the runners-up get a table of their own below it."""
+    title = Text(f"Prediction: {predicted(trace)}", style=TITLE)  # prose: it wraps between words
+    whole = _prediction_columns(trace, view, top=True, rest=True)
+    split = Group(
+        _prediction_columns(trace, view, top=False, rest=True),
+        Text(""),
+        _prediction_columns(trace, view, top=True, rest=False),
+    )
+    return Group(title, Fitting(whole, split))
+
+
+def _prediction_columns(trace: Trace, view: View, top: bool, rest: bool) -> Table:
+    """The prediction's table: the position and the word predicted there (its probability, the
+    expected word) when ``rest``, and the runners-up when ``top``."""
     p = view.precision
     blanks = trace.config.model.encoder_only
-    table = styled_table(
-        "Prediction: the most likely word at each blank, read from both sides"
-        if blanks
-        else "Prediction: the most likely next word after each decoder position"
-    )
+    table = styled_table()
     # the flatten head's one row is after every token: it wraps between them
     table.add_column(Text("blank" if blanks else "after"))
-    table.add_column(Text("predicted"), no_wrap=True)
-    table.add_column(Text("p"), justify="right", no_wrap=True)
-    table.add_column(Text("expected"), no_wrap=True)
-    table.add_column(Text(""), no_wrap=True)
-    table.add_column(Text(f"top {len(trace.prediction[0].top)}"))  # wraps between its entries only
+    if rest:
+        table.add_column(Text("predicted"), no_wrap=True)
+        table.add_column(Text("p"), justify="right", no_wrap=True)
+        table.add_column(Text("expected"), no_wrap=True)
+        table.add_column(Text(""), no_wrap=True)
+    if top:
+        table.add_column(Text(f"top {len(trace.prediction[0].top)}"))  # wraps between its entries only
     for pred in trace.prediction:
         right = None if pred.expected is None else pred.word == pred.expected
         where = (
@@ -150,14 +205,17 @@ def prediction_table(trace: Trace, view: View) -> Table:
             if blanks
             else [label(w) for w in pred.after.split(" ")]
         )
-        table.add_row(
-            Entries(where, " ", LABEL),
-            Text(label(pred.word), style="bold green" if right else "bold"),
-            Text(f"{pred.probability:.{max(p, 2)}f}"),
-            Text(label(pred.expected or "—")),
-            mark(right),
-            Entries([f"{label(w)} {q:.{max(p, 2)}f}" for w, q in pred.top]),
-        )
+        cells: list[RenderableType] = [Entries(where, " ", LABEL)]
+        if rest:
+            cells += [
+                Text(label(pred.word), style="bold green" if right else "bold"),
+                Text(f"{pred.probability:.{max(p, 2)}f}"),
+                Text(label(pred.expected or "—")),
+                mark(right),
+            ]
+        if top:
+            cells.append(Entries([f"{label(w)} {q:.{max(p, 2)}f}" for w, q in pred.top]))
+        table.add_row(*cells)
     return table
 
 

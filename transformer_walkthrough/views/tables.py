@@ -44,7 +44,7 @@ def stage_list(trace: Trace) -> Group:
     table.add_column(Text("matrices (rows×cols)"))
     for stage in trace:
         shapes = [f"{label(name)} {m.shape[0]}×{m.shape[1]}" for name, m in stage.matrices.items()]
-        table.add_row(Text(printable(stage.id)), Text(printable(stage.kind)), Entries(shapes))
+        table.add_row(Text(printable(stage.id)), Text(printable(trace.kind_said(stage))), Entries(shapes))
     return Group(table, Text(stage_count(trace)))
 
 

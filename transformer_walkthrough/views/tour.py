@@ -183,7 +183,8 @@ def redraw_on_resize() -> Iterator[None]:
 
 def find_stage(trace: Trace, text: str) -> int:
     """The page a stage is on, from what was typed: its id, a unique prefix of it, its number in
-    the stage list (1 for the first), a unique part of it (``cross``), or ``prediction``.
+    the stage list (1 for the first; one past the last is the prediction, as "16 stages + the
+    prediction" counts), a unique part of it (``cross``), or ``prediction``.
 
     Raises StageError, saying what matched, when nothing or more than one stage does.
     """
@@ -194,9 +195,9 @@ def find_stage(trace: Trace, text: str) -> int:
         raise StageError("no stage given")
     if wanted.isascii() and wanted.isdigit():  # "²" is a digit to isdigit, not to int
         number = int(wanted)
-        if 1 <= number <= len(ids):
+        if 1 <= number <= len(ids) + 1:  # "16 stages + the prediction": 17 is the prediction
             return number - 1
-        raise StageError(f"no stage {number}: the stages are numbered 1 to {len(ids)}")
+        raise StageError(f"no stage {number}: the stages are 1 to {len(ids)}, the prediction {len(ids) + 1}")
     names = [*ids, "prediction"]
     for test in (str.__eq__, str.startswith, str.__contains__):
         hits = [k for k, name in enumerate(names) if test(name.casefold(), folded)]
@@ -211,9 +212,10 @@ def find_stage(trace: Trace, text: str) -> int:
 
 
 class Page(NamedTuple):
-    """A page laid out at one width: its lines, their plain text (what a search reads), and for each
-    line the matrix row it belongs to (an index into ``heads``, -1 for none). ``heads`` holds, per
-    row of matrices, the index of its title line and of its first line of numbers."""
+    """A page laid out at one width: its lines, their plain text (what a search reads: "" on the
+    map, which every page has), and for each line the matrix row it belongs to (an index into
+    ``heads``, -1 for none). ``heads`` holds, per row of matrices, the index of its title line and of
+    its first line of numbers."""
 
     lines: list[list[Segment]]
     texts: list[str]
@@ -233,8 +235,11 @@ def _page(console: Console, trace: Trace, view: View, stage_index: int) -> Page:
     lines: list[list[Segment]] = []
     owner: list[int] = []
     heads: list[tuple[int, int]] = []
-    for part in parts:
+    mapped = 0  # the map's lines, at the top of a stage's page: the same words on every page
+    for k, part in enumerate(parts):
         rendered = console.render_lines(part, options, pad=False)
+        if k == 0 and stage_index < len(stages):
+            mapped = len(rendered)
         if isinstance(part, SideBySide) and len(rendered) > 3:
             # A row of matrices: the titles, the column labels, the rule, then the numbers.
             heads.append((len(lines), len(lines) + 3))
@@ -245,7 +250,8 @@ def _page(console: Console, trace: Trace, view: View, stage_index: int) -> Page:
     while lines and not "".join(s.text for s in lines[-1]).strip():
         lines.pop()  # no blank lines at the end to scroll to
     lines = [trim(line) for line in lines]
-    return Page(lines, ["".join(s.text for s in line) for line in lines], owner[: len(lines)], heads)
+    texts = ["" if i < mapped else "".join(s.text for s in line) for i, line in enumerate(lines)]
+    return Page(lines, texts, owner[: len(lines)], heads)
 
 
 class Window(NamedTuple):
@@ -375,7 +381,11 @@ class Tour:
             else f"the prediction, after the {len(stages)} stages"
         )
         if n > body:
-            where += f" · lines {shown.start + 1}–{min(shown.start + shown.count, n)} of {n}"
+            first, last = shown.start + 1, min(shown.start + shown.count, n)
+            span = f" · lines {first}–{last} of {n}"
+            if len(where + span) > console.width:  # the id is what a reader types: the count gives way
+                span = f" · {first}–{last}/{n}"
+            where += span
         if console.is_terminal:
             console.clear()
         header = Text(where, style="bold reverse", no_wrap=True, overflow="ellipsis")
@@ -383,8 +393,11 @@ class Tour:
         console.print(header)
         console.print(weights_line(self.trace), no_wrap=True, overflow="ellipsis")
         lines = [*shown.head, *page.lines[shown.start : shown.start + shown.count]]
-        if self.query:
-            lines = [self.highlight(line) for line in lines]
+        if self.query:  # not on the map, which a search does not read
+            searched = [True] * len(shown.head) + [
+                bool(text) for text in page.texts[shown.start : shown.start + shown.count]
+            ]
+            lines = [self.highlight(x) if read else x for x, read in zip(lines, searched, strict=True)]
         console.print(Segments([s for line in lines for s in (*line, Segment.line())]), end="")
         if self.status:
             said, style = self.status, ""

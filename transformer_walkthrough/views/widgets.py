@@ -91,6 +91,27 @@ class Entries:
             yield Text(line, style=self.style, no_wrap=True, overflow="fold")
 
 
+class Fitting:
+    """The first of its layouts whose narrowest form fits the width (the last one otherwise): a
+    table too wide for the terminal is laid out another way, never cut inside a word or a number."""
+
+    def __init__(self, *layouts: RenderableType) -> None:
+        self.layouts = layouts
+
+    def chosen(self, console: Console, options: ConsoleOptions) -> RenderableType:
+        unbounded = options.update_width(10_000)  # Measurement.get clamps to the width it is given
+        for layout in self.layouts[:-1]:
+            if Measurement.get(console, unbounded, layout).minimum <= options.max_width:
+                return layout
+        return self.layouts[-1]
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.chosen(console, options))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[RenderableType]:
+        yield self.chosen(console, options)
+
+
 def pack(entries: list[str], sep: str, width: int) -> list[str]:
     """The entries joined by ``sep`` into lines of at most ``width`` cells, broken only between
     entries (the separator's trailing space dropped at a break); an entry wider than the line

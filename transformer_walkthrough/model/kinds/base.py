@@ -152,7 +152,9 @@ class Kind:
     steps: Mapping[str, StepOf] = field(default_factory=dict)  # a cell's step, by the matrix's base name
     groups: Mapping[str, str] = field(default_factory=dict)  # base -> the row it shares per head
     tex: Mapping[str, str] = field(default_factory=dict)  # base -> its LaTeX symbol; {h}: the head
-    article: str = ""  # where the article says otherwise: said on the article's toy, not on a checkpoint
+    # Where the article says otherwise (a sentence, or one under the config; "" where it agrees):
+    # said at the stage on the toy, not on a checkpoint, whose config names its own source.
+    article: str | Callable[[ModelConfig], str] = ""
     # what a stage of this kind in layer N says of that layer alone (its type in ``layer_types``): a
     # few words for its title and a sentence for its explanation; ("", "") for nothing more
     layered: Callable[[ModelConfig, int], tuple[str, str]] | None = None
@@ -164,8 +166,9 @@ class Kind:
         (and, on the toy, with the article's mistake noted: a checkpoint's config names its source)."""
         title = self.title(m) if callable(self.title) else self.title
         explanation = _said(self.explanation, m)
-        if self.article and not getattr(trace.config, "checkpoint", ""):  # type: ignore[attr-defined]
-            explanation = f"{explanation} {self.article}"
+        article = self.article(m) if callable(self.article) else self.article
+        if article and not getattr(trace.config, "checkpoint", ""):  # type: ignore[attr-defined]
+            explanation = f"{explanation} {article}"
         said = _said(self.formula, m)
         layer = layer_of(stage_id)
         if self.layered is not None and layer is not None:

@@ -101,7 +101,7 @@ def _silu(x: Sym) -> list[Term | str]:
 def _explain_silu(c: Cell, x: float, arg: str, lead: str, value: float) -> list[str]:
     sig = 1 / (1 + math.exp(-x)) if x > -700 else 0.0
     return [
-        f"{lead}SiLU({arg}) = {arg}·σ({arg}), σ(x) = 1/(1 + e^(−x))   (Marian's swish)",
+        f"{lead}SiLU({arg}) = {arg}·σ({arg}), σ(x) = 1/(1 + e^(−x))   (SiLU, also called swish)",
         f"  σ({c.f(x)}) = 1/(1 + e^({c.f(-x)})) = {c.f(sig)}",
         f"  {c.operand(x)}·{c.f(sig)} = {c.f(value)}",
     ]
@@ -428,4 +428,10 @@ FEED_FORWARD = Kind(
     params=_params,
     steps={piece.out: piece.step for piece in PIECES},
     tex=TEX,
+    article=lambda m: (
+        ""
+        if m.feed_forward == "gated"
+        else "(The article draws one linear layer here; the paper, and this walkthrough, have two, "
+        "with the activation between them.)"
+    ),
 )

@@ -266,6 +266,12 @@ LOGITS = Kind(
     {"flattened": explain_flattened, "uncapped": explain_logit, "logits": explain_logit},
     params=_logits_params,
     steps={"flattened": flattened_step, "uncapped": logits_step, "logits": logits_step},
+    article=lambda m: (
+        "(The article flattens the decoder's rows into one and predicts one word from all of them; "
+        "the paper predicts at each position, as here: `output_head: flatten` takes the article's step.)"
+        if m.output_head == "per-position" and not m.encoder_only
+        else ""
+    ),
 )
 
 
@@ -300,4 +306,10 @@ PROBABILITIES_KIND = Kind(
     probabilities_second,
     {"logits": explain_copied, "probabilities": lambda c, trace: softmax_cell(c, "logits")},
     steps={"probabilities": lambda stage, trace, name, i, j: step("softmax", row(stage, "logits", i))},
+    article=lambda m: (
+        ""
+        if m.encoder_only
+        else '(The article\'s "sleeping, 0.42" cannot be reproduced: it does not give the weights '
+        "it came from. `walkthrough train` teaches this toy its sentence.)"
+    ),
 )

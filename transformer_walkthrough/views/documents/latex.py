@@ -84,7 +84,7 @@ def _tex_matrix(s: Shown) -> Iterator[str]:
     yield "}"
 
 
-_LINE = 76  # characters of numbers and labels that fit a line, roughly: \fit shrinks what does not
+LINE = 76  # characters of numbers and labels that fit a line, roughly: \fit shrinks what does not
 
 
 def tex_number(v: float, precision: int) -> str:
@@ -111,7 +111,7 @@ def _tex_lines(group: list[list[Shown]]) -> Iterator[list[list[Shown]]]:
     used = 0
     for unit in group:
         width = sum(_tex_width(s) for s in unit)
-        if line and used + width > _LINE:
+        if line and used + width > LINE:
             yield line
             line, used = [], 0
         line.append(unit)
@@ -133,7 +133,7 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
         )
         if said := latex_notes(stage.formula):  # the flatten head's leak, a tied table, the heads' range
             yield f"{{\\small {said}}}\\par\n"
-        for group in units(stage, o, _LINE):
+        for group in units(stage, o, LINE):
             for line in _tex_lines(group):
                 yield "\\fit{$\\displaystyle "
                 for k, unit in enumerate(line):

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...model.trace import Stage, Trace
 from ..sections import SECTIONS_CSS, report_sections
+from ..stages import predicted
 from .formulas import html_notes
 from .formulas import mathml as formula_mathml
 from .shades import OPENINGS, SHADES_CSS, cell_shades, legend, shading
@@ -238,7 +239,7 @@ def html_prediction(trace: Trace, o: Options) -> str:
             f"<td>{top}</td></tr>"
         )
     return (
-        '<section id="prediction"><h2>Prediction</h2><p>The most likely next word after each decoder position.</p>'
+        f'<section id="prediction"><h2>Prediction</h2><p>{e(predicted(trace)[0].upper() + predicted(trace)[1:])}.</p>'
         '<table class="pred"><thead><tr><th>after</th><th>predicted</th><th>p</th><th>expected</th><th></th>'
         f"<th>top 3</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
     )

@@ -137,6 +137,19 @@ def units(stage: Stage, o: Options, width: int = DOCUMENT_WIDTH) -> list[list[li
     return [[unit for _, unit in run] for _, run in itertools.groupby(grouped, key=lambda g: g[0])]
 
 
+def numbers_shown(stages: list[Stage], o: Options, width: int = DOCUMENT_WIDTH) -> int:
+    """How many numbers a document writes of these stages: every matrix's cells as ``units``
+    keeps them (a summarised matrix only its kept rows and columns), gradients included."""
+    count = 0
+    for stage in stages:
+        for group in units(stage, o, width):
+            for unit in group:
+                for shown in unit:
+                    rows, cols = shown.kept()
+                    count += len(rows) * len(cols)
+    return count
+
+
 Spans = list[tuple[str, bool]]  # prose in pieces, each True where it is a command (`walkthrough train`)
 
 

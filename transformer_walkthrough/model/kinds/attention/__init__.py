@@ -235,7 +235,13 @@ MASKED = (
     "Self-attention where the mask M puts −∞ above the diagonal, so no position can look at "
     "a later one: softmax turns −∞ into a weight of exactly 0."
 )
-MASKED_ATTENTION = _kind("masked-attention", "masked multi-head self-attention", MASKED)
+MASKED_ATTENTION = _kind(
+    "masked-attention",
+    "masked multi-head self-attention",
+    MASKED,
+    article="(The article says the decoder takes one token at a time: that is generating, `walkthrough "
+    "generate`. Here, as in training, the whole target goes in at once; the mask makes the two the same.)",
+)
 CROSS_ATTENTION = _kind(
     "cross-attention",
     "multi-head cross-attention",

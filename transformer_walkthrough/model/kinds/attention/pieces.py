@@ -626,7 +626,8 @@ class Scores(Piece):
         return [
             *lines,
             f"  divided by {said} = {c.f(root)}: {c.f(total)} / {c.f(root)} = {c.f(c.value)}",
-            "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate"
+            "  (were q's and k's entries independent with variance 1, q·k would have variance d_k:",
+            "  dividing by √d_k brings it back to 1 whatever d_k is, so softmax does not saturate"
             + (")" if m.score_scale == "d_k" else "; Gemma divides by √query_pre_attn_scalar instead)"),
         ]
 
