@@ -100,6 +100,14 @@ def sizes(m: Mapping[str, Any]) -> dict[str, int]:
             "ff": m["d_ff"], "layers": m["num_decoder_layers"]}  # fmt: skip
 
 
+# config.json's keys behind each size name of the map, named when a tensor disagrees with them.
+SIZE_KEYS = {
+    "d": "hidden_size", "d_k": "head_dim", "q": "num_attention_heads × head_dim",
+    "kv": "num_key_value_heads × head_dim", "ff": "intermediate_size",
+}  # fmt: skip
+TABLE_KEYS = ("vocab_size", "hidden_size")  # the embedding table's and the output layer's
+
+
 # transformers 5's LlamaConfig defaults, for the keys an older config.json leaves out. None: derived
 # (num_key_value_heads: one per query head; head_dim: hidden_size / num_attention_heads).
 _COMMON_DEFAULTS: dict[str, Any] = {
@@ -411,12 +419,12 @@ def _convert(
     taker = Taker(tensors, where)
     taker.charge(budget, dtype)
     take = taker.take
-    weights = convert(config["family"].rows(model), take, dtype)
+    weights = convert(config["family"].rows(model), taker, dtype)
 
-    E = take(EMBEDDING, (vocab, d))
+    E = take(EMBEDDING, (vocab, d), TABLE_KEYS)
     weights["decoder.embedding/E"] = np.ascontiguousarray(E, dtype=dtype)
     if OUTPUT_LAYER in names:
-        lm_head = take(OUTPUT_LAYER, (vocab, d))
+        lm_head = take(OUTPUT_LAYER, (vocab, d), TABLE_KEYS)
         if config["tie_word_embeddings"]:
             if not np.array_equal(lm_head, E):
                 raise CheckpointError(
@@ -447,7 +455,7 @@ LLAMA = Family(
         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": None,
         "max_position_embeddings": 2048, "eos_token_id": 2, "bos_token_id": 1, "sliding_window": None,
     },
-    name_map=NAME_MAP, sizes=sizes, load=load_llama,
+    name_map=NAME_MAP, sizes=sizes, size_keys=SIZE_KEYS, load=load_llama,
 )  # fmt: skip
 MISTRAL = dataclasses.replace(
     LLAMA, model_type="mistral", name="Mistral", transformers="MistralForCausalLM",
