@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..errors import printable
+from ..errors import decoded, printable
 from ..session import ModelArgs, Sentence, traced
 from .app import say_later
 
@@ -31,7 +31,7 @@ def trace(
     when the toy's numbers overflowed."""
     done = traced(config, seed, precision, weights, asked)
     if done.translation is not None:
-        note = f"translation (greedy): {printable(done.translation)}"
+        note = f"translation (greedy): {decoded(done.translation)}"
         if notes_to_stderr:
             say_later(note)
         else:
