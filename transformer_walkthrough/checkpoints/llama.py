@@ -29,6 +29,7 @@ columns, then G key heads', then G value heads' (``kinds.attention.columns``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,14 +227,17 @@ def _positive_int(config: dict[str, Any], key: str, path: Path) -> int:
 
 
 def _number(value: Any, key: str, path: Path, low: float = 0.0) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not value > low
-        or value == float("inf")
-    ):
+    """config.json's ``key``, a finite number above ``low``: JSON's integers have no bound, and
+    one of 400 digits is no float (its conversion would overflow far from here, naming no key)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > low:
         raise CheckpointError(f"{path}: {key} is {shown(value)}, not a number above {low:g}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int past the largest float
+        number = math.inf
+    if number == math.inf:
+        raise CheckpointError(f"{path}: {key} is {shown(value)}, not a finite number")
+    return number
 
 
 def read_config(folder: Path) -> dict[str, Any]:
@@ -397,6 +401,8 @@ def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
     window = config["sliding_window"]
     if window is not None and (type(window) is not int or window < 1):
         raise CheckpointError(f"{path}: sliding_window is {shown(window)}, not a positive integer or null")
+    if window is not None and window >= config["max_position_embeddings"]:
+        return None  # every position sees all those before it, as with no window (10**30 included)
     return window
 
 
