@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -117,12 +118,14 @@ def _check_cache(repo_id: str, offline: bool) -> str | None:
     commit = _cached_commit(repo / "refs" / "main")
     trees = repo / "trees"
     listings = [trees / f"{commit}.json"] if offline and commit else []
-    if not offline and trees.is_dir():
-        listings = sorted(p for p in trees.iterdir() if _TREE.fullmatch(p.name))
+    if not offline:
+        with contextlib.suppress(OSError):  # no folder, or one not to be listed: the client fails alike
+            listings = sorted(p for p in trees.iterdir() if _TREE.fullmatch(p.name))
     for path in listings:
         _check_tree(path)
     if not offline:
-        for path in (constants.HF_TOKEN_PATH, constants.HF_STORED_TOKENS_PATH):
+        tokens = (constants.HF_TOKEN_PATH, getattr(constants, "HF_STORED_TOKENS_PATH", None))
+        for path in filter(None, tokens):  # stored_tokens: newer clients only
             try:
                 with open_regular(path, "a hub token file", MAX_TOKEN_BYTES, CheckpointError):
                     pass
