@@ -8,6 +8,7 @@ import pytest
 
 from transformer_walkthrough.checkpoints.checkpoint import FAMILIES
 from transformer_walkthrough.checkpoints.family import convert, invert
+from transformer_walkthrough.checkpoints.tensors import Taker
 
 # Every switch of every family on: biases everywhere (Llama's attention_bias), the MLM head, segments.
 MODEL = {
@@ -30,9 +31,9 @@ def test_one_record_per_model_type_in_the_order_messages_list_them():
 def test_the_name_map_walked_forward_then_backward_is_the_identity(family):
     rows = family.rows(MODEL)
     rng = np.random.default_rng(0)
-    theirs = {name: rng.standard_normal(shape) for row in rows for name, shape in row.theirs}
+    theirs = {p.name: rng.standard_normal(p.shape) for row in rows for p in row.theirs}
     assert len(theirs) == sum(len(row.theirs) for row in rows)  # each tensor is read once
-    ours = convert(rows, lambda name, shape: theirs[name], np.dtype(np.float64))
+    ours = convert(rows, Taker(theirs, "theirs"), np.dtype(np.float64))
     assert {name: w.shape for name, w in ours.items()} == {row.ours: row.shape() for row in rows}
     back = invert(rows, ours)
     assert back.keys() == theirs.keys()

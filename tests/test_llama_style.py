@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 
 from transformer_walkthrough.checkpoints import llama as llama_family
 from transformer_walkthrough.checkpoints.family import convert, model_keys
+from transformer_walkthrough.checkpoints.tensors import Taker
 from transformer_walkthrough.compare.llama import llama_with
 from transformer_walkthrough.compare.verify import recompute
 from transformer_walkthrough.config import Config, load_config
@@ -102,13 +103,13 @@ def test_every_gradient_equals_llama_autograd(monkeypatch: pytest.MonkeyPatch, n
     # and q, k, v side by side), as the converter maps their weights.
     g = {name: p.grad.numpy() for name, p in model.named_parameters()}
     rows = llama_family.LLAMA.rows(model_keys(config.model))
-    theirs = convert(rows, lambda name, shape: g[name], np.dtype(np.float64))
+    theirs = convert(rows, Taker(g, "their gradients"), np.dtype(np.float64))
     theirs |= {
         "decoder.embedding/E": g["model.embed_tokens.weight"],
         "output.logits/W": g["lm_head.weight"].T,
     }
     assert set(theirs) == set(w)  # every parameter, each once: Llama's, no more, no fewer
-    assert {name for row in rows for name, _ in row.theirs} | {
+    assert {part.name for row in rows for part in row.theirs} | {
         "model.embed_tokens.weight",
         "lm_head.weight",
     } == set(g)

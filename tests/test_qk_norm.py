@@ -21,6 +21,7 @@ import torch
 
 from transformer_walkthrough.checkpoints.family import convert, model_keys
 from transformer_walkthrough.checkpoints.llama import QWEN3
+from transformer_walkthrough.checkpoints.tensors import Taker
 from transformer_walkthrough.compare.llama import llama_with
 from transformer_walkthrough.compare.verify import recompute
 from transformer_walkthrough.config import Config, load_config
@@ -100,12 +101,12 @@ def test_every_gradient_equals_qwen3_autograd(monkeypatch: pytest.MonkeyPatch, n
     # converter walks their weights: q_norm onto gamma_Q, k_norm onto gamma_K.
     g = {name: p.grad.numpy() for name, p in model.named_parameters()}
     rows = QWEN3.rows(model_keys(config.model))
-    theirs = convert(rows, lambda name, shape: g[name], np.dtype(np.float64))
+    theirs = convert(rows, Taker(g, "their gradients"), np.dtype(np.float64))
     theirs |= {
         "decoder.embedding/E": g["model.embed_tokens.weight"],
         "output.logits/W": g["lm_head.weight"].T,
     }
-    assert {name for row in rows for name, _ in row.theirs} >= {
+    assert {part.name for row in rows for part in row.theirs} >= {
         f"model.layers.{i}.self_attn.{x}_norm.weight"
         for i in range(config.model.num_decoder_layers)
         for x in "qk"

@@ -39,6 +39,19 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
+# Characters of a text a checkpoint decoded (a translation, a continuation) shown on screen: a
+# screenful. A vocabulary may hold a piece of 50 MB, and one such piece decoded is a 50 MB line.
+MAX_DECODED = 2000
+
+
+def decoded(text: str, limit: int = MAX_DECODED) -> str:
+    """A text a checkpoint's tokenizer decoded, as the terminal shows it: ``printable``, and cut
+    after ``limit`` characters, saying how many more it had."""
+    if len(text) <= limit:
+        return printable(text)
+    return f"{printable(text[:limit])}… ({len(text) - limit:,} more characters not shown)"
+
+
 def shorten(text: str, limit: int = 80) -> str:
     """``text`` cut to at most ``limit`` characters around a "…": its head and, so that a file
     name or a number's last digits stay readable, its tail (a third of what is kept)."""

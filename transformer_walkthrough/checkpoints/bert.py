@@ -75,7 +75,17 @@ _BERT_KEYS = {
     "d_model": "hidden_size", "num_heads": "num_attention_heads", "d_ff": "intermediate_size",
     "layers": "num_hidden_layers", "activation": "hidden_act",
 }  # fmt: skip
+_DISTILBERT_KEYS = {
+    "d_model": "dim", "num_heads": "n_heads", "d_ff": "hidden_dim", "layers": "n_layers",
+    "activation": "activation",
+}  # fmt: skip
 DISTILBERT_EPS = 1e-12  # nn.LayerNorm(config.dim, eps=1e-12) in every DistilBERT module
+
+
+def _size_keys(keys: Mapping[str, str]) -> dict[str, str]:
+    """config.json's key behind each size name of the map (``Family.size_keys``)."""
+    return {"d": keys["d_model"], "ff": keys["d_ff"], "positions": "max_position_embeddings",
+            "segments": "type_vocab_size"}  # fmt: skip
 
 
 def has_segments(m: Mapping[str, Any]) -> bool:
@@ -354,7 +364,8 @@ def _stored(name: str, names: set[str]) -> str:
     and ``beta`` of older files (transformers renames ``LayerNorm.gamma``/``LayerNorm.beta``; only
     modules so named)."""
     module, _, kind = name.rpartition(".")
-    if module.endswith("LayerNorm") and f"{module}.gamma" in names and f"{module}.weight" not in names:
+    renamed = kind in ("weight", "bias") and module.endswith("LayerNorm")
+    if renamed and f"{module}.gamma" in names and f"{module}.weight" not in names:
         return f"{module}.{ {'weight': 'gamma', 'bias': 'beta'}[kind] }"
     return name
 
@@ -373,14 +384,13 @@ def _convert(
     # body bert.…; a base model's file (BertModel) has no prefix. One layout per file.
     body = family.body if any(n.startswith(family.body) for n in names) else ""
     check_layers(names, first_tensor(family.stacks[0], body), family.keys["layers"], config["layers"], where)
-    taker = Taker(tensors, where)
+    taker = Taker(tensors, where, stored=functools.partial(_stored, names=names))
     taker.charge(budget, dtype)
     take = taker.take
 
-    E = take(f"{body}{family.word}.weight", (vocab, d))
+    E = take(f"{body}{family.word}.weight", (vocab, d), ("vocab_size", family.keys["d_model"]))
     weights = {f"{stage_id(ENCODER, 'embedding')}/E": np.ascontiguousarray(E, dtype=dtype)}
-    stored = functools.partial(_stored, names=names)
-    weights |= convert(family.rows(model, body), lambda name, shape: take(stored(name), shape), dtype)
+    weights |= convert(family.rows(model, body), taker, dtype)
     if model["output_transform"]:
         output = _output_layer(take, names, family, E, config, dtype, where, body)
         weights |= {f"{stage_id(OUTPUT, 'logits')}/{local}": w for local, w in output.items()}
@@ -454,7 +464,8 @@ BERT = BertFamily(
     name_map=_name_map(
         **_BERT_BODY, head=("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm")
     ),
-    sizes=sizes, load=load_bert, keys=_BERT_KEYS, body="bert.", word="embeddings.word_embeddings",
+    sizes=sizes, size_keys=_size_keys(_BERT_KEYS), load=load_bert, keys=_BERT_KEYS, body="bert.",
+    word="embeddings.word_embeddings",
     decoder="cls.predictions.decoder", bias="cls.predictions.bias", pooler=True, next_sentence=True,
     buffers=("embeddings.position_ids", "embeddings.token_type_ids"),
 )  # fmt: skip
@@ -482,9 +493,7 @@ DISTILBERT = BertFamily(
         norm_1="sa_layer_norm", ff=("ffn.lin1", "ffn.lin2"), norm_2="output_layer_norm",
         head=("vocab_transform", "vocab_layer_norm"),
     ),
-    sizes=sizes, load=load_bert,
-    keys={"d_model": "dim", "num_heads": "n_heads", "d_ff": "hidden_dim", "layers": "n_layers",
-          "activation": "activation"},
+    sizes=sizes, size_keys=_size_keys(_DISTILBERT_KEYS), load=load_bert, keys=_DISTILBERT_KEYS,
     body="distilbert.", word="embeddings.word_embeddings", decoder="vocab_projector", bias=None,
     pooler=False, next_sentence=False, buffers=("embeddings.position_ids",),
 )  # fmt: skip

@@ -9,7 +9,8 @@ size names), set side by side (``W_QKV = [W_Q | W_K | W_V]``) and each transpose
 family stores ``nn.Linear``'s ``(out, in)``. A row may be optional: present only when the model
 has a switch on (Qwen2's Q/K/V biases, Llama's ``mlp_bias``).
 
-The converter walks the map forward (``convert``: their tensors into our weights); the tests'
+The converter walks the map forward (``convert``: their tensors into our weights, every tensor's
+shape checked against config.json before the first array is made); the tests'
 references walk the same map backward (``invert``: our weights into a transformers model's state
 dict). What the map cannot say stays in the family's module: tied and shared tables, buffers that
 are checked and dropped, the refusals of its config.
@@ -27,7 +28,7 @@ import numpy as np
 
 from ..model.architecture import stage_id
 from .errors import CheckpointError
-from .tensors import transpose_into
+from .tensors import Taker, transpose_into
 
 Switch = Callable[[Mapping[str, Any]], bool]  # the model's keys -> whether an optional row is there
 
@@ -83,16 +84,25 @@ class Block:
     in_body: bool = True  # False: a head's tensors, never under the file's body prefix (``bert.``)
 
 
+class Part(NamedTuple):
+    """One of their tensors in a row, for one model: its full name, its shape as config.json implies
+    it, and the config.json keys behind each axis (``num_attention_heads × head_dim``)."""
+
+    name: str
+    shape: tuple[int, ...]
+    keys: tuple[str, ...]
+
+
 class Row(NamedTuple):
-    """A row of the map for one model: our parameter's full name and each tensor's full name and shape."""
+    """A row of the map for one model: our parameter's full name and the tensors it is made of."""
 
     ours: str
-    theirs: tuple[tuple[str, tuple[int, ...]], ...]
+    theirs: tuple[Part, ...]
     transposed: bool
 
     def shape(self) -> tuple[int, ...]:
         """Our parameter's shape: the parts side by side, each transposed where the row says so."""
-        shapes = [s[::-1] if self.transposed else s for _, s in self.theirs]
+        shapes = [p.shape[::-1] if self.transposed else p.shape for p in self.theirs]
         return (*shapes[0][:-1], sum(s[-1] for s in shapes))
 
 
@@ -103,7 +113,8 @@ class Family:
     ``architecture``: what the model reads — an encoder-decoder its source text (``--source``),
     a decoder-only or an encoder-only model a prompt (``--prompt``). ``defaults``: transformers'
     config class defaults. ``sizes``: the model's keys (``ModelConfig``'s names) -> the size
-    names of the map. ``load(folder, dtype, name)``: the converter, which returns a
+    names of the map; ``size_keys``: the config.json keys each size name comes from, which a
+    refusal names. ``load(folder, dtype, name)``: the converter, which returns a
     ``checkpoint.Checkpoint``.
     """
 
@@ -116,6 +127,8 @@ class Family:
     name_map: tuple[Block, ...]
     sizes: Callable[[Mapping[str, Any]], Mapping[str, int]]
     load: Callable[[Path, str | np.dtype, str | None], Any] = field(repr=False)
+    # "q": "num_attention_heads × head_dim" (none: a refusal names the shape only)
+    size_keys: Mapping[str, str] = field(default_factory=dict, kw_only=True)
 
     @property
     def encoder_decoder(self) -> bool:
@@ -130,14 +143,12 @@ class Family:
         """The map's rows for a model of these keys (``ModelConfig``'s names): every layer's, the
         optional ones whose switch is on; ``prefix`` before each of their names but a head's (the
         base model's prefix in a head model's file: ``bert.``, ``transformer.``)."""
-        sizes = self.sizes(model)
-        return list(_rows(self.name_map, model, sizes, prefix))
+        return list(_rows(self, model, prefix))
 
 
-def _rows(
-    blocks: Sequence[Block], model: Mapping[str, Any], sizes: Mapping[str, int], prefix: str
-) -> Iterator[Row]:
-    for block in blocks:
+def _rows(family: Family, model: Mapping[str, Any], prefix: str) -> Iterator[Row]:
+    sizes = family.sizes(model)
+    for block in family.name_map:
         if block.when is not None and not block.when(model):
             continue
         layers: Sequence[int | None] = range(sizes[block.layers]) if block.layers else [None]
@@ -149,9 +160,20 @@ def _rows(
                 for e in range(sizes["experts"]) if p.each_expert else [None]:
                     stage, local = p.ours.format(e=e).split("/")
                     theirs = tuple(
-                        (start + t.name.format(e=e), tuple(sizes[s] for s in t.shape)) for t in p.theirs
+                        Part(
+                            start + t.name.format(e=e),
+                            tuple(sizes[s] for s in t.shape),
+                            _keys(family, t.shape),
+                        )
+                        for t in p.theirs
                     )
                     yield Row(f"{stage_id(block.side, stage, n)}/{local}", theirs, p.transposed)
+
+
+def _keys(family: Family, shape: tuple[str, ...]) -> tuple[str, ...]:
+    """config.json's keys behind each axis of a tensor's shape; none when the family does not say."""
+    known = family.size_keys
+    return tuple(known[s] for s in shape) if all(s in known for s in shape) else ()
 
 
 def first_tensor(block: Block, prefix: str = "") -> str:
@@ -159,22 +181,27 @@ def first_tensor(block: Block, prefix: str = "") -> str:
     return prefix + block.prefix.replace("{n}", "{}") + block.params[0].theirs[0].name
 
 
-def convert(
-    rows: Sequence[Row], take: Callable[[str, tuple[int, ...]], np.ndarray], dtype: np.dtype
-) -> dict[str, np.ndarray]:
-    """The map walked forward: our weights from their tensors (``take(name, shape)`` checks each
-    shape), each parameter filled in place, a part at a time: no joined copy."""
+def convert(rows: Sequence[Row], taker: Taker, dtype: np.dtype) -> dict[str, np.ndarray]:
+    """The map walked forward: our weights from their tensors, each parameter filled in place, a part
+    at a time: no joined copy.
+
+    Every tensor's shape is checked against what config.json implies before the first array is
+    made: a size is believed only where the file's tensors agree with it, so that a config.json
+    of ``head_dim`` 2**62 is refused, naming its keys, instead of allocating W_QKV of its size."""
+    for row in rows:
+        for part in row.theirs:
+            taker.check(part.name, part.shape, part.keys)
     weights: dict[str, np.ndarray] = {}
     for row in rows:
         out = np.empty(row.shape(), dtype=dtype)
         start = 0
-        for name, shape in row.theirs:
+        for name, shape, _ in row.theirs:
             width = shape[0] if row.transposed else shape[-1]
             part = out[..., start : start + width]
             if row.transposed:
-                transpose_into(part, take(name, shape))
+                transpose_into(part, taker.take(name, shape))
             else:
-                part[...] = take(name, shape)
+                part[...] = taker.take(name, shape)
             start += width
         weights[row.ours] = out
     return weights
@@ -186,7 +213,7 @@ def invert(rows: Sequence[Row], weights: Mapping[str, np.ndarray]) -> dict[str, 
     tensors: dict[str, np.ndarray] = {}
     for row in rows:
         ours, start = weights[row.ours], 0
-        for name, shape in row.theirs:
+        for name, shape, _ in row.theirs:
             width = shape[0] if row.transposed else shape[-1]
             part = ours[..., start : start + width]
             tensors[name] = part.T if row.transposed else part

@@ -222,16 +222,16 @@ def _convert(
     taker = Taker(tensors, where)
     taker.charge(budget, dtype)
     take = taker.take
-    weights = convert(GPT2.rows(model, prefix), take, dtype)
+    weights = convert(GPT2.rows(model, prefix), taker, dtype)
 
-    wte = take(f"{prefix}wte.weight", (vocab, d))
+    wte = take(f"{prefix}wte.weight", (vocab, d), ("vocab_size", "n_embd"))
     weights["decoder.embedding/E"] = np.ascontiguousarray(wte, dtype=dtype)
     weights["decoder.positional-encoding/P"] = np.ascontiguousarray(
-        take(f"{prefix}wpe.weight", (n_pos, d)), dtype=dtype
+        take(f"{prefix}wpe.weight", (n_pos, d), ("n_positions", "n_embd")), dtype=dtype
     )
     tied = config["tie_word_embeddings"]
     if "lm_head.weight" in names:
-        lm_head = take("lm_head.weight", (vocab, d))
+        lm_head = take("lm_head.weight", (vocab, d), ("vocab_size", "n_embd"))
         if tied and not np.array_equal(lm_head, wte):
             raise CheckpointError(
                 f"{where}: lm_head.weight differs from {prefix}wte.weight, which config.json says "
@@ -263,6 +263,7 @@ GPT2 = Family(
     defaults=CONFIG_DEFAULTS,
     name_map=NAME_MAP,
     sizes=sizes,
+    size_keys={"d": "n_embd", "qkv": "3 × n_embd", "ff": "n_inner"},
     load=load_gpt2,
 )
 FAMILIES = (GPT2,)

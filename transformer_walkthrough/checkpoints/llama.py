@@ -29,6 +29,7 @@ columns, then G key heads', then G value heads' (``kinds.attention.columns``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,6 +166,14 @@ def sizes(m: Mapping[str, Any]) -> dict[str, int]:
     return {"d": m["d_model"], "d_k": d_k, "q": m["num_heads"] * d_k, "kv": kv_heads * d_k,
             "ff": m["d_ff"], "layers": m["num_decoder_layers"], "E": experts, "experts": experts,
             "eff": expert, "sff": m.get("shared_expert_d_ff") or expert, "one": 1}  # fmt: skip
+
+
+# config.json's keys behind each size name of the map, named when a tensor disagrees with them.
+SIZE_KEYS = {
+    "d": "hidden_size", "d_k": "head_dim", "q": "num_attention_heads × head_dim",
+    "kv": "num_key_value_heads × head_dim", "ff": "intermediate_size",
+}  # fmt: skip
+TABLE_KEYS = ("vocab_size", "hidden_size")  # the embedding table's and the output layer's
 
 
 # transformers 5's LlamaConfig defaults, for the keys an older config.json leaves out. None: derived
@@ -304,14 +313,17 @@ def _positive_int(config: dict[str, Any], key: str, path: Path) -> int:
 
 
 def _number(value: Any, key: str, path: Path, low: float = 0.0) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not value > low
-        or value == float("inf")
-    ):
+    """config.json's ``key``, a finite number above ``low``: JSON's integers have no bound, and
+    one of 400 digits is no float (its conversion would overflow far from here, naming no key)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > low:
         raise CheckpointError(f"{path}: {key} is {shown(value)}, not a number above {low:g}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int past the largest float
+        number = math.inf
+    if number == math.inf:
+        raise CheckpointError(f"{path}: {key} is {shown(value)}, not a finite number")
+    return number
 
 
 def read_config(folder: Path) -> dict[str, Any]:
@@ -517,6 +529,8 @@ def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
     window = config["sliding_window"]
     if window is not None and (type(window) is not int or window < 1):
         raise CheckpointError(f"{path}: sliding_window is {shown(window)}, not a positive integer or null")
+    if window is not None and window >= config["max_position_embeddings"]:
+        return None  # every position sees all those before it, as with no window (10**30 included)
     return window
 
 
@@ -539,12 +553,12 @@ def _convert(
     taker = Taker(tensors, where)
     taker.charge(budget, dtype)
     take = taker.take
-    weights = convert(config["family"].rows(model), take, dtype)
+    weights = convert(config["family"].rows(model), taker, dtype)
 
-    E = take(EMBEDDING, (vocab, d))
+    E = take(EMBEDDING, (vocab, d), TABLE_KEYS)
     weights["decoder.embedding/E"] = np.ascontiguousarray(E, dtype=dtype)
     if OUTPUT_LAYER in names:
-        lm_head = take(OUTPUT_LAYER, (vocab, d))
+        lm_head = take(OUTPUT_LAYER, (vocab, d), TABLE_KEYS)
         if config["tie_word_embeddings"]:
             if not np.array_equal(lm_head, E):
                 raise CheckpointError(
@@ -575,7 +589,7 @@ LLAMA = Family(
         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": None,
         "max_position_embeddings": 2048, "eos_token_id": 2, "bos_token_id": 1, "sliding_window": None,
     },
-    name_map=NAME_MAP, sizes=sizes, load=load_llama,
+    name_map=NAME_MAP, sizes=sizes, size_keys=SIZE_KEYS, load=load_llama,
 )  # fmt: skip
 MISTRAL = dataclasses.replace(
     LLAMA, model_type="mistral", name="Mistral", transformers="MistralForCausalLM",

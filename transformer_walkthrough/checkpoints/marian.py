@@ -277,7 +277,7 @@ def _convert(
     taker = Taker(tensors, where)
     taker.charge(budget, dtype)
     shape, take, used = taker.shape, taker.take, taker.used
-    weights = convert(MARIAN.rows(model), take, dtype)
+    weights = convert(MARIAN.rows(model), taker, dtype)
 
     # Embeddings and output layer: one table for all three when the checkpoint shares and ties them.
     share, tie = config["share_encoder_decoder_embeddings"], config["tie_word_embeddings"]
@@ -330,6 +330,7 @@ MARIAN = Family(
     defaults=CONFIG_DEFAULTS,
     name_map=NAME_MAP,
     sizes=sizes,
+    size_keys={"d": "d_model", "ff": "encoder_ffn_dim"},
     load=load_marian,
 )
 FAMILIES = (MARIAN,)

@@ -36,7 +36,7 @@ from ..model.architecture import DECODER, ENCODER
 from ..model.generation import Step, ends, full_passes, generate_cached, generated_ids
 from ..model.parameters import parameters
 from ..model.sampling import Sampling
-from ..model.size import trace_size
+from ..model.size import LABEL_BYTES, labelled_rows, trace_size
 from ..model.trace import Trace
 from ..model.transformer import run_forward
 from ..model.weights import Weights
@@ -143,7 +143,7 @@ def check_size(config: Config, source: int, target: int) -> None:
         raise CheckpointError(f"the input has {max(source, target)} tokens; this model reads at most {rows}")
     vocabulary = max(len(config.vocabulary_of(side)) for side in (ENCODER, DECODER))  # an upper bound
     size = trace_size(m, source, target, vocabulary)
-    need = size.numbers * np.dtype(m.dtype).itemsize
+    need = size.numbers * np.dtype(m.dtype).itemsize + labelled_rows(m) * LABEL_BYTES
     if need > MAX_BYTES or size.tables > MAX_TABLES:
         raise CheckpointError(
             f"{source} + {target} tokens would need about {need / 2**30:,.1f} GiB of matrices and "

@@ -8,7 +8,7 @@ The formats are read safely by their own modules: ``safetensors_file`` and ``tor
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from .budget import Budget
 from .errors import CheckpointError
-from .jsonfile import MAX_CONFIG_BYTES, read_json
+from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
 from .safetensors_file import SHARD_INDEX, ShardedSafetensors, read_safetensors
 from .torch_bin import read_torch_bin
 
@@ -87,27 +87,42 @@ def read_config_json(folder: Path) -> dict[str, Any]:
 
 class Taker:
     """A checkpoint's tensors handed out by name, each shape checked against what config.json
-    implies and each use noted, so that a converter can say which tensors it never used."""
+    implies and each use noted, so that a converter can say which tensors it never used.
 
-    def __init__(self, tensors: Mapping[str, np.ndarray], where: str) -> None:
+    ``stored``: the name the file keeps a tensor under, when a family's older files differ (BERT's
+    ``LayerNorm.gamma`` for ``LayerNorm.weight``)."""
+
+    def __init__(
+        self, tensors: Mapping[str, np.ndarray], where: str, stored: Callable[[str], str] | None = None
+    ) -> None:
         self.tensors, self.where = tensors, where
         self.names = set(tensors)
         self.used: set[str] = set()
+        self.stored = stored or (lambda name: name)
 
     def shape(self, name: str) -> tuple[int, ...]:
+        name = self.stored(name)
         if name not in self.names:
             raise CheckpointError(f"{self.where}: missing tensor {name}")
         get_shape = getattr(self.tensors, "shape", None)  # answered from the header, nothing read
         return tuple(get_shape(name)) if get_shape else tuple(self.tensors[name].shape)
 
-    def take(self, name: str, expected: tuple[int, ...]) -> np.ndarray:
-        if self.shape(name) != expected:
+    def check(self, name: str, expected: tuple[int, ...], keys: tuple[str, ...] = ()) -> None:
+        """Refuse tensor ``name`` unless its shape is ``expected``; ``keys``: config.json's keys
+        behind each axis, named in the refusal (a size of 2**62 is a key's fault, not the file's)."""
+        shape = self.shape(name)
+        if shape != expected:
+            because = f" ({', '.join(keys)})" if keys else ""
             raise CheckpointError(
-                f"{self.where}: tensor {name} has shape {list(self.shape(name))}, "
-                f"config.json implies {list(expected)}"
+                f"{self.where}: tensor {self.stored(name)} has shape {list(shape)}, "
+                f"config.json implies {shown(list(expected))}{because}"
             )
-        self.used.add(name)
-        return self.tensors[name]
+
+    def take(self, name: str, expected: tuple[int, ...], keys: tuple[str, ...] = ()) -> np.ndarray:
+        """Tensor ``name``, once its shape is ``expected`` (``check``)."""
+        self.check(name, expected, keys)
+        self.used.add(self.stored(name))
+        return self.tensors[self.stored(name)]
 
     def charge(self, budget: Budget, dtype: np.dtype) -> None:
         """Charge what converting takes at its peak, before it starts, on top of what reading took.

@@ -164,7 +164,11 @@ def _object(path: Path, missing_ok: bool = True) -> dict[str, Any]:
 
 
 def _token(value: Any, where: str, folder: Folder) -> dict[str, Any]:
-    """An added token (``AddedToken``'s fields) from a string or an object of tokenizer_config.json."""
+    """An added token (``AddedToken``'s fields) from a string or an object of tokenizer_config.json.
+
+    Its fields are checked here, where they are first used, not later with the spec: the ids of
+    the special tokens are looked up (``library_ids``, which hashes each token's fields) before
+    ``check_tokenizer`` sees the spec they are part of."""
     if isinstance(value, str):  # AddedToken(text, special=True): normalized is not special
         value = {"content": value}
     if not isinstance(value, dict) or not isinstance(value.get("content"), str):
@@ -173,6 +177,8 @@ def _token(value: Any, where: str, folder: Folder) -> dict[str, Any]:
               "normalized": False, "special": True}  # fmt: skip
     for key in ("single_word", "lstrip", "rstrip", "normalized", "special"):
         if key in value:
+            if type(value[key]) is not bool:
+                raise folder.fail(f"{where}.{key} is {shown(value[key], 40)}, not true or false")
             fields[key] = value[key]
     return fields
 
@@ -195,18 +201,18 @@ def added_tokens(folder: Folder, file_added: list[dict[str, Any]]) -> list[dict[
     named = folder.special(legacy_map=decoder is None)
     texts = [t["content"] for t in entries]
     extra: list[dict[str, Any]] = []
-    values = [named.get(key) for key in NAMED]
+    values = [(key, named.get(key)) for key in NAMED]
     for key in ("additional_special_tokens", "extra_special_tokens"):
         more = named.get(key) or []
         if isinstance(more, dict):
             more = list(more.values())
         if not isinstance(more, list) or len(more) > 1 << 12:
             raise folder.fail(f"{key} is not a list of tokens")
-        values += more
-    for value in values:
+        values += [(f"{key}[{n}]", value) for n, value in enumerate(more)]
+    for where, value in values:
         if value is None:
             continue
-        token = _token(value, "a special token", folder)
+        token = _token(value, where, folder)
         if token["content"] not in texts:
             texts.append(token["content"])
             extra.append({**token, "special": True})
@@ -363,9 +369,8 @@ def from_vocab_txt(folder: Folder) -> dict[str, Any]:
     path = folder.folder / "vocab.txt"
     if folder.cls not in WORDPIECE:  # no class to go by is not guessed: BertTokenizer needs naming
         raise folder.fail(f"{folder.cls} needs a tokenizer.json, which {folder.folder} does not have")
-    lines = _lines(read_regular(path, "a vocabulary", MAX_VOCAB_TXT_BYTES, CheckpointError), path)
-    if len(lines) > MAX_VOCAB_ENTRIES:
-        raise CheckpointError(f"{path}: has {len(lines):,} lines (at most {MAX_VOCAB_ENTRIES:,} tokens)")
+    data = read_regular(path, "a vocabulary", MAX_VOCAB_TXT_BYTES, CheckpointError)
+    lines = _lines(data, path, MAX_VOCAB_ENTRIES, f"at most {MAX_VOCAB_ENTRIES:,} tokens")
     vocab: dict[str, int] = {}
     for n, line in enumerate(lines):
         token = line.removesuffix("\r")
@@ -443,9 +448,15 @@ def from_vocab_and_merges(folder: Folder) -> dict[str, Any]:
     return spec
 
 
-def _lines(data: bytes, path: Path) -> list[str]:
+def _lines(data: bytes, path: Path, most: int, limit: str) -> list[str]:
     """A text file's lines as the library splits them (on "\\n", the last empty one dropped), or one
-    line saying it is not UTF-8."""
+    line saying it is not UTF-8 or has more than ``most`` lines (``limit`` says why).
+
+    The lines are counted in the bytes before any is made: a flood of short ones (99 MB of
+    ``ab\\n``, 33 million lines) would otherwise take 2.5 GB of strings before it is refused."""
+    count = data.count(b"\n") + (bool(data) and not data.endswith(b"\n"))  # no empty last line
+    if count > most:
+        raise CheckpointError(f"{path}: has {count:,} lines ({limit})")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -462,9 +473,7 @@ def _merges(path: Path) -> list[str]:
         data = read_regular(path, "a merges file", MAX_MERGES_BYTES, CheckpointError)
     except FileNotFoundError:
         raise CheckpointError(f"{path.parent}: has vocab.json but no merges.txt") from None
-    lines = _lines(data, path)
-    if len(lines) > MAX_MERGES + 1:
-        raise CheckpointError(f"{path}: has {len(lines):,} lines (at most {MAX_MERGES:,} merges)")
+    lines = _lines(data, path, MAX_MERGES + 1, f"at most {MAX_MERGES:,} merges")
     merges = []
     for n, line in enumerate(lines, 1):
         line = line.removesuffix("\r")

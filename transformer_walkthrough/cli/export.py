@@ -102,7 +102,7 @@ def export(
     checkpoint: ModelOptions = TOY,
 ) -> None:
     """Write every matrix to a file: data (.json, .npz) or a document (.html, .md, .tex)."""
-    from ..files.export import DOCUMENTS, check_target, size_warning
+    from ..files.export import DOCUMENTS, check_target, key_writer, size_warning
     from ..files.export import export as write
 
     model = checkpoint.checked()
@@ -136,10 +136,12 @@ def export(
     # The size warning is said once the export is written, beside "wrote": an export that fails
     # (a full disk, a .tex of Cyrillic) says only its error, in one line. On a terminal it shows
     # meanwhile as a status line, erased when the export ends: a long wait has its reason on screen.
+    # The answer key is written with the worksheet, all or none: never a worksheet without its key.
+    also = [(key, key_writer(trace, key, sheet))] if key is not None and sheet is not None else []
     with status(f"writing: {warning}" if warning else None):
         text = write(
             trace, target, stages, include_weights, grads, force=force, worksheet=sheet, full=full,
-            rerun=passes.rerun(config, seed, weights, model),
+            rerun=passes.rerun(config, seed, weights, model), also=also,
         )  # fmt: skip
     if text is not None:
         typer.echo(text, nl=False)
@@ -147,8 +149,5 @@ def export(
         typer.echo(f"warning: {warning}", err=True)
     if text is None:
         typer.echo(f"wrote {printable(str(target))}", err=True)
-    if key is not None and sheet is not None:
-        from ..files.export import write_key
-
-        write_key(trace, key, sheet, force)
+    if also:
         typer.echo(f"wrote {printable(str(key))}: the answer key", err=True)

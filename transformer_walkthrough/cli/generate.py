@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ..errors import WalkthroughError, printable
+from ..errors import WalkthroughError, decoded, printable
 from ..session import ModelArgs, no_toy_options, toy
 from ..views.terminal import Terminal
 from .app import app, user_errors
@@ -136,7 +136,7 @@ def generate(
         translation = translate(model.model, model.source, model.dtype, max_len, sampling)
         steps, teacher_forced = translation.steps, translation.teacher_forced
         settings = teacher_forced.config
-        said = f"{printable(translation.source)} → {printable(translation.text)}"
+        said = f"{printable(translation.source)} → {decoded(translation.text)}"
     else:
         settings, w = toy(config, seed, weights=weights)
         repeats = UNTRAINED_REPEATS if weights is None else None  # the seed's random weights only

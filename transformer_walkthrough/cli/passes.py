@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..errors import printable
+from ..errors import decoded, printable
 from ..session import ModelArgs, Sentence, traced
 from .app import say_later
 
@@ -33,7 +33,7 @@ def trace(
     if done.translation is not None:
         # the target is then the model's own choice: what the prediction's ✓ compares with
         note = (
-            f"translation (greedy): {printable(done.translation)}\n"
+            f"translation (greedy): {decoded(done.translation)}\n"
             "(the target is this translation: a ✓ compares the model with itself)"
         )
         if notes_to_stderr:

@@ -41,7 +41,7 @@ def train(
     """Teach the model its sentence: backpropagation and Adam."""
     import numpy as np
 
-    from ..files.export import check_target, write_atomic
+    from ..files.export import check_target, write_together
     from ..files.npzfile import VOCABULARY
     from ..model.training import train as fit
     from ..model.training import training_notes
@@ -87,12 +87,14 @@ def train(
         out.line(f"0 steps: the weights are as they were, the loss {losses[0]:.4g}.")
     # the words of the tables too, so that a sentence with other words is told which are new
     words = {VOCABULARY: np.array(settings.vocabulary)} if settings.vocabulary else {}
-    # Written only once training has succeeded: a run that diverges leaves neither file behind.
+    # Written only once training has succeeded, and together, all or none: a run that diverges, or
+    # a disk that fills before the second file is whole, leaves neither file behind.
+    outputs = [(initial, lambda f: np.savez(f, **start, **words))] if initial is not None else []
+    outputs += [(target, lambda f: np.savez(f, **w.arrays, **words))] if target is not None else []
+    write_together(outputs, force)
     if initial is not None:
-        write_atomic(initial, lambda f: np.savez(f, **start, **words), force)
         out.say(f"wrote {printable(str(initial))}: the weights before training")
     if target is not None:
-        write_atomic(target, lambda f: np.savez(f, **w.arrays, **words), force)
         shown = printable(str(target))
         # what to do with them, quoted for a shell: a fill-mask model fills its blanks (run); every
         # other model generates

@@ -193,11 +193,13 @@ class ModelConfig(Checked):
             f"{self.d_model} is not divisible by model.num_heads = {self.num_heads} "
             "(each head takes d_model / num_heads dimensions, unless head_dim says otherwise)",
         )
-        for name in ("head_dim", "sliding_window"):
+        for name in ("head_dim", "sliding_window"):  # below 2³¹: NumPy computes with them
             value = getattr(self, name)
             self._require(
-                value is None or value > 0, name, f"must be a positive integer or omitted, got {value}"
-            )
+                value is None or 0 < value < 2**31, name,
+                f"must be a positive integer or omitted, got {value}" if value is None or value < 1
+                else f"must be below 2³¹ (a count of positions or dimensions), got {quote(value)}",
+            )  # fmt: skip
         self._require(self.rope_factor > 0, "rope_factor", f"must be positive, got {self.rope_factor:g}")
         self._require(
             self.rope_scaling != "llama3" or 0 < self.rope_low_freq_factor < self.rope_high_freq_factor,

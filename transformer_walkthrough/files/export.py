@@ -14,7 +14,7 @@ import math
 import os
 import signal
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
@@ -307,7 +307,10 @@ def _document_options(
     )  # fmt: skip
 
 
-def write_atomic(path: Path, write: Callable[[BinaryIO], None], force: bool = False) -> None:
+Writer = Callable[[BinaryIO], None]  # writes a file's bytes to the open file it is given
+
+
+def write_atomic(path: Path, write: Writer, force: bool = False) -> None:
     """Write through ``write`` to a temporary file beside ``path``, then put it in place in one step.
 
     Without ``force`` the file is linked into place, which fails if ``path`` exists by then: of two
@@ -315,32 +318,71 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], force: bool = Fa
     ``force`` it is renamed over ``path``; a symlink there is replaced, not written through. The
     temporary file is removed on any failure, Ctrl-C, SIGTERM, SIGHUP and SIGQUIT included.
     """
+    write_together([(path, write)], force)
+
+
+def write_together(outputs: Sequence[tuple[Path, Writer]], force: bool = False) -> None:
+    """The files of one command (a worksheet and its answer key; the weights before and after
+    training), written all or none: each is written to a temporary file beside its target first
+    (``write_atomic``'s), and only once every one is whole are they put in place, in order. A
+    failure while writing (a full disk, a folder that refuses files) leaves none of them; one while
+    putting them in place (a name taken meanwhile) removes those already placed."""
+    staged: list[tuple[str, Path]] = []
+    placed: list[Path] = []
+    previous = _raise_on_sigterm()
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{_fit(path.name, _TMP_NAME)}.", suffix=".tmp")
+        for path, write in outputs:
+            fd, tmp = _temporary(path)
+            staged.append((tmp, path))
+            _write(fd, tmp, write, path)
+        for tmp, path in staged:
+            _place(tmp, path, force)
+            placed.append(path)
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        for path in placed:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        raise
+    finally:
+        for signum, handler in (previous or {}).items():
+            signal.signal(signum, handler)
+
+
+def _temporary(path: Path) -> tuple[int, str]:
+    """A new, empty temporary file beside ``path``, hidden, named after it: its descriptor and name."""
+    try:
+        return tempfile.mkstemp(dir=path.parent, prefix=f".{_fit(path.name, _TMP_NAME)}.", suffix=".tmp")
     except OSError as err:
         raise ExportError(f"{path}: cannot write ({err.strerror})") from None
-    previous = _raise_on_sigterm()
+
+
+def _write(fd: int, tmp: str, write: Writer, path: Path) -> None:
+    """The temporary file ``tmp`` (open as ``fd``) written through ``write`` and on disk (fsync),
+    then closed, and made readable as an export is."""
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes the file private; an export is not
+    except OSError as err:
+        raise ExportError(f"{path}: cannot write ({err.strerror})") from None
+
+
+def _place(tmp: str, path: Path, force: bool) -> None:
+    """``tmp`` given the name ``path``: over it with ``force``, else only if nothing has it."""
+    try:
         if force:
             os.replace(tmp, path)
         else:
             _link_exclusive(tmp, path)
-    except BaseException as err:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if isinstance(err, FileExistsError):
-            raise ExportError(f"{path}: already exists; pass --force to overwrite it") from None
-        if isinstance(err, OSError):
-            raise ExportError(f"{path}: cannot write ({err.strerror})") from None
-        raise
-    finally:
-        for signum, handler in (previous or {}).items():
-            signal.signal(signum, handler)
+    except FileExistsError:
+        raise ExportError(f"{path}: already exists; pass --force to overwrite it") from None
+    except OSError as err:
+        raise ExportError(f"{path}: cannot write ({err.strerror})") from None
 
 
 # Bytes of the name the temporary file borrows: with its dot before and after, mkstemp's eight
@@ -405,17 +447,19 @@ def export(
     worksheet: Worksheet | None = None,
     full: bool = False,
     rerun: str = "",
+    also: Sequence[tuple[Path, Writer]] = (),
 ) -> str | None:
     """Write the stages to ``target`` in the format its suffix names; return the JSON text
     instead when ``target`` is None (stdout). A document (.html, .md, .tex) may be a worksheet;
     it summarises large matrices as the terminal does unless ``full`` (data files keep every number).
-    ``rerun``: the options that make the trace again, for the commands an HTML report shows."""
+    ``rerun``: the options that make the trace again, for the commands an HTML report shows;
+    ``also``: files written with it, all or none (``write_together``: a worksheet's answer key)."""
     suffix = "" if target is None else target.suffix.lower()
     if worksheet is not None and suffix not in DOCUMENTS:
         raise ExportError(f"a worksheet is a document: export it as {', '.join(DOCUMENTS)}")
     if suffix == ".npz":
         arrays = matrices(stages, weights, grads)
-        write_atomic(target, lambda f: np.savez(f, **arrays), force)  # streamed, no copy in memory
+        write_together([(target, lambda f: np.savez(f, **arrays)), *also], force)  # streamed, no copy
         return None
     if suffix in DOCUMENTS:
         from ..views.documents.writers import WRITERS
@@ -429,7 +473,7 @@ def export(
                     _check_latin(piece, target)
                 f.write(piece.encode("utf-8"))
 
-        write_atomic(target, write_document, force)
+        write_together([(target, write_document), *also], force)
         return None
     doc = trace_to_dict(trace, stages, weights, grads, numbers=_Rows)
     if target is None:
@@ -440,13 +484,13 @@ def export(
             f.write(piece.encode("utf-8"))
         f.write(b"\n")
 
-    write_atomic(target, write, force)
+    write_together([(target, write), *also], force)
     return None
 
 
-def write_key(trace: Trace, target: Path, sheet: Worksheet, force: bool = False) -> None:
-    """A worksheet's answer key to a document of its own, written as every export is: atomically,
-    and never over a file without ``force``."""
+def key_writer(trace: Trace, target: Path, sheet: Worksheet) -> Writer:
+    """What writes a worksheet's answer key, a document of its own, to ``target`` (``export``'s
+    ``also``: written with the worksheet, all or none, never over a file without ``force``)."""
     from ..views.documents.writers import iter_key
 
     suffix = target.suffix.lower()
@@ -457,7 +501,7 @@ def write_key(trace: Trace, target: Path, sheet: Worksheet, force: bool = False)
                 _check_latin(piece, target)
             f.write(piece.encode("utf-8"))
 
-    write_atomic(target, write, force)
+    return write
 
 
 def _check_latin(text: str, target: Path) -> None:

@@ -9,6 +9,10 @@ every stage that records it (a tied table twice: as E, and as W = Eᵀ), and so 
 tables (cos and sin) of every self-attention: what ``run``, ``export`` and a notebook hold is
 what is counted. ``tests/test_size.py`` holds the count equal to the matrices of every shipped
 config's trace.
+
+A table's rows labelled by their index (T's ``segment k``, a learned P's ``pos k``) are a string
+each, made for it: ~80 bytes a row against 4 for each of its d_model numbers, so they are counted
+too (``labelled_rows``): a toy of 40 million segments would hold 640 MB of T and 3 GB of labels.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ if TYPE_CHECKING:
     from ..config import Config, ModelConfig
 
 Shape = tuple[int, ...]
+# The tables whose rows are labelled one by one as they are recorded, and what a label costs: a
+# short str ("segment 12", "pos 7"; ~60 bytes) and its slot in the tuple of labels.
+LABELLED = ("T", "P")
+LABEL_BYTES = 80
 
 
 class Size(NamedTuple):
@@ -154,6 +162,20 @@ def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int) -> Siz
     return Size(numbers, tables)
 
 
+def labelled_rows(m: ModelConfig) -> int:
+    """The rows of the tables below each stack (``architecture.bottom``) that are labelled one by one
+    (``LABELLED``): T's segments, a learned P's positions. E's rows and the output layer's columns
+    are the vocabulary's own strings, an activation's rows its tokens."""
+    sizes = Sizes(vocab=0, head_in=0)  # E's rows do not matter here
+    return sum(
+        spec.shape[0]
+        for side in stacks(m)
+        for place in bottom(side, m)
+        for name, spec in KINDS[place.kind].params(m, sizes).items()
+        if name in LABELLED
+    )
+
+
 def check_config(config: Config) -> None:
     """Refuse, before any work, a config whose trace would not fit in memory or on a screen.
 
@@ -170,6 +192,7 @@ def check_config(config: Config) -> None:
         "sentence (decoder)": (max([len(t) for _, t in config.pairs] + [words - config.encoder_words]), 4),
         "vocabulary": (len(config.vocabulary or ()), 7),
         "model.max_positions": (model.max_positions if model.positional_encoding == "learned" else 0, 64),
+        "model.segments": (model.segments, 0),
     }  # fmt: skip
 
     learned = model.positional_encoding == "learned"
@@ -185,7 +208,8 @@ def check_config(config: Config) -> None:
         except ConfigError:  # that key at its default does not fit the others: no way out
             return math.inf, math.inf
         size = trace_size(m, values["sentence"], values["sentence (decoder)"], values["vocabulary"])
-        return size.numbers * (8 if model.dtype == "float64" else 4), size.tables
+        numbers = size.numbers * (8 if model.dtype == "float64" else 4)
+        return numbers + labelled_rows(m) * LABEL_BYTES, size.tables
 
     need, tables = cost()
     if need <= MAX_BYTES and tables <= MAX_TABLES:
@@ -199,4 +223,4 @@ def check_config(config: Config) -> None:
     raise ConfigError(f"{key}: this model would need {what}; lower {key}")
 
 
-__all__ = ["Rows", "Size", "check_config", "recorded", "trace_size"]
+__all__ = ["LABEL_BYTES", "Rows", "Size", "check_config", "labelled_rows", "recorded", "trace_size"]

@@ -103,12 +103,13 @@ class Terminal:
         self.console.print(Text(text, style="dim"))
 
     def continuation(self, prompt: str, added: str) -> None:
-        """The prompt as given, then in bold what the model added to it."""
+        """The prompt as given, then in bold what the model added to it (``decoded``: its pieces may
+        be of any length)."""
         from rich.text import Text
 
-        from ..errors import printable
+        from ..errors import decoded, printable
 
-        self.console.print(Text(printable(prompt)) + Text(printable(added), style="bold"))
+        self.console.print(Text(printable(prompt)) + Text(decoded(added), style="bold"))
 
     def explanation(self, lines: list[str]) -> None:
         """One cell's arithmetic (``views.explain``): its first line in bold, each line wrapped

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from ...errors import printable
 from ...model.trace import ACTIVATION, Matrix, Prediction, Stage, Trace
 from ..blocks import summary
 from ..sections import whole_lens
@@ -158,7 +159,9 @@ def heading(trace: Trace, o: Options) -> tuple[str, Spans]:
     each format sets them as code instead of showing the terminal's backticks."""
     c = trace.config
     m = c.model
-    title = f"transformer-walkthrough: {c.sentence}"
+    # The sentence escaped as the terminal shows it (a prompt's U+202E would turn the title, the
+    # tab's name and the heading right to left); its tokens below are the tokenizer's escaped labels.
+    title = f"transformer-walkthrough: {printable(c.sentence)}"
     if m.encoder_only:
         inputs = f"encoder input: {' '.join(trace.source_tokens)}"
     elif m.num_encoder_layers:
