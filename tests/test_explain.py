@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -330,3 +331,32 @@ def test_cli_explain(runner: CliRunner) -> None:
     assert bad.exit_code == 2 and bad.stderr.startswith(
         "error: --stage add-norm names 5 stages; give one id:"
     )
+
+
+def test_a_softmax_over_a_200k_vocabulary_shows_the_ends_of_its_row() -> None:
+    """A softmax cell's row is elided as a dot product is: the first and last terms, the cell's own
+    and the largest, and the sum of all of them; fast and small whatever the vocabulary."""
+    n, j = 200_000, 123_456
+    logits = np.random.default_rng(0).normal(size=(1, n))
+    logits[0, 150_000] = 9.0  # the largest, in the elided middle
+    exps = np.exp(logits - 9.0)
+    probabilities = exps / exps.sum()
+    trace = Trace(Config(), (), ())
+    stage = trace.stage("output.probabilities", "probabilities")
+    words = tuple(f"w{k}" for k in range(n))
+    stage.rec("logits", logits, ("x",), words)
+    stage.rec("probabilities", probabilities, ("x",), words)
+    start = time.perf_counter()
+    lines = explain(trace, "output.probabilities", "probabilities", f"0,{j}")
+    assert time.perf_counter() - start < 2.0
+    text = "\n".join(lines)
+    assert len(text) < 3_000
+    assert "w0 " in text and f"w{n - 1} " in text and f"w{j} " in text and "w150000 9.0000" in text
+    assert "w100000 " not in text and "more) …" in text
+    assert lines[-2].endswith(f"= {exps.sum():.4f}")
+    assert (
+        lines[-1]
+        == f"  probabilities[0, {j}] = {exps[0, j]:.4f} / {exps.sum():.4f} = {probabilities[0, j]:.4f}"
+    )
+    every = explain(trace, "output.probabilities", "probabilities", f"0,{j}", all_terms=True)
+    assert "w100000 " in "\n".join(every)

@@ -8,7 +8,7 @@ the views to say what one of its numbers is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .numbers import format_value
@@ -47,6 +47,22 @@ class Cell:
         if n > TERMS and not self.all_terms:
             return [*range(TERMS - 2), n - 1]
         return list(range(n))
+
+    def listing(self, shown: Sequence[int], n: int, text: Callable[[int], str]) -> str:
+        """Items ``shown`` (sorted indices) of n, each as ``text`` writes it, joined by commas; a gap
+        between two of them said as "… (12 more) …" (a 200,000-word row is written in a few)."""
+        if self.all_terms:
+            shown = range(n)
+        parts: list[str] = []
+        last = -1
+        for k in shown:
+            if k > last + 1:
+                parts.append(f"… ({k - last - 1:,} more) …")
+            parts.append(text(k))
+            last = k
+        if last < n - 1:
+            parts.append(f"… ({n - 1 - last:,} more) …")
+        return ", ".join(parts)
 
     def sum_of(self, terms: Sequence[str]) -> str:
         if len(terms) > TERMS and not self.all_terms:

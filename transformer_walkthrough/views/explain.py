@@ -137,11 +137,22 @@ def _weight(c: Cell, trace: Trace) -> list[str]:
             f"{c.name} is head {c.matrix.head}'s block of d_k = {m.d_k} columns of the parameter {ref.name}."
         )
     if c.name == "P":
-        used = len(c.stage["PE"])
-        lines.append(
-            f"P is the learned position table: row {c.i} is added to the token at position {c.i}"
-            + (f" (this sentence uses rows 0 to {used - 1})." if c.i >= used else ".")
-        )
+        # The rows a sentence reads: PE beside X + PE, or an encoder-only embedding's position row
+        # of the sum, from position_offset on (RoBERTa's first position reads row 2).
+        read = "position" if "position" in c.stage else "PE"
+        first = m.position_offset if read == "position" else 0
+        used = len(c.stage[read])
+        if c.i < first:
+            lines.append(f"P is the learned position table: row {c.i} is read by no position.")
+        else:
+            lines.append(
+                f"P is the learned position table: row {c.i} is added to the token at position {c.i - first}"
+                + (
+                    f" (this sentence uses rows {first} to {first + used - 1})."
+                    if c.i >= first + used
+                    else "."
+                )
+            )
     if trace.weights_source is not None:
         return [
             *lines,

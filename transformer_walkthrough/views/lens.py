@@ -387,11 +387,13 @@ def explain_lens(
     peak = float(np.max(row))
     exps = np.exp(row.astype(np.float64) - peak)
     total = math.fsum(exps.tolist())
+    shown = set(c.shown(len(exps)))  # a vocabulary of 200,000: only the terms written are formatted
+    terms = [c.f(float(exps[k])) if k in shown else "" for k in range(len(exps))]
     lines += [
         f"4. p = softmax of the {len(row)} logits of this position: "
         f"p[{word}] = e^(logit − m) / Σ_k e^(logit_k − m), m = the largest logit, {c.f(peak)}",
         f"  e^({c.f(float(row[t]))} − {c.operand(peak)}) = {c.f(float(exps[t]))}; "
-        f"Σ_k = {c.sum_of([c.f(v) for v in exps.tolist()])} = {c.f(total)}",
+        f"Σ_k = {c.sum_of(terms)} = {c.f(total)}",
         f"  p[{word}] = {c.f(float(exps[t]))} / {c.f(total)} = {c.f(c.value)}",
     ]
     if layer == lens.layers - 1:
