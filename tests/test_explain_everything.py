@@ -1,6 +1,7 @@
 """Every matrix of every stage is explainable: of every shipped config and of a checkpoint of every
 family, through ``walkthrough explain`` and through the HTML report's click data (which calls the
-same ``views.explain``, and shows its error as a cell's lines when it fails)."""
+same ``views.explain``, and shows its error as a cell's lines when it fails); and every formula
+of their reports is typeset in MathML."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def _every_cell_in_the_report(trace: Trace, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(clickable, "LINES_BUDGET", 10**12)
     monkeypatch.setattr(clickable, "MAX_READS", 10**9)
     page = to_html(trace, list(trace))
+    assert '<pre class="formula">' not in page and page.count('<div class="formula"') == len(trace)
     script = page[page.index("<script>") + len("<script>") : page.index("</script>")]
     data = json.loads(script[len("const EXPLAINED = ") : script.index(";\n")])
     heads = [data["lines"][ids[0]] for figure in data["figures"] for row in figure["x"] for ids in row]

@@ -129,12 +129,15 @@ def units(stage: Stage, o: Options, width: int = DOCUMENT_WIDTH) -> list[list[li
             # Gradients are small numbers: two more digits, so that they do not all read 0.00.
             gradient = m._replace(values=o.grads[stage.id][name], role=ACTIVATION)  # not weights in [0, 1]
             unit.append(
-                Shown(
-                    f"dL/d{name}", gradient, o.precision + 2, {}, rf"\partial L/\partial {symbol}", rows, cols
-                )
+                Shown(f"dL/d{name}", gradient, o.precision + 2, {}, gradient_symbol(symbol), rows, cols)
             )
         grouped.append((group_of(stage, name), unit))
     return [[unit for _, unit in run] for _, run in itertools.groupby(grouped, key=lambda g: g[0])]
+
+
+def gradient_symbol(symbol: str) -> str:
+    """∂L/∂ of a matrix's LaTeX symbol; a sum in parentheses: ∂L/∂(S₁ + M), not (∂L/∂S₁) + M."""
+    return rf"\partial L/\partial ({symbol})" if "+" in symbol else rf"\partial L/\partial {symbol}"
 
 
 Spans = list[tuple[str, bool]]  # prose in pieces, each True where it is a command (`walkthrough train`)
