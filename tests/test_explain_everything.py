@@ -80,8 +80,8 @@ def _checkpoints(request: pytest.FixtureRequest) -> dict[str, tuple[str, str]]:
         out[name] = (str(folder), "The cat is")
     out["gpt2"] = (str(request.getfixturevalue("gpt2")[0]["saved"]), "The cat is")
     bert = request.getfixturevalue("bert_family")
-    for name in ("bert", "roberta", "distilbert"):
-        out[name] = (str(bert[name]), "The cat is")
+    for name, blank in (("bert", "[MASK]"), ("roberta", "<mask>"), ("distilbert", "[MASK]")):
+        out[name] = (str(bert[name]), f"The cat is {blank}")
     out["marian"] = (str(request.getfixturevalue("marian")[0]), "")
     return out
 

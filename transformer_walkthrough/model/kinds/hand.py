@@ -103,10 +103,10 @@ def dot(c: Cell, left: np.ndarray, right: np.ndarray) -> tuple[list[str], float]
 def linear(c: Cell, intro: str, row: np.ndarray, column: np.ndarray, bias: str | None) -> list[str]:
     """A cell of x·W + b: the intro, every term of the dot product and their sum, then the bias."""
     terms, total = dot(c, row, column)
-    lines = [intro, f"  = {c.sum_of(terms)} = {c.f(total)}"]
+    lines = [intro, f"  = {c.sum_of(terms)} = {c.r(total)}"]
     if bias is not None and bias in c.stage:
         b = float(c.stage[bias][0, c.j])
-        lines.append(f"  + {bias}[{c.j}] {c.operand(b)} = {c.f(total + b)}")
+        lines.append(f"  + {bias}[{c.j}] {c.operand(b)} = {c.r(total + b)}")
     return lines
 
 
@@ -126,7 +126,7 @@ def softmax_cell(c: Cell, source: str) -> list[str]:
     shown = sorted({*c.shown(len(values)), c.j, top_at})
     row = c.listing(shown, len(values), lambda k: f"{labels[k]} {c.f(float(values[k]))}")
     each = c.listing(
-        shown, len(values), lambda k: f"e^{c.operand(float(values[k]) - top)} = {c.f(float(exps[k]))}"
+        shown, len(values), lambda k: f"e^{c.operand(float(values[k]) - top)} = {c.r(float(exps[k]))}"
     )
     terms = [""] * len(values)
     for k in c.shown(len(values)):
@@ -135,11 +135,11 @@ def softmax_cell(c: Cell, source: str) -> list[str]:
     return [
         f"{c.name} = softmax({source}), row by row: {c.name}[i, j] = e^{x}[i, j] / Σ_k e^{x}[i, k]",
         f"  row {c.i} of {source} ({c.row}): {row}",
-        f"  subtract the row's largest value m = {c.f(top)} first: e^(x − m) / Σ e^(x − m) is the same "
+        f"  subtract the row's largest value m = {c.r(top)} first: e^(x − m) / Σ e^(x − m) is the same "
         "quotient, and no exp can overflow",
         f"  each exp: {each}",
-        f"  sum = {c.sum_of(terms)} = {c.f(total)}",
-        f"  {c.name}[{c.i}, {c.j}] = {c.f(float(exps[c.j]))} / {c.f(total)} = {c.f(c.value)}",
+        f"  sum = {c.sum_of(terms)} = {c.r(total)}",
+        f"  {c.name}[{c.i}, {c.j}] = {c.f(float(exps[c.j]))} / {c.f(total)} = {c.r(c.value)}",
     ]
 
 

@@ -259,10 +259,10 @@ class QKNorm(Piece):
         return [
             f"{c.name} is {x} with each row divided by its root mean square, then scaled by gamma_{letter} "
             "(QK-norm: an RMSNorm over the head's d_k columns, before the rotation)",
-            f"  mean({x}[{c.i}]²) = ({c.sum_of([f'{c.operand(v)}²' for v in row_])}) / {d} = {c.f(mean_square)}",
-            f"  √(mean + eps) = √({c.f(mean_square)} + {eps:g}) = {c.f(root)}",
-            f"  {x}[{c.i}, {c.j}] / √(mean + eps) = {c.f(row_[c.j])} / {c.f(root)} = {c.f(row_[c.j] / root)}",
-            f"  × gamma_{letter}[{c.j}] {c.f(gamma)} = {c.f(c.value)}",
+            f"  mean({x}[{c.i}]²) = ({c.sum_of([f'{c.operand(v)}²' for v in row_])}) / {d} = {c.r(mean_square)}",
+            f"  √(mean + eps) = √({c.f(mean_square)} + {eps:g}) = {c.r(root)}",
+            f"  {x}[{c.i}, {c.j}] / √(mean + eps) = {c.f(row_[c.j])} / {c.f(root)} = {c.r(row_[c.j] / root)}",
+            f"  × gamma_{letter}[{c.j}] {c.f(gamma)} = {c.r(c.value)}",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"norm_Q": explain_normed, "norm_K": explain_normed}
@@ -369,14 +369,14 @@ class Rotate(Piece):
             lines.append(
                 f"  θ_{i} = 1 / {m.rope_theta:g}^({2 * i}/{m.d_k}) = 1 / {c.f(base)}, {scaled}: θ_{i} = {theta:.6g}"
             )
-            lines.append(f"  angle = {pos} · {theta:.6g} = {c.f(angle)}")
+            lines.append(f"  angle = {pos} · {theta:.6g} = {c.r(angle)}")
         else:
             lines.append(
-                f"  angle = {pos} / {m.rope_theta:g}^({2 * i}/{m.d_k}) = {pos} / {c.f(base)} = {c.f(angle)}"
+                f"  angle = {pos} / {m.rope_theta:g}^({2 * i}/{m.d_k}) = {pos} / {c.f(base)} = {c.r(angle)}"
             )
         return [
             *lines,
-            f"  {c.name}({c.f(angle)}) = {c.f(c.value)}",
+            f"  {c.name}({c.f(angle)}) = {c.r(c.value)}",
             "  (low pairs turn fast with the position, high ones slowly; a score of two rotated vectors depends on "
             "their positions only through the difference: rotation by a and by b leaves the angle a − b)",
         ]
@@ -398,7 +398,7 @@ class Rotate(Piece):
             "(Hugging Face's Llama pairs column i with i + d_k/2, rotate_half; GPT-J pairs 2i with 2i+1):",
             f"  {c.name}[{c.i}, {c.j}] = {name}[{c.i}, {c.j}]·cos {sign} {name}[{c.i}, {partner}]·sin"
             f"  (row {c.i}, {c.row}; cos = cos[{c.i}, {c.j}], sin = sin[{c.i}, {c.j}])",
-            f"  = {c.times(a, cos)} {sign} {c.times(b, sin)} = {c.f(a * cos)} {sign} {c.operand(b * sin)} = {c.f(c.value)}",
+            f"  = {c.times(a, cos)} {sign} {c.times(b, sin)} = {c.f(a * cos)} {sign} {c.operand(b * sin)} = {c.r(c.value)}",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {
@@ -496,8 +496,8 @@ class Scores(Piece):
         shared = f" (query head {h} reads key head {g})" if g != h else ""
         return [
             f"S{h} = {q}·{k}ᵀ / √d_k: how well query {c.i} ({c.row}) matches key {c.j} ({c.col}){shared}",
-            f"  {q}[{c.i}]·{k}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
-            f"  divided by √d_k = √{d_k} = {c.f(math.sqrt(d_k))}: {c.f(total)} / {c.f(math.sqrt(d_k))} = {c.f(c.value)}",
+            f"  {q}[{c.i}]·{k}[{c.j}] = {c.sum_of(terms)} = {c.r(total)}",
+            f"  divided by √d_k = √{d_k} = {c.r(math.sqrt(d_k))}: {c.f(total)} / {c.f(math.sqrt(d_k))} = {c.r(c.value)}",
             "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
         ]
 
