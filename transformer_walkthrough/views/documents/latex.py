@@ -76,7 +76,7 @@ def _tex_matrix(s: Shown) -> Iterator[str]:
             continue
         cells = [
             r"\cdots" if v is None
-            else rf"\boxed{{?_{{{s.holes[i, j]}}}}}" if (i, j) in s.holes
+            else (rf"\boxed{{?_{{{s.holes[i, j]}}}}}" if s.holes[i, j] else r"\boxed{?}") if (i, j) in s.holes
             else tex_number(v, s.precision)
             for j, v in zip(s.cols, row_values(s, i), strict=True)
         ]  # fmt: skip

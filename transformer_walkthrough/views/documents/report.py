@@ -19,7 +19,7 @@ from ..sections import SECTIONS_CSS, report_sections
 from .formulas import html_notes
 from .formulas import mathml as formula_mathml
 from .shades import OPENINGS, SHADES_CSS, cell_shades, legend, shading
-from .shown import Options, Shown, heading, mark, probability, units
+from .shown import Options, Shown, heading, hole, mark, probability, units
 from .text import number
 from .worksheet import Worksheet, hole_label
 
@@ -154,7 +154,7 @@ def html_matrix(s: Shown, kinds: set[str | None], attributes: str = "") -> Itera
 def _html_cell(s: Shown, i: int, j: int, v: float, opening: str) -> str:
     """A cell that is not a plain number, opened as the fast path opens it (the one before closing)."""
     if (i, j) in s.holes:
-        return f'</td><td class="hole">?{s.holes[i, j]}'
+        return f'</td><td class="hole">{hole(s.holes[i, j])}'
     if math.isinf(v):
         return f'</td><td class="ninf" title="masked">{number(v, s.precision)}'
     return f"{opening}{number(v, s.precision)}"
