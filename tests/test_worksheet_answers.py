@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.test_worksheet_rules import holes, sheet, tables
+from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import load_config
 from transformer_walkthrough.model.transformer import run_forward
 from transformer_walkthrough.views.documents.worksheet import cell_step, worksheet
@@ -155,3 +156,73 @@ def test_no_shown_number_gives_an_answer_away(runner: CliRunner, tmp_path: Path,
             assert t[stage, other][r][c].startswith("**?"), (stage, name, i, j, other, r, c)
             checked += 1
     assert checked > 0
+
+
+def _words(stem: str, n: int) -> str:
+    """n distinct long words: "stemaa stemba …", each a token of its own, a column of its own."""
+    return " ".join(f"{stem}{chr(97 + k % 26)}{chr(97 + k // 26)}" for k in range(n))
+
+
+def test_a_long_worksheet_over_long_token_columns_compiles(runner: CliRunner, tmp_path: Path) -> None:
+    """The issue's case: 40 cells over columns labelled with long tokens; a matrix a worksheet asks
+    a cell of is shown whole, and pdflatex must hold it."""
+    from tests.test_documents import compile_latex
+
+    source, target = _words("internationalizationword" * 2, 20), _words("counterrevolutionaryterm" * 2, 20)
+    for args in (["--exercise", "40"], ["--cells", "output.logits/logits[0,3]"]):
+        path = tmp_path / "sheet.tex"
+        result = runner.invoke(
+            app, ["export", str(path), "--source", source, "--target", target, "--force", *args]
+        )
+        assert result.exit_code == 0, result.stderr
+        folder = tmp_path / args[0].strip("-")
+        folder.mkdir()
+        compile_latex(path.read_text(encoding="utf-8"), folder)
+
+
+def test_a_matrix_wider_than_tex_can_hold_is_refused_before_writing(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """122 columns labelled with 80-letter tokens: about 12 m of matrix, more than TeX's 5.76 m."""
+    source, target = (
+        _words("internationalizationwordextraordinarily" * 2, 60),
+        _words("counterrevolutionaryterms" * 3, 60),
+    )
+    path = tmp_path / "sheet.tex"
+    args = [
+        "export",
+        str(path),
+        "--source",
+        source,
+        "--target",
+        target,
+        "--cells",
+        "output.logits/logits[0,3]",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert result.stderr.startswith("error: output.logits: logits would be about ")
+    assert "more than pdflatex can hold" in result.stderr and "export .html or .md" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+    html = runner.invoke(app, [*args[:1], str(tmp_path / "sheet.html"), *args[2:]])
+    assert html.exit_code == 0, html.stderr
+
+
+def test_a_summary_whose_mark_ends_the_row_says_what_it_left_out(runner: CliRunner, tmp_path: Path) -> None:
+    """Columns so wide that a summary keeps only the first, then "…" (no last column after it):
+    the note under it counts to the end (it raised IndexError)."""
+    from tests.test_documents import compile_latex
+
+    source = (
+        "Supercalifragilisticexpialidocious antidisestablishmentarianism floccinaucinihilipilification "
+        "pneumonoultramicroscopicsilicovolcanoconiosis"
+    )
+    path = tmp_path / "sheet.tex"
+    args = ["export", str(path), "--source", source, "--target", "incomprehensibilities uncharacteristically"]
+    result = runner.invoke(app, [*args, "--exercise", "40"])
+    assert result.exit_code == 0, result.output
+    text = path.read_text(encoding="utf-8")
+    assert re.search(r"are left out; export with", text)
+    folder = tmp_path / "tex"
+    folder.mkdir()
+    compile_latex(text, folder)

@@ -93,7 +93,9 @@ class Shown(NamedTuple):
         ):
             if -1 in index:
                 at = index.index(-1)
-                first, last = index[at - 1] + 1, index[at + 1] - 1
+                # the mark may end the row (a window that keeps the first columns only)
+                first = index[at - 1] + 1 if at else 0
+                last = index[at + 1] - 1 if at + 1 < len(index) else len(labels) - 1
                 span = (
                     label(labels[first])
                     if first == last
