@@ -20,6 +20,7 @@ import torch
 import transformers
 from safetensors.numpy import load_file, save_file
 
+from tests.arithmetic import reads
 from tests.tiny_bert import POSITIONS
 from transformer_walkthrough.checkpoints.run import walk_prompt
 from transformer_walkthrough.cli import app
@@ -132,7 +133,7 @@ def test_explain_a_blanks_logit_a_segment_cell_and_the_embedding_norm(runner, be
         out = _explain(runner, folder, prompt, stage, matrix, f"{i},{column}")
         value = trace[stage][matrix][i, j]
         first = out.splitlines()[0]
-        assert first.endswith(f"{matrix}[{i}, {j}] = {value:.4f}".replace("-", "−")), (first, value)
+        reads(f"{matrix}[{i}, {j}] = {{}}", first, value, search=True)
         assert said in " ".join(out.split()), out
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.arithmetic import reads
 from transformer_walkthrough.checkpoints import gpt2, marian
 from transformer_walkthrough.cli import app
 from transformer_walkthrough.cli.options import Dtype
@@ -300,21 +301,16 @@ def test_verify_catches_a_wrong_pre_norm_residual() -> None:
     assert ("encoder.final-norm", "X equals the output of encoder.0.residual-2") not in bad  # the same array
 
 
-def shown(v: float, operand: bool = False) -> str:
-    """A number as explain prints it at 4 digits, written here by hand: one minus sign, −, and a
-    negative operand in parentheses."""
-    text = f"{abs(v):.4f}"
-    if v < 0 and text.strip("0."):
-        return f"(−{text})" if operand else f"−{text}"
-    return text
-
-
 def test_explain_the_new_kinds_by_hand() -> None:
     trace = run_forward(load_config(CONFIGS / "gpt-style.yaml"))
     res = trace["decoder.0.residual-1"]
     x, s = res["X"][1, 2], res["sublayer"][1, 2]
-    assert explain(trace, res.id, "output", "1,2", digits=4)[1] == (
-        f"output = X + sublayer (the residual connection): {shown(x)} + {shown(s, True)} = {shown(x + s)}"
+    reads(
+        "output = X + sublayer (the residual connection): {} + {} = {}",
+        explain(trace, res.id, "output", "1,2", digits=4)[1],
+        x,
+        s,
+        x + s,
     )
     pe = explain(trace, "decoder.positional-encoding", "PE", "3,1", digits=4)
     assert pe[1].startswith("PE[3, 1] = P[3, 1] = ") and "row 3" in pe[1]
@@ -322,7 +318,7 @@ def test_explain_the_new_kinds_by_hand() -> None:
     pre = float(ffn["pre"][0, 0])
     u = math.sqrt(2 / math.pi) * (pre + 0.044715 * pre**3)
     lines = explain(trace, ffn.id, "hidden", "0,0", digits=4)
-    assert f"tanh({shown(u)}) = {shown(math.tanh(u))}" in lines[2]
+    reads("tanh({}) = {}", lines[2], u, math.tanh(u), search=True)
     w = explain(trace, "output.logits", "W", "d1,cat", digits=4)
     assert (
         w[1]
@@ -344,8 +340,8 @@ def test_explain_a_silu_cell_by_hand() -> None:
     pre = float(ffn["pre"][1, 3])
     lines = explain(trace, ffn.id, "hidden", "1,3", digits=4)
     sigma = 1 / (1 + math.exp(-pre))
-    assert lines[2] == f"  σ({shown(pre)}) = 1/(1 + e^({shown(-pre)})) = {shown(sigma)}"
-    assert lines[3].endswith(f"= {shown(pre * sigma)}")
+    reads("  σ({}) = 1/(1 + e^({})) = {}", lines[2], pre, -pre, sigma)
+    reads("= {}", lines[3], pre * sigma, search=True)
 
 
 @pytest.mark.parametrize("name", ["pre-norm.yaml", "gpt-style.yaml"])

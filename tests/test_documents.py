@@ -318,12 +318,18 @@ def test_documents_show_each_gradient_beside_its_matrix(runner: CliRunner, tmp_p
 
             def symbol(n: str, st=st) -> str:
                 return (
-                    rf"\partial L/\partial {tex_symbol(st, n[4:])}"
+                    (
+                        rf"\partial L/\partial ({tex_symbol(st, n[4:])})"
+                        if "+" in n
+                        else rf"\partial L/\partial {tex_symbol(st, n[4:])}"
+                    )
                     if n.startswith("dL/d")
                     else tex_symbol(st, n)
                 )
 
             expected = [symbol(n) for n in expected]
+            # the gradient of a sum is in parentheses: ∂L/∂(S₁ + M), not (∂L/∂S₁) + M
+            assert r"\partial L/\partial (S_{1}+M)" in names
         assert names == expected, suffix
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+import time
 
 import numpy as np
 import pytest
@@ -120,7 +122,7 @@ EXPECTED = {
         "decoder.0.masked-attention · S1[<start>, <start>] = S1[0, 0] = 7.78",
         "S1 = Q1·K1ᵀ / √d_k: how well query 0 (<start>) matches key 0 (<start>)",
         "  Q1[0]·K1[0] = 1.00·3.00 + 2.00·4.00 = 11.00",  # 3 + 8
-        "  divided by √d_k = √2 = 1.41: 11.00 / 1.41 = 7.78",  # 11 / 1.41421 = 7.7782
+        "  divided by √d_k = √2 = 1.41: 11.00 / 1.4142 = 7.78",  # 11 / 1.41421 = 7.7782; √2 an operand, two decimals more
         "  (were q's and k's entries independent with variance 1, q·k would have variance d_k:",
         "  dividing by √d_k brings it back to 1 whatever d_k is, so softmax does not saturate)",
     ],
@@ -136,17 +138,17 @@ EXPECTED = {
     ],
     ("decoder.0.masked-attention", "S1+M", "0,1"): [
         "decoder.0.masked-attention · S1+M[<start>, sleeping] = S1+M[0, 1] = −∞",
-        "S1+M[0, 1] = S1[0, 1] + M[0, 1] = 1.06 + (−∞) = −∞",  # 1.5 / √2 = 1.0607
+        "S1+M[0, 1] = S1[0, 1] + M[0, 1] = 1.0607 + (−∞) = −∞",  # 1.5 / √2 = 1.0607
     ],
     ("decoder.0.masked-attention", "A1", "1,1"): [
         "decoder.0.masked-attention · A1[sleeping, sleeping] = A1[1, 1] = 0.75",
         "A1 = softmax(S1+M), row by row: A1[i, j] = e^(S1+M)[i, j] / Σ_k e^(S1+M)[i, k]",
-        "  row 1 of S1+M (sleeping): <start> 0.00, sleeping 1.10",  # ln 3 = 1.0986
+        "  row 1 of S1+M (sleeping): <start> 0.00, sleeping 1.0986",  # ln 3 = 1.0986
         "  subtract the row's largest value m = 1.10 first: e^(x − m) / Σ e^(x − m) is the same quotient, "
         "and no exp can overflow",
-        "  each exp: e^(−1.10) = 0.33, e^0.00 = 1.00",  # e^-ln 3 = 1/3
-        "  sum = 0.33 + 1.00 = 1.33",
-        "  A1[1, 1] = 1.00 / 1.33 = 0.75",
+        "  each exp: e^(−1.0986) = 0.33, e^0.00 = 1.00",  # e^-ln 3 = 1/3
+        "  sum = 0.3333 + 1.00 = 1.33",  # operands two decimals finer than the results: 1/3, 4/3
+        "  A1[1, 1] = 1.00 / 1.3333 = 0.75",
     ],
     ("decoder.0.masked-attention", "O1", "1,0"): [
         "decoder.0.masked-attention · O1[sleeping, d0] = O1[1, 0] = 3.50",
@@ -178,10 +180,11 @@ EXPECTED = {
         "hidden = ReLU(pre) = max(0, pre): max(0, −0.50) = 0.00   (negative: this unit is off here)",
     ],
     ("encoder.positional-encoding", "PE", "1,2"): [
-        "encoder.positional-encoding · PE[cat, d2] = PE[1, 2] = 0.01",
+        # sin(0.01) = 0.0099998: two significant digits are 0.0100, not the 0.01 of two decimals
+        "encoder.positional-encoding · PE[cat, d2] = PE[1, 2] = 0.0100",
         "PE[pos, 2i] = sin(pos / 10000^(2i/d_model)) with pos = 1 (cat), 2i = 2, d_model = 4",
-        "  angle = 1 / 10000^(2/4) = 1 / 100.00 = 0.01",
-        "  sin(0.01) = 0.01",
+        "  angle = 1 / 10000^(2/4) = 1 / 100.0000 = 0.0100",  # the operand at the decimals of its result
+        "  sin(0.0100) = 0.0100",
         "  (even columns are sines, odd ones cosines; low columns turn fast with the position, high ones slowly)",
     ],
     ("encoder.embedding", "output", "1,3"): [
@@ -199,12 +202,12 @@ EXPECTED = {
     ("output.probabilities", "probabilities", "0,1"): [
         "output.probabilities · probabilities[<start>, <end>] = probabilities[0, 1] = 0.75",
         "probabilities = softmax(logits), row by row: probabilities[i, j] = e^logits[i, j] / Σ_k e^logits[i, k]",
-        "  row 0 of logits (<start>): <start> 0.00, <end> 1.10",
+        "  row 0 of logits (<start>): <start> 0.00, <end> 1.0986",  # ln 3
         "  subtract the row's largest value m = 1.10 first: e^(x − m) / Σ e^(x − m) is the same quotient, "
         "and no exp can overflow",
-        "  each exp: e^(−1.10) = 0.33, e^0.00 = 1.00",  # e^-ln 3 = 1/3
-        "  sum = 0.33 + 1.00 = 1.33",
-        "  probabilities[0, 1] = 1.00 / 1.33 = 0.75",
+        "  each exp: e^(−1.0986) = 0.33, e^0.00 = 1.00",  # e^-ln 3 = 1/3
+        "  sum = 0.3333 + 1.00 = 1.33",
+        "  probabilities[0, 1] = 1.00 / 1.3333 = 0.75",
     ],
     ("decoder.0.masked-attention", "X", "1,1"): [
         "decoder.0.masked-attention · X[sleeping, d1] = X[1, 1] = 1.00",
@@ -331,3 +334,37 @@ def test_cli_explain(runner: CliRunner) -> None:
     assert bad.exit_code == 2 and bad.stderr.startswith(
         "error: --stage add-norm names 5 stages; give one id:"
     )
+
+
+def test_a_softmax_over_a_200k_vocabulary_shows_the_ends_of_its_row() -> None:
+    """A softmax cell's row is elided as a dot product is: the first and last terms, the cell's own
+    and the largest, and the sum of all of them; fast and small whatever the vocabulary."""
+    n, j = 200_000, 123_456
+    logits = np.random.default_rng(0).normal(size=(1, n))
+    logits[0, 150_000] = 9.0  # the largest, in the elided middle
+    exps = np.exp(logits - 9.0)
+    probabilities = exps / exps.sum()
+    trace = Trace(Config(), (), ())
+    stage = trace.stage("output.probabilities", "probabilities")
+    words = tuple(f"w{k}" for k in range(n))
+    stage.rec("logits", logits, ("x",), words)
+    stage.rec("probabilities", probabilities, ("x",), words)
+    start = time.perf_counter()
+    lines = explain(trace, "output.probabilities", "probabilities", f"0,{j}")
+    assert time.perf_counter() - start < 2.0
+    text = "\n".join(lines)
+    assert len(text) < 3_000
+    assert "w0 " in text and f"w{n - 1} " in text and f"w{j} " in text and "w150000 9.0000" in text
+    assert "w100000 " not in text and "more) …" in text
+    *_, total = _numbers(lines[-2])
+    assert total == pytest.approx(exps.sum(), rel=1e-4)
+    own, divisor, quotient = _numbers(lines[-1].split("=", 1)[1])
+    assert own == pytest.approx(exps[0, j], rel=1e-4) and divisor == pytest.approx(total, rel=1e-6)
+    assert quotient == pytest.approx(own / divisor, rel=1e-3) == pytest.approx(probabilities[0, j], rel=1e-3)
+    every = explain(trace, "output.probabilities", "probabilities", f"0,{j}", all_terms=True)
+    assert "w100000 " in "\n".join(every)
+
+
+def _numbers(text: str) -> list[float]:
+    """The numbers of a line of arithmetic, in order ("−" is a minus)."""
+    return [float(n) for n in re.findall(r"-?\d+\.\d+(?:e[+-]\d+)?", text.replace("−", "-"))]

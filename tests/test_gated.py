@@ -19,6 +19,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from typer.testing import CliRunner
 
+from tests.arithmetic import reads
 from transformer_walkthrough.cli import app
 from transformer_walkthrough.compare.verify import against_torch, recompute
 from transformer_walkthrough.config import (
@@ -288,20 +289,26 @@ def test_a_hidden_cell_is_explained_with_its_numbers() -> None:
     act = gate * sigma
     assert ffn["hidden"][i, j] == pytest.approx(act * up, abs=1e-14)
     lines = explain(trace, ffn.id, "hidden", f"{i},{j}", digits=4)
-    assert lines == [
-        f"decoder.0.feed-forward · hidden[comfortably, f5] = hidden[2, 5] = {shown(act * up)}",
-        "hidden = act(gate) ⊙ up, cell by cell (SwiGLU, as Llama): "
-        f"gate[2, 5] = {shown(gate)}, up[2, 5] = {shown(up)}",
-        "act(gate) = SiLU(gate) = gate·σ(gate), σ(x) = 1/(1 + e^(−x))   (SiLU, also called swish)",
-        f"  σ({shown(gate)}) = 1/(1 + e^({shown(-gate)})) = {shown(sigma)}",
-        f"  {shown(gate, True)}·{shown(sigma)} = {shown(act)}",
-        f"  hidden = act(gate)·up = {shown(act, True)}·{shown(up, True)} = {shown(act * up)}",
-    ]
+    reads("decoder.0.feed-forward · hidden[comfortably, f5] = hidden[2, 5] = {}", lines[0], act * up)
+    reads(
+        "hidden = act(gate) ⊙ up, cell by cell (SwiGLU, as Llama): gate[2, 5] = {}, up[2, 5] = {}",
+        lines[1],
+        gate,
+        up,
+    )
+    assert lines[2] == (
+        "act(gate) = SiLU(gate) = gate·σ(gate), σ(x) = 1/(1 + e^(−x))   (SiLU, also called swish)"
+    )
+    reads("  σ({}) = 1/(1 + e^({})) = {}", lines[3], gate, -gate, sigma)
+    reads("  {}·{} = {}", lines[4], gate, sigma, act)
+    reads("  hidden = act(gate)·up = {}·{} = {}", lines[5], act, up, act * up)
+    assert len(lines) == 6
     g = explain(trace, ffn.id, "gate", f"{i},{j}", digits=4)
     assert g[1] == "gate = X·W_gate + b_gate: row 2 of X (comfortably) times column 5 of W_gate"
-    assert g[-2].endswith(f"= {shown(gate)}")  # after "+ b_gate[5] …", then the note on what the gate does
+    reads("= {}", g[-2], gate, search=True)  # after "+ b_gate[5] …", then the note on what the gate does
     u = explain(trace, ffn.id, "up", f"{i},{j}", digits=4)
-    assert u[1].startswith("up = X·W_up + b_up: row 2") and u[-2].endswith(f"= {shown(up)}")
+    assert u[1].startswith("up = X·W_up + b_up: row 2")
+    reads("= {}", u[-2], up, search=True)
 
 
 def test_a_reglu_cell_and_an_output_cell_without_biases() -> None:
@@ -312,23 +319,13 @@ def test_a_reglu_cell_and_an_output_cell_without_biases() -> None:
     i, j = np.argwhere(gate < 0)[0]  # a unit the gate turns off
     lines = explain(trace, ffn.id, "hidden", f"{i},{j}", digits=4)
     off = "   (negative: this unit is off here)"
-    assert lines[2] == f"act(gate) = ReLU(gate) = max(0, gate): max(0, {shown(gate[i, j])}) = 0.0000{off}"
-    assert lines[3] == f"  hidden = act(gate)·up = 0.0000·{shown(up[i, j], True)} = 0.0000"
+    reads(f"act(gate) = ReLU(gate) = max(0, gate): max(0, {{}}) = 0.0000{off}", lines[2], gate[i, j])
+    reads("  hidden = act(gate)·up = 0.0000·{} = 0.0000", lines[3], up[i, j])
     hidden = np.maximum(gate, 0) * up
     out = explain(trace, ffn.id, "output", "0,1", digits=4)
     assert out[1] == "output = hidden·W_down: row 0 of hidden times column 1 of W_down"
-    assert (
-        out[-1].endswith(f"= {shown(float(hidden[0] @ ffn['W_down'][:, 1]))}") and len(out) == 3
-    )  # no bias line
-
-
-def shown(v: float, operand: bool = False) -> str:
-    """A number as explain prints it at 4 digits, written here by hand: one minus sign, −, and a
-    negative operand in parentheses."""
-    text = f"{abs(v):.4f}"
-    if v < 0 and text.strip("0."):
-        return f"(−{text})" if operand else f"−{text}"
-    return text
+    assert len(out) == 3  # no bias line
+    reads("= {}", out[-1], float(hidden[0] @ ffn["W_down"][:, 1]), search=True)
 
 
 def test_verify_catches_a_wrong_up() -> None:

@@ -118,9 +118,11 @@ def test_numbers_have_one_minus_sign_no_negative_zero_and_negative_operands_in_p
     from transformer_walkthrough.model.cell import Cell
 
     trace = run_forward(Config())
-    c = Cell(trace["decoder.0.add-norm-1"], "output", 0, 0, 2)
-    assert [c.f(-0.001), c.f(-0.08), c.operand(-0.08), c.operand(-math.inf), c.operand(0.56)] == [
-        "0.00", "−0.08", "(−0.08)", "(−∞)", "0.56"]  # fmt: skip
+    # at fixed decimals (a worksheet's key): results at 2, operands at 4
+    c = Cell(trace["decoder.0.add-norm-1"], "output", 0, 0, 2, fixed=True)
+    assert [c.r(-0.001), c.r(-0.08), c.operand(-0.08), c.operand(-math.inf), c.operand(0.56)] == [
+        "0.00", "−0.08", "(−0.0800)", "(−∞)", "0.5600"]  # fmt: skip
+    assert c.operand(-0.00001) == "0.0000"
     # (explain's operands in parentheses, by hand: tests/test_explain.py, "+ b_2[1] (−0.50)")
     out = ok(runner, "run", width=80)
     assert not re.search(r"-0\.00\b", out)

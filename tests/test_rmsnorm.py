@@ -18,6 +18,7 @@ import torch  # a test dependency (test_torch_reference.py): never skipped
 from hypothesis import HealthCheck, given, settings
 from typer.testing import CliRunner
 
+from tests.arithmetic import reads
 from transformer_walkthrough.cli import app
 from transformer_walkthrough.compare.verify import against_torch, recompute
 from transformer_walkthrough.config import NORMS, SWITCHES, TORCH_LAYERS, Config, ModelConfig
@@ -42,7 +43,6 @@ from transformer_walkthrough.views.explain import explain, explainable
 
 from .strategies import configs
 from .test_backward import check
-from .test_conventions import shown
 
 RNG = np.random.default_rng(1919)
 
@@ -290,18 +290,14 @@ def test_explain_an_rmsnorm_cell_by_hand(sid: str, x: str) -> None:
     out = row[2] / root * gamma
     assert trace[sid]["output"][1, 2] == pytest.approx(out, rel=1e-14)
     lines = explain(trace, sid, "output", "1,2", digits=4)
-    squares = " + ".join(f"{shown(v, True)}²" for v in row)
     assert lines[1].startswith(
         f"output = gamma ⊙ {x} / √(mean({x}²) + eps), over row 1 ({trace[sid].matrices[x].rows[1]})"
     )
     assert "no beta" in lines[1]
-    assert lines[2] == f"  mean({x}²) = ({squares}) / 4 = {shown(mean_square)}"
-    assert lines[3] == f"  √(mean({x}²) + eps) = √({shown(mean_square)} + 1e-05) = {shown(root)}"
-    assert (
-        lines[4]
-        == f"  {x}[1, 2] / √(mean({x}²) + eps) = {shown(row[2])} / {shown(root)} = {shown(row[2] / root)}"
-    )
-    assert lines[5] == f"  × gamma[2] {shown(gamma)} = {shown(out)}"
+    reads(f"  mean({x}²) = ({{}}² + {{}}² + {{}}² + {{}}²) / 4 = {{}}", lines[2], *row, mean_square)
+    reads(f"  √(mean({x}²) + eps) = √({{}} + 1e-05) = {{}}", lines[3], mean_square, root)
+    reads(f"  {x}[1, 2] / √(mean({x}²) + eps) = {{}} / {{}} = {{}}", lines[4], row[2], root, row[2] / root)
+    reads("  × gamma[2] {} = {}", lines[5], gamma, out)
     assert len(lines) == 6 and not any("beta[" in line or "var" in line for line in lines)
 
 

@@ -468,7 +468,7 @@ def test_tex_refuses_scripts_pdflatex_cannot_typeset(runner: CliRunner, tmp_path
 @pytest.mark.parametrize("digits", ["-1", "100000000"])
 def test_explain_digits_are_bounded(runner: CliRunner, digits: str) -> None:
     fails(runner, ["explain", "-s", "output.probabilities", "-m", "probabilities", "--cell", "0,0",
-                   "--digits", digits], "--digits: must be 0 to 17")  # fmt: skip
+                   "--digits", digits], "--precision: must be 0 to 17")  # fmt: skip
 
 
 # ---- Fuzz ------------------------------------------------------------------------------------------

@@ -134,14 +134,14 @@ def test_explain_breaks_between_terms(runner: CliRunner) -> None:
     assert lines == [
         "decoder.0.masked-attention · A1[sleeping, <start>] = A1[1, 0] = 0.4212",
         "A1 = softmax(S1+M), row by row: A1[i, j] = e^(S1+M)[i, j] / Σ_k e^(S1+M)[i, k]",
-        "  row 1 of S1+M (sleeping): <start> −1.0774, sleeping −0.7594, comfortably −∞,",
-        "      <end> −∞",
+        "  row 1 of S1+M (sleeping): <start> −1.077374, sleeping −0.759369,",  # operands: 2 more decimals
+        "      comfortably −∞, <end> −∞",
         "  subtract the row's largest value m = −0.7594 first: e^(x − m) / Σ e^(x − m) is",
         "      the same quotient, and no exp can overflow",
-        "  each exp: e^(−0.3180) = 0.7276, e^0.0000 = 1.0000, e^(−∞) = 0.0000,",
+        "  each exp: e^(−0.318005) = 0.7276, e^0.0000 = 1.0000, e^(−∞) = 0.0000,",
         "      e^(−∞) = 0.0000",
-        "  sum = 0.7276 + 1.0000 + 0.0000 + 0.0000 = 1.7276",
-        "  A1[1, 0] = 0.7276 / 1.7276 = 0.4212",
+        "  sum = 0.727599 + 1.0000 + 0.0000 + 0.0000 = 1.7276",
+        "  A1[1, 0] = 0.727599 / 1.727599 = 0.4212",
     ]
 
 

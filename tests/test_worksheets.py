@@ -32,13 +32,16 @@ def test_exercise_hides_cells_across_stages_and_answers_them(runner: CliRunner, 
     trace = run_forward(Config())
     sheet = worksheet(trace, list(trace), 6)
     assert [h.number for h in sheet.holes] == [1, 2, 3, 4, 5, 6]
-    assert len({h.stage for h in sheet.holes}) == 6  # one a stage, spread over the walkthrough
-    stage_order = list(trace.stages)
-    assert stage_order.index(sheet.holes[-1].stage) - stage_order.index(sheet.holes[0].stage) >= 10
+    # one choice a stage (a softmax's or a norm's row gives two cells together), spread over the walkthrough
+    assert len({h.stage for h in sheet.holes}) >= 4
+    order = list(trace.stages)
+    places = [order.index(h.stage) for h in sheet.holes]
+    assert max(places) - min(places) >= 8  # from the encoder into the decoder
     body, key = md.split("\n## Answer key\n")
     for h in sheet.holes:
         assert table_cell(body, h.stage, h.name, h.i, h.j) == f"**?{h.number}**"
-        assert "\n".join(explain(trace, h.stage, h.name, f"{h.i},{h.j}", 4)) in key
+        # the key computes at the sheet's digits (2 here) from the numbers the sheet shows
+        assert "\n".join(explain(trace, h.stage, h.name, f"{h.i},{h.j}", 2, fixed=True)) in key
     assert key.count("**?") == 6
 
 

@@ -57,7 +57,9 @@ def lens(
             help="With --explain: this token's probability (default: the cell's top one).", show_default=False
         ),
     ] = None,
-    digits: Annotated[int, typer.Option(help="With --explain: digits after the decimal point.")] = 4,
+    digits: Annotated[
+        Optional[int], typer.Option("--digits", hidden=True, help="--precision's old name for --explain.")
+    ] = None,
     full: Annotated[bool, typer.Option("--full", help="Every position, however wide the table.")] = False,
     checkpoint: ModelOptions = TOY,
 ) -> None:
@@ -89,7 +91,9 @@ def lens(
     if explain is not None:
         layer, at = shown.parse_lens_cell(explain, found)
         chosen = None if token is None else shown.token_id(token, found)
-        out.explanation(shown.explain_lens(trace, found, layer, at, chosen, digits))
+        # one name for digits across commands: --precision (4 for the arithmetic unless given)
+        places = digits if digits is not None else 4 if precision is None else precision
+        out.explanation(shown.explain_lens(trace, found, layer, at, chosen, places))
         return
     view = out.view(trace.config.display.precision, full)
     out.note(f"weights: {trace.weights_origin}")

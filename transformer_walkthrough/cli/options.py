@@ -75,6 +75,16 @@ SeedOption = Annotated[Optional[int], typer.Option(help="Seed for the weights (o
 PrecisionOption = Annotated[
     Optional[int], typer.Option(help="Digits after the decimal point (overrides the config).")
 ]
+# explain's digits: of its results, more where a value is small (``model.cell``); --digits, its old name
+ExplainPrecision = Annotated[
+    int,
+    typer.Option(
+        "--precision",
+        "--digits",
+        help="Digits after the decimal point of a result (more for a small one, so that it shows this "
+        "many significant digits); its operands show two more.",
+    ),
+]
 FullOption = Annotated[bool, typer.Option("--full", help="Show every row and column of wide matrices.")]
 LayerOption = Annotated[Optional[int], typer.Option(help="Only the stages of this layer (0 is the first).")]
 WeightsOption = Annotated[

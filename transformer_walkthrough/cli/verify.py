@@ -9,7 +9,16 @@ import typer
 from ..views.terminal import Terminal
 from . import passes
 from .app import app, user_errors
-from .options import TOY, ConfigOption, ModelOptions, SeedOption, WeightsOption, complete_stage, model_options
+from .options import (
+    TOY,
+    ConfigOption,
+    ExplainPrecision,
+    ModelOptions,
+    SeedOption,
+    WeightsOption,
+    complete_stage,
+    model_options,
+)
 
 
 class Reference(str, Enum):
@@ -78,7 +87,7 @@ def explain(
     config: ConfigOption = None,
     seed: SeedOption = None,
     weights: WeightsOption = None,
-    digits: Annotated[int, typer.Option(help="Digits after the decimal point.")] = 4,
+    precision: ExplainPrecision = 4,
     checkpoint: ModelOptions = TOY,
     all_terms: Annotated[
         bool, typer.Option("--all-terms", help="Every term of a long sum, not the first and last few.")
@@ -98,7 +107,7 @@ def explain(
         from ..views.gradients import explain_gradient
 
         grads = passes.gradients(trace, w, True)
-        lines = explain_gradient(trace, grads, chosen[0].id, matrix, cell, digits, all_terms)
+        lines = explain_gradient(trace, grads, chosen[0].id, matrix, cell, precision, all_terms)
     else:
-        lines = explain_cell(trace, chosen[0].id, matrix, cell, digits, all_terms)
+        lines = explain_cell(trace, chosen[0].id, matrix, cell, precision, all_terms)
     Terminal().explanation(lines)

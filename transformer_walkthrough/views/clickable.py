@@ -11,7 +11,7 @@ matrix, with the command line that prints the same.
 The size stays bounded. The first ``BUDGET`` cells of a report (in reading order, a whole matrix
 at a time, at most ``LINES_BUDGET`` characters of lines) carry their arithmetic; the cells past
 it show the ``walkthrough explain`` command that prints theirs, as do the cells whose arithmetic
-reads more than ``MAX_READS`` numbers (a softmax over GPT-2's 50,257 logits lists them all), and
+reads more than ``MAX_READS`` numbers (a softmax over GPT-2's 50,257 logits reads them all), and
 every cell of a report without its weights (their numbers are in the arithmetic). The article's
 example shows 1,651 cells (3,258 with ``--backward``): all of them fit.
 """
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 BUDGET = 10_000  # cells whose arithmetic a report carries (the paper's base size: about 2.5 MB, 6 s)
 LINES_BUDGET = 5_000_000  # characters of distinct lines, whatever the cells
 MAX_READS = 4_096  # numbers one cell's arithmetic may read (and list) to be carried
+LINES_A_PIECE = 50  # lines of arithmetic written at a time (a line of a 64-wide model: ~200 characters)
 
 
 class Clicks:
@@ -121,12 +122,12 @@ class Clicks:
 
     def script(self) -> Iterator[str]:
         """The report's one script, its data first, in pieces of a few thousand characters (a
-        matrix row's cells, a hundred lines). The data is JSON with every "<" escaped, so that no
+        matrix row's cells, ``LINES_A_PIECE`` lines). The data is JSON with every "<" escaped, so that no
         label (a token "</script>") can end the script early."""
         yield f"<script>const EXPLAINED = {{{_json('rerun')}:{_json(self.rerun)},{_json('lines')}:["
         lines = list(self.lines)
-        for k in range(0, len(lines), 100):
-            yield ("," if k else "") + ",".join(map(_json, lines[k : k + 100]))
+        for k in range(0, len(lines), LINES_A_PIECE):
+            yield ("," if k else "") + ",".join(map(_json, lines[k : k + LINES_A_PIECE]))
         yield f"],{_json('figures')}:["
         for k, figure in enumerate(self.figures):
             x = figure.get("x")

@@ -81,21 +81,24 @@ def _index(part: str, labels: tuple[str, ...], n: int, what: str, name: str) -> 
 
 
 def explain(
-    trace: Trace, stage_id: str, name: str, cell: str, digits: int = 4, all_terms: bool = False
-) -> list[str]:
+    trace: Trace, stage_id: str, name: str, cell: str, digits: int = 4, all_terms: bool = False,
+    fixed: bool = False,
+) -> list[str]:  # fmt: skip
     """The arithmetic of one cell, as lines of text; a long sum shows its first and last terms
-    unless ``all_terms``."""
+    unless ``all_terms``. Its results show ``digits`` decimals (more for a small one) and its
+    operands more (``model.cell.Cell``); ``fixed``: exactly ``digits`` and ``digits + GUARD``, as a
+    worksheet shows them."""
     stage = trace[stage_id]
     if name not in stage.matrices:
         raise StageError(f"stage {stage.id} has no matrix {_q(name)}; it has {', '.join(stage.matrices)}")
     if not 0 <= digits <= MAX_DIGITS:
-        raise StageError(f"--digits: must be 0 to {MAX_DIGITS}, got {digits}")
+        raise StageError(f"--precision: must be 0 to {MAX_DIGITS}, got {digits}")
     i, j = parse_cell(cell, stage, name)
-    c = Cell(stage, name, i, j, digits, all_terms)
+    c = Cell(stage, name, i, j, digits, all_terms, fixed=fixed)
     if stage.matrices[name].rows == (name,):  # a vector (gamma, a bias): one index, not two
-        head = f"{stage.id} · {name}[{c.col}] = {name}[{j}] = {c.f(c.value)}"
+        head = f"{stage.id} · {name}[{c.col}] = {name}[{j}] = {c.r(c.value)}"
     else:
-        head = f"{stage.id} · {name}[{c.row}, {c.col}] = {name}[{i}, {j}] = {c.f(c.value)}"
+        head = f"{stage.id} · {name}[{c.row}, {c.col}] = {name}[{i}, {j}] = {c.r(c.value)}"
     try:
         return [head, *explainer(stage, name)(c, trace)]
     except OverflowError:  # a LayerNorm's variance of numbers near 1e200, say: too large for a float
@@ -137,11 +140,22 @@ def _weight(c: Cell, trace: Trace) -> list[str]:
             f"{c.name} is head {c.matrix.head}'s block of d_k = {m.d_k} columns of the parameter {ref.name}."
         )
     if c.name == "P":
-        used = len(c.stage["PE"])
-        lines.append(
-            f"P is the learned position table: row {c.i} is added to the token at position {c.i}"
-            + (f" (this sentence uses rows 0 to {used - 1})." if c.i >= used else ".")
-        )
+        # The rows a sentence reads: PE beside X + PE, or an encoder-only embedding's position row
+        # of the sum, from position_offset on (RoBERTa's first position reads row 2).
+        read = "position" if "position" in c.stage else "PE"
+        first = m.position_offset if read == "position" else 0
+        used = len(c.stage[read])
+        if c.i < first:
+            lines.append(f"P is the learned position table: row {c.i} is read by no position.")
+        else:
+            lines.append(
+                f"P is the learned position table: row {c.i} is added to the token at position {c.i - first}"
+                + (
+                    f" (this sentence uses rows {first} to {first + used - 1})."
+                    if c.i >= first + used
+                    else "."
+                )
+            )
     if trace.weights_source is not None:
         return [
             *lines,
@@ -153,7 +167,7 @@ def _weight(c: Cell, trace: Trace) -> list[str]:
     elif spec.init == "xavier":
         fan_in, fan_out = spec.shape
         how = (f"Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / ({fan_in} + {fan_out})) = "
-               f"±{c.f(math.sqrt(6 / (fan_in + fan_out)))} (PyTorch's xavier_uniform_, "
+               f"±{c.r(math.sqrt(6 / (fan_in + fan_out)))} (PyTorch's xavier_uniform_, "
                + ("nn.Transformer's rule for its matrices: it has no output layer of its own)"
                   if c.stage.kind == "logits" else "as nn.Transformer uses)"))  # fmt: skip
     elif spec.init == "xavier-qkv":
@@ -161,16 +175,16 @@ def _weight(c: Cell, trace: Trace) -> list[str]:
         q, kv, _ = spec.blocks  # W_Q's width, then W_K's and W_V's (fewer under grouped-query attention)
         if q == kv:
             how = (f"Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / ({d} + {d})) = "
-                   f"±{c.f(math.sqrt(6 / (2 * d)))}, W_Q, W_K and W_V each drawn as its own {d} × {d} matrix "
+                   f"±{c.r(math.sqrt(6 / (2 * d)))}, W_Q, W_K and W_V each drawn as its own {d} × {d} matrix "
                    f"(PyTorch draws the three as one {3 * d} × {d} matrix, so its bound is "
-                   f"±√(6 / ({d} + {3 * d})) = ±{c.f(math.sqrt(6 / (4 * d)))})")  # fmt: skip
+                   f"±√(6 / ({d} + {3 * d})) = ±{c.r(math.sqrt(6 / (4 * d)))})")  # fmt: skip
         else:
             width, block = (q, "W_Q") if c.matrix.base.endswith("Q") else (kv, "W_K and W_V each")
             how = (f"Glorot/Xavier uniform in ±√(6 / (fan_in + fan_out)) = ±√(6 / ({d} + {width})) = "
-                   f"±{c.f(math.sqrt(6 / (d + width)))}, {block} drawn as its own {d} × {width} matrix "
+                   f"±{c.r(math.sqrt(6 / (d + width)))}, {block} drawn as its own {d} × {width} matrix "
                    f"(W_QKV is [W_Q | W_K | W_V]: {q}, {kv} and {kv} columns)")  # fmt: skip
     elif spec.init == "bias":
-        how = f"uniform in ±1/√fan_in = ±1/√{spec.fan_in} = ±{c.f(1 / math.sqrt(spec.fan_in))} (PyTorch's nn.Linear)"
+        how = f"uniform in ±1/√fan_in = ±1/√{spec.fan_in} = ±{c.r(1 / math.sqrt(spec.fan_in))} (PyTorch's nn.Linear)"
     elif spec.init == "positions":
         how = "from a normal distribution of standard deviation 0.02 (as GPT-2 draws its position table)"
     elif spec.init == "ones":

@@ -37,9 +37,9 @@ def explain_gradient(
     if base not in recorded or stage.matrices[base].is_constant:
         raise StageError(f"{name}: {base} of {stage.id} is a constant, which nothing learns (no gradient)")
     i, j = parse_cell(cell, stage, base)
-    c = Cell(stage, base, i, j, digits, all_terms)
     value = float(recorded[base][i, j])
-    head = f"{stage.id} · {name}[{c.row}, {c.col}] = {name}[{i}, {j}] = {c.f(value)}"
+    c = Cell(stage, base, i, j, digits, all_terms, value)  # its decimals: the gradient's
+    head = f"{stage.id} · {name}[{c.row}, {c.col}] = {name}[{i}, {j}] = {c.r(value)}"
     return [head, *_rule(c, trace, grads, recorded, value)]
 
 
@@ -66,7 +66,7 @@ def _rule(c: Cell, trace: Trace, grads: Backward, g: dict[str, np.ndarray], valu
     if stage.kind == "residual" and base in ("X", "sublayer"):
         return [
             f"output = X + sublayer, so ∂output/∂{base} = 1: {PREFIX}{base}[{i}, {j}] = "
-            f"{PREFIX}output[{i}, {j}] = {c.f(float(g['output'][i, j]))}"
+            f"{PREFIX}output[{i}, {j}] = {c.r(float(g['output'][i, j]))}"
         ]
     if base == stage.output:
         return _gathered(c, trace, grads, value)
@@ -96,7 +96,7 @@ def _loss(c: Cell, trace: Trace) -> list[str]:
         line,
         f"the next token after row {c.i} ({c.row}) is {nxt}; "
         f"column {c.j} ({c.col}) {said} it: onehot = {hot}",
-        f"{PREFIX}logits[{c.i}, {c.j}] = ({c.f(p)} − {hot}) / {n} = {c.f((p - hot) / n)}",
+        f"{PREFIX}logits[{c.i}, {c.j}] = ({c.f(p)} − {hot}) / {n} = {c.r((p - hot) / n)}",
     ]
 
 
@@ -118,9 +118,9 @@ def _softmax(c: Cell, g: dict[str, np.ndarray]) -> list[str]:
     return [
         f"{a_name} = softmax of each row of {of}{constant}: "
         f"{PREFIX}{c.name}[i, j] = {a_name}[i, j]·({d}[i, j] − Σ_k {a_name}[i, k]·{d}[i, k])",
-        f"  Σ_k {a_name}[{c.i}, k]·{d}[{c.i}, k] = {c.sum_of(terms)} = {c.f(dot)}",
+        f"  Σ_k {a_name}[{c.i}, k]·{d}[{c.i}, k] = {c.sum_of(terms)} = {c.r(dot)}",
         f"  {PREFIX}{c.name}[{c.i}, {c.j}] = {c.operand(float(A[c.j]))}·({c.f(float(dA[c.j]))} − "
-        f"{c.operand(dot)}) = {c.f(dS)}",
+        f"{c.operand(dot)}) = {c.r(dS)}",
     ]
 
 
@@ -150,7 +150,7 @@ def _linear(c: Cell, y: str, w: str, x: str, g: dict[str, np.ndarray], bias: boo
     total = float(sum(float(a) * float(b) for a, b in pairs))
     return [
         f"{y} = {x}·{w}{' + b' if bias else ''}, so " + rule,
-        f"  {PREFIX}{c.name}[{c.i}, {c.j}] = {c.sum_of(terms)} = {c.f(total)}",
+        f"  {PREFIX}{c.name}[{c.i}, {c.j}] = {c.sum_of(terms)} = {c.r(total)}",
     ]
 
 
@@ -163,12 +163,12 @@ def _gathered(c: Cell, trace: Trace, grads: Backward, value: float) -> list[str]
     if len(parts) == 1:
         who, v = parts[0]
         return [
-            f"one stage reads this output: {PREFIX}{c.name}[{c.i}, {c.j}] = {who}[{c.i}, {c.j}] = {c.f(v)}"
+            f"one stage reads this output: {PREFIX}{c.name}[{c.i}, {c.j}] = {who}[{c.i}, {c.j}] = {c.r(v)}"
         ]
     return [
         f"{len(parts)} stages read this output, so its gradient is the sum of theirs (micrograd's +=):",
-        *(f"  {who}[{c.i}, {c.j}] = {c.f(v)}" for who, v in parts),
+        *(f"  {who}[{c.i}, {c.j}] = {c.r(v)}" for who, v in parts),
         f"  {PREFIX}{c.name}[{c.i}, {c.j}] = "
         + " + ".join(c.operand(v) for _, v in parts)
-        + f" = {c.f(value)}",
+        + f" = {c.r(value)}",
     ]

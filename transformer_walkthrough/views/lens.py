@@ -337,7 +337,7 @@ def explain_lens(
     from .explain import MAX_DIGITS
 
     if not 0 <= digits <= MAX_DIGITS:
-        raise StageError(f"--digits: must be 0 to {MAX_DIGITS}, got {digits}")
+        raise StageError(f"--precision: must be 0 to {MAX_DIGITS}, got {digits}")
     m = trace.config.model
     t = int(lens.top(1)[layer, position, 0]) if token is None else token
     top = run_top(trace, lens.residual[layer], lens.tokens)
@@ -346,7 +346,7 @@ def explain_lens(
     expected = lens.expected[position]
     predicts = f"at position {position} ({after})" if lens.side == ENCODER else f"after {after}"
     lines = [
-        f"logit lens · layer {layer}, position {position} ({after}) · p({word}) = {c.f(c.value)}, "
+        f"logit lens · layer {layer}, position {position} ({after}) · p({word}) = {c.r(c.value)}, "
         f"rank {lens.rank(layer, position, t)} of {len(lens.vocabulary)}",
         f"What the model would predict {predicts} if it stopped after {lens.side} layer {layer}: the "
         "residual stream there, put through what sits on top of the stack, as if the layers above were "
@@ -387,12 +387,14 @@ def explain_lens(
     peak = float(np.max(row))
     exps = np.exp(row.astype(np.float64) - peak)
     total = math.fsum(exps.tolist())
+    shown = set(c.shown(len(exps)))  # a vocabulary of 200,000: only the terms written are formatted
+    terms = [c.f(float(exps[k])) if k in shown else "" for k in range(len(exps))]
     lines += [
         f"4. p = softmax of the {len(row)} logits of this position: "
         f"p[{word}] = e^(logit − m) / Σ_k e^(logit_k − m), m = the largest logit, {c.f(peak)}",
-        f"  e^({c.f(float(row[t]))} − {c.operand(peak)}) = {c.f(float(exps[t]))}; "
-        f"Σ_k = {c.sum_of([c.f(v) for v in exps.tolist()])} = {c.f(total)}",
-        f"  p[{word}] = {c.f(float(exps[t]))} / {c.f(total)} = {c.f(c.value)}",
+        f"  e^({c.f(float(row[t]))} − {c.operand(peak)}) = {c.r(float(exps[t]))}; "
+        f"Σ_k = {c.sum_of(terms)} = {c.r(total)}",
+        f"  p[{word}] = {c.f(float(exps[t]))} / {c.f(total)} = {c.r(c.value)}",
     ]
     if layer == lens.layers - 1:
         own = float(trace[PROBABILITIES_ID]["probabilities"][position, t])
@@ -404,7 +406,7 @@ def explain_lens(
         q = float(lens.probabilities[layer, position, expected])
         rank = lens.rank(layer, position, expected)
         what = _expected_sentence(lens, position)
-        lines.append(f"{what}: {lens.vocabulary[expected]}, p = {c.f(q)} here, rank {rank}.")
+        lines.append(f"{what}: {lens.vocabulary[expected]}, p = {c.r(q)} here, rank {rank}.")
     return lines
 
 

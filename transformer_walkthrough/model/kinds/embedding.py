@@ -112,9 +112,9 @@ def explain_lookup(c: Cell, trace: Trace) -> list[str]:
     m = trace.config.model
     row = trace.ids(c.stage.id)[c.i]
     e = float(c.stage["E"][row, c.j])
-    line = f"{c.name}[{c.i}, {c.j}] = E[{c.row!s} (row {row} of E), {c.j}] = {c.f(e)}"
+    line = f"{c.name}[{c.i}, {c.j}] = E[{c.row!s} (row {row} of E), {c.j}] = {c.r(e)}"
     if m.scale_embeddings:
-        line += f", times √d_model = {c.f(math.sqrt(m.d_model))}: {c.f(c.value)}"
+        line += f", times √d_model = {c.f(math.sqrt(m.d_model))}: {c.r(c.value)}"
     return [f"The token {c.row!r} looks up its row of the embedding table E.", line]
 
 
@@ -122,7 +122,7 @@ def explain_segment(c: Cell, trace: Trace) -> list[str]:
     k = (trace.segment_ids or (0,) * len(c.stage["output"]))[c.i]
     return [
         f"The token {c.row!r} is in sentence {k} (segment {k}): it takes row {k} of the segment table T.",
-        f"segment[{c.i}, {c.j}] = T[segment {k}, {c.j}] = {c.f(c.value)}"
+        f"segment[{c.i}, {c.j}] = T[segment {k}, {c.j}] = {c.r(c.value)}"
         + ("   (one sentence: every token is in segment 0)" if not trace.segment_ids else ""),
     ]
 
@@ -132,7 +132,7 @@ def explain_position_row(c: Cell, trace: Trace) -> list[str]:
     if "P" not in c.stage:
         return explain_positional(c, trace)
     o = m.position_offset
-    line = f"position[{c.i}, {c.j}] = P[{o + c.i}, {c.j}] = {c.f(c.value)}: position {c.i} reads row {o + c.i} of P"
+    line = f"position[{c.i}, {c.j}] = P[{o + c.i}, {c.j}] = {c.r(c.value)}: position {c.i} reads row {o + c.i} of P"
     why = (
         f"  (rows 0…{o - 1} of P are never read by a sentence: RoBERTa numbers positions from "
         f"padding_idx + 1 = {o}, so that the padding token's row is its own)"
@@ -152,7 +152,7 @@ def explain_embedding(c: Cell, trace: Trace) -> list[str]:
     terms = " + ".join(f"{name} {c.operand(v)}" for name, v in parts)
     return [
         "output = token + segment + position: the token's row of E, its sentence's of T, its position's",
-        f"  output[{c.i}, {c.j}] = {terms} = {c.f(c.value)}",
+        f"  output[{c.i}, {c.j}] = {terms} = {c.r(c.value)}",
     ]
 
 
@@ -350,7 +350,7 @@ def explain_positional(c: Cell, trace: Trace) -> list[str]:
     d_model = m.d_model
     if m.positional_encoding == "learned":
         return [
-            f"PE[{c.i}, {c.j}] = P[{c.i}, {c.j}] = {c.f(c.value)}: the token at position {c.i} ({c.row}) takes row {c.i}",
+            f"PE[{c.i}, {c.j}] = P[{c.i}, {c.j}] = {c.r(c.value)}: the token at position {c.i} ({c.row}) takes row {c.i}",
             "  of the learned position table P (a weight, trained like any other; no formula makes it).",
         ]
     if m.positional_encoding == "sinusoidal-halves":
@@ -360,8 +360,8 @@ def explain_positional(c: Cell, trace: Trace) -> list[str]:
         return [
             f"PE[pos, {'i' if fn == 'sin' else 'd_model/2 + i'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({_token_at(c)}), "
             f"i = {i}, d_model = {d_model}",
-            f"  angle = {c.i} / 10000^({2 * i}/{d_model}) = {c.i} / {c.f(10000 ** (2 * i / d_model))} = {c.f(angle)}",
-            f"  {fn}({c.f(angle)}) = {c.f(c.value)}",
+            f"  angle = {c.i} / 10000^({2 * i}/{d_model}) = {c.i} / {c.f(10000 ** (2 * i / d_model))} = {c.r(angle)}",
+            f"  {fn}({c.f(angle)}) = {c.r(c.value)}",
             "  (the first half of the columns are sines, the second half the cosines of the same angles: Marian's layout)",
         ]
     if m.positional_encoding == "sinusoidal":
@@ -371,8 +371,8 @@ def explain_positional(c: Cell, trace: Trace) -> list[str]:
         return [
             f"PE[pos, {'2i' if c.j % 2 == 0 else '2i+1'}] = {fn}(pos / 10000^(2i/d_model)) with pos = {c.i} ({_token_at(c)}), "
             f"2i = {two_i}, d_model = {d_model}",
-            f"  angle = {c.i} / 10000^({two_i}/{d_model}) = {c.i} / {c.f(10000 ** (two_i / d_model))} = {c.f(angle)}",
-            f"  {fn}({c.f(angle)}) = {c.f(c.value)}",
+            f"  angle = {c.i} / 10000^({two_i}/{d_model}) = {c.i} / {c.f(10000 ** (two_i / d_model))} = {c.r(angle)}",
+            f"  {fn}({c.f(angle)}) = {c.r(c.value)}",
             "  (even columns are sines, odd ones cosines; low columns turn fast with the position, high ones slowly)",
         ]
     raise ValueError(f"unknown positional_encoding {m.positional_encoding!r}")
@@ -381,7 +381,7 @@ def explain_positional(c: Cell, trace: Trace) -> list[str]:
 def explain_shifted(c: Cell, trace: Trace) -> list[str]:
     x, pe = float(c.stage["X"][c.i, c.j]), float(c.stage["PE"][c.i, c.j])
     return [
-        f"output = X + PE: {c.f(x)} + {c.operand(pe)} = {c.f(c.value)} (the token's vector, shifted by its position's pattern)"
+        f"output = X + PE: {c.f(x)} + {c.operand(pe)} = {c.r(c.value)} (the token's vector, shifted by its position's pattern)"
     ]
 
 

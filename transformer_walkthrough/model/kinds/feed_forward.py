@@ -62,7 +62,7 @@ def _relu(x: Sym) -> list[Term | str]:
 
 def _explain_relu(c: Cell, x: float, arg: str, lead: str, value: float) -> list[str]:
     off = "   (negative: this unit is off here)" if x < 0 else ""
-    return [f"{lead}ReLU({arg}) = max(0, {arg}): max(0, {c.f(x)}) = {c.f(value)}{off}"]
+    return [f"{lead}ReLU({arg}) = max(0, {arg}): max(0, {c.f(x)}) = {c.r(value)}{off}"]
 
 
 def _gelu(x: Sym) -> list[Term | str]:
@@ -74,8 +74,8 @@ def _explain_gelu(c: Cell, x: float, arg: str, lead: str, value: float) -> list[
     cdf = (1 + math.erf(x / math.sqrt(2))) / 2
     return [
         f"{lead}GELU({arg}) = {arg}·Φ({arg}), Φ(x) = (1 + erf(x/√2))/2 the chance that a standard normal is below x",
-        f"  Φ({c.f(x)}) = (1 + erf({c.f(x)}/√2))/2 = {c.f(cdf)}",
-        f"  {c.operand(x)}·{c.f(cdf)} = {c.f(value)}",
+        f"  Φ({c.f(x)}) = (1 + erf({c.f(x)}/√2))/2 = {c.r(cdf)}",
+        f"  {c.operand(x)}·{c.f(cdf)} = {c.r(value)}",
     ]
 
 
@@ -88,8 +88,8 @@ def _explain_gelu_tanh(c: Cell, x: float, arg: str, lead: str, value: float) -> 
     u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
     return [
         f"{lead}{arg}·(1 + tanh(√(2/π)·({arg} + 0.044715·{arg}³)))/2 (GELU, the tanh form GPT-2 uses)",
-        f"  √(2/π)·({c.f(x)} + 0.044715·{c.operand(x)}³) = {c.f(u)}; tanh({c.f(u)}) = {c.f(math.tanh(u))}",
-        f"  {c.operand(x)}·(1 + {c.f(math.tanh(u))})/2 = {c.f(value)}",
+        f"  √(2/π)·({c.f(x)} + 0.044715·{c.operand(x)}³) = {c.r(u)}; tanh({c.f(u)}) = {c.r(math.tanh(u))}",
+        f"  {c.operand(x)}·(1 + {c.f(math.tanh(u))})/2 = {c.r(value)}",
     ]
 
 
@@ -102,8 +102,8 @@ def _explain_silu(c: Cell, x: float, arg: str, lead: str, value: float) -> list[
     sig = 1 / (1 + math.exp(-x)) if x > -700 else 0.0
     return [
         f"{lead}SiLU({arg}) = {arg}·σ({arg}), σ(x) = 1/(1 + e^(−x))   (SiLU, also called swish)",
-        f"  σ({c.f(x)}) = 1/(1 + e^({c.f(-x)})) = {c.f(sig)}",
-        f"  {c.operand(x)}·{c.f(sig)} = {c.f(value)}",
+        f"  σ({c.f(x)}) = 1/(1 + e^({c.f(-x)})) = {c.r(sig)}",
+        f"  {c.operand(x)}·{c.f(sig)} = {c.r(value)}",
     ]
 
 
@@ -301,10 +301,10 @@ class Bend:
         gate, up = float(c.stage["gate"][c.i, c.j]), float(c.stage["up"][c.i, c.j])
         bent = act.by_hand(gate)
         return [
-            f"hidden = act(gate) ⊙ up, cell by cell ({act.gated}): gate[{c.i}, {c.j}] = {c.f(gate)}, "
-            f"up[{c.i}, {c.j}] = {c.f(up)}",
+            f"hidden = act(gate) ⊙ up, cell by cell ({act.gated}): gate[{c.i}, {c.j}] = {c.r(gate)}, "
+            f"up[{c.i}, {c.j}] = {c.r(up)}",
             *act.explain(c, gate, "gate", "act(gate) = ", bent),
-            f"  hidden = act(gate)·up = {c.operand(bent)}·{c.operand(up)} = {c.f(c.value)}",
+            f"  hidden = act(gate)·up = {c.operand(bent)}·{c.operand(up)} = {c.r(c.value)}",
         ]
 
     def step(self, stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:

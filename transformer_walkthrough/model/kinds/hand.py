@@ -103,33 +103,43 @@ def dot(c: Cell, left: np.ndarray, right: np.ndarray) -> tuple[list[str], float]
 def linear(c: Cell, intro: str, row: np.ndarray, column: np.ndarray, bias: str | None) -> list[str]:
     """A cell of x·W + b: the intro, every term of the dot product and their sum, then the bias."""
     terms, total = dot(c, row, column)
-    lines = [intro, f"  = {c.sum_of(terms)} = {c.f(total)}"]
+    lines = [intro, f"  = {c.sum_of(terms)} = {c.r(total)}"]
     if bias is not None and bias in c.stage:
         b = float(c.stage[bias][0, c.j])
-        lines.append(f"  + {bias}[{c.j}] {c.operand(b)} = {c.f(total + b)}")
+        lines.append(f"  + {bias}[{c.j}] {c.operand(b)} = {c.r(total + b)}")
     return lines
 
 
 def softmax_cell(c: Cell, source: str) -> list[str]:
-    """A cell of softmax(source), row-wise: the row, each exp, their sum, the quotient."""
-    row = c.stage[source][c.i].tolist()
+    """A cell of softmax(source), row-wise: the row, each exp, their sum, the quotient. A long row
+    (a vocabulary of 200,000 logits) shows its first and last terms, the cell's own and the
+    largest, as a dot product does: its arithmetic is the same size whatever the row's length."""
+    values = np.asarray(c.stage[source][c.i], dtype=np.float64)
     labels = c.stage.matrices[source].cols
     # The stable form: e^(x − m) / Σ e^(x − m) equals e^x / Σ e^x, and with m the row's largest value
     # no exp exceeds 1, so scores of any size (a trained model's reach millions) cannot overflow.
-    top = max(row)
-    exps = [math.exp(v - top) for v in row]  # e^−∞ is exactly 0
-    total = math.fsum(exps)
+    top_at = int(np.argmax(values))
+    top = float(values[top_at])
+    with np.errstate(invalid="ignore"):  # −∞ − m is −∞, whose exp is exactly 0
+        exps = np.exp(values - top)
+    total = math.fsum(exps.tolist())
+    shown = sorted({*c.shown(len(values)), c.j, top_at})
+    row = c.listing(shown, len(values), lambda k: f"{labels[k]} {c.f(float(values[k]))}")
+    each = c.listing(
+        shown, len(values), lambda k: f"e^{c.operand(float(values[k]) - top)} = {c.r(float(exps[k]))}"
+    )
+    terms = [""] * len(values)
+    for k in c.shown(len(values)):
+        terms[k] = c.f(float(exps[k]))
     x = f"({source})" if "+" in source else source
     return [
         f"{c.name} = softmax({source}), row by row: {c.name}[i, j] = e^{x}[i, j] / Σ_k e^{x}[i, k]",
-        f"  row {c.i} of {source} ({c.row}): "
-        + ", ".join(f"{lab} {c.f(v)}" for lab, v in zip(labels, row, strict=True)),
-        f"  subtract the row's largest value m = {c.f(top)} first: e^(x − m) / Σ e^(x − m) is the same "
+        f"  row {c.i} of {source} ({c.row}): {row}",
+        f"  subtract the row's largest value m = {c.r(top)} first: e^(x − m) / Σ e^(x − m) is the same "
         "quotient, and no exp can overflow",
-        "  each exp: "
-        + ", ".join(f"e^{c.operand(v - top)} = {c.f(e)}" for v, e in zip(row, exps, strict=True)),
-        f"  sum = {c.sum_of([c.f(e) for e in exps])} = {c.f(total)}",
-        f"  {c.name}[{c.i}, {c.j}] = {c.f(exps[c.j])} / {c.f(total)} = {c.f(c.value)}",
+        f"  each exp: {each}",
+        f"  sum = {c.sum_of(terms)} = {c.r(total)}",
+        f"  {c.name}[{c.i}, {c.j}] = {c.f(float(exps[c.j]))} / {c.f(total)} = {c.r(c.value)}",
     ]
 
 

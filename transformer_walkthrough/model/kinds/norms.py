@@ -60,10 +60,10 @@ def _explain_layer_norm(c: Cell, x: str, eps: float) -> list[str]:
     normed = (row[c.j] - mean) / math.sqrt(var + eps)
     return [
         f"output = gamma ⊙ ({x} − mean) / √(var + eps) + beta, over row {c.i} ({c.row}) of {x}",
-        f"  mean = ({c.sum_of([c.operand(v) for v in row])}) / {d} = {c.f(mean)}",
-        f"  var = Σ (v − mean)² / {d} = {c.f(var)}   (divided by d, not d − 1, as torch.nn.LayerNorm)",
-        f"  ({x}[{c.i}, {c.j}] − mean) / √(var + eps) = ({c.f(row[c.j])} − {c.operand(mean)}) / √({c.f(var)} + {eps:g}) = {c.f(normed)}",
-        f"  × gamma[{c.j}] {c.f(gamma)} + beta[{c.j}] {c.operand(beta)} = {c.f(c.value)}",
+        f"  mean = ({c.sum_of([c.operand(v) for v in row])}) / {d} = {c.r(mean)}",
+        f"  var = Σ (v − mean)² / {d} = {c.r(var)}   (divided by d, not d − 1, as torch.nn.LayerNorm)",
+        f"  ({x}[{c.i}, {c.j}] − mean) / √(var + eps) = ({c.f(row[c.j])} − {c.operand(mean)}) / √({c.f(var)} + {eps:g}) = {c.r(normed)}",
+        f"  × gamma[{c.j}] {c.f(gamma)} + beta[{c.j}] {c.operand(beta)} = {c.r(c.value)}",
     ]
 
 
@@ -76,10 +76,10 @@ def _explain_rms_norm(c: Cell, x: str, eps: float) -> list[str]:
     return [
         f"output = gamma ⊙ {x} / √(mean({x}²) + eps), over row {c.i} ({c.row}) of {x} "
         "(RMSNorm: no mean subtracted, no beta)",
-        f"  mean({x}²) = ({c.sum_of([f'{c.operand(v)}²' for v in row])}) / {d} = {c.f(mean_square)}",
-        f"  √(mean({x}²) + eps) = √({c.f(mean_square)} + {eps:g}) = {c.f(root)}",
-        f"  {x}[{c.i}, {c.j}] / √(mean({x}²) + eps) = {c.f(row[c.j])} / {c.f(root)} = {c.f(row[c.j] / root)}",
-        f"  × gamma[{c.j}] {c.f(gamma)} = {c.f(c.value)}",
+        f"  mean({x}²) = ({c.sum_of([f'{c.operand(v)}²' for v in row])}) / {d} = {c.r(mean_square)}",
+        f"  √(mean({x}²) + eps) = √({c.f(mean_square)} + {eps:g}) = {c.r(root)}",
+        f"  {x}[{c.i}, {c.j}] / √(mean({x}²) + eps) = {c.f(row[c.j])} / {c.f(root)} = {c.r(row[c.j] / root)}",
+        f"  × gamma[{c.j}] {c.f(gamma)} = {c.r(c.value)}",
     ]
 
 
@@ -238,7 +238,7 @@ def add_norm_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
 
 def explain_sum(c: Cell, trace: Trace) -> list[str]:
     x, s = float(c.stage["X"][c.i, c.j]), float(c.stage["sublayer"][c.i, c.j])
-    return [f"{c.name} = X + sublayer (the residual connection): {c.f(x)} + {c.operand(s)} = {c.f(c.value)}"]
+    return [f"{c.name} = X + sublayer (the residual connection): {c.f(x)} + {c.operand(s)} = {c.r(c.value)}"]
 
 
 def explain_carried(c: Cell, trace: Trace) -> list[str]:

@@ -206,7 +206,7 @@ def explain_flattened(c: Cell, trace: Trace) -> list[str]:
     p, k = divmod(c.j, c.stage["X"].shape[1])
     return [
         f"flattened lays the rows of X end to end: column {c.j} is row {p}, column {k} of X",
-        f"  = X[{p}, {k}] = {c.f(float(c.stage['X'][p, k]))}",
+        f"  = X[{p}, {k}] = {c.r(float(c.stage['X'][p, k]))}",
     ]
 
 
@@ -288,7 +288,7 @@ def probabilities_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Che
 
 
 def explain_copied(c: Cell, trace: Trace) -> list[str]:
-    return [f"logits are output.logits, brought here to be turned into probabilities: {c.f(c.value)}."]
+    return [f"logits are output.logits, brought here to be turned into probabilities: {c.r(c.value)}."]
 
 
 PROBABILITIES_KIND = Kind(

@@ -14,9 +14,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ...errors import ExportError
 from ...model.numbers import text_widths
 from ...model.trace import Stage, Trace
 from ..lens import lens_latex
+from ..widgets import label
 from .formulas import latex_lines, latex_notes
 from .shown import Options, Shown, document_lens, heading, mark, probability, row_values, units
 from .text import number, tex
@@ -76,7 +78,7 @@ def _tex_matrix(s: Shown) -> Iterator[str]:
             continue
         cells = [
             r"\cdots" if v is None
-            else rf"\boxed{{?_{{{s.holes[i, j]}}}}}" if (i, j) in s.holes
+            else (rf"\boxed{{?_{{{s.holes[i, j]}}}}}" if s.holes[i, j] else r"\boxed{?}") if (i, j) in s.holes
             else tex_number(v, s.precision)
             for j, v in zip(s.cols, row_values(s, i), strict=True)
         ]  # fmt: skip
@@ -103,6 +105,41 @@ def _tex_width(s: Shown) -> int:
     shown = m.values[np.ix_(rows, cols)] if not s.whole else m.values
     numbers = sum(max(int(w) + 2, s.precision + 4) for w in text_widths(shown, s.precision))
     return int(widest + numbers + 8 + 3 * (len(cols) < len(s.cols)))
+
+
+# TeX's largest dimension is 16,383.99 pt (5.76 m): a wider box stops pdflatex ("Dimension too large").
+TEX_LIMIT = 16_000
+_LABEL_PT, _DIGIT_PT = 3.5, 5.1  # a character of a label (\lab: 7 pt sans; 3.3–3.4 measured) and of a number
+
+
+def _tex_points(s: Shown) -> float:
+    """How wide a matrix is as typeset, roughly and generously, in points: its row labels, and each
+    column's label or widest number with the gaps beside it."""
+    m = s.matrix
+    rows, cols = s.kept()
+    labels = max((len(m.rows[i]) for i in rows), default=0) * _LABEL_PT
+    shown = m.values[np.ix_(rows, cols)] if not s.whole else m.values
+    numbers = text_widths(shown, s.precision)
+    cells = sum(
+        max(len(m.cols[j]) * _LABEL_PT, w * _DIGIT_PT) + 10 for j, w in zip(cols, numbers, strict=True)
+    )
+    return labels + cells + 40
+
+
+def _check_width(stage: Stage, line: list[list[Shown]]) -> None:
+    """Refuse a line of matrices wider than TeX can hold, with why (a matrix shown whole, its columns
+    labelled with long tokens), before pdflatex stops on it."""
+    width = sum(_tex_points(s) for unit in line for s in unit)
+    if width <= TEX_LIMIT:
+        return
+    widest = max((s for unit in line for s in unit), key=_tex_points)
+    metres = width / 72.27 * 0.0254
+    raise ExportError(
+        f"{stage.id}: {widest.name} would be about {metres:.1f} m wide as typeset ({len(widest.kept()[1])} "
+        f"columns labelled {label(widest.matrix.cols[0])}, …), more than pdflatex can hold (5.76 m); "
+        "a worksheet shows whole the matrices it asks cells of: ask for cells of narrower ones "
+        "(--cells, --kinds), or export .html or .md"
+    )
 
 
 def _tex_lines(group: list[list[Shown]]) -> Iterator[list[list[Shown]]]:
@@ -135,6 +172,7 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
             yield f"{{\\small {said}}}\\par\n"
         for group in units(stage, o, LINE):
             for line in _tex_lines(group):
+                _check_width(stage, line)
                 yield "\\fit{$\\displaystyle "
                 for k, unit in enumerate(line):
                     for n, shown in enumerate(unit):

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from ...model.trace import Stage, Trace
 from ..lens import lens_markdown
-from .shown import Options, Shown, document_lens, heading, mark, probability, row_values, units
+from .shown import Options, Shown, document_lens, heading, hole, mark, probability, row_values, units
 from .text import md_label, md_text, number
 from .worksheet import Worksheet, hole_label
 
@@ -37,7 +37,11 @@ def _md_matrix(s: Shown) -> Iterator[str]:
             yield "| " + " | ".join(["⋮"] * (len(s.cols) + 1)) + " |\n"
             continue
         cells = [
-            "…" if v is None else f"**?{s.holes[i, j]}**" if (i, j) in s.holes else number(v, s.precision)
+            "…"
+            if v is None
+            else f"**{hole(s.holes[i, j])}**"
+            if (i, j) in s.holes
+            else number(v, s.precision)
             for j, v in zip(s.cols, row_values(s, i), strict=True)
         ]
         yield "| " + " | ".join([md_label(m.rows[i]), *cells]) + " |\n"

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...model.formula import Formula
 from ...model.trace import Stage, Trace
 from ..sections import SECTIONS_CSS, report_sections
 from ..stages import predicted
 from .formulas import html_notes
 from .formulas import mathml as formula_mathml
 from .shades import OPENINGS, SHADES_CSS, cell_shades, legend, shading
-from .shown import Options, Shown, heading, mark, probability, units
+from .shown import Options, Shown, heading, hole, mark, probability, units
 from .text import number
 from .worksheet import Worksheet, hole_label
 
@@ -154,7 +155,7 @@ def html_matrix(s: Shown, kinds: set[str | None], attributes: str = "") -> Itera
 def _html_cell(s: Shown, i: int, j: int, v: float, opening: str) -> str:
     """A cell that is not a plain number, opened as the fast path opens it (the one before closing)."""
     if (i, j) in s.holes:
-        return f'</td><td class="hole">?{s.holes[i, j]}'
+        return f'</td><td class="hole">{hole(s.holes[i, j])}'
     if math.isinf(v):
         return f'</td><td class="ninf" title="masked">{number(v, s.precision)}'
     return f"{opening}{number(v, s.precision)}"
@@ -204,12 +205,16 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
 def html_stage(trace: Trace | None, stage: Stage, o: Options, clicks: Clicks | None = None) -> Iterator[str]:
     """A stage's section of the report: its heading, where it sits in Figure 1, its explanation,
     formula and matrices, and the legend of their shades. Without its ``trace`` (a stage shown
-    alone) there is no map, and the formula is the plain one."""
+    alone) there is no map."""
     from ..figure import figure_svg
 
     e = html.escape
     where = "" if trace is None else f'<div class="where">{figure_svg(trace, stage.id)}</div>'
-    formula = f'<pre class="formula">{e(str(stage.formula))}</pre>' if trace is None else _html_formula(stage)
+    formula = (
+        _html_formula(stage)  # MathML: the formula is the stage's own data, with its trace or without
+        if isinstance(stage.formula, Formula)
+        else f'<pre class="formula">{e(str(stage.formula))}</pre>'  # a stage made by hand, of plain text
+    )
     yield (
         f'<section id="{e(stage.id)}"><div class="intro"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'
         f"{where}<p>{e(stage.explanation)}</p>{formula}</div>"  # where: the stage's place in Figure 1

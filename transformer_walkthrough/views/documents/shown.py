@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from ...errors import printable
+from ...model.cell import GUARD
 from ...model.trace import ACTIVATION, Matrix, Prediction, Stage, Trace
 from ..blocks import summary
 from ..sections import whole_lens
@@ -40,6 +41,12 @@ class Options:
     # the options that make this trace again, for the command line a cell shows past its budget.
     clickable: bool = True
     rerun: str = ""
+
+    def digits(self, stage_id: str, name: str) -> int:
+        """A matrix's decimals: a worksheet shows those a hidden cell is computed from finer, at the
+        digits its key computes with."""
+        finer = self.worksheet is not None and (stage_id, name) in self.worksheet.finer
+        return self.precision + GUARD if finer else self.precision
 
     def holes(self, stage_id: str, name: str) -> dict[tuple[int, int], int]:
         return {} if self.worksheet is None else self.worksheet.hidden.get((stage_id, name), {})
@@ -87,7 +94,9 @@ class Shown(NamedTuple):
         ):
             if -1 in index:
                 at = index.index(-1)
-                first, last = index[at - 1] + 1, index[at + 1] - 1
+                # the mark may end the row (a window that keeps the first columns only)
+                first = index[at - 1] + 1 if at else 0
+                last = index[at + 1] - 1 if at + 1 < len(index) else len(labels) - 1
                 span = (
                     label(labels[first])
                     if first == last
@@ -125,14 +134,12 @@ def units(stage: Stage, o: Options, width: int = DOCUMENT_WIDTH) -> list[list[li
         symbol = tex_symbol(stage, name)
         view = View(o.precision, width, full=o.full or o.asks(stage.id, name))
         rows, cols = map(tuple, summary(m, view))
-        unit = [Shown(name, m, o.precision, o.holes(stage.id, name), symbol, rows, cols)]
+        unit = [Shown(name, m, o.digits(stage.id, name), o.holes(stage.id, name), symbol, rows, cols)]
         if o.grads is not None and not m.is_constant:
             # Gradients are small numbers: two more digits, so that they do not all read 0.00.
             gradient = m._replace(values=o.grads[stage.id][name], role=ACTIVATION)  # not weights in [0, 1]
             unit.append(
-                Shown(
-                    f"dL/d{name}", gradient, o.precision + 2, {}, rf"\partial L/\partial {symbol}", rows, cols
-                )
+                Shown(f"dL/d{name}", gradient, o.precision + 2, {}, gradient_symbol(symbol), rows, cols)
             )
         grouped.append((group_of(stage, name), unit))
     return [[unit for _, unit in run] for _, run in itertools.groupby(grouped, key=lambda g: g[0])]
@@ -149,6 +156,11 @@ def numbers_shown(stages: list[Stage], o: Options, width: int = DOCUMENT_WIDTH) 
                     rows, cols = shown.kept()
                     count += len(rows) * len(cols)
     return count
+
+
+def gradient_symbol(symbol: str) -> str:
+    """∂L/∂ of a matrix's LaTeX symbol; a sum in parentheses: ∂L/∂(S₁ + M), not (∂L/∂S₁) + M."""
+    return rf"\partial L/\partial ({symbol})" if "+" in symbol else rf"\partial L/\partial {symbol}"
 
 
 Spans = list[tuple[str, bool]]  # prose in pieces, each True where it is a command (`walkthrough train`)
@@ -186,7 +198,10 @@ def heading(trace: Trace, o: Options) -> tuple[str, Spans]:
     if o.worksheet is not None:
         n = len(o.worksheet.holes)
         where = "in a file of their own" if o.worksheet.separate_key else "at the end"
-        extras.append(f"worksheet: {n} cell{'s' if n > 1 else ''} hidden as ?1 … ?{n}, the answers {where}")
+        extras.append(
+            f"worksheet: {n} cell{'s' if n > 1 else ''} hidden as ?1 … ?{n}, the answers {where}; "
+            f"{o.worksheet.tolerance}; a cell shown as ? would give an answer away"
+        )
     spans = [(facts, False), *((text, k % 2 == 1) for k, text in enumerate(pieces))]
     return title, [*spans, *((f" · {extra}", False) for extra in extras)]
 
@@ -196,10 +211,16 @@ def mark(p: Prediction) -> str:
     return "" if p.expected is None else ("✓" if p.word == p.expected else "✗")
 
 
+def hole(number: int) -> str:
+    """A hidden cell as a worksheet shows it: "?3", the answer to question 3 (or a copy of it), or
+    "?" alone, a cell that would give an answer away (``worksheet.READ_OFF``)."""
+    return f"?{number}" if number else "?"
+
+
 def probability(q: float, digits: int, o: Options) -> str:
     """A prediction's probability, or its "?n" when the worksheet hides that cell."""
     if o.worksheet is not None and q in o.worksheet.by_value:
-        return f"?{o.worksheet.by_value[q]}"
+        return hole(o.worksheet.by_value[q])
     return f"{q:.{digits}f}"
 
 

@@ -17,8 +17,10 @@ from typing import NamedTuple
 import numpy as np
 
 from ...errors import StageError, shorten
+from ...model.cell import GUARD
 from ...model.kinds import KINDS
 from ...model.kinds.base import Step
+from ...model.numbers import format_value
 from ...model.trace import INPUT, MASK, WEIGHT, Stage, Trace
 
 
@@ -46,6 +48,20 @@ class Worksheet:
     hidden: dict[tuple[str, str], dict[tuple[int, int], int]] = field(default_factory=dict)
     by_value: dict[float, int] = field(default_factory=dict)  # for the prediction table's numbers
     separate_key: bool = False  # the answers in a file of their own (``iter_key``), not at the end
+    # The matrices a hidden cell is computed from, shown with ``GUARD`` more decimals: the digits
+    # the key computes with, so that an answer worked from the sheet is the key's to its last digit.
+    finer: frozenset[tuple[str, str]] = frozenset()
+    precision: int = 2  # the answers' decimals: an answer is right within one unit of the last
+
+    @property
+    def tolerance(self) -> str:
+        """How an answer is marked, in words: "each answer is right within ±0.01 of its key (the
+        numbers it is computed from are shown to 4 decimals)"."""
+        unit = format_value(10.0**-self.precision, self.precision)
+        return (
+            f"each answer is right within ±{unit} of its key (the numbers it is computed from are "
+            f"shown to {self.precision + GUARD} decimals)"
+        )
 
 
 # Cells a worksheet may ask for, by the kind of step that computes them: what the student does.
@@ -63,6 +79,10 @@ STEP_KINDS = {
 }
 DEFAULT_KINDS = ("dot", "softmax", "norm", "rotation")  # the stage's real step: never a copy or a lookup
 ROW_BOUND = {"softmax": 2, "norm": 2}  # a row bound by Σ (softmax: Σ = 1; a norm: Σ (y − β)/γ = 0)
+# Steps whose result gives its input away when shown: an activation of one cell (a visible ReLU's
+# 0.00 says the hidden cell is negative), a sum with a known term (S + M, X + sublayer), a copy,
+# and a softmax (a visible row of probabilities and one logit give every other logit).
+READ_OFF = ("activation", "sum", "copy", "softmax")
 
 
 def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | None:
@@ -76,6 +96,56 @@ def cell_step(trace: Trace, stage: Stage, name: str, i: int, j: int) -> Step | N
     return None if of is None else of(stage, trace, name, i, j)
 
 
+def read_off(trace: Trace, stage: Stage, name: str, i: int, j: int) -> list[Cell]:
+    """The cells of ``stage`` whose shown value gives ``stage.name[i, j]`` away: those a ``READ_OFF``
+    step computes from it (a softmax: its whole row). Each such step keeps the row: an activation,
+    a sum and a copy are cell by cell, a softmax row by row."""
+    out: list[Cell] = []
+    for other, m in stage.matrices.items():
+        if other == name or m.role in (WEIGHT, INPUT, MASK) or i >= m.shape[0] or not m.values.size:
+            continue
+        first = cell_step(trace, stage, other, i, 0)
+        if first is None or first.kind not in READ_OFF:
+            continue
+        if first.kind == "softmax":  # every cell of the row reads the same row
+            if (name, i, j) in first.inputs:
+                out.extend((stage.id, other, i, c) for c in range(m.shape[1]))
+            continue
+        for c in range(m.shape[1]):
+            st = first if c == 0 else cell_step(trace, stage, other, i, c)
+            if st is not None and (name, i, j) in st.inputs:
+                out.append((stage.id, other, i, c))
+    return out
+
+
+def given_away(
+    trace: Trace, shown: dict[tuple[str, str], np.ndarray], cell: Cell, own: set[Cell]
+) -> tuple[set[Cell], set[Cell]]:
+    """What hiding ``cell`` must hide too, so that no shown number gives it away: every copy of its
+    value (but its own inputs ``own``: the E a lookup reads, the O a concat copies), and every cell
+    read off it (``read_off``), their copies and what is read off those. Returns (the cell and its
+    copies, the cells read off them); a 0 or an infinity has no copies worth hiding (they are
+    everywhere)."""
+
+    def copies(c: Cell) -> set[Cell]:
+        v = shown[c[:2]][c[2], c[3]]
+        if v == 0 or not math.isfinite(v):
+            return set()
+        return {(*key, i, j) for key, values in shown.items() for i, j in np.argwhere(values == v).tolist()}
+
+    same = ({cell} | copies(cell)) - own
+    read: set[Cell] = set()
+    frontier = list(same)
+    while frontier:
+        c = frontier.pop()
+        for r in read_off(trace, trace[c[0]], c[1], c[2], c[3]):
+            if r[:2] in shown and r not in same and r not in read and r not in own:
+                more = ({r} | copies(r)) - same - read - own
+                read |= more
+                frontier.extend(more)
+    return same, read
+
+
 MAX_EXERCISE = 100
 _CELL_SPEC = re.compile(r"\s*([^/\s]+)/([^\[\]/]+)\[([^\]]*)\]\s*")
 
@@ -86,7 +156,7 @@ def worksheet(
     exercise: int | None = None,
     cells: Sequence[str] = (),
     weights: bool = True,
-    digits: int = 4,
+    digits: int | None = None,
     kinds: Sequence[str] | None = None,
     pick_seed: int | None = None,
     separate_key: bool = False,
@@ -150,25 +220,41 @@ def worksheet(
             if (stage_id, name, i, j) not in chosen:
                 chosen.append((stage_id, name, i, j))
     holes = tuple(Hole(k + 1, *c) for k, c in enumerate(chosen))
-    answers = tuple(tuple(explain(trace, h.stage, h.name, f"{h.i},{h.j}", digits)) for h in holes)
+    digits = trace.config.display.precision if digits is None else digits  # the document's
+    # The key computes with the numbers the sheet shows: its operands at the decimals of the
+    # matrices they are read from (``finer``), its answers at the sheet's.
+    answers = tuple(
+        (*explain(trace, h.stage, h.name, f"{h.i},{h.j}", digits, fixed=True), _marked(trace, h, digits))
+        for h in holes
+    )
+    shown = {
+        (s.id, name): m.values for s in stages for name, m in s.matrices.items() if weights or not m.is_weight
+    }
     hidden: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
     by_value: dict[float, int] = {}
+    finer: set[tuple[str, str]] = set()
     for h in holes:
         hidden.setdefault((h.stage, h.name), {})[(h.i, h.j)] = h.number
-        v = float(trace[h.stage].matrices[h.name].values[h.i, h.j])
-        if v == 0 or not math.isfinite(v):
-            continue  # a 0 or −∞ is everywhere: hiding its copies would hide half the document
-        by_value.setdefault(v, h.number)
-        # its own inputs stay shown: the E a lookup reads, the O a concat copies
         step = cell_step(trace, trace[h.stage], h.name, h.i, h.j)
         own = set() if step is None else {(h.stage, *d) for d in step.inputs}
-        for s in stages:
-            for name, m in s.matrices.items():
-                if weights or not m.is_weight:
-                    for i, j in np.argwhere(m.values == v).tolist():
-                        if (s.id, name, i, j) not in own:
-                            hidden.setdefault((s.id, name), {}).setdefault((i, j), h.number)
-    return Worksheet(holes, answers, hidden, by_value, separate_key)
+        finer.update(d[:2] for d in own)
+        same, read = given_away(trace, shown, (h.stage, h.name, h.i, h.j), own)
+        # a copy is the answer itself, "?n"; a cell read off it is hidden as "?" (``READ_OFF``)
+        for cells, number in ((same, h.number), (read, 0)):
+            for sid, name, i, j in sorted(cells):
+                hidden.setdefault((sid, name), {}).setdefault((i, j), number)
+                v = float(shown[sid, name][i, j])
+                if v != 0 and math.isfinite(v):  # the prediction table's probabilities
+                    by_value.setdefault(v, number)
+    return Worksheet(holes, answers, hidden, by_value, separate_key, frozenset(finer), digits)
+
+
+def _marked(trace: Trace, h: Hole, digits: int) -> str:
+    """The key's last line: the answer, and the range it is marked right in."""
+    v = float(trace[h.stage].matrices[h.name].values[h.i, h.j])
+    unit = 10.0**-digits
+    low, high = (format_value(v + d, digits, minus="−") for d in (-unit, unit))
+    return f"  marked right from {low} to {high} (±{format_value(unit, digits)})"
 
 
 def parse_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
@@ -196,12 +282,13 @@ Cell = tuple[str, str, int, int]  # stage id, matrix name, row, column
 def _choose(
     trace: Trace, stages: list[Stage], n: int, kinds: Sequence[str], seed: int, weights: bool
 ) -> list[Cell]:
-    """``n`` cells a student can compute from what the worksheet shows, spread over the stages,
-    drawn from ``seed``.
+    """``n`` cells a student can compute from what the worksheet shows, of each of ``kinds`` in
+    turn, spread over the stages, drawn from ``seed``.
 
     A cell is asked only if its step is one of ``kinds`` and every cell it is computed from is
-    shown: exported, and hidden neither as an answer nor as a copy of one (a hidden cell's copies
-    elsewhere are hidden too, so each choice is checked against the inputs of those before it).
+    shown: exported, and hidden neither as an answer nor as a copy of one nor as a cell that would
+    give one away (those are hidden too, so each choice is checked against the inputs of those
+    before it).
     In a row bound by a sum (a softmax's Σ = 1, a norm's Σ (y − β)/γ = 0) a single hidden cell
     would follow from the others: there, two are hidden together, or none.
     """
@@ -241,15 +328,18 @@ def _choose(
     needed: set[Cell] = set()  # the inputs of the cells chosen: never hidden
     chosen: list[Cell] = []
 
+    away: dict[Cell, set[Cell]] = {}
+
     def copies(cells: list[Cell]) -> set[Cell]:
-        """The cells and every copy of their values shown elsewhere, but their own inputs (the E
-        a lookup reads, the O a concat copies: those stay, to be read)."""
+        """The cells, every copy of their values shown elsewhere but their own inputs (the E a
+        lookup reads, the O a concat copies: those stay, to be read), and every cell that would
+        give one away (``given_away``)."""
         out = set(cells)
         for c in cells:
-            v = shown[c[:2]][c[2], c[3]]
-            own = set(inputs_of(c))
-            for key, values in shown.items():
-                out.update(d for i, j in np.argwhere(values == v).tolist() if (d := (*key, i, j)) not in own)
+            if c not in away:
+                same, read = given_away(trace, shown, c, set(inputs_of(c)))
+                away[c] = same | read
+            out |= away[c]
         return out
 
     def fits(cells: list[Cell]) -> set[Cell] | None:
@@ -284,21 +374,28 @@ def _choose(
             [(s.id, name, i, j) for j in picked[k : k + size]] for k in range(0, len(picked) - size + 1, size)
         ]
 
-    exhausted: set[int] = set()
+    # The k-th choice asks for the k-th kind in turn (a dot product, a softmax, a norm, a
+    # rotation, …), in a stage from its share of them on, as evenly as n allows; a kind with no
+    # cell left to ask gives its turn to the next.
+    present = [kind for kind in kinds if any(r[2] == kind for _, rows in units_of for r in rows)]
+    exhausted: set[tuple[int, str]] = set()  # (stage, kind): nothing more to ask there
+    dead: set[str] = set()  # kinds with nothing more to ask anywhere
     k = 0
-    while len(chosen) < n and len(exhausted) < len(units_of):
-        # the k-th choice starts at its share of the stages, as evenly as n allows
+    while len(chosen) < n and len(dead) < len(present):
+        kind = present[k % len(present)]
         start = (k * len(units_of) // n) % len(units_of)
         k += 1
+        if kind in dead:
+            continue
+        done = False
         for offset in range(len(units_of)):
             index = (start + offset) % len(units_of)
-            if index in exhausted:
+            if (index, kind) in exhausted:
                 continue
             s, rows = units_of[index]
-            order = rng.permutation(len(rows)).tolist()
-            done = False
-            for r in order:
-                name, i, kind = rows[r]
+            mine = [r for r in rows if r[2] == kind]
+            for r in rng.permutation(len(mine)).tolist():
+                name, i, _ = mine[r]
                 for cells in candidates(s, name, i, kind):
                     if len(cells) > n - len(chosen):
                         continue
@@ -314,7 +411,9 @@ def _choose(
                     break
             if done:
                 break
-            exhausted.add(index)
+            exhausted.add((index, kind))
+        if not done:
+            dead.add(kind)
     if len(chosen) < n:
         raise StageError(
             f"--exercise {n}: this export has {len(chosen)} cells worth asking together (steps: "

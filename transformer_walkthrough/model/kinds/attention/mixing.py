@@ -173,7 +173,7 @@ class Mask(Piece):
         source = scored(c.stage, c.matrix.head)
         s, mask = float(c.stage[source][c.i, c.j]), float(c.stage["M"][c.i, c.j])
         return [
-            f"{c.name}[{c.i}, {c.j}] = {source}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c.operand(mask)} = {c.f(c.value)}"
+            f"{c.name}[{c.i}, {c.j}] = {source}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c.operand(mask)} = {c.r(c.value)}"
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"M": explain_mask, "S+M": explain_masked_scores}
@@ -270,7 +270,7 @@ class Weigh(Piece):
         return [
             f"O{h} = A{h}·V{g}: position {c.i} ({c.row}) takes its weights A{h}[{c.i}] over the value rows",
             "  weights: " + ", ".join(f"{k} {c.f(a)}" for k, a in zip(keys, A[c.i].tolist(), strict=True)),
-            f"  O{h}[{c.i}, {c.j}] = Σ_k A{h}[{c.i}, k]·V{g}[k, {c.j}] = {c.sum_of(terms)} = {c.f(c.value)}",
+            f"  O{h}[{c.i}, {c.j}] = Σ_k A{h}[{c.i}, k]·V{g}[k, {c.j}] = {c.sum_of(terms)} = {c.r(c.value)}",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"O": explain_weighted_sum}
@@ -305,7 +305,7 @@ class Concat(Piece):
         h, k = c.j // d_k + 1, c.j % d_k
         return [
             f"concat puts the heads side by side, d_k = {d_k} columns each: column {c.j} is column {k} of head {h}",
-            f"  concat[{c.i}, {c.j}] = O{h}[{c.i}, {k}] = {c.f(float(c.stage.of('O', h)[c.i, k]))}",
+            f"  concat[{c.i}, {c.j}] = O{h}[{c.i}, {k}] = {c.r(float(c.stage.of('O', h)[c.i, k]))}",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"concat": explain_concat}

@@ -326,10 +326,10 @@ class QKNorm(Piece):
         return [
             f"{c.name} is {x} with each row divided by the root mean square of {over}'s row, then scaled by "
             f"gamma_{letter} {said}",
-            f"  mean({over}[{c.i}]²) = ({c.sum_of([f'{c.operand(v)}²' for v in row_])}) / {d} = {c.f(mean_square)}",
-            f"  √(mean + eps) = √({c.f(mean_square)} + {eps:g}) = {c.f(root)}",
-            f"  {x}[{c.i}, {c.j}] / √(mean + eps) = {c.f(row_[at])} / {c.f(root)} = {c.f(row_[at] / root)}",
-            f"  × gamma_{letter}[{at}] {c.f(gamma)} = {c.f(c.value)}",
+            f"  mean({over}[{c.i}]²) = ({c.sum_of([f'{c.operand(v)}²' for v in row_])}) / {d} = {c.r(mean_square)}",
+            f"  √(mean + eps) = √({c.f(mean_square)} + {eps:g}) = {c.r(root)}",
+            f"  {x}[{c.i}, {c.j}] / √(mean + eps) = {c.f(row_[at])} / {c.f(root)} = {c.r(row_[at] / root)}",
+            f"  × gamma_{letter}[{at}] {c.f(gamma)} = {c.r(c.value)}",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"norm_Q": explain_normed, "norm_K": explain_normed}
@@ -460,14 +460,14 @@ class Rotate(Piece):
             lines.append(
                 f"  θ_{i} = 1 / {m.theta(layer):g}^({2 * i}/{m.d_k}) = 1 / {c.f(base)}, {scaled}: θ_{i} = {theta:.6g}"
             )
-            lines.append(f"  angle = {pos} · {theta:.6g} = {c.f(angle)}")
+            lines.append(f"  angle = {pos} · {theta:.6g} = {c.r(angle)}")
         else:
             lines.append(
-                f"  angle = {pos} / {m.theta(layer):g}^({2 * i}/{m.d_k}) = {pos} / {c.f(base)} = {c.f(angle)}"
+                f"  angle = {pos} / {m.theta(layer):g}^({2 * i}/{m.d_k}) = {pos} / {c.f(base)} = {c.r(angle)}"
             )
         return [
             *lines,
-            f"  {c.name}({c.f(angle)}) = {c.f(c.value)}",
+            f"  {c.name}({c.f(angle)}) = {c.r(c.value)}",
             "  (low pairs turn fast with the position, high ones slowly; a score of two rotated vectors depends on "
             "their positions only through the difference: rotation by a and by b leaves the angle a − b)",
         ]
@@ -489,7 +489,7 @@ class Rotate(Piece):
             "(Hugging Face's Llama pairs column i with i + d_k/2, rotate_half; GPT-J pairs 2i with 2i+1):",
             f"  {c.name}[{c.i}, {c.j}] = {name}[{c.i}, {c.j}]·cos {sign} {name}[{c.i}, {partner}]·sin"
             f"  (row {c.i}, {c.row}; cos = cos[{c.i}, {c.j}], sin = sin[{c.i}, {c.j}])",
-            f"  = {c.times(a, cos)} {sign} {c.times(b, sin)} = {c.f(a * cos)} {sign} {c.operand(b * sin)} = {c.f(c.value)}",
+            f"  = {c.times(a, cos)} {sign} {c.times(b, sin)} = {c.f(a * cos)} {sign} {c.operand(b * sin)} = {c.r(c.value)}",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {
@@ -616,16 +616,16 @@ class Scores(Piece):
         )
         lines = [
             f"S{h} = {q}·{k}ᵀ{under}: how well query {c.i} ({c.row}) matches key {c.j} ({c.col}){shared}",
-            f"  {q}[{c.i}]·{k}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
+            f"  {q}[{c.i}]·{k}[{c.j}] = {c.sum_of(terms)} = {c.r(total)}",
         ]
         if m.score_divisor is None:
             return [*lines, "  not divided (score_scale: none, as T5: the weights' initialisation keeps the "
-                            f"scores' spread instead): S{h}[{c.i}, {c.j}] = {c.f(c.value)}"]  # fmt: skip
+                            f"scores' spread instead): S{h}[{c.i}, {c.j}] = {c.r(c.value)}"]  # fmt: skip
         root, n = math.sqrt(m.score_divisor), f"{m.score_divisor:g}"
         said = f"√d_k = √{d_k}" if m.score_scale == "d_k" else f"√{n} (score_scale {n}, not √d_k = √{d_k})"
         return [
             *lines,
-            f"  divided by {said} = {c.f(root)}: {c.f(total)} / {c.f(root)} = {c.f(c.value)}",
+            f"  divided by {said} = {c.r(root)}: {c.f(total)} / {c.f(root)} = {c.r(c.value)}",
             "  (were q's and k's entries independent with variance 1, q·k would have variance d_k:",
             "  dividing by √d_k brings it back to 1 whatever d_k is, so softmax does not saturate"
             + (")" if m.score_scale == "d_k" else "; Gemma divides by √query_pre_attn_scalar instead)"),
