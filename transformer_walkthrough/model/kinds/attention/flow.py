@@ -88,7 +88,9 @@ class Flow:
     K: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     V: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     S: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
-    masked: np.ndarray | None = field(default=None, repr=False)  # S + M
+    B: np.ndarray | None = field(default=None, repr=False)  # (h, n_q, n_k): relative positions' bias
+    biased: np.ndarray | None = field(default=None, repr=False)  # S + B (relative positions)
+    masked: np.ndarray | None = field(default=None, repr=False)  # S (+ B) + M
     A: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     O: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     concat: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
@@ -102,6 +104,17 @@ class Flow:
     @property
     def self_attention(self) -> bool:
         return self.kv is self.x
+
+    @property
+    def causal(self) -> bool:
+        """Whether each query sees only itself and the keys before it: the decoder's masked
+        attention, which has a mask, or, one token at a time, a key/value cache instead of one."""
+        return self.mask is not None or self.cache is not None
+
+    @property
+    def scored(self) -> np.ndarray:
+        """The scores the mask (or softmax) takes: S, or S + B with relative positions."""
+        return self.S if self.biased is None else self.biased
 
 
 @dataclass
@@ -186,6 +199,12 @@ class Piece:
     def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
         """This step's lines of the stage's formula (``g``: the key/value head, h or g)."""
         return []
+
+
+def scores_name(stage: Stage, head: int) -> str:
+    """The base name of the scores that the mask or softmax took for head ``head``: S + B with
+    relative positions, else S."""
+    return "S+B" if stage.has("S+B", head) else "S"
 
 
 def heads_letter(m: ModelConfig) -> str:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ....config import ModelConfig
     from ...cell import Cell
     from ...trace import Trace
-from .flow import At, Back, ByHand, Explainer, Flow, Labels, Piece, heads_letter, kv_head
+from .flow import At, Back, ByHand, Explainer, Flow, Labels, Piece, heads_letter, kv_head, scores_name
 
 # ---------------------------------------------------------------------------------------------
 # mask: S_h + M, M of 0 and −∞ (the decoder's causal mask, a sliding window)
@@ -57,7 +57,7 @@ class Mask(Piece):
         )
 
     def forward(self, f: Flow) -> None:
-        f.masked = f.S + f.mask
+        f.masked = f.scored + f.mask
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         stage.rec("S+M", f.masked[h - 1], q, kv, head=h)
@@ -97,16 +97,18 @@ class Mask(Piece):
     @staticmethod
     def explain_masked_scores(c: Cell, trace: Trace) -> list[str]:
         h = c.matrix.head
-        s, mask = float(c.stage.of("S", h)[c.i, c.j]), float(c.stage["M"][c.i, c.j])
+        scores = matrix_name(scores_name(c.stage, h), h)
+        s, mask = float(c.stage[scores][c.i, c.j]), float(c.stage["M"][c.i, c.j])
         return [
-            f"{c.name}[{c.i}, {c.j}] = S{h}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c.operand(mask)} = {c.f(c.value)}"
+            f"{c.name}[{c.i}, {c.j}] = {scores}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c.operand(mask)} = {c.f(c.value)}"
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"M": explain_mask, "S+M": explain_masked_scores}
 
     @staticmethod
     def masked_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
-        return step("sum", one(named(stage, "S", stage.matrices[name].head), i, j), one("M", i, j))
+        h = stage.matrices[name].head
+        return step("sum", one(named(stage, scores_name(stage, h), h), i, j), one("M", i, j))
 
     steps: ClassVar[Mapping[str, StepOf]] = {"S+M": masked_step}
 
@@ -123,7 +125,7 @@ class Softmax(Piece):
     groups: ClassVar[Mapping[str, str]] = {"A": "attention"}
 
     def forward(self, f: Flow) -> None:
-        f.A = F.softmax(f.S if f.masked is None else f.masked)
+        f.A = F.softmax(f.scored if f.masked is None else f.masked)
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         stage.rec("A", f.A[h - 1], q, kv, ATTENTION, head=h)
@@ -137,13 +139,17 @@ class Softmax(Piece):
         b.checked.append(("A", gap(stage.of("A", b.h), b.a)))
 
     def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
-        s = [sym("S", "h"), "+", sym("M")] if at.masked else [sym("S", "h")]
+        s: list[Fm.Term | str] = [sym("S", "h")]
+        if m.biases_positions and not at.cross:
+            s += ["+", sym("B", "h")]
+        if at.masked:
+            s += ["+", sym("M")]
         return [line(sym("A", "h"), "=", Fm.call("softmax", s), "    ", Fm.Word("(row-wise)"))]
 
     @staticmethod
     def explain_weights(c: Cell, trace: Trace) -> list[str]:
         h = c.matrix.head
-        base = "S+M" if c.stage.has("S+M", h) else "S"
+        base = "S+M" if c.stage.has("S+M", h) else scores_name(c.stage, h)
         return softmax_cell(c, matrix_name(base, h))
 
     explain: ClassVar[Mapping[str, Explainer]] = {"A": explain_weights}
@@ -151,7 +157,9 @@ class Softmax(Piece):
     @staticmethod
     def weights_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
         h = stage.matrices[name].head
-        return step("softmax", row(stage, named(stage, "S+M", h) or named(stage, "S", h), i))
+        return step(
+            "softmax", row(stage, named(stage, "S+M", h) or named(stage, scores_name(stage, h), h), i)
+        )
 
     steps: ClassVar[Mapping[str, StepOf]] = {"A": weights_step}
 
