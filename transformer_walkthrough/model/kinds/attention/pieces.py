@@ -821,7 +821,8 @@ class RelativeBias(Piece):
     @staticmethod
     def bias_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
         h = stage.matrices[name].head
-        return step("lookup", one("buckets", i, j), one("R", int(stage["buckets"][i, j]), h - 1))
+        # the table's cell, then the bucket that chose its row
+        return step("lookup", one("R", int(stage["buckets"][i, j]), h - 1), one("buckets", i, j))
 
     @staticmethod
     def biased_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
