@@ -19,10 +19,31 @@ sit side by side in one ``W_QKV = [W_Q | W_K | W_V]`` of num_heads · d_kv colum
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..model.architecture import DECODER, ENCODER
-from .family import Block, Family, Param, Tensor
+from .budget import Budget, out_of_memory
+from .errors import CheckpointError
+from .family import Block, Family, Param, Tensor, check_finite, convert, first_tensor, with_defaults
+from .jsonfile import shown
+from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
+from .tokenizer import T5Tokenizer
+
+# T5Config's defaults (transformers), for the keys an older config.json leaves out.
+CONFIG_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 32128, "d_model": 512, "d_kv": 64, "d_ff": 2048, "num_layers": 6,
+    "num_decoder_layers": None, "num_heads": 8, "relative_attention_num_buckets": 32,
+    "relative_attention_max_distance": 128, "layer_norm_epsilon": 1e-6, "feed_forward_proj": "relu",
+    "tie_word_embeddings": True, "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0,
+    "n_positions": 512,
+}  # fmt: skip
+# feed_forward_proj -> (our feed_forward, our activation): T5's ReLU, T5 v1.1's and Flan-T5's gated GELU
+# (gelu_new, GELU's tanh form: transformers maps "gated-gelu" to it)
+PROJECTIONS = {"relu": ("standard", "relu"), "gated-gelu": ("gated", "gelu-tanh")}
 
 
 def gated(m: Mapping[str, Any]) -> bool:
@@ -102,14 +123,131 @@ def sizes(m: Mapping[str, Any]) -> dict[str, int]:
     }  # fmt: skip
 
 
+@dataclass
+class T5Checkpoint:
+    """A T5 checkpoint in this project's terms: model config keys, named weights, tokenizer."""
+
+    family: Family
+    model: dict[str, Any]
+    weights: dict[str, np.ndarray]
+    tokenizer: T5Tokenizer
+    decoder_start_token_id: int  # the pad token: T5's decoder starts from <pad>
+    eos_token_id: int
+    pad_token_id: int
+    source: str
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    forced_eos_token_id: int | None = None
+
+
+def load_t5(path: str | Path, dtype: str | np.dtype = "float32", name: str | None = None) -> T5Checkpoint:
+    """The T5 checkpoint in folder ``path``, converted; ``name`` (a hub id) is used in ``source``."""
+    folder = Path(path)
+    with out_of_memory(folder):
+        return _load(folder, float_dtype(dtype), name)
+
+
+def _load(folder: Path, dtype: np.dtype, name: str | None) -> T5Checkpoint:
+    config = _read_config(folder)
+    feed_forward, activation = PROJECTIONS[config["feed_forward_proj"]]
+    tied = config["tie_word_embeddings"]
+    model = {
+        "d_model": config["d_model"], "num_heads": config["num_heads"], "head_dim": config["d_kv"],
+        "d_ff": config["d_ff"], "num_encoder_layers": config["num_layers"],
+        "num_decoder_layers": config["num_decoder_layers"], "norm_first": True, "final_norm": True,
+        "norm": "rmsnorm", "positional_encoding": "relative",
+        "relative_buckets": config["relative_attention_num_buckets"],
+        "relative_max_distance": config["relative_attention_max_distance"], "score_scale": "none",
+        "feed_forward": feed_forward, "activation": activation, "ffn_bias": False, "attention_bias": False,
+        "output_bias": False, "tie_embeddings": tied, "scale_tied_output": tied,
+        "layer_norm_eps": config["layer_norm_epsilon"], "max_positions": config["n_positions"],
+    }  # fmt: skip
+    budget = Budget()
+    tensors, file = read_weights(folder, budget)
+    where = f"{folder / file}"
+    names = set(tensors)
+    for side, block in zip(("encoder", "decoder"), T5.stacks, strict=True):
+        key = "num_layers" if side == "encoder" else "num_decoder_layers"
+        check_layers(names, first_tensor(block), key, config[key], where)
+    taker = Taker(tensors, where)
+    taker.charge(budget, dtype)
+    weights = convert(T5.rows(model), taker.take, dtype)
+    rows = taker.shape("shared.weight")[0] if "shared.weight" in names else config["vocab_size"]
+    E = taker.take("shared.weight", (rows, config["d_model"]))
+    weights["encoder.embedding/E"] = np.ascontiguousarray(E, dtype=dtype)
+    for alias in (
+        "encoder.embed_tokens.weight",
+        "decoder.embed_tokens.weight",
+        *(("lm_head.weight",) * tied),
+    ):
+        if alias in names and not np.array_equal(taker.take(alias, E.shape), E):  # a saved copy of shared
+            raise CheckpointError(f"{where}: {alias} differs from shared.weight, which T5 embeds with")
+    if not tied:  # Flan-T5: both stacks embed with shared, the output layer is lm_head
+        weights["decoder.embedding/E"] = weights["encoder.embedding/E"].copy()
+        weights["output.logits/W"] = np.ascontiguousarray(
+            taker.take("lm_head.weight", E.shape).T, dtype=dtype
+        )
+    taker.used.add(
+        "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"
+    )  # ignored, as there
+    taker.refuse_unused(T5.name)
+    check_finite(weights, where)
+    return T5Checkpoint(
+        family=T5, model=model, weights=weights, tokenizer=T5Tokenizer(folder, size=rows),
+        decoder_start_token_id=config["decoder_start_token_id"], eos_token_id=config["eos_token_id"],
+        pad_token_id=config["pad_token_id"], source=f"{name or folder} ({file})",
+    )  # fmt: skip
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    """config.json with T5Config's defaults filled in, every value this converter uses checked."""
+    path = folder / "config.json"
+    raw = read_config_json(folder)
+    if raw.get("model_type") != T5.model_type:
+        raise CheckpointError(
+            f"{path}: model_type is {shown(raw.get('model_type'))}; this is not a T5 checkpoint"
+        )
+    config = with_defaults(T5, raw)
+    if config["num_decoder_layers"] is None:  # T5Config: as many as the encoder's
+        config["num_decoder_layers"] = config["num_layers"]
+    sized = ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
+             "relative_attention_num_buckets", "relative_attention_max_distance", "n_positions")  # fmt: skip
+    for key in sized:
+        if type(config[key]) is not int or config[key] < 1:
+            raise CheckpointError(f"{path}: {key} is {shown(config[key])}, not a positive integer")
+    buckets, reach = config["relative_attention_num_buckets"], config["relative_attention_max_distance"]
+    if buckets < 4 or reach <= buckets // 2:
+        raise CheckpointError(
+            f"{path}: relative_attention_num_buckets {buckets} and relative_attention_max_distance {reach}: "
+            "need 4 or more buckets and a max distance beyond the exact range (buckets // 2)"
+        )
+    for key in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+        if type(config[key]) is not int or config[key] < 0:
+            raise CheckpointError(f"{path}: {key} is {shown(config[key])}, not a token id")
+    if type(config["tie_word_embeddings"]) is not bool:
+        raise CheckpointError(
+            f"{path}: tie_word_embeddings is {shown(config['tie_word_embeddings'])}, not true or false"
+        )
+    if not isinstance(config["layer_norm_epsilon"], (int, float)) or not config["layer_norm_epsilon"] > 0:
+        raise CheckpointError(
+            f"{path}: layer_norm_epsilon is {shown(config['layer_norm_epsilon'])}, not positive"
+        )
+    if config["feed_forward_proj"] not in PROJECTIONS:
+        raise CheckpointError(
+            f"{path}: feed_forward_proj {shown(config['feed_forward_proj'])} is not supported "
+            f"(supported: {', '.join(PROJECTIONS)})"
+        )
+    return config
+
+
 T5 = Family(
     model_type="t5",
     name="T5",
     architecture="encoder-decoder",
     transformers="T5ForConditionalGeneration",
-    tokenizer=None,  # type: ignore[arg-type]  # the SentencePiece reader: below, with the converter
-    defaults={},
+    tokenizer=T5Tokenizer,
+    defaults=CONFIG_DEFAULTS,
     name_map=NAME_MAP,
     sizes=sizes,
-    load=None,  # type: ignore[arg-type]
+    load=load_t5,
 )
+FAMILIES = (T5,)

@@ -53,7 +53,7 @@ def t5_with(config: Config, w: Weights, dtype: Any) -> Any:
 
     sd = {name: t(a) for name, a in invert(T5.rows(model_keys(m)), w).items()}
     sd["shared.weight"] = t(w["encoder.embedding/E"])
-    if not m.tie_embeddings:  # T5 ties all three (transformers 5 forces it): untie the decoder's and the head
+    if not m.tie_embeddings:  # T5 ties all three to shared: untie the decoder's table and the head
         decoder_table = torch.nn.Embedding(*w["decoder.embedding/E"].shape, dtype=dtype)
         model.decoder.set_input_embeddings(decoder_table)
         model.lm_head.weight = torch.nn.Parameter(t(w["output.logits/W"].T))
