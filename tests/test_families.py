@@ -20,7 +20,7 @@ MODEL = {
 
 def test_one_record_per_model_type_in_the_order_messages_list_them():
     assert [f.model_type for f in FAMILIES] == [
-        "marian", "t5", "gpt2", "llama", "mistral", "qwen2", "qwen3", "bert", "roberta", "distilbert",
+        "marian", "gpt2", "llama", "mistral", "qwen2", "qwen3", "bert", "roberta", "distilbert", "t5",
     ]  # fmt: skip
     assert [f.model_type for f in FAMILIES if f.encoder_decoder] == ["marian", "t5"]
 
