@@ -82,6 +82,17 @@ def reference_tokenizer(marian):
 
 
 @pytest.fixture(scope="session")
+def t5_family(tmp_path_factory):
+    """Tiny random T5 (ReLU, tied and scaled) and Flan-T5 (gated GELU, lm_head of its own) checkpoints
+    (tests/tiny_t5.py), by name: (folder, float64 eager transformers model)."""
+    pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
+    from tests.tiny_t5 import MODELS, build
+
+    root = tmp_path_factory.mktemp("t5")
+    return {name: build(root, name) for name in MODELS}
+
+
+@pytest.fixture(scope="session")
 def gpt2(tmp_path_factory):
     """A tiny random GPT-2: ({"saved", "hub", "hub-bin"} folders, float64 eager transformers model)."""
     pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there

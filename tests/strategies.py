@@ -84,6 +84,8 @@ def configs(
             output_bias=draw(st.booleans()),
             sliding_window=draw(st.sampled_from(values("sliding_window", (None, 1, 2, 3)))),
         )  # fmt: skip
+        more["scale_tied_output"] = more["tie_embeddings"] and draw(st.sampled_from(
+            values("scale_tied_output", (False, True))))  # fmt: skip
         if encoder_only:  # BERT's switches, and the blanks it fills
             more |= dict(
                 task="fill-mask",
@@ -95,6 +97,13 @@ def configs(
             more["max_positions"] += more["position_offset"] + 2  # [CLS] and [SEP]
             chosen = draw(st.sets(st.integers(0, len(words) - 1), min_size=1, max_size=len(words)))
             blanks = tuple(sorted(chosen))
+        if positions == "relative":  # few buckets and a short reach: every branch on a short sentence
+            buckets = draw(st.integers(4, 9))
+            more |= dict(
+                relative_buckets=buckets,
+                relative_max_distance=draw(st.integers(buckets // 2 + 1, 9)),
+                attention_softcap=None,  # the config refuses both: no model caps biased scores
+            )
         if positions in ROTATED_POSITIONS:
             more |= dict(
                 rope_scaling=draw(st.sampled_from(list(ROPE_SCALINGS))),

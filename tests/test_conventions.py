@@ -26,6 +26,7 @@ from transformer_walkthrough.compare.reference import TorchTransformer
 from transformer_walkthrough.compare.verify import recompute
 from transformer_walkthrough.config import (
     ACTIVATIONS,
+    BIASED_POSITIONS,
     DTYPES,
     FEED_FORWARDS,
     HF_ACTIVATIONS,
@@ -195,6 +196,9 @@ def test_every_positional_encoding_is_computed_checked_and_explained(positional_
     assert all(c.ok for c in recompute(trace))
     if positional_encoding in ROTATED_POSITIONS:  # applied inside self-attention, not added
         stage, table = trace["decoder.0.masked-attention"], "cos"
+        assert "decoder.positional-encoding" not in trace.stages
+    elif positional_encoding in BIASED_POSITIONS:  # a bias on each head's scores, by the bucket of j − i
+        stage, table = trace["decoder.0.masked-attention"], "B1"
         assert "decoder.positional-encoding" not in trace.stages
     else:
         stage, table = trace["decoder.positional-encoding"], "PE"

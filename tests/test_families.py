@@ -14,17 +14,17 @@ from transformer_walkthrough.checkpoints.tensors import Taker
 MODEL = {
     "d_model": 8, "num_heads": 2, "num_kv_heads": 1, "head_dim": 6, "d_ff": 12, "num_encoder_layers": 2,
     "num_decoder_layers": 3, "max_positions": 10, "segments": 2, "output_transform": True,
-    "attention_bias": True, "ffn_bias": True, "qk_norm": "head", "experts": 3,
+    "attention_bias": True, "ffn_bias": True, "qk_norm": "head", "experts": 3, "relative_buckets": 8,
+    "feed_forward": "gated",
 }  # fmt: skip
 
 
 def test_one_record_per_model_type_in_the_order_messages_list_them():
     assert [f.model_type for f in FAMILIES] == [
         "marian", "gpt2", "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
-        "bert",
-        "roberta", "distilbert",
+        "bert", "roberta", "distilbert", "t5",
     ]  # fmt: skip
-    assert [f.architecture for f in FAMILIES if f.encoder_decoder] == ["encoder-decoder"]
+    assert [f.model_type for f in FAMILIES if f.encoder_decoder] == ["marian", "t5"]
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.model_type)

@@ -17,7 +17,7 @@ from .jsonfile import values_at_most
 CONFIG_AND_TOKENIZER = (
     "config.json", "generation_config.json", "tokenizer_config.json",
     "source.spm", "target.spm", "vocab.json", "target_vocab.json", "tokenizer.json",
-    "merges.txt", "special_tokens_map.json", "vocab.txt",
+    "merges.txt", "special_tokens_map.json", "vocab.txt", "spiece.model",
 )  # fmt: skip
 # In order of preference: one safetensors file, the index of a sharded one, torch's format.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")

@@ -209,3 +209,72 @@ def _no_surrogates(piece: str) -> str:
     except UnicodeEncodeError:
         return "".join(f"<U+{ord(c):04X}>" if 0xD800 <= ord(c) <= 0xDFFF else c for c in piece)
     return piece
+
+
+class T5Tokenizer:
+    """Text -> ids and ids -> text for a T5 or Flan-T5 checkpoint, as ``transformers.T5Tokenizer``:
+    the SentencePiece unigram model of ``spiece.model`` (its ids are the model's: ``<pad>`` 0,
+    ``</s>`` 1, ``<unk>`` 2), then the ``extra_ids`` sentinels (``<extra_id_0>`` the last id:
+    tokenizer_config.json's ``extra_ids``, 100 by default), then ``</s>`` appended. The literal
+    special tokens in a text (``</s>``, ``<extra_id_3>``) are those tokens. Both stacks read the
+    same pieces (one tuple), padded to ``size`` (the embedding table's rows: t5-small has 32,128
+    rows for 32,100 pieces) with labels of rows no piece names.
+    """
+
+    def __init__(self, folder: str | Path, size: int | None = None):
+        folder = Path(folder)
+        self.file = folder / "spiece.model"
+        self.spm = _load_spm(self.file)
+        extra = _tokenizer_config(folder).get("extra_ids", 100)
+        if type(extra) is not int or not 0 <= extra <= 10_000:
+            raise CheckpointError(
+                f"{folder / 'tokenizer_config.json'}: extra_ids is {shown(extra)}, not a count"
+            )
+        n = self.spm.get_piece_size()
+        pieces = [_spm_call(self.file, self.spm.id_to_piece, i) for i in range(n)]
+        pieces += [f"<extra_id_{extra - 1 - k}>" for k in range(extra)]
+        specials = {p: i for i, p in enumerate(pieces) if p in (EOS, UNK, PAD) or p.startswith("<extra_id_")}
+        if EOS not in specials:
+            raise CheckpointError(f"{self.file}: the SentencePiece model has no {EOS}")
+        if size is not None and size < len(pieces):
+            raise CheckpointError(
+                f"{folder}: the tokenizer has {len(pieces)} pieces, the embedding table {size} rows"
+            )
+        pieces += [f"<row {i}>" for i in range(len(pieces), size or 0)]  # rows no piece names
+        self._pieces = tuple(pieces)
+        self.source_vocabulary = self.target_vocabulary = _labels(self._pieces)
+        self.eos_id, self.pad_id = specials[EOS], specials.get(PAD)
+        self._specials = specials
+        self._special = re.compile(
+            "(" + "|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True)) + ")"
+        )
+        self._pieces_of_spm = n
+
+    def pieces(self, text: str) -> list[int]:
+        """The ids of ``text``'s pieces (without the ``</s>`` that ``encode_source`` appends)."""
+        ids: list[int] = []
+        for part in self._special.split(text):
+            if part in self._specials:
+                ids.append(self._specials[part])
+            elif part:
+                ids.extend(_spm_call(self.file, self.spm.encode, part))
+        return ids
+
+    def encode_source(self, text: str) -> list[int]:
+        """The encoder's input ids: the pieces, then ``</s>``."""
+        return [*self.pieces(text), self.eos_id]
+
+    encode_target = encode_source  # the labels: the same pieces, then </s>
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """The text of ids, as ``T5Tokenizer.decode``: the pieces joined, each ▁ a space, the first
+        piece's ▁ dropped (transformers' Metaspace decoder); special tokens (and rows no piece
+        names) skipped, or kept as words."""
+        special = set(self._specials.values())
+        ordinary = range(self._pieces_of_spm)
+        pieces = [
+            self._pieces[i] for i in (int(i) for i in ids)
+            if (i in special and not skip_special_tokens) or (i in ordinary and i not in special)
+        ]  # fmt: skip
+        text = "".join(pieces).replace(SPIECE_UNDERLINE, " ")
+        return text[1:] if pieces and pieces[0].startswith(SPIECE_UNDERLINE) else text

@@ -27,6 +27,7 @@ from __future__ import annotations
 from .conventions import (
     ACTIVATIONS,
     ATTENTION_BIASES,
+    BIASED_POSITIONS,
     DTYPES,
     FEED_FORWARDS,
     FINAL_NORMS,
@@ -74,6 +75,7 @@ from .yaml_io import (
 __all__ = [
     "ACTIVATIONS",
     "ATTENTION_BIASES",
+    "BIASED_POSITIONS",
     "CLS",
     "CONFIG_HEADER",
     "DTYPES",

@@ -38,6 +38,7 @@ POSITIONAL_ENCODINGS = {
     "sinusoidal-halves": "(Marian)",
     "learned": "table P (GPT-2)",
     "rotary": "each head's Q, K turned by pos (Llama)",
+    "relative": "a learned bias on each head's scores, by the bucket of key − query (T5)",
 }
 # transformers' rope_type: how rotary's frequencies are stretched past the length a model was
 # trained on (rope_factor and, for llama3, the three rope_* fields below).
@@ -56,6 +57,9 @@ DTYPES = {"float64": "(exact to print)", "float32": "(fast when large)"}
 # Positions applied inside attention, to the queries and keys, rather than added to the embedding:
 # such a model has no positional-encoding stage.
 ROTATED_POSITIONS: tuple[str, ...] = ("rotary",)
+# Positions as a learned bias added to every head's scores, read by the bucket of the distance
+# between key and query (T5): no positional-encoding stage either.
+BIASED_POSITIONS: tuple[str, ...] = ("relative",)
 
 # The switches whose parameters have other names or shapes, with their values: a --weights file
 # made under another setting of one of them is recognised, and the message says which.
@@ -89,7 +93,10 @@ TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
     "attention_softcap": (None,),
     "logit_softcap": (None,),
     "layer_types": (None,),
-    "positional_encoding": tuple(p for p in POSITIONAL_ENCODINGS if p not in ROTATED_POSITIONS),
+    "positional_encoding": tuple(
+        p for p in POSITIONAL_ENCODINGS if p not in ROTATED_POSITIONS + BIASED_POSITIONS
+    ),
+    "scale_tied_output": (False,),
     "feed_forward": ("standard",),
     "ffn_bias": (True,),  # nn.TransformerEncoderLayer's bias=False drops the LayerNorms' too
     "norm": ("layernorm",),

@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 from .conventions import (
     ACTIVATIONS,
     ATTENTION_BIASES,
+    BIASED_POSITIONS,
     DTYPES,
     FEED_FORWARDS,
     FINAL_NORMS,
@@ -64,6 +65,15 @@ class ModelConfig(Checked):
         "rows of the segment table T, added to each token by its sentence (BERT: 2); 0: none", 0
     )
     embedding_norm: bool = doc("true: a norm of the embeddings' sum, before the first layer (BERT)", False)
+    relative_buckets: int = doc(
+        "relative: rows of the bias table, one per bucket of distances (T5: 32); the encoder gives "
+        "half to keys after the query, half to keys before",
+        32,
+    )
+    relative_max_distance: int = doc(
+        "relative: the distance where the log-spaced buckets end; farther keys share the last (T5: 128)",
+        128,
+    )
     rope_theta: float = doc("rotary's base: pair i of a head turns by pos / rope_theta^(2i/d_k)", 10000.0)
     rope_scaling: Literal[tuple(ROPE_SCALINGS)] = choice(ROPE_SCALINGS, "default")
     rope_factor: float = doc("rope_scaling's factor: how many times longer the context is made", 1.0)
@@ -92,6 +102,9 @@ class ModelConfig(Checked):
     output_bias: bool = doc("false: the output layer has no bias b (GPT-2)", True)
     output_transform: bool = doc(
         "true: dense → activation → norm before the output layer (BERT's masked-language-model head)", False
+    )
+    scale_tied_output: bool = doc(
+        "true: the top stack's rows times d_model^-0.5 before the tied output layer W = Eᵀ (T5)", False
     )
     scale_embeddings: bool = doc("true: multiply embeddings by sqrt(d_model), as the paper", False)
     attention_bias: Literal[ATTENTION_BIASES] = doc(
@@ -208,7 +221,7 @@ class ModelConfig(Checked):
             f"{self.rope_low_freq_factor:g} and {self.rope_high_freq_factor:g}",
         )
         self._require(
-            self.rope_scaling == "default" or not self.adds_positions,
+            self.rope_scaling == "default" or self.positional_encoding in ROTATED_POSITIONS,
             "rope_scaling",
             f"{self.rope_scaling} stretches rotary's frequencies: it needs positional_encoding: rotary",
         )
@@ -217,6 +230,24 @@ class ModelConfig(Checked):
             "rope_original_max_positions",
             f"must be a positive integer, got {self.rope_original_max_positions}",
         )
+        self._require(
+            self.relative_buckets >= 4,
+            "relative_buckets",
+            f"must be 4 or more (the encoder halves them by direction, then keeps half of each for "
+            f"exact distances: at least one exact bucket each way), got {self.relative_buckets}",
+        )
+        self._require(
+            self.relative_max_distance > self.relative_buckets // 2,
+            "relative_max_distance",
+            f"{self.relative_max_distance} is within the exact range: the first relative_buckets // 2 "
+            f"= {self.relative_buckets // 2} distances have a bucket each, so the log-spaced buckets "
+            "must end beyond it",
+        )
+        self._require(
+            not self.scale_tied_output or self.tie_embeddings,
+            "scale_tied_output",
+            "rescales the rows before the tied output layer W = Eᵀ: it needs tie_embeddings: true",
+        )
         self._require(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
         for name in ("attention_softcap", "logit_softcap", "local_rope_theta"):
             value = getattr(self, name)
@@ -224,6 +255,12 @@ class ModelConfig(Checked):
             self._require(
                 value is None or value > 0, name, f"must be a positive number or omitted, got {said}"
             )
+        self._require(
+            self.attention_softcap is None or not self.biases_positions,
+            "attention_softcap",
+            "caps the scores before the mask, and relative positions add their bias there too: no model "
+            "does both, so their order is undefined; omit one",
+        )
         if self.layer_types is not None:
             self._require(
                 len(self.layer_types) == self.num_decoder_layers,
@@ -256,7 +293,7 @@ class ModelConfig(Checked):
         )
         self._require(self.rope_theta > 1, "rope_theta", f"must be more than 1, got {self.rope_theta:g}")
         self._require(
-            self.adds_positions or self.d_k % 2 == 0,
+            self.positional_encoding not in ROTATED_POSITIONS or self.d_k % 2 == 0,
             "positional_encoding",
             f"rotary turns pairs of a head's dimensions, so each head's d_k must be even; it is {self.d_k}",
         )
@@ -362,8 +399,14 @@ class ModelConfig(Checked):
     @property
     def adds_positions(self) -> bool:
         """Whether positions are added to the embedding (a positional-encoding stage), or applied
-        inside attention (``ROTATED_POSITIONS``)."""
-        return self.positional_encoding not in ROTATED_POSITIONS
+        inside attention (``ROTATED_POSITIONS``, ``BIASED_POSITIONS``)."""
+        return self.positional_encoding not in ROTATED_POSITIONS + BIASED_POSITIONS
+
+    @property
+    def biases_positions(self) -> bool:
+        """Whether positions are a learned bias added to each head's scores in self-attention, by
+        the bucket of the distance key − query (``BIASED_POSITIONS``: T5)."""
+        return self.positional_encoding in BIASED_POSITIONS
 
     def window(self, layer: int | None) -> int | None:
         """How far back decoder layer ``layer``'s self-attention sees: ``sliding_window``, or every

@@ -243,6 +243,53 @@ def apply_rotary_backward(dy: np.ndarray, r: Rotation) -> np.ndarray:
     return dy * r.cos + np.concatenate([g[..., half:], -g[..., :half]], axis=-1)
 
 
+def relative_buckets(
+    queries: np.ndarray, keys: np.ndarray, bidirectional: bool, num_buckets: int, max_distance: int
+) -> np.ndarray:
+    """T5's bucket of each (query, key) pair (Raffel et al., 2020, §2.1); positions (n_q,), (n_k,)
+    -> (n_q, n_k) ints in [0, num_buckets).
+
+    The distance is key − query. Bidirectional (the encoder): keys after the query take the upper
+    half of the buckets, keys before it the lower, each by |distance|; causal (the decoder): only
+    keys before it count, a later key is distance 0. Of a direction's b buckets, the first b/2 hold
+    one distance each (exact); the rest are log-spaced up to max_distance, beyond which every
+    distance shares the last:
+
+        bucket = b/2 + ⌊ln(distance / (b/2)) / ln(max_distance / (b/2)) · (b − b/2)⌋
+
+    In float32, as T5 computes it (Mesh TensorFlow, transformers): a distance on a bucket's edge
+    (16 of 32 buckets up to 128) falls where float32's rounding puts it.
+    """
+    relative = keys[None, :] - queries[:, None]
+    bucket = np.zeros(relative.shape, dtype=np.int64)
+    if bidirectional:
+        num_buckets //= 2
+        bucket += (relative > 0) * num_buckets
+        distance = np.abs(relative)
+    else:
+        distance = np.maximum(-relative, 0)
+    exact = num_buckets // 2
+    small = distance < exact
+    spread = np.log(np.maximum(distance, exact).astype(np.float32) / np.float32(exact))
+    spread = spread / np.float32(math.log(max_distance / exact)) * np.float32(num_buckets - exact)
+    logged = np.minimum(exact + spread.astype(np.int64), num_buckets - 1)
+    return bucket + np.where(small, distance, logged)
+
+
+def relative_bias(table: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    """Each head's bias B_h[i, j] = table[bucket(i, j), h]; table (num_buckets, h), buckets (n_q, n_k)
+    -> (h, n_q, n_k)."""
+    return np.moveaxis(table[buckets], -1, 0)
+
+
+def relative_bias_backward(dB: np.ndarray, buckets: np.ndarray, num_buckets: int) -> np.ndarray:
+    """dL/d(table): each row (bucket) gathers dB of every cell that read it, head by head;
+    dB (h, n_q, n_k) -> (num_buckets, h)."""
+    d_table = np.zeros((num_buckets, dB.shape[0]), dtype=dB.dtype)
+    np.add.at(d_table, buckets.ravel(), dB.reshape(dB.shape[0], -1).T)
+    return d_table
+
+
 def group(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(h, n, d_k) queries over (G, m, d_k) keys and values -> (G, h/G, n, d_k) over (G, 1, m, d_k):
     the h/G query heads of a group broadcast against their one key/value head, nothing copied."""

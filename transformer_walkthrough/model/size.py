@@ -77,9 +77,10 @@ def recorded(place: Place, m: ModelConfig, sizes: Sizes, rows: Rows) -> list[Sha
     if kind == "transform":  # X, dense, hidden, output
         return [*params, *[(n, d)] * 4]
     flat = m.output_head == "flatten"  # the output layer reads one row of every position's numbers
-    if kind == "logits":  # X (and flattened), logits (and uncapped, before the soft cap)
+    if kind == "logits":  # X (and flattened, or T5's scaled), logits (and uncapped, before the soft cap)
         capped = 1 + (m.logit_softcap is not None)
-        return [*params, (n, d), *([(1, n * d), *[(1, v)] * capped] if flat else [(n, v)] * capped)]
+        scaled = [(n, d)] if m.scale_tied_output else []
+        return [*params, (n, d), *scaled, *([(1, n * d), *[(1, v)] * capped] if flat else [(n, v)] * capped)]
     if kind == "probabilities":  # logits, probabilities
         return [(1 if flat else n, v)] * 2
     assert place.sublayer is not None and place.sublayer.keys is not None, kind  # attention
@@ -108,17 +109,20 @@ def _attention(place: Place, m: ModelConfig, specs: dict[str, Spec], rows: Rows)
     h, g = m.num_heads, m.kv_heads
     cross = place.sublayer is not None and place.sublayer.keys == MEMORY
     causal = place.sublayer is not None and place.sublayer.causal
-    rotated = not m.adds_positions and not cross  # rotary turns a self-attention's Q and K
+    rotated = m.positional_encoding == "rotary" and not cross  # rotary turns a self-attention's Q and K
+    biased = m.biases_positions and not cross  # T5: buckets, and each head's B and S + B
     blocks = [(d, d_k)] * (h + 2 * g) + ([(d_k,)] * (h + 2 * g) if "b_QKV" in specs else [])
     out = [spec.shape for name, spec in specs.items() if name not in ("W_QKV", "b_QKV")]
     shapes = [*blocks, *out, (n, d), (n, h * d_k), (n, d)]  # …, X, concat, output
     shapes += [(k, d)] if cross else []  # memory
     shapes += [(n, k)] if causal else []  # M
     shapes += [(n, d_k)] * 2 if rotated else []  # cos, sin
+    shapes += [(n, k)] if biased else []  # buckets
     normed, capped = bool(m.qk_norm), m.attention_softcap is not None  # norm_Q, norm_K; cap_S
     per_query = (
         [(n, d_k), (n, k), (n, k), (n, d_k)] + [(n, k)] * (causal + capped) + [(n, d_k)] * (rotated + normed)
-    )
+    )  # Q S A O (and S+M, cap_S; rot_Q, norm_Q)
+    per_query += [(n, k)] * 2 * biased  # B, S + B
     per_key = [(k, d_k)] * (2 + rotated + normed)  # K, V (and rot_K, norm_K)
     return shapes + per_query * h + per_key * g
 

@@ -84,6 +84,8 @@ def _draw(spec: Spec, rng: np.random.Generator) -> np.ndarray:
         return rng.uniform(-a, a, size=spec.shape)
     if spec.init == "positions":  # a learned position table, as GPT-2 draws wpe: N(0, 0.02²)
         return rng.normal(0.0, 0.02, size=spec.shape)
+    if spec.init == "normal":  # N(0, 1/fan_in), as T5 draws its relative bias table
+        return rng.normal(0.0, 1.0 / math.sqrt(spec.fan_in), size=spec.shape)
     if spec.init == "ones":
         return np.ones(spec.shape)
     return np.zeros(spec.shape)

@@ -127,14 +127,16 @@ def _weight(c: Cell, trace: Trace) -> list[str]:
     m = trace.config.model
     param = c.matrix.param or c.name  # W_Q1 is a view of W_QKV
     ref = c.stage.params.get(param, Ref(f"{c.stage.id}/{param}"))
-    lines = []
+    own = KINDS[c.stage.kind].explain.get(c.matrix.base)  # what the kind says of its own table (T5's R)
+    lines = own(c, trace) if own is not None else []
     owner = ref.name.split("/")[0]
     if ref.transposed:
         lines.append(
             f"W is Eᵀ, the embedding table of {owner} transposed (tied): W[{c.row}, {c.col}] = E[{c.col}, {c.row}]."
         )
     elif owner != c.stage.id:
-        lines.append(f"{c.name} is the embedding table of {owner}, shared with this stage (tied).")
+        table = "the embedding table" if c.matrix.base == "E" else "the table"
+        lines.append(f"{c.name} is {table} of {owner}, shared with this stage (tied).")
     if c.matrix.param is not None:
         lines.append(
             f"{c.name} is head {c.matrix.head}'s block of d_k = {m.d_k} columns of the parameter {ref.name}."
@@ -187,6 +189,9 @@ def _weight(c: Cell, trace: Trace) -> list[str]:
         how = f"uniform in ±1/√fan_in = ±1/√{spec.fan_in} = ±{c.r(1 / math.sqrt(spec.fan_in))} (PyTorch's nn.Linear)"
     elif spec.init == "positions":
         how = "from a normal distribution of standard deviation 0.02 (as GPT-2 draws its position table)"
+    elif spec.init == "normal":
+        how = (f"from a normal distribution of standard deviation 1/√{spec.fan_in} = "
+               f"{c.f(1 / math.sqrt(spec.fan_in))} (as T5 draws its relative bias table)")  # fmt: skip
     elif spec.init == "ones":
         how = "as 1 (the norm starts as a pure normalisation)"
     else:

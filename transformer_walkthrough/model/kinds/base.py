@@ -58,9 +58,10 @@ class Spec(NamedTuple):
     """A parameter's shape and how it is first drawn (an ``init`` of ``weights``)."""
 
     shape: tuple[int, ...]
-    init: str  # "embedding", "xavier", "xavier-qkv", "bias", "zeros", "ones", "positions"
-    fan_in: int = 0  # for "bias": the layer's input width
+    init: str  # "embedding", "xavier", "xavier-qkv", "bias", "normal", "zeros", "ones", "positions"
+    fan_in: int = 0  # for "bias" and "normal": the layer's input width
     blocks: tuple[int, ...] = ()  # for "xavier-qkv": the widths of the column blocks, each drawn alone
+    per_stack: bool = False  # one for the whole stack: the first layer's, which every layer uses (T5's R)
 
 
 class Sizes(NamedTuple):

@@ -224,3 +224,46 @@ def softcap_lines(c: Cell, source: str, x: float, cap: float, what: str) -> list
         f"  (the cap took {c.f(abs(squeezed))} off: {100 * abs(squeezed) / abs(x) if x else 0:.2g}% of the {what}; "
         "tanh(t) ≈ t − t³/3 near 0, so small values pass almost unchanged and large ones bend below the cap)",
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Relative positions by hand (T5): one (query, key) pair's bucket, its arithmetic in words.
+# ---------------------------------------------------------------------------------------------
+
+
+class Bucket(NamedTuple):
+    """One pair's bucket of the relative bias table, and how it was reached."""
+
+    bucket: int
+    distance: int  # key − query
+    counted: int  # the distance the bucket counts: |distance|, or how far back (causal)
+    offset: int  # 0, or the upper half's first bucket (bidirectional, a key after the query)
+    per_side: int  # the buckets of one direction: relative_buckets, halved when bidirectional
+    exact: int  # distances below this have a bucket each
+    log_value: float  # the log range's ln(counted/exact)/ln(max/exact)·(per_side − exact), float32
+
+
+def bucket_by_hand(query: int, key: int, bidirectional: bool, m: ModelConfig) -> Bucket:
+    """The bucket of the pair (query, key) one step at a time with Python's ints and float32
+    scalars: T5's rule (``functional.relative_buckets``), written again for one cell."""
+    distance = key - query
+    per_side, offset = m.relative_buckets, 0
+    if bidirectional:
+        per_side //= 2
+        offset = per_side if distance > 0 else 0
+        counted = abs(distance)
+    else:
+        counted = -distance if distance < 0 else 0
+    exact = per_side // 2
+    log_value = math.nan
+    if counted < exact:
+        bucket = offset + counted
+    else:
+        f32 = np.float32
+        log_value = float(
+            np.log(f32(counted) / f32(exact))
+            / f32(math.log(m.relative_max_distance / exact))
+            * f32(per_side - exact)
+        )
+        bucket = offset + min(exact + int(log_value), per_side - 1)
+    return Bucket(bucket, distance, counted, offset, per_side, exact, log_value)

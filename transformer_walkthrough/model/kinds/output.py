@@ -3,12 +3,13 @@ masked-language-model head, a transform (dense layer, activation, norm)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import functional as F
-from ..formula import Formula, call, formula, line, note, num, sym, word
+from ..formula import Formula, call, formula, line, note, num, sqrt, sym, word
 from ..trace import PROBABILITIES, Stage, dims
 from .base import Arrays, Grads, Kind, Sizes, Spec, Step, col, linear_step, named, one, row, step
 from .feed_forward import activation_by_hand, activation_formula, activation_lines
@@ -136,6 +137,8 @@ def logits(stage: Stage, w: Weights, y: np.ndarray, tokens: tuple[str, ...], voc
         W_rows = flat_labels
     else:
         x, rows, W_rows = y, tokens, D
+    if m.scale_tied_output:  # T5: the tied table's scores shrunk back by √d_model
+        x = stage.rec("scaled", x * (m.d_model**-0.5), tokens, D)
     W = stage.weight("W", w.take(stage, "W"), W_rows, vocabulary)
     b = stage.weight("b", w.take(stage, "b"), ("b",), vocabulary).ravel() if m.output_bias else None
     if m.logit_softcap is None:
@@ -145,12 +148,15 @@ def logits(stage: Stage, w: Weights, y: np.ndarray, tokens: tuple[str, ...], voc
 
 
 def logits_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
-    x = stage.get("flattened", stage["X"])
+    x = stage.get("scaled", stage.get("flattened", stage["X"]))
     d_logits = d_out
     if "uncapped" in stage:  # through the soft cap first
         d_out = F.softcap_backward(d_out, stage["logits"], m.logit_softcap)
     dx, dW, db = F.linear_backward(d_out, x, p["W"])
-    grads = {"X": dx.reshape(stage["X"].shape), "W": dW, "b": db[None], "logits": d_logits, "uncapped": d_out}
+    grads = {"logits": d_logits, "uncapped": d_out, "W": dW, "b": db[None]}
+    if "scaled" in stage:  # scaled = X·d_model^-0.5
+        grads["scaled"], dx = dx, dx * (m.d_model**-0.5)
+    grads["X"] = dx.reshape(stage["X"].shape)
     if "flattened" in stage:
         grads["flattened"] = dx
     return Grads(
@@ -160,17 +166,24 @@ def logits_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) 
 
 def logits_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
     x = stage["flattened"] if "flattened" in stage else stage["X"]
+    checks = []
+    if "scaled" in stage:
+        x = x / math.sqrt(m.d_model)
+        checks.append(
+            Check(stage.id, f"scaled equals X / √d_model = X / √{m.d_model}", gap(stage["scaled"], x))
+        )
     scores = mm(x, stage["W"]) + stage.get("b", 0)
-    what = "logits equal X·W + b" if "b" in stage else "logits equal X·W"
+    x_name = "scaled" if "scaled" in stage else "X"
+    what = f"logits equal {x_name}·W + b" if "b" in stage else f"logits equal {x_name}·W"
     if "uncapped" in stage:
         c = m.logit_softcap
-        checks = [
+        checks += [
             Check(stage.id, what.replace("logits", "uncapped"), gap(stage["uncapped"], scores)),
             Check(stage.id, f"logits equal {c:g}·tanh(uncapped / {c:g})",
                   gap(stage["logits"], softcap_by_hand(scores, c))),
         ]  # fmt: skip
     else:
-        checks = [Check(stage.id, what, gap(stage["logits"], scores))]
+        checks.append(Check(stage.id, what, gap(stage["logits"], scores)))
     if m.tie_embeddings:
         E = next(s for s in trace if s.kind == "embedding")["E"]
         checks.append(Check(stage.id, "W equals Eᵀ (tied to the embedding)", gap(stage["W"], E.T)))
@@ -199,6 +212,14 @@ def _logits_formula(m: ModelConfig) -> Formula:
             note("(the article's leak: one row of all positions, so the prediction sees the future "
                  "tokens, the very words it should predict; the paper's head reads each position alone)"),
         )  # fmt: skip
+    if m.scale_tied_output:
+        return formula(
+            line("scaled", "=", "X", "/", sqrt(sym("d_model"))),
+            line(out, "=", "scaled", "·", "W", *b),
+            *cap,
+            *tied,
+            note("(T5: the scores of a tied table shrunk by √d_model, its rows' typical length)"),
+        )
     return formula(line(out, "=", "X", "·", "W", *b), *cap, *tied)
 
 
@@ -210,14 +231,24 @@ def explain_flattened(c: Cell, trace: Trace) -> list[str]:
     ]
 
 
+def explain_scaled(c: Cell, trace: Trace) -> list[str]:
+    d = trace.config.model.d_model
+    x = float(c.stage["X"][c.i, c.j])
+    return [
+        f"scaled = X / √d_model (T5, before the tied output layer): X[{c.i}, {c.j}] / √{d} = "
+        f"{c.f(x)} / {c.f(math.sqrt(d))} = {c.r(c.value)}"
+    ]
+
+
 def explain_logit(c: Cell, trace: Trace) -> list[str]:
     if c.name == "logits" and "uncapped" in c.stage:
         uncapped = float(c.stage["uncapped"][c.i, c.j])
         return softcap_lines(c, "uncapped", uncapped, trace.config.model.logit_softcap, "logit")
-    x = c.stage["flattened"] if "flattened" in c.stage else c.stage["X"]
+    name = next(n for n in ("scaled", "flattened", "X") if n in c.stage)
+    x_name = "scaled" if name == "scaled" else "X"
     return linear(
-        c, f"{c.name} = X·W + b: how much position {c.i} ({c.row}) speaks for the word {c.col!r}",
-        x[c.i], c.stage["W"][:, c.j], "b",
+        c, f"{c.name} = {x_name}·W + b: how much position {c.i} ({c.row}) speaks for the word {c.col!r}",
+        c.stage[name][c.i], c.stage["W"][:, c.j], "b",
     )  # fmt: skip
 
 
@@ -229,7 +260,7 @@ def flattened_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Ste
 def logits_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
     if name == "logits" and "uncapped" in stage:
         return step("softcap", one("uncapped", i, j))
-    x = named(stage, "flattened") or "X"
+    x = named(stage, "scaled") or named(stage, "flattened") or "X"
     return step("dot", row(stage, x, i), col(stage, "W", j), one(named(stage, "b"), 0, j))
 
 
@@ -263,7 +294,12 @@ LOGITS = Kind(
     _logits_formula,
     logits_backward,
     logits_second,
-    {"flattened": explain_flattened, "uncapped": explain_logit, "logits": explain_logit},
+    {
+        "flattened": explain_flattened,
+        "scaled": explain_scaled,
+        "uncapped": explain_logit,
+        "logits": explain_logit,
+    },
     params=_logits_params,
     steps={"flattened": flattened_step, "uncapped": logits_step, "logits": logits_step},
     article=lambda m: (

@@ -1,6 +1,7 @@
 """Multi-head attention, self, masked self and cross: a recipe of pieces, each owning itself.
 
-    attention = project → [qk-norm] → [rotate] → scores → [softcap] → [mask] → softmax → weigh → concat → project-out
+    attention = project → [qk-norm] → [rotate] → scores → [relative-bias] → [softcap] → [mask]
+                → softmax → weigh → concat → project-out
 
 A piece (``Piece``) is one step inside the stage. It owns everything about itself: its parameters,
 its forward (reading and writing the ``Flow`` that passes through the recipe), the matrices it
@@ -14,7 +15,7 @@ The pieces that turn the queries and keys (qk-norm, rotate) each make a new matr
 before (``turned_from``), both found by the recipe's order, not by spelling.
 
     flow     what a piece is (``Piece``), what passes through forward (``Flow``) and back (``Back``)
-    pieces   project, qk-norm, rotate, scores, and ``PIECES``: the recipe's order
+    pieces   project, qk-norm, rotate, scores, relative-bias, and ``PIECES``: the recipe's order
     mixing   softcap, mask, softmax, weigh, concat, project-out: from the scores to the output
     here     the kind: the recipe run and recorded (``attend``), differentiated, checked by hand
 """
@@ -112,7 +113,7 @@ def attention_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfi
         grads["memory"] = d.kv
     if "M" in stage:
         grads["M"] = d.M
-    for constant in ("cos", "sin"):  # fixed numbers: nothing learns them, nothing is shown
+    for constant in ("cos", "sin", "buckets"):  # fixed numbers: nothing learns them, nothing is shown
         if constant in stage:
             grads[constant] = np.zeros_like(stage[constant])
     for name, matrix in stage.matrices.items():
@@ -180,11 +181,14 @@ def _explanation(text: str, at: At) -> Callable[[ModelConfig], str]:
     return explanation
 
 
-def _params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
-    """Every piece's parameters (the mask has none: masked or not, the same), weights before biases:
-    the order they were first drawn in, which fixes the random draws."""
-    specs = [item for piece in recipe(m, At(False, False)) for item in piece.params(m).items()]
-    return dict(sorted(specs, key=lambda item: item[0].startswith("b_")))
+def _params(at: At) -> Callable[[ModelConfig, Sizes], dict[str, Spec]]:
+    def params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
+        """Every piece's parameters in a stage that is ``at`` (cross-attention has no relative bias
+        table), weights before biases: the order they were first drawn in, which fixes the random draws."""
+        specs = [item for piece in recipe(m, at) for item in piece.params(m).items()]
+        return dict(sorted(specs, key=lambda item: item[0].startswith("b_")))
+
+    return params
 
 
 def _merged(attribute: str) -> dict[str, Any]:
@@ -218,7 +222,7 @@ def _kind(id: str, title: str, explanation: str, cross: bool = False, article: s
     at = At(cross, id == "masked-attention")
     return Kind(
         id, title, _explanation(explanation, at), _formula(at), attention_backward,
-        attention_second, {**_merged("explain"), "memory": explain_memory}, params=_params,
+        attention_second, {**_merged("explain"), "memory": explain_memory}, params=_params(at),
         steps=_merged("steps"), groups=_merged("groups"), tex=_merged("tex"), article=article,
         layered=_layer_type if at.masked else None,
     )  # fmt: skip

@@ -92,7 +92,9 @@ class Flow:
     K: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     V: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     S: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
-    masked: np.ndarray | None = field(default=None, repr=False)  # S + M
+    B: np.ndarray | None = field(default=None, repr=False)  # (h, n_q, n_k): relative positions' bias
+    biased: np.ndarray | None = field(default=None, repr=False)  # S + B (relative positions)
+    masked: np.ndarray | None = field(default=None, repr=False)  # S (+ B) + M
     A: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     O: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     concat: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
@@ -106,6 +108,18 @@ class Flow:
     @property
     def self_attention(self) -> bool:
         return self.kv is self.x
+
+    @property
+    def causal(self) -> bool:
+        """Whether each query sees only itself and the keys before it: the decoder's masked
+        attention, which has a mask, or, one token at a time, a key/value cache instead of one."""
+        return self.mask is not None or self.cache is not None
+
+    @property
+    def scored(self) -> np.ndarray:
+        """The scores the mask (or softmax) takes: S (soft-capped in place when the config caps it),
+        or S + B with relative positions."""
+        return self.S if self.biased is None else self.biased
 
 
 @dataclass
@@ -190,6 +204,12 @@ class Piece:
     def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
         """This step's lines of the stage's formula (``g``: the key/value head, h or g)."""
         return []
+
+
+def scores_name(stage: Stage, head: int) -> str:
+    """The base name of the scores that the mask or softmax took for head ``head``: soft-capped
+    (cap_S, Gemma 2), S + B with relative positions (T5), else S. The config never asks for both."""
+    return next(name for name in ("cap_S", "S+B", "S") if name == "S" or stage.has(name, head))
 
 
 def heads_letter(m: ModelConfig) -> str:

@@ -1,6 +1,6 @@
 """From the scores to the output: the soft cap, the mask, softmax, the weighted sum of the values, the
 heads side by side and the output projection. The mask and softmax read the scores as the soft cap
-left them (``scored``: cap_S or S); no other name another piece makes."""
+left them (``flow.scores_name``: cap_S, S+B or S); no other name another piece makes."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ....config import ModelConfig
     from ...cell import Cell
     from ...trace import Trace
-from .flow import At, Back, ByHand, Explainer, Flow, Labels, Piece, heads_letter, kv_head
+from .flow import At, Back, ByHand, Explainer, Flow, Labels, Piece, heads_letter, kv_head, scores_name
 
 # ---------------------------------------------------------------------------------------------
 # softcap: cap_S_h = c·tanh(S_h / c) (Gemma 2's attn_logit_softcapping)
@@ -93,11 +93,6 @@ class Softcap(Piece):
     steps: ClassVar[Mapping[str, StepOf]] = {"cap_S": capped_step}
 
 
-def scored(stage: Stage, head: int) -> str:
-    """The name of head ``head``'s scores as the mask and softmax read them: soft-capped (cap_S1) or not (S1)."""
-    return next(n for n in (named(stage, "cap_S", head), named(stage, "S", head)) if n is not None)
-
-
 # ---------------------------------------------------------------------------------------------
 # mask: S_h + M, M of 0 and −∞ (the decoder's causal mask, a sliding window)
 # ---------------------------------------------------------------------------------------------
@@ -131,7 +126,7 @@ class Mask(Piece):
         )
 
     def forward(self, f: Flow) -> None:
-        f.masked = f.S + f.mask
+        f.masked = f.scored + f.mask
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         stage.rec("S+M", f.masked[h - 1], q, kv, head=h)
@@ -170,17 +165,19 @@ class Mask(Piece):
 
     @staticmethod
     def explain_masked_scores(c: Cell, trace: Trace) -> list[str]:
-        source = scored(c.stage, c.matrix.head)
-        s, mask = float(c.stage[source][c.i, c.j]), float(c.stage["M"][c.i, c.j])
+        h = c.matrix.head
+        scores = matrix_name(scores_name(c.stage, h), h)
+        s, mask = float(c.stage[scores][c.i, c.j]), float(c.stage["M"][c.i, c.j])
         return [
-            f"{c.name}[{c.i}, {c.j}] = {source}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c.operand(mask)} = {c.r(c.value)}"
+            f"{c.name}[{c.i}, {c.j}] = {scores}[{c.i}, {c.j}] + M[{c.i}, {c.j}] = {c.f(s)} + {c.operand(mask)} = {c.r(c.value)}"
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"M": explain_mask, "S+M": explain_masked_scores}
 
     @staticmethod
     def masked_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
-        return step("sum", one(scored(stage, stage.matrices[name].head), i, j), one("M", i, j))
+        h = stage.matrices[name].head
+        return step("sum", one(named(stage, scores_name(stage, h), h), i, j), one("M", i, j))
 
     steps: ClassVar[Mapping[str, StepOf]] = {"S+M": masked_step}
 
@@ -197,7 +194,7 @@ class Softmax(Piece):
     groups: ClassVar[Mapping[str, str]] = {"A": "attention"}
 
     def forward(self, f: Flow) -> None:
-        f.A = F.softmax(f.S if f.masked is None else f.masked)
+        f.A = F.softmax(f.scored if f.masked is None else f.masked)
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         stage.rec("A", f.A[h - 1], q, kv, ATTENTION, head=h)
@@ -212,20 +209,27 @@ class Softmax(Piece):
 
     def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
         S = sym("cap_S" if m.attention_softcap is not None else "S", "h")
-        s = [S, "+", sym("M")] if at.masked else [S]
+        s: list[Fm.Term | str] = [S]
+        if m.biases_positions and not at.cross:
+            s += ["+", sym("B", "h")]
+        if at.masked:
+            s += ["+", sym("M")]
         return [line(sym("A", "h"), "=", Fm.call("softmax", s), "    ", Fm.Word("(row-wise)"))]
 
     @staticmethod
     def explain_weights(c: Cell, trace: Trace) -> list[str]:
         h = c.matrix.head
-        return softmax_cell(c, matrix_name("S+M", h) if c.stage.has("S+M", h) else scored(c.stage, h))
+        base = "S+M" if c.stage.has("S+M", h) else scores_name(c.stage, h)
+        return softmax_cell(c, matrix_name(base, h))
 
     explain: ClassVar[Mapping[str, Explainer]] = {"A": explain_weights}
 
     @staticmethod
     def weights_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
         h = stage.matrices[name].head
-        return step("softmax", row(stage, named(stage, "S+M", h) or scored(stage, h), i))
+        return step(
+            "softmax", row(stage, named(stage, "S+M", h) or named(stage, scores_name(stage, h), h), i)
+        )
 
     steps: ClassVar[Mapping[str, StepOf]] = {"A": weights_step}
 
