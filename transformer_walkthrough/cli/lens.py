@@ -74,14 +74,18 @@ def lens(
         raise WalkthroughError(
             "--explain shows one cell's arithmetic: --position and --top-k are for the tables"
         )
-    from ..model.lens import logit_lens
+    from ..model.lens import TOP, lens_stages, logit_lens
+    from ..model.trace import Keep
     from ..views import lens as shown
 
-    trace, _ = passes.trace(config, seed, precision, weights, checkpoint.checked())
-    found = logit_lens(trace)
-    vocab = len(found.vocabulary)
+    # The tables read each layer's output and keep the top k of each cell; --explain runs one cell's top
+    # again and sets it beside the model's own probabilities: the whole trace.
+    keep = Keep(lens_stages) if explain is None else None
+    trace, w = passes.trace(config, seed, precision, weights, checkpoint.checked(), keep=keep)
+    vocab = len(trace.vocabulary)
     if top_k is not None and top_k > vocab:
         raise WalkthroughError(f"--top-k: the vocabulary has {vocab} tokens, got {top_k}")
+    found = logit_lens(trace, top=max(TOP, top_k or 0), weights=w)
     if position is not None:
         shown.check_position(position, found)
     out = Terminal()
@@ -125,9 +129,11 @@ def attention(
 ) -> None:
     """Every layer's and head's attention weights at a glance: rows the queries, columns the keys,
     and each row's strongest link named."""
-    from ..views.overview import attention_stages, overview
+    from ..model.trace import Keep
+    from ..views.overview import attention_places, attention_stages, overview
 
-    trace, _ = passes.trace(config, seed, None, weights, checkpoint.checked())
+    keep = Keep(lambda m: attention_places(m, stage or (), layer))  # only the attention stages shown
+    trace, _ = passes.trace(config, seed, None, weights, checkpoint.checked(), keep=keep)
     chosen = attention_stages(trace, stage or (), layer, head)
     out = Terminal()
     view = out.view(trace.config.display.precision)

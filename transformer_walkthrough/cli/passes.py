@@ -14,7 +14,7 @@ from .app import say_later
 
 if TYPE_CHECKING:
     from ..model.backprop import Backward
-    from ..model.trace import Trace
+    from ..model.trace import Keep, Trace
     from ..model.transformer import Weights
 
 
@@ -25,11 +25,20 @@ def trace(
     weights: Path | None = None,
     asked: ModelArgs | Sentence | None = None,
     notes_to_stderr: bool = False,
+    keep: Keep | None = None,
 ) -> tuple[Trace, Weights]:
-    """The session's pass (``session.traced``), with what a reader should know said beside it: a
-    checkpoint's greedy translation first (on stderr beside an export's data), and a warning
-    when the toy's numbers overflowed."""
-    done = traced(config, seed, precision, weights, asked)
+    """The session's pass (``session.traced``) keeping what ``keep`` keeps (every stage when None),
+    with what a reader should know said beside it: a checkpoint's greedy translation first (on
+    stderr beside an export's data), and a warning when the toy's numbers overflowed."""
+    watched = None
+    if keep is not None and keep.stream is not None and not isinstance(asked, ModelArgs):
+        import dataclasses
+
+        from ..compare.nonfinite import Watch
+
+        watched = Watch(keep.stream)  # the toy's stages checked for overflow as they go by
+        keep = dataclasses.replace(keep, stream=watched)
+    done = traced(config, seed, precision, weights, asked, keep)
     if done.translation is not None:
         note = f"translation (greedy): {printable(done.translation)}"
         if notes_to_stderr:
@@ -39,7 +48,7 @@ def trace(
     if not isinstance(asked, ModelArgs):
         from ..compare.nonfinite import warning
 
-        problem = warning(done.trace)
+        problem = warning(done.trace, watched)
         if problem:
             say_later(f"warning: {problem}")
     return done.trace, done.weights

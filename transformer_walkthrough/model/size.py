@@ -9,6 +9,9 @@ every stage that records it (a tied table twice: as E, and as W = Eᵀ), and so 
 tables (cos and sin) of every self-attention: what ``run``, ``export`` and a notebook hold is
 what is counted. ``tests/test_size.py`` holds the count equal to the matrices of every shipped
 config's trace.
+
+A trace that keeps some stages only (``trace.Keep``) is counted for those; one that streams its
+stages (each shown or written, then dropped) for the largest stage it holds at once.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ..config import MAX_BYTES, MAX_TABLES, tokenize
 from ..errors import ConfigError
 from .architecture import DECODER, ENCODER, MEMORY, Place, bottom, final_norm, head, layer, stacks
 from .kinds import KINDS, Sizes, Spec
+from .trace import EVERYTHING, Keep
 
 if TYPE_CHECKING:
     from ..config import Config, ModelConfig
@@ -29,7 +33,7 @@ Shape = tuple[int, ...]
 
 
 class Size(NamedTuple):
-    """What a trace costs before any work: the numbers it holds, the matrices ``run`` prints."""
+    """What a trace costs before any work: the numbers it holds at once, the matrices it shows."""
 
     numbers: int
     tables: int
@@ -92,13 +96,15 @@ def _attention(place: Place, m: ModelConfig, specs: dict[str, Spec], rows: Rows)
     return shapes + per_query * h + per_key * g
 
 
-def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int) -> Size:
+def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int, keep: Keep = EVERYTHING) -> Size:
     """The numbers and matrices of one traced forward pass of ``source`` encoder tokens and
     ``target`` decoder tokens, with a ``vocabulary`` of that many pieces (each side's table, the
-    output layer's columns)."""
+    output layer's columns), as ``keep`` keeps it: the numbers of the stages kept, plus the
+    largest stage streamed (held while it is shown, then dropped); the tables of both."""
     tokens = {ENCODER: source, DECODER: target}
     top = tokens[stacks(m)[-1]]
     sizes = Sizes(vocabulary, m.d_model * (top if m.output_head == "flatten" else 1))
+    kept = keep.ids(m)
     counted: list[tuple[Place, Rows, int]] = []  # each stage, its rows, and how many times it comes
     for side in stacks(m):
         n = tokens[side]
@@ -108,12 +114,28 @@ def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int) -> Siz
             keys = source if block.sublayer.keys == MEMORY else n
             counted += [(p, Rows(n, keys), layers) for p in block.places]
     counted += [(p, Rows(top, top), 1) for p in head(m)]
-    numbers = tables = 0
+    numbers = tables = largest = 0
     for place, rows, times in counted:
+        held = times if kept is None else _kept_times(place, times, kept)
+        shown = times if keep.stream is not None else held
+        if not shown:
+            continue
         shapes = recorded(place, m, sizes, rows)
-        numbers += times * sum(math.prod(s) for s in shapes)
-        tables += times * len(shapes)
-    return Size(numbers, tables)
+        stage = sum(math.prod(s) for s in shapes)
+        numbers += held * stage
+        tables += shown * len(shapes)
+        largest = max(largest, stage)
+    return Size(numbers + (largest if keep.stream is not None else 0), tables)
+
+
+def _kept_times(place: Place, layers: int, kept: frozenset[str]) -> int:
+    """How many of the stage's ``layers`` copies (one per layer; 1 outside the layers) are kept:
+    the kept ids counted, never the layers (a config may ask for 2⁷⁰ of them)."""
+    if place.layer is None:
+        return int(place.id in kept)
+    side, _, name = place.id.split(".")
+    copies = [sid.split(".") for sid in kept if sid.count(".") == 2]
+    return sum(1 for s, i, n in copies if (s, n) == (side, name) and i.isdigit() and int(i) < layers)
 
 
 def check_config(config: Config) -> None:

@@ -27,7 +27,7 @@ from ..model.architecture import DECODER, ENCODER
 from ..model.kinds.hand import linear
 from ..model.kinds.norms import norm_of
 from ..model.lens import PROBABILITIES as PROBABILITIES_ID
-from ..model.lens import Lens, run_top
+from ..model.lens import Lens, rank_of, run_top
 from ..model.trace import Trace
 from .blocks import summarise
 from .documents.shades import STEPS  # the report's fixed scale, in steps of 1/STEPS
@@ -88,7 +88,7 @@ def _cell_lines(lens: Lens, top: np.ndarray, layer: int, i: int, digits: int) ->
     return [
         (
             label(lens.vocabulary[t], CELL_LABEL),
-            f"{lens.probabilities[layer, i, t]:.{digits}f}",
+            f"{lens.probability(layer, i, t):.{digits}f}",
             lens.expected[i] == t,
         )
         for t in top[layer, i].tolist()
@@ -154,7 +154,7 @@ def lens_table(lens: Lens, view: View, k: int = 1) -> tuple[RenderableType, list
                     cell.append("\n")
                 cell.append(token, style="bold green" if right else "bold" if line == 0 else "")
                 cell.append("\n" if k == 1 else " ")
-                q = float(lens.probabilities[layer, i, top[layer, i, line]])
+                q = float(lens.probability(layer, i, int(top[layer, i, line])))
                 cell.append(p, style=probability_style(q, view))
                 if right:
                     cell.append(" ")
@@ -222,13 +222,13 @@ def position_table(lens: Lens, position: int, k: int, view: View) -> Table:
         table.add_column(Text("rank"), justify="right", no_wrap=True)
     for n in range(lens.layers):
         entries = [
-            f"{label(lens.vocabulary[t])} {lens.probabilities[n, position, t]:.{p}f}"
+            f"{label(lens.vocabulary[t])} {lens.probability(n, position, t):.{p}f}"
             + (" ✓" if t == expected else "")
             for t in top[n]
         ]
         row: list[object] = [Text(f"layer {n}", style=LABEL), Entries(entries)]
         if expected is not None:
-            q = float(lens.probabilities[n, position, expected])
+            q = float(lens.probability(n, position, expected))
             row += [
                 Text(f"{q:.{p}f}", style=probability_style(q, view)),
                 Text(str(lens.rank(n, position, expected))),
@@ -347,7 +347,7 @@ def explain_lens(
     predicts = f"at position {position} ({after})" if lens.side == ENCODER else f"after {after}"
     lines = [
         f"logit lens · layer {layer}, position {position} ({after}) · p({word}) = {c.f(c.value)}, "
-        f"rank {lens.rank(layer, position, t)} of {len(lens.vocabulary)}",
+        f"rank {rank_of(top[PROBABILITIES_ID]['probabilities'][position], t)} of {len(lens.vocabulary)}",
         f"What the model would predict {predicts} if it stopped after {lens.side} layer {layer}: the "
         "residual stream there, put through what sits on top of the stack, as if the layers above were "
         "not there.",
@@ -401,7 +401,7 @@ def explain_lens(
             f"{c.f(own)}."
         )
     if expected is not None:
-        q = float(lens.probabilities[layer, position, expected])
+        q = float(lens.probability(layer, position, expected))
         rank = lens.rank(layer, position, expected)
         what = _expected_sentence(lens, position)
         lines.append(f"{what}: {lens.vocabulary[expected]}, p = {c.f(q)} here, rank {rank}.")
@@ -455,10 +455,10 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
                 cells.append("<td>…</td>")
                 continue
             best = int(top[layer, i, 0])
-            q = float(lens.probabilities[layer, i, best])
+            q = float(lens.probability(layer, i, best))
             right = lens.expected[i] == best
             tip = ", ".join(
-                f"{lens.vocabulary[t]} {lens.probabilities[layer, i, t]:.{p}f}" for t in top[layer, i]
+                f"{lens.vocabulary[t]} {lens.probability(layer, i, t):.{p}f}" for t in top[layer, i]
             )
             tip = f"top {top.shape[2]}: {tip} · walkthrough lens --explain {layer},{i}{again}"
             shade = round(min(max(q, 0.0), 1.0) * STEPS) if math.isfinite(q) else 0
@@ -530,7 +530,7 @@ def document_cells(
     def cell(layer: int, i: int) -> str:
         t = int(top[layer, i])
         right = tick if lens.expected[i] == t else ""
-        return f"{strong(word(t))} {lens.probabilities[layer, i, t]:.{digits}f}{right}"
+        return f"{strong(word(t))} {lens.probability(layer, i, t):.{digits}f}{right}"
 
     layers = [[ellipsis if i < 0 else cell(layer, i) for i in shown] for layer in range(lens.layers)]
     return layers, [ellipsis if i < 0 else word(lens.expected[i]) for i in shown]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.cells import cell_len
@@ -27,12 +28,15 @@ from rich.style import Style
 from rich.text import Text
 
 from ..errors import StageError
-from ..model.architecture import ENCODER, side_of
-from ..model.trace import ATTENTION, MASK, Matrix, Stage, Trace
+from ..model.architecture import ENCODER, side_of, walk
+from ..model.trace import ATTENTION, MASK, Matrix, Stage, Trace, choose
 from .blocks import MatrixBlock, layout
 from .documents.shades import STEPS
 from .palette import sequential, sequential_256
 from .widgets import ELLIPSIS, LABEL, TITLE, View, label, pack, paragraph
+
+if TYPE_CHECKING:
+    from ..config import ModelConfig
 
 MAX_TOKENS = 24  # queries and keys a head shows; past it the first and last HALF of each
 HALF = MAX_TOKENS // 2
@@ -80,26 +84,34 @@ def who_attends(stage: Stage, mask: str = MASKED) -> str:
     )
 
 
+def attention_places(m: ModelConfig, names: Sequence[str] = (), layer: int | None = None) -> list[str]:
+    """The ids of the stages with attention weights, in order, narrowed to ``names`` (kinds or
+    ids, as ``step`` takes them) and ``layer``: chosen from the walk of Figure 1, so that the pass
+    keeps only these (``trace.Keep``) and a bad name is refused before any work."""
+    every = [p for p in walk(m) if p.sublayer is not None and p.sublayer.keys is not None]
+    kinds = {p.kind for p in every}
+    for name in names:
+        if name not in kinds and name not in {p.id for p in every}:
+            choose([(p.id, p.kind, p.layer) for p in walk(m)], [name], None)  # unknown: its own message
+            listed = ", ".join(sorted(kinds))
+            raise StageError(f"--stage {name}: not an attention stage; the attention kinds here are {listed}")
+    chosen = [p for p in every if not names or p.kind in names or p.id in names]
+    if layer is not None:
+        layers = sorted({p.layer for p in every if p.layer is not None})
+        if layer not in layers:
+            raise StageError(f"--layer: this model has layers {layers[0]} to {layers[-1]}, got {layer}")
+        chosen = [p for p in chosen if p.layer == layer]
+        if not chosen:
+            raise StageError(f"--layer {layer}: no stage {', '.join(names)} in layer {layer}")
+    return [p.id for p in chosen]
+
+
 def attention_stages(
     trace: Trace, names: Sequence[str] = (), layer: int | None = None, head: int | None = None
 ) -> list[Stage]:
-    """The stages with attention weights, in order, narrowed to ``names`` (kinds or ids, as ``step``
-    takes them) and ``layer``; checks ``head`` (from 1) against the heads they have."""
-    every = [s for s in trace if attention_heads(s)]
-    kinds = {s.kind for s in every}
-    for name in names:
-        if name not in kinds and name not in {s.id for s in every}:
-            trace.select([name])  # an unknown stage: its own message, with the near names
-            listed = ", ".join(sorted(kinds))
-            raise StageError(f"--stage {name}: not an attention stage; the attention kinds here are {listed}")
-    chosen = [s for s in every if not names or s.kind in names or s.id in names]
-    if layer is not None:
-        layers = sorted({s.layer for s in every if s.layer is not None})
-        if layer not in layers:
-            raise StageError(f"--layer: this model has layers {layers[0]} to {layers[-1]}, got {layer}")
-        chosen = [s for s in chosen if s.layer == layer]
-        if not chosen:
-            raise StageError(f"--layer {layer}: no stage {', '.join(names)} in layer {layer}")
+    """The stages with attention weights, in order, narrowed to ``names`` and ``layer``
+    (``attention_places``); checks ``head`` (from 1) against the heads they have."""
+    chosen = [trace[sid] for sid in attention_places(trace.config.model, names, layer)]
     if head is not None:
         heads = max(len(attention_heads(s)) for s in chosen)
         if not 1 <= head <= heads:

@@ -1,0 +1,227 @@
+"""What a trace keeps (``trace.Keep``): the stages a command shows, streamed or kept, are the very
+numbers of the whole trace; the pass stops once it has them; the budget counts what is kept; and a
+long prompt's ``step`` peaks with the stage it keeps, not with the pass (RSS of a child process)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from transformer_walkthrough.checkpoints import run as checkpoint_run
+from transformer_walkthrough.checkpoints.errors import CheckpointError
+from transformer_walkthrough.checkpoints.run import walk_prompt
+from transformer_walkthrough.cli import app
+from transformer_walkthrough.config import load_config
+from transformer_walkthrough.errors import StageError
+from transformer_walkthrough.model.size import trace_size
+from transformer_walkthrough.model.trace import EVERYTHING, Keep, Stage, Trace
+from transformer_walkthrough.model.transformer import init_weights, run_forward
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def numbers(stages: list[Stage]) -> int:
+    return sum(m.values.size for s in stages for m in s.matrices.values())
+
+
+def same_numbers(kept: Stage, full: Stage) -> None:
+    """Every matrix of ``kept`` is ``full``'s, in the same order, with the same labels, to 1e-12."""
+    assert list(kept.matrices) == list(full.matrices), kept.id
+    for name, m in kept.matrices.items():
+        other = full.matrices[name]
+        assert (m.rows, m.cols, m.role) == (other.rows, other.cols, other.role), (kept.id, name)
+        np.testing.assert_allclose(m.values, other.values, rtol=0, atol=1e-12, err_msg=f"{kept.id}/{name}")
+
+
+class Streamed:
+    """A stream that copies each stage as it goes by (the trace drops its matrices afterwards)."""
+
+    def __init__(self) -> None:
+        self.seen: list[Stage] = []
+
+    def __call__(self, stage: Stage) -> None:
+        copied = {n: m._replace(values=m.values.copy()) for n, m in stage.matrices.items()}
+        self.seen.append(Stage(stage.id, stage.kind, stage.title, "", "", copied))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_kept_and_streamed_stages_are_the_full_traces_numbers(path: Path) -> None:
+    config = load_config(path)
+    assert config.model.dtype == "float64"  # the toys compute in float64: 1e-12 is a real bound
+    w = init_weights(config)
+    full = run_forward(config, w)
+    ids = list(full.stages)
+    layered = [s for s in full if s.layer is not None]
+    # one stage, one kind in every layer, one whole layer, the top
+    wishes = [([layered[-1].id], None), ([layered[0].kind], None), ((), layered[-1].layer), ([ids[-1]], None)]
+    source, target, v = len(full.source_tokens), len(full.target_tokens), len(config.vocabulary or ())
+    for names, layer in wishes:
+        keep = Keep.stages(names, layer)
+        kept = run_forward(config, w, keep=keep)
+        held = [s for s in kept if s.matrices]
+        assert [s.id for s in held] == sorted(keep.ids(config.model), key=ids.index)
+        for stage in held:
+            same_numbers(stage, full[stage.id])
+        # the pass stopped at the last stage kept: nothing above it was computed
+        assert list(kept.stages) == ids[: ids.index(held[-1].id) + 1]
+        # what the budget counts is what the trace holds
+        assert trace_size(config.model, source, target, v, keep).numbers == numbers(held)
+    stream = Streamed()
+    streamed = run_forward(config, w, keep=Keep(stream=stream))
+    assert [s.id for s in stream.seen] == ids
+    for stage in stream.seen:
+        same_numbers(stage, full[stage.id])
+    assert all(not s.matrices for s in streamed)  # each dropped once streamed
+    assert streamed.prediction == full.prediction  # read from the probabilities before they went
+    largest = max(numbers([s]) for s in full)
+    size = trace_size(config.model, source, target, v, Keep(stream=stream))
+    assert size.numbers == largest
+    assert size.tables == trace_size(config.model, source, target, v, EVERYTHING).tables
+
+
+def test_a_kept_stage_keeps_its_sources_for_the_map() -> None:
+    config = load_config(ROOT / "configs" / "gpt-style.yaml")
+    kept = run_forward(config, keep=Keep.stages(["feed-forward"], 0))
+    stage = kept["decoder.0.feed-forward"]
+    assert stage.sources == {"X": "decoder.0.norm-2"}
+    assert kept["decoder.0.norm-2"].output == "output" and not kept["decoder.0.norm-2"].matrices
+
+
+def test_an_unknown_stage_or_layer_is_refused_before_the_pass() -> None:
+    config = load_config(ROOT / "configs" / "gpt-style.yaml")
+    with pytest.raises(StageError, match="unknown stage 'masked-atention'; did you mean masked-attention"):
+        Trace(config, (), (), keep=Keep.stages(["masked-atention"]))
+    with pytest.raises(StageError, match="--layer 7: stage feed-forward has no stage in layer 7"):
+        run_forward(config, keep=Keep.stages(["feed-forward"], 7))
+
+
+def test_step_shows_the_same_as_the_whole_trace(runner) -> None:
+    """`step` keeps the stages it shows; `run` streams: both print what the whole trace printed
+    (`step` naming every kind keeps every stage, the whole trace)."""
+    config = str(ROOT / "configs" / "llama-style.yaml")
+    kinds = list(dict.fromkeys(s.kind for s in run_forward(load_config(config))))
+    every = runner.invoke(app, ["step", "-c", config, "--no-map", *[a for k in kinds for a in ("-s", k)]])
+    assert every.exit_code == 0, every.output
+    streamed = runner.invoke(app, ["run", "-c", config])
+    assert streamed.exit_code == 0, streamed.output
+    assert streamed.stdout == every.stdout
+    one = runner.invoke(app, ["step", "-c", config, "--no-map", "-s", "decoder.1.feed-forward"])
+    weights, shown = one.stdout.split("\n", 1)
+    assert every.stdout.startswith(weights) and len(shown) > 500 and shown in every.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# A tiny checkpoint (float64): the same numbers kept, streamed and whole; the budget's message.
+# ---------------------------------------------------------------------------------------------
+
+PROMPT = "The cat is sleeping comfortably. The dog is barking loudly."
+
+
+def test_a_checkpoints_kept_and_streamed_stages_are_its_full_traces(llama_family) -> None:
+    folder = str(llama_family["llama"])
+    full = walk_prompt(folder, PROMPT, "float64").trace
+    kept = walk_prompt(folder, PROMPT, "float64", keep=Keep.stages(["masked-attention"], 1)).trace
+    (held,) = [s for s in kept if s.matrices]
+    assert held.id == "decoder.1.masked-attention"
+    same_numbers(held, full[held.id])
+    stream = Streamed()
+    streamed = walk_prompt(folder, PROMPT, "float64", keep=Keep(stream=stream)).trace
+    assert [s.id for s in stream.seen] == list(full.stages)
+    for stage in stream.seen:
+        same_numbers(stage, full[stage.id])
+    assert streamed.prediction == full.prediction
+
+
+def test_the_budget_counts_what_is_kept_and_says_what_shrinks_it(llama_family, runner, monkeypatch) -> None:
+    folder = str(llama_family["llama"])
+    config = walk_prompt(folder, PROMPT).config
+    n = len(walk_prompt(folder, PROMPT).trace.target_tokens)
+    vocab = len(config.vocabulary)
+    whole = trace_size(config.model, 0, n, vocab).numbers * 4
+    one = trace_size(config.model, 0, n, vocab, Keep.stages(["masked-attention"], 1)).numbers * 4
+    assert one < whole / 5
+    monkeypatch.setattr(checkpoint_run, "MAX_BYTES", (one + whole) // 2)
+    with pytest.raises(CheckpointError, match=r"every stage would need .*; show fewer stages \(--stage KIND"):
+        walk_prompt(folder, PROMPT)
+    with pytest.raises(CheckpointError, match=r"--dtype float32 halves it"):
+        walk_prompt(folder, PROMPT, "float64")
+    shown = runner.invoke(
+        app, ["step", "--model", folder, "--prompt", PROMPT, "-s", "masked-attention", "--layer", "1"]
+    )
+    assert shown.exit_code == 0, shown.output
+    refused = runner.invoke(app, ["export", "-", "--model", folder, "--prompt", PROMPT])
+    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1
+    assert "show fewer stages" in refused.stderr
+    written = runner.invoke(app, ["export", "-", "--model", folder, "--prompt", PROMPT, "-s", "embedding"])
+    assert written.exit_code == 0, written.output
+
+
+# ---------------------------------------------------------------------------------------------
+# A long prompt in bounded memory: the peak of a child process, against a bound measured here.
+# ---------------------------------------------------------------------------------------------
+
+PEAK = """
+import atexit, re, runpy, sys
+def hwm():
+    with open("/proc/self/status") as f:
+        print("VmHWM", int(re.search(r"VmHWM:\\s+(\\d+) kB", f.read()).group(1)) * 1024, file=sys.stderr)
+atexit.register(hwm)
+sys.argv = ["walkthrough", *sys.argv[1:]]
+runpy.run_module("transformer_walkthrough", run_name="__main__")
+"""
+LAYERS = 6
+
+
+@pytest.fixture(scope="module")
+def long_checkpoint(tmp_path_factory) -> Path:
+    """A random Llama of 6 layers, d_model 64, 4 heads over 2 key/value heads, 2,048 positions."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from tests.tiny_tokenizers import llama3_style
+
+    folder = tmp_path_factory.mktemp("long")
+    tiny = llama3_style(folder)
+    config = transformers.LlamaConfig(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=LAYERS,
+        intermediate_size=128, vocab_size=tiny.vocab_size, max_position_embeddings=2048,
+        bos_token_id=tiny.bos, eos_token_id=tiny.eos, tie_word_embeddings=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def peak(*args: str) -> int:
+    """The peak resident memory (VmHWM) of a fresh ``walkthrough`` process, read by itself as it exits."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("reads VmHWM from /proc")
+    env = {"PYTHONPATH": str(ROOT), "COLUMNS": "80", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, *args], capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    return int(re.findall(r"VmHWM (\d+)", done.stderr)[-1])
+
+
+def test_a_long_prompts_step_peaks_with_the_stage_it_keeps(long_checkpoint) -> None:
+    folder = str(long_checkpoint)
+    short, long = "The cat sat.", " ".join(["The cat sat on the mat."] * 150)
+    walked = walk_prompt(folder, long, keep=Keep.stages(["embedding"]))
+    n = len(walked.trace.target_tokens)
+    assert n > 900
+    m, vocab = walked.config.model, len(walked.config.vocabulary)
+    step = ("-s", "masked-attention", "--layer", str(LAYERS - 1))  # the top layer: the whole pass runs
+    kept = trace_size(m, 0, n, vocab, Keep.stages(step[1:2], LAYERS - 1)).numbers * 4
+    whole = trace_size(m, 0, n, vocab).numbers * 4
+    # The bound: the short prompt's peak (the interpreter, the libraries, the weights), the stage
+    # kept, and as much again for the pass's own arrays (a layer's scores and weights, all heads).
+    bound = peak("step", "--model", folder, "--prompt", short, *step) + 2 * kept + 32 * 2**20
+    assert whole > bound + kept  # the whole trace would not fit under it: the bound can fail
+    assert peak("step", "--model", folder, "--prompt", long, *step) < bound
