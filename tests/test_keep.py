@@ -225,3 +225,44 @@ def test_a_long_prompts_step_peaks_with_the_stage_it_keeps(long_checkpoint) -> N
     bound = peak("step", "--model", folder, "--prompt", short, *step) + 2 * kept + 32 * 2**20
     assert whole > bound + kept  # the whole trace would not fit under it: the bound can fail
     assert peak("step", "--model", folder, "--prompt", long, *step) < bound
+
+
+# ---------------------------------------------------------------------------------------------
+# The lens keeps the top k of each cell, a few layers at a time; the whole lens is counted first.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["gpt-style", "bert-style", "llama-style", "standard"])
+def test_the_top_k_lens_is_the_whole_lens_top(name: str, monkeypatch) -> None:
+    from transformer_walkthrough.model import lens as lens_module
+    from transformer_walkthrough.model.lens import lens_stages, logit_lens
+
+    config = load_config(ROOT / "configs" / f"{name}.yaml")
+    w = init_weights(config)
+    whole = logit_lens(run_forward(config, w))
+    monkeypatch.setattr(lens_module, "CHUNK", 1)  # one layer at a time
+    kept = run_forward(config, w, keep=Keep(lens_stages))
+    assert "output.logits" not in kept.stages  # the pass stopped after the last layer: the top is the lens's
+    top = logit_lens(kept, top=3, weights=w)
+    assert top.logits is None and top.probabilities is None
+    np.testing.assert_array_equal(top.top(3), whole.top(3))
+    for layer in range(whole.layers):
+        for i, expected in enumerate(whole.expected):
+            for t in [*whole.top(3)[layer, i].tolist(), *([] if expected is None else [expected])]:
+                assert abs(top.probability(layer, i, t) - whole.probability(layer, i, t)) <= 1e-12
+                assert top.rank(layer, i, t) == whole.rank(layer, i, t)
+    with pytest.raises(Exception, match="kept the top 3"):
+        top.top(4)
+
+
+def test_the_whole_lens_is_counted_before_it_is_allocated(monkeypatch) -> None:
+    from transformer_walkthrough.errors import WalkthroughError
+    from transformer_walkthrough.model import lens as lens_module
+    from transformer_walkthrough.model.lens import logit_lens
+
+    trace = run_forward(load_config(ROOT / "configs" / "gpt-style.yaml"))
+    layers, n, v = 2, len(trace.target_tokens), len(trace.vocabulary)
+    monkeypatch.setattr(lens_module, "MAX_BYTES", 2 * layers * n * v * 8 - 1)
+    with pytest.raises(WalkthroughError, match=rf"{layers} layers × {n} positions × {v} tokens.*--top-k"):
+        logit_lens(trace)
+    assert logit_lens(trace, top=2).best.shape == (layers, n, 2)

@@ -56,6 +56,15 @@ def lens(
             help="With --explain: this token's probability (default: the cell's top one).", show_default=False
         ),
     ] = None,
+    at: Annotated[
+        Optional[list[int]],
+        typer.Option(
+            "--at",
+            help="A position whose column the table keeps when the terminal is too narrow for every "
+            "one (0 is the first); repeatable. The blanks of a fill-mask model are always kept.",
+            show_default=False,
+        ),
+    ] = None,
     digits: Annotated[int, typer.Option(help="With --explain: digits after the decimal point.")] = 4,
     full: Annotated[bool, typer.Option("--full", help="Every position, however wide the table.")] = False,
     checkpoint: ModelOptions = TOY,
@@ -86,8 +95,8 @@ def lens(
     if top_k is not None and top_k > vocab:
         raise WalkthroughError(f"--top-k: the vocabulary has {vocab} tokens, got {top_k}")
     found = logit_lens(trace, top=max(TOP, top_k or 0), weights=w)
-    if position is not None:
-        shown.check_position(position, found)
+    for asked in [position] if position is not None else at or ():
+        shown.check_position(asked, found)
     out = Terminal()
     if explain is not None:
         layer, at = shown.parse_lens_cell(explain, found)
@@ -99,7 +108,7 @@ def lens(
     if position is not None:
         out.show(shown.position_table(found, position, top_k or 5, view))
     else:
-        table, columns = shown.lens_table(found, view, top_k or 1)
+        table, columns = shown.lens_table(found, view, top_k or 1, at or ())
         out.show_all([table])
         note = shown.left_out(found, columns)
         if note:

@@ -14,7 +14,7 @@ from .app import say_later
 
 if TYPE_CHECKING:
     from ..model.backprop import Backward
-    from ..model.trace import Keep, Trace
+    from ..model.trace import Keep, Stage, Trace
     from ..model.transformer import Weights
 
 
@@ -38,8 +38,12 @@ def trace(
 
         watched = Watch(keep.stream)  # the toy's stages checked for overflow as they go by
         keep = dataclasses.replace(keep, stream=watched)
+    said: list[str] = []
+    translates = isinstance(asked, ModelArgs) and asked.source is not None and asked.target is None
+    if keep is not None and keep.stream is not None and translates:
+        keep = _translation_first(keep, said, notes_to_stderr)
     done = traced(config, seed, precision, weights, asked, keep)
-    if done.translation is not None:
+    if done.translation is not None and not said:
         note = f"translation (greedy): {printable(done.translation)}"
         if notes_to_stderr:
             say_later(note)
@@ -52,6 +56,26 @@ def trace(
         if problem:
             say_later(f"warning: {problem}")
     return done.trace, done.weights
+
+
+def _translation_first(keep: Keep, said: list[str], notes_to_stderr: bool) -> Keep:
+    """A stream that says the greedy translation before the first stage it hands on: a streamed
+    pass shows its stages before ``traced`` returns, and the translation is what they read."""
+    import dataclasses
+
+    show = keep.stream
+    assert show is not None
+
+    def first_the_translation(stage: Stage) -> None:
+        if not said:
+            said.append(f"translation (greedy): {printable(stage.owner().config.target)}")
+            if notes_to_stderr:
+                say_later(said[0])
+            else:
+                typer.echo(said[0])
+        show(stage)
+
+    return dataclasses.replace(keep, stream=first_the_translation)
 
 
 def gradients(trace: Trace, w: Weights, backward: bool) -> Backward | None:

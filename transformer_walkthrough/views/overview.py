@@ -171,22 +171,24 @@ def head_block(
     size = f"  ({n_q}×{n_k})" if -1 in rows or -1 in cols else ""
     title = f"head {matrix.head} · {name}{size}"
     width = max(width, cell_len(title))
-    header = "".join(glyphs.gap + " " if j < 0 else f"{j % 10:>2}" for j in cols)
+    # Each row shaded on its own scale, 0 to its largest weight (``legend`` says so): a near-uniform
+    # row of 14 keys (every weight about 0.07) still shows which key it favours.
+    visible = A if hidden is None else np.where(hidden, 0.0, A)
+    peak = np.max(np.where(np.isfinite(visible), visible, 0.0), axis=1)
 
     def pad(line: list[Segment], used: int) -> list[Segment]:
         return [*line, Segment(" " * (width - used))] if used < width else line
 
-    lines = [
-        pad([Segment(title, _TITLE_STYLE)], cell_len(title)),
-        pad([Segment(" " * (q_width + 2)), Segment(header, _DIM)], q_width + 2 + grid_width),
-    ]
+    lines = [pad([Segment(title, _TITLE_STYLE)], cell_len(title))]
+    for header in key_numbers(cols, glyphs.gap):
+        lines.append(pad([Segment(" " * (q_width + 2)), Segment(header, _DIM)], q_width + 2 + grid_width))
     for i in rows:
         if i < 0:
             lines.append(pad([Segment(glyphs.rows_gap.ljust(q_width), _LABEL_STYLE)], q_width))
             continue
         text = queries[i]
         line = [Segment(text + " " * (q_width - cell_len(text) + 2), _LABEL_STYLE)]
-        values = A[i].tolist()
+        values = (A[i] / peak[i]).tolist() if peak[i] > 0 else A[i].tolist()
         mask_row = None if hidden is None else hidden[i].tolist()
         cells = [
             Segment(glyphs.gap + " ") if j < 0 else glyphs.cell(values[j], bool(mask_row and mask_row[j]))
@@ -201,6 +203,20 @@ def head_block(
     return MatrixBlock(width, lines)
 
 
+def key_numbers(cols: list[int], gap: str) -> list[str]:
+    """The keys' indices over the grid, two characters a column, written downwards when they have
+    more than one digit (a column 12 reads 1 over 2): every label unique, none wider than its column."""
+    digits = max(len(str(j)) for j in cols if j >= 0)
+    lines = []
+    for k in range(digits):
+        cells = []
+        for j in cols:
+            text = str(j).rjust(digits)
+            cells.append((gap if k == digits - 1 else " ") + " " if j < 0 else f" {text[k]}")
+        lines.append("".join(cells))
+    return lines
+
+
 def legend(glyphs: Glyphs, view: View) -> Text:
     """What a cell's character or colour means."""
     out = Text()
@@ -209,13 +225,14 @@ def legend(glyphs: Glyphs, view: View) -> Text:
         out.append("0 ")
         for p in (0.0, 0.1, 0.25, 0.5, 0.75, 1.0):
             out.append("  ", glyphs.cell(p, False).style)
-        out.append(" 1 attention weights, the fixed scale of every matrix A")
+        out.append(" the row's largest weight")
     else:
         marks = ", ".join(
             f"{'blank' if s == ' ' else s} {q}"
             for s, q in zip(glyphs.shades, ("0", "1/4", "1/2", "3/4", "1"), strict=True)
         )
-        out.append(f"{marks} (a weight's nearest quarter)")
+        out.append(f"{marks} of the row's largest weight (the nearest quarter)")
+    out.append("; each row on its own scale, 0 to its largest weight (named at the row's end)", style="dim")
     out.append(f"; {glyphs.mask} masked", style="dim")
     return out
 
