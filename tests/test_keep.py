@@ -266,3 +266,82 @@ def test_the_whole_lens_is_counted_before_it_is_allocated(monkeypatch) -> None:
     with pytest.raises(WalkthroughError, match=rf"{layers} layers × {n} positions × {v} tokens.*--top-k"):
         logit_lens(trace)
     assert logit_lens(trace, top=2).best.shape == (layers, n, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# The lens at 80 columns: the blanks and the positions asked for stay; what is left out is said.
+# ---------------------------------------------------------------------------------------------
+
+
+def _lens_columns(out: str) -> list[str]:
+    """The header's cells of a lens table (after "after")."""
+    header = next(line for line in out.splitlines() if line.lstrip().startswith("after"))
+    return header.split()[1:]
+
+
+def test_the_lens_at_80_columns_keeps_the_blanks_and_the_positions_asked_for(runner) -> None:
+    bert = str(ROOT / "configs" / "bert-style.yaml")
+    trace = run_forward(load_config(bert))
+    blank = trace.source_tokens.index("[MASK]")
+    shown = runner.invoke(app, ["lens", "-c", bert])
+    assert shown.exit_code == 0, shown.output
+    columns = _lens_columns(shown.stdout)
+    assert "[MASK]" in columns and "…" in columns
+    left = [i for i, t in enumerate(trace.source_tokens) if t not in columns]
+    assert blank not in left and left
+    span = f"positions {left[0]} to {left[-1]} are" if len(left) > 1 else f"position {left[0]} is"
+    assert f"{span} left out of {len(trace.source_tokens)}" in " ".join(shown.stdout.split())
+    # a decoder keeps its last positions: what the whole prompt leads to ("is" → "sleeping")
+    gpt = str(ROOT / "configs" / "gpt-style.yaml")
+    tokens = run_forward(load_config(gpt)).target_tokens
+    columns = _lens_columns(runner.invoke(app, ["lens", "-c", gpt]).stdout)
+    assert columns[-4:] == list(tokens[-4:]) and {"is", "sleeping"} <= set(columns)
+    # a position asked for is kept, and each gap is its own "…", each left-out run said
+    asked = runner.invoke(app, ["lens", "-c", gpt, "--at", "1"])
+    columns = _lens_columns(asked.stdout)
+    assert columns[0] == "…" and columns[1] == tokens[1] and columns.count("…") == 2
+    missing = [i for i, t in enumerate(tokens) if t not in columns]
+    assert len(missing) == 2 and missing[1] > missing[0] + 1  # two gaps, one position each
+    assert f"positions {missing[0]} and {missing[1]} are left out of 7" in " ".join(asked.stdout.split())
+    bad = runner.invoke(app, ["lens", "-c", gpt, "--at", "99"])
+    assert bad.exit_code == 2 and bad.stderr == "error: --at: the decoder has positions 0 to 6, got 99\n"
+
+
+def test_a_long_head_is_drawn_in_blocks_of_mean_weight() -> None:
+    """512 queries × 512 keys under a causal mask: 24 × 24 blocks, each the mean of its weights
+    (masked ones count as their 0), a block the mask hides whole drawn as masked; each row's link
+    the key its queries give the most weight on average."""
+    from rich.console import Console
+
+    from transformer_walkthrough.model.trace import ATTENTION, Matrix
+    from transformer_walkthrough.views.overview import Glyphs, blocks, head_block
+    from transformer_walkthrough.views.widgets import View
+
+    n = 512
+    rng = np.random.default_rng(0)
+    S = rng.standard_normal((n, n))
+    S[:, 7] += 3  # every query favours key 7
+    hidden = np.triu(np.ones((n, n), dtype=bool), 1)
+    A = np.exp(np.where(hidden, -np.inf, S))
+    A /= A.sum(axis=1, keepdims=True)
+    cut = blocks(A, hidden)
+    assert len(cut.queries) == len(cut.keys) == 24 and sum(map(len, cut.queries)) == n
+    for a, q in enumerate(cut.queries):
+        for b, k in enumerate(cut.keys):
+            assert abs(cut.means[a, b] - A[q.start : q.stop, k.start : k.stop].mean()) <= 1e-15
+            assert cut.hidden[a, b] == hidden[q.start : q.stop, k.start : k.stop].all()
+    labels = tuple(f"t{i}" for i in range(n))
+    console = Console(width=120, no_color=True)
+    with console.capture() as shown:
+        console.print(
+            head_block("A1", Matrix(A, labels, labels, ATTENTION, "A", 1), hidden, Glyphs(View(), False), 2)
+        )
+    lines = shown.get().splitlines()
+    assert lines[0] == "head 1 · A1  (512×512 in 24×24 blocks)"
+    rows = [line for line in lines if "→" in line]
+    assert len(rows) == 24
+    for line, q in zip(rows, cut.queries, strict=True):
+        mean = A[q.start : q.stop].mean(axis=0)
+        j = int(np.argmax(mean))
+        assert line.startswith(f"{q.start}–{q.stop - 1} ") and line.endswith(f"→ t{j} ({j}) {mean[j]:.2f}")
+    assert rows[0].split()[2] == "·"  # the first block row sees none of the second block of keys

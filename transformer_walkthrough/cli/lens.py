@@ -95,8 +95,10 @@ def lens(
     if top_k is not None and top_k > vocab:
         raise WalkthroughError(f"--top-k: the vocabulary has {vocab} tokens, got {top_k}")
     found = logit_lens(trace, top=max(TOP, top_k or 0), weights=w)
-    for asked in [position] if position is not None else at or ():
-        shown.check_position(asked, found)
+    if position is not None:
+        shown.check_position(position, found)
+    for asked in at or ():
+        shown.check_position(asked, found, "--at")
     out = Terminal()
     if explain is not None:
         layer, at = shown.parse_lens_cell(explain, found)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from rich.cells import cell_len
@@ -62,6 +62,34 @@ def kept(n: int, limit: int = MAX_TOKENS) -> list[int]:
         return list(range(n))
     half = limit // 2
     return [*range(half), -1, *range(n - half, n)]
+
+
+BLOCKS_FROM = 4 * MAX_TOKENS  # longer than this, a head is drawn in MAX_TOKENS × MAX_TOKENS blocks
+
+
+class Blocks(NamedTuple):
+    """A long head downsampled: the queries and keys cut into about equal runs, each cell the mean
+    weight of its block (masked weights count as the 0 they are), and which blocks the mask hides."""
+
+    means: np.ndarray  # (query blocks, key blocks)
+    hidden: np.ndarray  # (query blocks, key blocks): every weight of the block masked
+    queries: list[range]
+    keys: list[range]
+
+
+def blocks(A: np.ndarray, hidden: np.ndarray | None, count: int = MAX_TOKENS) -> Blocks:
+    """``A`` (n_q, n_k) in at most ``count`` × ``count`` blocks of consecutive queries and keys."""
+    queries = [range(r[0], r[-1] + 1) for r in np.array_split(np.arange(A.shape[0]), min(count, A.shape[0]))]
+    keys = [range(r[0], r[-1] + 1) for r in np.array_split(np.arange(A.shape[1]), min(count, A.shape[1]))]
+    starts = [q.start for q in queries], [k.start for k in keys]
+
+    def summed(values: np.ndarray) -> np.ndarray:  # each block's sum
+        return np.add.reduceat(np.add.reduceat(values, starts[0], axis=0), starts[1], axis=1)
+
+    sums = summed(np.where(np.isfinite(A), A, 0.0))
+    sizes = np.outer([len(q) for q in queries], [len(k) for k in keys])
+    shut = np.zeros(sizes.shape, dtype=bool) if hidden is None else summed((~hidden).astype(np.int64)) == 0
+    return Blocks(sums / sizes, shut, queries, keys)
 
 
 def masked(stage: Stage) -> np.ndarray | None:
@@ -156,24 +184,40 @@ def head_block(
     name: str, matrix: Matrix, hidden: np.ndarray | None, glyphs: Glyphs, digits: int
 ) -> MatrixBlock:
     """One head: its name, the key indices over the grid, each query's row of weights and its
-    strongest link (→ key, weight)."""
+    strongest link (→ key, weight). Past ``BLOCKS_FROM`` tokens, blocks of queries and keys
+    (``blocks``): each row a run of queries, its link the key they give the most weight on average."""
     A = matrix.values
     n_q, n_k = A.shape
-    rows, cols = kept(n_q), kept(n_k)
-    best = strongest(A)
-    queries = {i: label(matrix.rows[i], HEAD_LABEL) for i in rows if i >= 0}
+    if max(n_q, n_k) > BLOCKS_FROM:
+        cut = blocks(A, hidden)
+        grid, shut = cut.means, cut.hidden
+        rows, cols = list(range(len(cut.queries))), list(range(len(cut.keys)))
+        queries = {i: f"{q.start}–{q.stop - 1}" for i, q in enumerate(cut.queries)}
+        links = {}
+        for i, q in enumerate(cut.queries):
+            mean = np.where(np.isfinite(A[q.start : q.stop]), A[q.start : q.stop], 0.0).mean(axis=0)
+            j = int(np.argmax(mean))
+            links[i] = f"→ {label(matrix.cols[j], HEAD_LABEL)} ({j}) {mean[j]:.{digits}f}"
+        size = f"  ({n_q}×{n_k} in {len(rows)}×{len(cols)} blocks)"
+    else:
+        rows, cols = kept(n_q), kept(n_k)
+        grid, shut = A, hidden
+        best = strongest(A)
+        queries = {i: label(matrix.rows[i], HEAD_LABEL) for i in rows if i >= 0}
+        links = {
+            i: f"→ {label(matrix.cols[best[i]], HEAD_LABEL)} {A[i, best[i]]:.{digits}f}"
+            for i in rows
+            if i >= 0
+        }
+        size = f"  ({n_q}×{n_k})" if -1 in rows or -1 in cols else ""
     q_width = max([cell_len(t) for t in queries.values()] + [1])
-    links = {
-        i: f"→ {label(matrix.cols[best[i]], HEAD_LABEL)} {A[i, best[i]]:.{digits}f}" for i in rows if i >= 0
-    }
     grid_width = 2 * len(cols)
     width = q_width + 2 + grid_width + 2 + max(cell_len(t) for t in links.values())
-    size = f"  ({n_q}×{n_k})" if -1 in rows or -1 in cols else ""
     title = f"head {matrix.head} · {name}{size}"
     width = max(width, cell_len(title))
     # Each row shaded on its own scale, 0 to its largest weight (``legend`` says so): a near-uniform
     # row of 14 keys (every weight about 0.07) still shows which key it favours.
-    visible = A if hidden is None else np.where(hidden, 0.0, A)
+    visible = grid if shut is None else np.where(shut, 0.0, grid)
     peak = np.max(np.where(np.isfinite(visible), visible, 0.0), axis=1)
 
     def pad(line: list[Segment], used: int) -> list[Segment]:
@@ -188,8 +232,8 @@ def head_block(
             continue
         text = queries[i]
         line = [Segment(text + " " * (q_width - cell_len(text) + 2), _LABEL_STYLE)]
-        values = (A[i] / peak[i]).tolist() if peak[i] > 0 else A[i].tolist()
-        mask_row = None if hidden is None else hidden[i].tolist()
+        values = (grid[i] / peak[i]).tolist() if peak[i] > 0 else grid[i].tolist()
+        mask_row = None if shut is None else shut[i].tolist()
         cells = [
             Segment(glyphs.gap + " ") if j < 0 else glyphs.cell(values[j], bool(mask_row and mask_row[j]))
             for j in cols
@@ -220,19 +264,18 @@ def key_numbers(cols: list[int], gap: str) -> list[str]:
 def legend(glyphs: Glyphs, view: View) -> Text:
     """What a cell's character or colour means."""
     out = Text()
-    out.append("shading: ", style="dim")
+    out.append("shading, each row on its own scale: ", style="dim")
     if glyphs.coloured:
         out.append("0 ")
         for p in (0.0, 0.1, 0.25, 0.5, 0.75, 1.0):
             out.append("  ", glyphs.cell(p, False).style)
-        out.append(" the row's largest weight")
+        out.append(" the row's largest weight (named at the row's end)")
     else:
         marks = ", ".join(
             f"{'blank' if s == ' ' else s} {q}"
             for s, q in zip(glyphs.shades, ("0", "1/4", "1/2", "3/4", "1"), strict=True)
         )
-        out.append(f"{marks} of the row's largest weight (the nearest quarter)")
-    out.append("; each row on its own scale, 0 to its largest weight (named at the row's end)", style="dim")
+        out.append(f"{marks} of the row's largest weight (the nearest quarter; it is named at the row's end)")
     out.append(f"; {glyphs.mask} masked", style="dim")
     return out
 
@@ -252,9 +295,29 @@ def overview(
             heads = [(name, m) for name, m in heads if m.head == head]
         first = heads[0][1]
         yield paragraph(f"{who_attends(stage, glyphs.mask)}.", view.width, style="dim")
+        n_q, n_k = first.shape
+        if max(n_q, n_k) > BLOCKS_FROM:
+            cut = blocks(first.values, None)
+            keys = [f"{j} {k.start}–{k.stop - 1}" for j, k in enumerate(cut.keys)]
+            yield Text(
+                "\n".join(pack([f"keys (columns): {keys[0]}", *keys[1:]], ", ", view.width)), style="dim"
+            )
+            yield paragraph(
+                f"{n_q} queries × {n_k} keys, downsampled to {len(cut.queries)} × {len(cut.keys)} "
+                f"blocks of about {n_q // len(cut.queries)} × {n_k // len(cut.keys)}: each cell is the "
+                "mean weight of its block, each row a run of queries, and → the key those queries give "
+                "the most weight on average (its position, that mean); "
+                f"walkthrough step -s {stage.id} shows every weight.",
+                view.width,
+                style="dim",
+            )
+            yield from layout(
+                [(None, [head_block(name, m, masked(stage), glyphs, digits)]) for name, m in heads],
+                view.width,
+            )
+            continue
         keys = [f"{j} {label(first.cols[j], HEAD_LABEL)}" for j in kept(first.shape[1]) if j >= 0]
         yield Text("\n".join(pack([f"keys (columns): {keys[0]}", *keys[1:]], ", ", view.width)), style="dim")
-        n_q, n_k = first.shape
         if n_q > MAX_TOKENS or n_k > MAX_TOKENS:
             yield paragraph(
                 f"{n_q} queries × {n_k} keys: the first and last {HALF} of each are shown (⋮, …); "
