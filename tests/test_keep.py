@@ -19,7 +19,7 @@ from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import load_config
 from transformer_walkthrough.errors import StageError
 from transformer_walkthrough.model.size import trace_size
-from transformer_walkthrough.model.trace import EVERYTHING, Keep, Stage, Trace
+from transformer_walkthrough.model.trace import EVERYTHING, Keep, Stage, Trace, top_k
 from transformer_walkthrough.model.transformer import init_weights, run_forward
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -246,6 +246,9 @@ def test_the_top_k_lens_is_the_whole_lens_top(name: str, monkeypatch) -> None:
     top = logit_lens(kept, top=3, weights=w)
     assert top.logits is None and top.probabilities is None
     np.testing.assert_array_equal(top.top(3), whole.top(3))
+    for layer in range(whole.layers):  # the prediction table's rule, row by row, as the reference
+        for i in range(len(whole.tokens)):
+            assert top.top(3)[layer, i].tolist() == top_k(whole.probabilities[layer, i], 3).tolist()
     for layer in range(whole.layers):
         for i, expected in enumerate(whole.expected):
             for t in [*whole.top(3)[layer, i].tolist(), *([] if expected is None else [expected])]:
@@ -253,6 +256,21 @@ def test_the_top_k_lens_is_the_whole_lens_top(name: str, monkeypatch) -> None:
                 assert top.rank(layer, i, t) == whole.rank(layer, i, t)
     with pytest.raises(Exception, match="kept the top 3"):
         top.top(4)
+
+
+def test_the_top_tokens_of_many_rows_at_once_follow_the_prediction_tables_rule() -> None:
+    from transformer_walkthrough.model.lens import top_tokens
+
+    rng = np.random.default_rng(3)
+    p = rng.random((40, 9))
+    p[0] = 0.25  # a uniform row: ties everywhere, the lowest ids first
+    p[1, [2, 5, 7]] = p[1].max()  # three tied at the top
+    p[2, :] = np.nan
+    p[2, 4] = 0.5  # one number among NaNs
+    p[3, [1, 6]] = p[3, 0]  # a tie at the third place
+    for k in (2, 3, 9):
+        got = top_tokens(p, k)
+        assert [row.tolist() for row in got] == [top_k(row, k).tolist() for row in p]
 
 
 def test_the_whole_lens_is_counted_before_it_is_allocated(monkeypatch) -> None:

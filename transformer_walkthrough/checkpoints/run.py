@@ -145,9 +145,16 @@ def check_size(config: Config, source: int, target: int, keep: Keep = EVERYTHING
         raise CheckpointError(f"the input has {max(source, target)} tokens; this model reads at most {rows}")
     vocabulary = max(len(config.vocabulary_of(side)) for side in (ENCODER, DECODER))  # an upper bound
     size = trace_size(m, source, target, vocabulary, keep)
-    need = size.numbers * np.dtype(m.dtype).itemsize
+    # What is kept, and beside a choice of stages the largest one computed on the way (a streamed
+    # pass holds the stage it computes and shows, counted already; a whole trace keeps them all).
+    working = size.working if keep.choose is not None else 0
+    need = (size.numbers + working) * np.dtype(m.dtype).itemsize
     if need > MAX_BYTES or size.tables > MAX_TABLES:
-        what = "the stages kept" if keep.stream is None else "its largest stage"
+        what = (
+            "the stages kept, and the largest computed on the way,"
+            if keep.stream is None
+            else "its largest stage"
+        )
         what = "every stage" if keep.everything else what
         raise CheckpointError(
             f"{source} + {target} tokens: {what} would need about {need / 2**30:,.1f} GiB of matrices and "

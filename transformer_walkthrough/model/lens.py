@@ -171,13 +171,23 @@ def top_tokens(p: np.ndarray, k: int) -> np.ndarray:
     order, as ``trace.top_k`` chooses them (the prediction table's rule): (..., k).
 
     k = 1 is one ``argmax`` over every row at once (it takes the lowest id among ties, as top_k
-    does); a NaN, which argmax would pick, counts as the smallest.
+    does); a NaN, which argmax would pick, counts as the smallest. Larger k partitions every row
+    at once, and a row with a tie at the k-th place (which argpartition may break either way) is
+    chosen again by ``top_k``.
     """
     if k == 1:
         q = np.where(np.isnan(p), -np.inf, p) if np.isnan(p).any() else p
         return q.argmax(axis=-1)[..., None]
+    k = min(k, p.shape[-1])
     rows = p.reshape(-1, p.shape[-1])
-    return np.stack([top_k(row, k) for row in rows]).reshape(*p.shape[:-1], min(k, p.shape[-1]))
+    q = np.where(np.isnan(rows), np.inf, -rows)  # ascending q is descending p, NaN last
+    part = np.argpartition(q, k - 1, axis=1)[:, :k]
+    values = np.take_along_axis(q, part, axis=1)
+    best = np.take_along_axis(part, np.lexsort((part, values), axis=1), axis=1)
+    kth = values.max(axis=1, keepdims=True)
+    for r in np.flatnonzero((q == kth).sum(axis=1) != (values == kth).sum(axis=1)):
+        best[r] = top_k(rows[r], k)
+    return best.reshape(*p.shape[:-1], k)
 
 
 def expected_tokens(trace: Trace) -> tuple[int | None, ...]:
@@ -193,7 +203,7 @@ def expected_tokens(trace: Trace) -> tuple[int | None, ...]:
 
 
 TOP = 10  # the tokens of each cell a top-k lens keeps: `lens --top-k` shows up to this many
-CHUNK = 64 * 2**20  # bytes of logits a top-k lens computes at once (a layer at least)
+CHUNK = 128 * 2**20  # bytes of logits a top-k lens computes at once (one row at least)
 
 
 def logit_lens(trace: Trace, top: int | None = None, weights: Weights | None = None) -> Lens:
@@ -230,47 +240,49 @@ def logit_lens(trace: Trace, top: int | None = None, weights: Weights | None = N
         )
     norm = stage_id(side, "final-norm") if m.has_final_norm else None
     transform = TRANSFORM if m.output_transform else None
-    step = (
-        layers if top is None else max(1, CHUNK // max(1, 3 * n * cell))
-    )  # layers run through the top at once
+    # Rows (layer N, position i) at N·n + i, through the top a chunk at a time: all at once for the
+    # whole lens, about CHUNK bytes of logits each for a top-k one.
+    flat = residual.reshape(layers * n, -1)
+    rows = layers * n if top is None else max(1, CHUNK // (3 * cell))
     parts = [
-        _through_top(trace, residual[i : i + step], tokens, expected, top, weights)
-        for i in range(0, layers, step)
+        _through_top(trace, flat, range(r, min(r + rows, layers * n)), tokens, expected, top, weights)
+        for r in range(0, layers * n, rows)
     ]
     read, logits, probabilities, best, best_p, expected_p, expected_rank = (
-        None if parts[0][k] is None else np.concatenate([p[k] for p in parts]) for k in range(7)
+        None if parts[0][k] is None else np.concatenate([p[k] for p in parts]).reshape(layers, n, -1)
+        for k in range(7)
     )
     return Lens(
         side, tuple(stages), norm, transform, LOGITS, tokens,
         trace.source_ids if side == ENCODER else trace.target_ids, vocabulary, expected, residual,
-        read if norm or transform else None, logits, probabilities, best, best_p, expected_p, expected_rank,
+        read if norm or transform else None, logits, probabilities, best, best_p, expected_p[..., 0],
+        expected_rank[..., 0],
     )  # fmt: skip
 
 
 def _through_top(
-    trace: Trace, residual: np.ndarray, tokens: tuple[str, ...], expected: tuple[int | None, ...],
+    trace: Trace, flat: np.ndarray, rows: range, tokens: tuple[str, ...], expected: tuple[int | None, ...],
     top: int | None, weights: Weights | None,
 ) -> tuple[np.ndarray | None, ...]:  # fmt: skip
-    """Some layers' rows (layers, n, d) through the top (``run_top``): what W read, the logits and
-    probabilities (None with ``top``), each cell's ``top`` (or ``TOP``) most likely tokens and their
-    probabilities, and the expected token's probability and rank."""
-    layers, n, d = residual.shape
-    ran = run_top(trace, residual.reshape(layers * n, d), tokens * layers, weights)
-    logits = ran[LOGITS]["logits"]
-    vocab = logits.shape[1]
-    p = ran[PROBABILITIES]["probabilities"].reshape(layers, n, vocab)
-    best = top_tokens(p, min(top or TOP, vocab))
-    best_p = np.take_along_axis(p, best, axis=-1)
-    expected_p = np.full((layers, n), np.nan)
-    expected_rank = np.zeros((layers, n), dtype=np.int64)
-    for i, token in enumerate(expected):
-        if token is not None:
-            expected_p[:, i] = p[:, i, token]
-            expected_rank[:, i] = [rank_of(p[layer, i], token) for layer in range(layers)]
+    """Some rows of the layers' outputs (row N·n + i: layer N, position i) through the top
+    (``run_top``): what W read, the logits and probabilities (None with ``top``), each row's ``top``
+    (or ``TOP``) most likely tokens and their probabilities, the expected token's probability and rank."""
+    n = len(tokens)
+    ran = run_top(trace, flat[rows.start : rows.stop], tuple(tokens[r % n] for r in rows), weights)
+    p = ran[PROBABILITIES]["probabilities"]
+    best = top_tokens(p, min(top or TOP, p.shape[1]))
+    # The expected token's probability and rank (``rank_of``) in every row at once; -1: none
+    wanted = np.array([-1 if expected[r % n] is None else expected[r % n] for r in rows])
+    known = wanted >= 0
+    at = np.take_along_axis(p, np.maximum(wanted, 0)[:, None], axis=1)
+    before = np.arange(p.shape[1]) < wanted[:, None]  # the ids below it: they come first among ties
+    ranks = (p > at).sum(axis=1) + ((p == at) & before).sum(axis=1) + 1
+    expected_p = np.where(known[:, None], at, np.nan)
+    expected_rank = np.where(known, ranks, 0)[:, None]
     whole = top is None
     return (
-        ran[LOGITS]["X"].reshape(layers, n, d), logits.reshape(layers, n, vocab) if whole else None,
-        p if whole else None, best, best_p, expected_p, expected_rank,
+        ran[LOGITS]["X"], ran[LOGITS]["logits"] if whole else None, p if whole else None, best,
+        np.take_along_axis(p, best, axis=-1), expected_p, expected_rank,
     )  # fmt: skip
 
 

@@ -33,10 +33,12 @@ Shape = tuple[int, ...]
 
 
 class Size(NamedTuple):
-    """What a trace costs before any work: the numbers it holds at once, the matrices it shows."""
+    """What a trace costs before any work: the numbers it keeps, the matrices it shows, and the
+    largest stage the pass computes (its arrays are held while it is computed, kept or not)."""
 
     numbers: int
     tables: int
+    working: int = 0
 
 
 class Rows(NamedTuple):
@@ -100,7 +102,8 @@ def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int, keep: 
     """The numbers and matrices of one traced forward pass of ``source`` encoder tokens and
     ``target`` decoder tokens, with a ``vocabulary`` of that many pieces (each side's table, the
     output layer's columns), as ``keep`` keeps it: the numbers of the stages kept, plus the
-    largest stage streamed (held while it is shown, then dropped); the tables of both."""
+    largest stage streamed (held while it is shown, then dropped); the tables of both; and the
+    largest stage the pass computes before it stops (``Size.working``)."""
     tokens = {ENCODER: source, DECODER: target}
     top = tokens[stacks(m)[-1]]
     sizes = Sizes(vocabulary, m.d_model * (top if m.output_head == "flatten" else 1))
@@ -114,18 +117,24 @@ def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int, keep: 
             keys = source if block.sublayer.keys == MEMORY else n
             counted += [(p, Rows(n, keys), layers) for p in block.places]
     counted += [(p, Rows(top, top), 1) for p in head(m)]
-    numbers = tables = largest = 0
+    # The pass stops after the last stage kept: the top (the last final norm, the output layer) is
+    # computed only when one of its stages is kept, or every stage is.
+    ends = {p.id for p in (*final_norm(stacks(m)[-1], m), *head(m))}
+    whole = kept is None or keep.stream is not None or bool(ends & kept)
+    numbers = tables = largest = working = 0
     for place, rows, times in counted:
         held = times if kept is None else _kept_times(place, times, kept)
         shown = times if keep.stream is not None else held
-        if not shown:
+        computed = whole or place.id not in ends
+        if not (shown or computed):
             continue
         shapes = recorded(place, m, sizes, rows)
         stage = sum(math.prod(s) for s in shapes)
         numbers += held * stage
         tables += shown * len(shapes)
-        largest = max(largest, stage)
-    return Size(numbers + (largest if keep.stream is not None else 0), tables)
+        largest = max(largest, stage if shown else 0)
+        working = max(working, stage)
+    return Size(numbers + (largest if keep.stream is not None else 0), tables, working)
 
 
 def _kept_times(place: Place, layers: int, kept: frozenset[str]) -> int:
