@@ -89,6 +89,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="runs of each process (the best is kept)")
     parser.add_argument("--peer", action="store_true", help="also time transformers (about 4.5 GB at 2,048)")
     parser.add_argument("--folder", type=Path, help="keep the checkpoint here (made once)")
+    every = ["step", "lens", "attention", "run"]
+    parser.add_argument("--only", nargs="+", choices=every, default=every, help="the commands measured")
     args = parser.parse_args()
     print(host_line(), flush=True)
 
@@ -125,13 +127,13 @@ def main() -> int:
         print(f"\n{n:,} tokens: the stage kept {kept / MIB:,.0f} MiB, the largest stage "
               f"{largest / MIB:,.0f} MiB; bounds: step {bound / MIB:,.0f} MiB, "
               f"run {run_bound / MIB:,.0f} MiB")  # fmt: skip
-        results = {
-            "step": best(["step", *base, "-s", "masked-attention", "--layer", str(LAYER)]),
-            "lens --top-k 5": best(["lens", *base, "--top-k", "5"]),
-            f"attention --layer {LAYER}": best(["attention", *base, "--layer", str(LAYER)]),
+        commands = {
+            "step": ["step", *base, "-s", "masked-attention", "--layer", str(LAYER)],
+            "lens --top-k 5": ["lens", *base, "--top-k", "5"],
+            f"attention --layer {LAYER}": ["attention", *base, "--layer", str(LAYER)],
+            "run": ["run", *base],
         }
-        if n <= 2048:  # every stage printed: minutes past that on this machine
-            results["run"] = best(["run", *base])
+        results = {name: best(command) for name, command in commands.items() if command[0] in args.only}
         for name, (took, peak, said) in results.items():
             limit = run_bound if name == "run" else bound
             if peak is None:
@@ -140,11 +142,11 @@ def main() -> int:
             ok = "within" if peak <= limit else "OVER"
             print(f"  {name:22} {took:6.1f} s  peak {peak / MIB:7,.0f} MiB = {peak / size:4.2f}x "
                   f"the checkpoint, {ok} its bound ({peak / limit:.2f})")  # fmt: skip
-        if results["step"][1] is not None:
+        if "step" in results and results["step"][1] is not None:
             growth.append((n, results["step"][1]))
         if "run" in results and results["run"][1] is not None:
             print(f"  run / step time: {results['run'][0] / results['step'][0]:.1f}x")
-        if args.peer:
+        if args.peer and "step" in results:
             took, peak = peer(folder, text)
             ratio = results["step"][0] / took
             print(f"  transformers (import, load, forward with attentions) {took:6.1f} s  "

@@ -123,8 +123,17 @@ def test_step_shows_the_same_as_the_whole_trace(runner) -> None:
 PROMPT = "The cat is sleeping comfortably. The dog is barking loudly."
 
 
-def test_a_checkpoints_kept_and_streamed_stages_are_its_full_traces(llama_family) -> None:
-    folder = str(llama_family["llama"])
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory) -> str:
+    """The tiny trained Llama of tests/tiny_llama.py alone (4 query heads over 2, untied, 2 layers)."""
+    pytest.importorskip("transformers")
+    from tests.tiny_llama import build
+
+    return str(build(tmp_path_factory.mktemp("keep"), "llama"))
+
+
+def test_a_checkpoints_kept_and_streamed_stages_are_its_full_traces(llama: str) -> None:
+    folder = llama
     full = walk_prompt(folder, PROMPT, "float64").trace
     kept = walk_prompt(folder, PROMPT, "float64", keep=Keep.stages(["masked-attention"], 1)).trace
     (held,) = [s for s in kept if s.matrices]
@@ -138,8 +147,8 @@ def test_a_checkpoints_kept_and_streamed_stages_are_its_full_traces(llama_family
     assert streamed.prediction == full.prediction
 
 
-def test_the_budget_counts_what_is_kept_and_says_what_shrinks_it(llama_family, runner, monkeypatch) -> None:
-    folder = str(llama_family["llama"])
+def test_the_budget_counts_what_is_kept_and_says_what_shrinks_it(llama: str, runner, monkeypatch) -> None:
+    folder = llama
     config = walk_prompt(folder, PROMPT).config
     n = len(walk_prompt(folder, PROMPT).trace.target_tokens)
     vocab = len(config.vocabulary)

@@ -203,7 +203,7 @@ def expected_tokens(trace: Trace) -> tuple[int | None, ...]:
 
 
 TOP = 10  # the tokens of each cell a top-k lens keeps: `lens --top-k` shows up to this many
-CHUNK = 128 * 2**20  # bytes of logits a top-k lens computes at once (one row at least)
+CHUNK = 32 * 2**20  # bytes of logits a top-k lens computes at once (one row at least)
 
 
 def logit_lens(trace: Trace, top: int | None = None, weights: Weights | None = None) -> Lens:
