@@ -167,11 +167,9 @@ def _shrink(m: ModelConfig, keep: Keep) -> str:
     ways = []
     if keep.everything:
         ways.append("show fewer stages (--stage KIND and --layer N keep only those)")
-    elif keep.choose is not None:
-        ways.append("keep one layer's (--layer N)")
     if m.dtype == "float64":
         ways.append("--dtype float32 halves it")
-    return "; ".join([*ways, "or give a shorter text"])
+    return "; ".join([*ways, "or give a shorter text" if ways else "give a shorter text"])
 
 
 def banned(ckpt: Checkpoint, sequence: list[int]) -> set[int]:
