@@ -36,7 +36,7 @@ from ..model.architecture import DECODER, ENCODER
 from ..model.generation import Step, ends, full_passes, generate_cached, generated_ids
 from ..model.parameters import parameters
 from ..model.sampling import Sampling
-from ..model.size import trace_size
+from ..model.size import largest_computed, trace_size
 from ..model.trace import EVERYTHING, Keep, Trace
 from ..model.transformer import run_forward
 from ..model.weights import Weights
@@ -147,7 +147,7 @@ def check_size(config: Config, source: int, target: int, keep: Keep = EVERYTHING
     size = trace_size(m, source, target, vocabulary, keep)
     # What is kept, and beside a choice of stages the largest one computed on the way (a streamed
     # pass holds the stage it computes and shows, counted already; a whole trace keeps them all).
-    working = size.working if keep.choose is not None else 0
+    working = largest_computed(m, source, target, vocabulary, keep) if keep.choose is not None else 0
     need = (size.numbers + working) * np.dtype(m.dtype).itemsize
     if need > MAX_BYTES or size.tables > MAX_TABLES:
         what = (

@@ -33,12 +33,10 @@ Shape = tuple[int, ...]
 
 
 class Size(NamedTuple):
-    """What a trace costs before any work: the numbers it keeps, the matrices it shows, and the
-    largest stage the pass computes (its arrays are held while it is computed, kept or not)."""
+    """What a trace costs before any work: the numbers it keeps, the matrices it shows."""
 
     numbers: int
     tables: int
-    working: int = 0
 
 
 class Rows(NamedTuple):
@@ -102,39 +100,56 @@ def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int, keep: 
     """The numbers and matrices of one traced forward pass of ``source`` encoder tokens and
     ``target`` decoder tokens, with a ``vocabulary`` of that many pieces (each side's table, the
     output layer's columns), as ``keep`` keeps it: the numbers of the stages kept, plus the
-    largest stage streamed (held while it is shown, then dropped); the tables of both; and the
-    largest stage the pass computes before it stops (``Size.working``)."""
+    largest stage streamed (held while it is shown, then dropped); the tables of both."""
+    kept = keep.ids(m)
+    numbers = tables = largest = 0
+    for place, shapes, times in _stages(m, source, target, vocabulary):
+        held = times if kept is None else _kept_times(place, times, kept)
+        shown = times if keep.stream is not None else held
+        if not shown:
+            continue
+        stage = sum(math.prod(s) for s in shapes)
+        numbers += held * stage
+        tables += shown * len(shapes)
+        largest = max(largest, stage)
+    return Size(numbers + (largest if keep.stream is not None else 0), tables)
+
+
+def largest_computed(
+    m: ModelConfig, source: int, target: int, vocabulary: int, keep: Keep = EVERYTHING
+) -> int:
+    """The numbers of the largest stage the pass computes before it stops (``trace.Keep``): its
+    arrays are held while it is computed, kept or not. The pass stops after the last stage kept,
+    so the top (the last stack's final norm, the output layer) counts only when one of its stages
+    is kept, or every stage is."""
+    kept = keep.ids(m)
+    ends = {p.id for p in (*final_norm(stacks(m)[-1], m), *head(m))}
+    whole = kept is None or keep.stream is not None or bool(ends & kept)
+    return max(
+        sum(math.prod(s) for s in shapes)
+        for place, shapes, _ in _stages(m, source, target, vocabulary)
+        if whole or place.id not in ends
+    )
+
+
+def _stages(
+    m: ModelConfig, source: int, target: int, vocabulary: int
+) -> list[tuple[Place, list[Shape], int]]:
+    """Each stage of the walk, the shapes it records, and how many times it comes (a layer's
+    stages once, times the layers: every layer records the same shapes)."""
     tokens = {ENCODER: source, DECODER: target}
     top = tokens[stacks(m)[-1]]
     sizes = Sizes(vocabulary, m.d_model * (top if m.output_head == "flatten" else 1))
-    kept = keep.ids(m)
-    counted: list[tuple[Place, Rows, int]] = []  # each stage, its rows, and how many times it comes
+    counted: list[tuple[Place, Rows, int]] = []
     for side in stacks(m):
         n = tokens[side]
         counted += [(p, Rows(n, n), 1) for p in (*bottom(side, m), *final_norm(side, m))]
         layers = m.num_encoder_layers if side == ENCODER else m.num_decoder_layers
-        for block in layer(side, 0, m):  # every layer records the same shapes
+        for block in layer(side, 0, m):
             keys = source if block.sublayer.keys == MEMORY else n
             counted += [(p, Rows(n, keys), layers) for p in block.places]
     counted += [(p, Rows(top, top), 1) for p in head(m)]
-    # The pass stops after the last stage kept: the top (the last final norm, the output layer) is
-    # computed only when one of its stages is kept, or every stage is.
-    ends = {p.id for p in (*final_norm(stacks(m)[-1], m), *head(m))}
-    whole = kept is None or keep.stream is not None or bool(ends & kept)
-    numbers = tables = largest = working = 0
-    for place, rows, times in counted:
-        held = times if kept is None else _kept_times(place, times, kept)
-        shown = times if keep.stream is not None else held
-        computed = whole or place.id not in ends
-        if not (shown or computed):
-            continue
-        shapes = recorded(place, m, sizes, rows)
-        stage = sum(math.prod(s) for s in shapes)
-        numbers += held * stage
-        tables += shown * len(shapes)
-        largest = max(largest, stage if shown else 0)
-        working = max(working, stage)
-    return Size(numbers + (largest if keep.stream is not None else 0), tables, working)
+    return [(place, recorded(place, m, sizes, rows), times) for place, rows, times in counted]
 
 
 def _kept_times(place: Place, layers: int, kept: frozenset[str]) -> int:
@@ -192,4 +207,4 @@ def check_config(config: Config) -> None:
     raise ConfigError(f"{key}: this model would need {what}; lower {key}")
 
 
-__all__ = ["Rows", "Size", "check_config", "recorded", "trace_size"]
+__all__ = ["Rows", "Size", "check_config", "largest_computed", "recorded", "trace_size"]
