@@ -39,23 +39,40 @@ def test_a_head_as_plain_text_by_hand() -> None:
     hidden = np.triu(np.ones((3, 3), dtype=bool), 1)  # the causal mask's −∞ cells
     m = Matrix(A, ("<s>", "a", "bb"), ("<s>", "a", "bb"), ATTENTION, "A", 1)
     block = head_block("A1", m, hidden, Glyphs(View(), coloured=False), 2)
-    # each weight by its nearest quarter, two characters a cell: 1 █, 0.8 ▓ (3.2), 0.6 ▒ (2.4), 0.3 ░ (1.2),
-    # 0.2 ░ (0.8), 0.1 blank (0.4); · where the mask hides the key; the row's largest weight named
+    # each weight by the nearest quarter of its row's largest weight, two characters a cell: row a
+    # 0.2/0.8 = 1/4 ░, 0.8/0.8 █; row bb 0.1/0.6 = 0.17 ░ (0.67 quarters), 0.3/0.6 = 1/2 ▒, 0.6/0.6 █;
+    # · where the mask hides the key; the row's largest weight named, with its value
     assert _plain(block) == "\n".join(
         [
             "head 1 · A1",
             "      0 1 2",
             "<s>  ██ · ·  → <s> 1.00",
-            "a    ░░▓▓ ·  → a 0.80",
-            "bb     ░░▒▒  → bb 0.60",
+            "a    ░░██ ·  → a 0.80",
+            "bb   ░░▒▒██  → bb 0.60",
         ]
     )
     ascii_block = head_block("A1", m, hidden, Glyphs(View(ascii=True), coloured=False), 2)
     assert _plain(ascii_block).splitlines()[2:] == [  # a stream without block characters: " .+*#", - masked
         "<s>  ## - -  → <s> 1.00",
-        "a    ..** -  → a 0.80",
-        "bb     ..++  → bb 0.60",
+        "a    ..## -  → a 0.80",
+        "bb   ..++##  → bb 0.60",
     ]
+
+
+def test_a_near_uniform_row_shows_its_contrast_and_keys_past_9_keep_unique_labels() -> None:
+    """14 keys of weights 0.067 to 0.096: by the fixed 0–1 scale every cell would be blank; on the
+    row's own scale the favoured keys are dark. Past key 9 the indices are written downwards."""
+    n = 14
+    A = np.full((1, n), 1.0 / n)
+    A[0, 3], A[0, 11] = A[0, 3] + 0.03, A[0, 11] + 0.03  # 0.067 against 0.096: 0.70 of it, ▓
+    A /= A.sum()
+    m = Matrix(A, ("q",), tuple(f"k{j}" for j in range(n)), ATTENTION, "A", 1)
+    lines = _plain(head_block("A1", m, None, Glyphs(View(), coloured=False), 2)).splitlines()
+    tens, ones, row = lines[1], lines[2], lines[3]
+    columns = [(tens[k : k + 2].strip() + ones[k : k + 2].strip()) for k in range(3, 3 + 2 * n, 2)]
+    assert columns == [str(j) for j in range(n)]  # unique, in order
+    cells = [row[k : k + 2] for k in range(3, 3 + 2 * n, 2)]
+    assert cells[3] == cells[11] == "██" and all(c == "▓▓" for j, c in enumerate(cells) if j not in (3, 11))
 
 
 def test_kept_shows_the_first_and_last_twelve() -> None:

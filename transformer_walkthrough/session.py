@@ -19,7 +19,7 @@ from .errors import WalkthroughError, printable
 
 if TYPE_CHECKING:
     from .config import Config
-    from .model.trace import Trace
+    from .model.trace import Keep, Trace
     from .model.transformer import Weights
 
 
@@ -121,18 +121,23 @@ def traced(
     precision: int | None,
     weights: str | Path | None,
     asked: ModelArgs | Sentence | None,
+    keep: Keep | None = None,
 ) -> Traced:
     """The forward pass of the config (a path, a ``Config``, or None: the article's example) with
     the weights from ``weights`` or drawn from the seed, on its sentence or ``asked``'s words; or
     of a checkpoint (``asked`` a ``ModelArgs``) on its tokens of the source and target, or of
-    the prompt."""
+    the prompt. ``keep`` says which stages the trace keeps (``model.trace.Keep``): every one when
+    None; a command that shows one stage keeps that one, and the budget counts what is kept."""
+    from .model.trace import EVERYTHING
+
+    keep = EVERYTHING if keep is None else keep
     if isinstance(asked, ModelArgs):
-        return _checkpoint(config, seed, precision, weights, asked)
+        return _checkpoint(config, seed, precision, weights, asked, keep)
     from .model.transformer import run_forward
 
     settings, w = toy(config, seed, precision, weights, asked)
-    trace = run_forward(settings, w)
-    trace.weights_source = None if weights is None else printable(str(weights))
+    source = None if weights is None else printable(str(weights))
+    trace = run_forward(settings, w, keep=keep, weights_source=source)
     return Traced(trace, w)
 
 
@@ -161,15 +166,15 @@ def toy(
 
 
 def _checkpoint(
-    config: object, seed: int | None, precision: int | None, weights: object, asked: ModelArgs
+    config: object, seed: int | None, precision: int | None, weights: object, asked: ModelArgs, keep: Keep
 ) -> Traced:
     """A checkpoint's pass: ``checkpoints.run.walk``, or ``walk_prompt`` for a prompt."""
     no_toy_options(config, seed, weights)
     from .checkpoints.run import walk, walk_prompt
 
     if asked.prompt is not None:
-        walked = walk_prompt(asked.model, asked.prompt, asked.dtype, precision)
+        walked = walk_prompt(asked.model, asked.prompt, asked.dtype, precision, keep=keep)
     else:
-        walked = walk(asked.model, asked.source or "", asked.target, asked.dtype, precision)
+        walked = walk(asked.model, asked.source or "", asked.target, asked.dtype, precision, keep=keep)
     translation = None if walked.translation is None else walked.config.target
     return Traced(walked.trace, walked.weights, translation)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,8 +36,8 @@ from ..model.architecture import DECODER, ENCODER
 from ..model.generation import Step, ends, full_passes, generate_cached, generated_ids
 from ..model.parameters import parameters
 from ..model.sampling import Sampling
-from ..model.size import LABEL_BYTES, labelled_rows, trace_size
-from ..model.trace import Trace
+from ..model.size import LABEL_BYTES, labelled_rows, largest_computed, trace_size
+from ..model.trace import EVERYTHING, Keep, Trace
 from ..model.transformer import run_forward
 from ..model.weights import Weights
 from .checkpoint import Checkpoint, load_checkpoint
@@ -135,20 +135,46 @@ def checkpoint_weights(config: Config, ckpt: Checkpoint) -> Weights:
     return Weights({name: ckpt.weights[name] for name in specs}, uses)
 
 
-def check_size(config: Config, source: int, target: int) -> None:
-    """Refuse, before the traced pass, an input whose trace would not fit in memory or on a screen."""
+def _from(ckpt: Checkpoint) -> dict[str, Any]:
+    """What a trace says of weights read from the checkpoint: its folder, and that it is one."""
+    return {"weights_source": ckpt.source, "weights_checkpoint": True}
+
+
+def check_size(config: Config, source: int, target: int, keep: Keep = EVERYTHING) -> None:
+    """Refuse, before the traced pass, an input whose trace would not fit in memory or on a screen:
+    what ``keep`` keeps of it is counted (``size.trace_size``), and the message says how much that
+    is and which option would keep less."""
     m = config.model
     rows = m.max_positions - m.position_offset  # RoBERTa's positions start at row 2 of P
     if (not m.decoder_only and source > rows) or target > rows:
         raise CheckpointError(f"the input has {max(source, target)} tokens; this model reads at most {rows}")
     vocabulary = max(len(config.vocabulary_of(side)) for side in (ENCODER, DECODER))  # an upper bound
-    size = trace_size(m, source, target, vocabulary)
-    need = size.numbers * np.dtype(m.dtype).itemsize + labelled_rows(m) * LABEL_BYTES
+    size = trace_size(m, source, target, vocabulary, keep)
+    # What is kept, and beside a choice of stages the largest one computed on the way (a streamed
+    # pass holds the stage it computes and shows, counted already; a whole trace keeps them all).
+    working = largest_computed(m, source, target, vocabulary, keep) if keep.choose is not None else 0
+    need = (size.numbers + working) * np.dtype(m.dtype).itemsize + labelled_rows(m) * LABEL_BYTES
     if need > MAX_BYTES or size.tables > MAX_TABLES:
-        raise CheckpointError(
-            f"{source} + {target} tokens would need about {need / 2**30:,.1f} GiB of matrices and "
-            f"{size.tables:,} tables (limits {MAX_BYTES / 2**30:g} GiB, {MAX_TABLES:,}); give a shorter text"
+        what = (
+            "the stages kept, and the largest computed on the way,"
+            if keep.stream is None
+            else "its largest stage"
         )
+        what = "every stage" if keep.everything else what
+        raise CheckpointError(
+            f"{source} + {target} tokens: {what} would need about {need / 2**30:,.1f} GiB of matrices and "
+            f"{size.tables:,} tables (limits {MAX_BYTES / 2**30:g} GiB, {MAX_TABLES:,}); {_shrink(m, keep)}"
+        )
+
+
+def _shrink(m: ModelConfig, keep: Keep) -> str:
+    """Which option would make the trace smaller, the strongest first."""
+    ways = []
+    if keep.everything:
+        ways.append("show fewer stages (--stage KIND and --layer N keep only those)")
+    if m.dtype == "float64":
+        ways.append("--dtype float32 halves it")
+    return "; ".join([*ways, "or give a shorter text" if ways else "give a shorter text"])
 
 
 def banned(ckpt: Checkpoint, sequence: list[int]) -> set[int]:
@@ -216,8 +242,9 @@ def walk(
     dtype: str = "float32",
     precision: int | None = None,
     max_len: int = MAX_TRANSLATION,
+    keep: Keep = EVERYTHING,
 ) -> Walk:
-    """Load ``model``, translate when ``target`` is None, and trace the pass.
+    """Load ``model``, translate when ``target`` is None, and trace the pass (what ``keep`` keeps of it).
 
     The decoder reads ``[decoder_start] + target ids`` (``</s>`` included), as transformers'
     ``shift_tokens_right`` makes of the labels: each row's next token is the one after it.
@@ -226,19 +253,28 @@ def walk(
     steps = None
     if target is None:
         max_len = min(max_len, config.model.max_positions - 1)  # the decoder reads at most that many
-        check_size(config, len(source_ids), max_len + 1)
+        check_size(config, len(source_ids), max_len + 1, keep)
         steps, target_ids = generate(config, w, ckpt, source_ids, max_len)
         target = ckpt.tokenizer.decode(target_ids[1:])
     else:
         target_ids = [ckpt.decoder_start_token_id, *ckpt.tokenizer.encode_target(target)]
     config = dataclasses.replace(config, target=target)
-    check_size(config, len(source_ids), len(target_ids))
-    trace = run_forward(config, w, source_ids=source_ids, target_ids=target_ids)
-    trace.weights_source, trace.weights_checkpoint = ckpt.source, True
+    check_size(config, len(source_ids), len(target_ids), keep)
+    trace = run_forward(
+        config,
+        w,
+        source_ids=source_ids,
+        target_ids=target_ids,
+        keep=keep,
+        weights_source=ckpt.source,
+        weights_checkpoint=True,
+    )
     return Walk(config, w, trace, ckpt, steps)
 
 
-def walk_prompt(model: str, prompt: str, dtype: str = "float32", precision: int | None = None) -> Walk:
+def walk_prompt(
+    model: str, prompt: str, dtype: str = "float32", precision: int | None = None, keep: Keep = EVERYTHING
+) -> Walk:
     """Load a decoder-only ``model`` and trace the pass over the prompt's ids, as they are: no
     start token (GPT-2 has none), so row i predicts the token after the prompt's i-th. An
     encoder-only model (BERT) reads the prompt, [CLS] … [SEP] as its tokenizer puts them, in its
@@ -262,13 +298,15 @@ def walk_prompt(model: str, prompt: str, dtype: str = "float32", precision: int 
                 "no position and counts the tokens after it without it; this walkthrough reads "
                 "unpadded text: remove it"
             )
-        check_size(config, len(ids), 0)
-        trace = run_forward(config, w, source_ids=ids)
-        trace.weights_source, trace.weights_checkpoint = ckpt.source, True
+        check_size(config, len(ids), 0, keep)
+        trace = run_forward(
+            config, w, source_ids=ids, keep=keep, weights_source=ckpt.source, weights_checkpoint=True
+        )
         return Walk(config, w, trace, ckpt, None)
-    check_size(config, 0, len(ids))
-    trace = run_forward(config, w, target_ids=ids)
-    trace.weights_source, trace.weights_checkpoint = ckpt.source, True
+    check_size(config, 0, len(ids), keep)
+    trace = run_forward(
+        config, w, target_ids=ids, keep=keep, weights_source=ckpt.source, weights_checkpoint=True
+    )
     return Walk(config, w, trace, ckpt, None)
 
 

@@ -121,7 +121,12 @@ def export(
             raise WalkthroughError(
                 f"--answers {printable(answers)} is the worksheet itself; give another file"
             )
-    trace, w = passes.trace(config, seed, None, weights, model, notes_to_stderr=True)
+    from ..model.trace import Keep
+
+    # Only the stages written are kept (the backward reads every stage; a worksheet, the stages it asks from).
+    chosen = stage is not None or layer is not None
+    keep = Keep.stages(stage or (), layer) if chosen and not backward else None
+    trace, w = passes.trace(config, seed, None, weights, model, notes_to_stderr=True, keep=keep)
     stages = trace.select(stage or (), layer)
     sheet = None
     if exercise is not None or cells or kinds is not None or pick_seed is not None:

@@ -57,6 +57,15 @@ def lens(
             help="With --explain: this token's probability (default: the cell's top one).", show_default=False
         ),
     ] = None,
+    at: Annotated[
+        Optional[list[int]],
+        typer.Option(
+            "--at",
+            help="A position whose column the table keeps when the terminal is too narrow for every "
+            "one (0 is the first); repeatable. The blanks of a fill-mask model are always kept.",
+            show_default=False,
+        ),
+    ] = None,
     digits: Annotated[
         Optional[int], typer.Option("--digits", hidden=True, help="--precision's old name for --explain.")
     ] = None,
@@ -77,30 +86,36 @@ def lens(
         raise WalkthroughError(
             "--explain shows one cell's arithmetic: --position and --top-k are for the tables"
         )
-    from ..model.lens import logit_lens
+    from ..model.lens import TOP, lens_stages, logit_lens
+    from ..model.trace import Keep
     from ..views import lens as shown
 
-    trace, _ = passes.trace(config, seed, precision, weights, checkpoint.checked())
-    found = logit_lens(trace)
-    vocab = len(found.vocabulary)
+    # The tables read each layer's output and keep the top k of each cell; --explain runs one cell's top
+    # again and sets it beside the model's own probabilities: the whole trace.
+    keep = Keep(lens_stages) if explain is None else None
+    trace, w = passes.trace(config, seed, precision, weights, checkpoint.checked(), keep=keep)
+    vocab = len(trace.vocabulary)
     if top_k is not None and top_k > vocab:
         raise WalkthroughError(f"--top-k: the vocabulary has {vocab} tokens, got {top_k}")
+    found = logit_lens(trace, top=max(TOP, top_k or 0), weights=w)
     if position is not None:
         shown.check_position(position, found)
+    for asked in at or ():
+        shown.check_position(asked, found, "--at")
     out = Terminal()
     if explain is not None:
-        layer, at = shown.parse_lens_cell(explain, found)
+        layer, cell_position = shown.parse_lens_cell(explain, found)
         chosen = None if token is None else shown.token_id(token, found)
         # one name for digits across commands: --precision (4 for the arithmetic unless given)
         places = digits if digits is not None else 4 if precision is None else precision
-        out.explanation(shown.explain_lens(trace, found, layer, at, chosen, places))
+        out.explanation(shown.explain_lens(trace, found, layer, cell_position, chosen, places))
         return
     view = out.view(trace.config.display.precision, full)
     out.note(f"weights: {trace.weights_origin}")
     if position is not None:
         out.show(shown.position_table(found, position, top_k or 5, view))
     else:
-        table, columns = shown.lens_table(found, view, top_k or 1)
+        table, columns = shown.lens_table(found, view, top_k or 1, at or ())
         out.show_all([table])
         note = shown.left_out(found, columns)
         if note:
@@ -131,9 +146,11 @@ def attention(
 ) -> None:
     """Every layer's and head's attention weights at a glance: rows the queries, columns the keys,
     and each row's strongest link named."""
-    from ..views.overview import attention_stages, overview
+    from ..model.trace import Keep
+    from ..views.overview import attention_places, attention_stages, overview
 
-    trace, _ = passes.trace(config, seed, None, weights, checkpoint.checked())
+    keep = Keep(lambda m: attention_places(m, stage or (), layer))  # only the attention stages shown
+    trace, _ = passes.trace(config, seed, None, weights, checkpoint.checked(), keep=keep)
     chosen = attention_stages(trace, stage or (), layer, head)
     out = Terminal()
     view = out.view(trace.config.display.precision)

@@ -45,8 +45,17 @@ def run(
     checkpoint: ModelOptions = TOY,
 ) -> None:
     """The whole forward pass: every stage, then the prediction."""
-    trace, w = passes.trace(config, seed, precision, weights, checkpoint.checked())
-    show(trace, list(trace), full, passes.gradients(trace, w, backward), heatmap, show_map, shared_scale)
+    asked = checkpoint.checked()
+    if backward:  # the backward pass reads every stage again, last to first: all are kept
+        trace, w = passes.trace(config, seed, precision, weights, asked)
+        show(trace, list(trace), full, passes.gradients(trace, w, True), heatmap, show_map, shared_scale)
+        return
+    # Each stage printed as soon as it is computed, then dropped: memory holds one stage, not the pass.
+    from ..model.trace import Keep
+
+    printer = Printer(full, heatmap, show_map, shared_scale)
+    trace, _ = passes.trace(config, seed, precision, weights, asked, keep=Keep(stream=printer))
+    printer.end(trace)
 
 
 @app.command()
@@ -75,7 +84,10 @@ def step(
     checkpoint: ModelOptions = TOY,
 ) -> None:
     """One stage, or all stages of one kind, with every intermediate."""
-    trace, w = passes.trace(config, seed, precision, weights, checkpoint.checked())
+    from ..model.trace import Keep
+
+    keep = None if backward else Keep.stages(stage, layer)  # the backward reads every stage
+    trace, w = passes.trace(config, seed, precision, weights, checkpoint.checked(), keep=keep)
     chosen = trace.select(stage, layer)
     show(trace, chosen, full, passes.gradients(trace, w, backward), heatmap, show_map, shared_scale)
 
@@ -93,6 +105,34 @@ def stages(
 
     trace, _ = passes.trace(config, seed, None, None, checkpoint.checked())
     Terminal().show(stage_list(trace))
+
+
+class Printer:
+    """``run``'s stream: each stage printed the moment the pass completes it (under the weights'
+    line, first), and the prediction once the pass is over: what ``show`` prints of a whole trace."""
+
+    def __init__(self, full: bool, heatmap: bool, show_map: bool, shared_scale: bool) -> None:
+        self.out = Terminal()
+        self.full, self.heatmap, self.show_map, self.shared_scale = full, heatmap, show_map, shared_scale
+        self.last: Stage | None = None
+
+    def __call__(self, stage: "Stage") -> None:
+        from ..views.stages import render_trace
+
+        trace = stage.owner()
+        view = self.out.view(trace.config.display.precision, self.full, self.heatmap, self.shared_scale)
+        shown = render_trace(self.out.console, trace, [stage], view, prediction=False, show_map=self.show_map)
+        if self.last is not None:
+            next(shown)  # the weights' line, said once
+        self.out.show_all(shown)
+        self.last = stage
+
+    def end(self, trace: "Trace") -> None:
+        """The prediction (or why there is none), as ``show`` ends a whole trace."""
+        from ..views.stages import ending
+
+        view = self.out.view(trace.config.display.precision, self.full, self.heatmap, self.shared_scale)
+        self.out.show_all(ending(trace, view))
 
 
 def show(

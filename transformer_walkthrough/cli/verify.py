@@ -95,15 +95,18 @@ def explain(
 ) -> None:
     """The arithmetic of one cell, with the actual numbers."""
     from ..errors import StageError
+    from ..model.trace import Keep
     from ..views.explain import explain as explain_cell
 
-    trace, w = passes.trace(config, seed, None, weights, checkpoint.checked())
+    gradient = matrix.startswith("dL/d")  # a gradient, as --backward shows it: the chain rule of its cell
+    keep = None if gradient else Keep.stages([stage])  # the backward reads every stage; a cell, its own
+    trace, w = passes.trace(config, seed, None, weights, checkpoint.checked(), keep=keep)
     chosen = trace.select([stage])
     if len(chosen) > 1:
         raise StageError(
             f"--stage {stage} names {len(chosen)} stages; give one id: {', '.join(s.id for s in chosen)}"
         )
-    if matrix.startswith("dL/d"):  # a gradient, as --backward shows it: the chain rule of its cell
+    if gradient:
         from ..views.gradients import explain_gradient
 
         grads = passes.gradients(trace, w, True)

@@ -8,14 +8,16 @@ stage did it first is what tells the reader why. The mask's −∞ is a number t
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import numpy as np
 
-from ..model.trace import MASK, Trace
+from ..model.trace import MASK, Stage, Trace
 
 
-def first_non_finite(trace: Trace) -> tuple[str, str] | None:
-    """The (stage id, matrix name) of the first NaN or infinity in the trace's order, or None."""
-    for stage in trace:
+def first_non_finite(stages: Iterable[Stage]) -> tuple[str, str] | None:
+    """The (stage id, matrix name) of the first NaN or infinity in the stages' order (a trace's), or None."""
+    for stage in stages:
         masks = [m.values == -np.inf for m in stage.matrices.values() if m.role == MASK]
         for name, m in stage.matrices.items():
             values = m.values
@@ -27,9 +29,24 @@ def first_non_finite(trace: Trace) -> tuple[str, str] | None:
     return None
 
 
-def warning(trace: Trace) -> str | None:
-    """One line for stderr when the trace holds a value that is not a number, else None."""
-    found = first_non_finite(trace)
+class Watch:
+    """A streamed pass's stages looked at as they go by (``trace.Keep.stream``), before ``then``
+    shows and drops them: the first that is not finite is remembered for ``warning``."""
+
+    def __init__(self, then: Callable[[Stage], None]) -> None:
+        self.then = then
+        self.found: tuple[str, str] | None = None
+
+    def __call__(self, stage: Stage) -> None:
+        if self.found is None:
+            self.found = first_non_finite([stage])
+        self.then(stage)
+
+
+def warning(trace: Trace, watched: Watch | None = None) -> str | None:
+    """One line for stderr when the trace (or the stages ``watched`` saw go by) held a value that
+    is not a number, else None."""
+    found = first_non_finite(trace) if watched is None else watched.found or first_non_finite(trace)
     if found is None:
         return None
     stage, name = found

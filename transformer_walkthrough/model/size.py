@@ -13,6 +13,9 @@ config's trace.
 A table's rows labelled by their index (T's ``segment k``, a learned P's ``pos k``) are a string
 each, made for it: ~80 bytes a row against 4 for each of its d_model numbers, so they are counted
 too (``labelled_rows``): a toy of 40 million segments would hold 640 MB of T and 3 GB of labels.
+
+A trace that keeps some stages only (``trace.Keep``) is counted for those; one that streams its
+stages (each shown or written, then dropped) for the largest stage it holds at once.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..config import MAX_BYTES, MAX_TABLES, tokenize
 from ..errors import ConfigError
 from .architecture import DECODER, ENCODER, MEMORY, Place, bottom, final_norm, head, layer, stacks
 from .kinds import KINDS, Sizes, Spec
+from .trace import EVERYTHING, Keep
 
 if TYPE_CHECKING:
     from ..config import Config, ModelConfig
@@ -37,7 +41,7 @@ LABEL_BYTES = 80
 
 
 class Size(NamedTuple):
-    """What a trace costs before any work: the numbers it holds, the matrices ``run`` prints."""
+    """What a trace costs before any work: the numbers it keeps, the matrices it shows."""
 
     numbers: int
     tables: int
@@ -142,14 +146,51 @@ def _kinds_of_layer(side: str, m: ModelConfig) -> list[tuple[int, int]]:
     return [(first, count) for first, count in kinds if first is not None and count]
 
 
-def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int) -> Size:
+def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int, keep: Keep = EVERYTHING) -> Size:
     """The numbers and matrices of one traced forward pass of ``source`` encoder tokens and
     ``target`` decoder tokens, with a ``vocabulary`` of that many pieces (each side's table, the
-    output layer's columns)."""
+    output layer's columns), as ``keep`` keeps it: the numbers of the stages kept, plus the
+    largest stage streamed (held while it is shown, then dropped); the tables of both."""
+    kept = keep.ids(m)
+    numbers = tables = largest = 0
+    for place, shapes, times in _stages(m, source, target, vocabulary):
+        held = times if kept is None else _kept_times(place, m, kept)
+        shown = times if keep.stream is not None else held
+        if not shown:
+            continue
+        stage = sum(math.prod(s) for s in shapes)
+        numbers += held * stage
+        tables += shown * len(shapes)
+        largest = max(largest, stage)
+    return Size(numbers + (largest if keep.stream is not None else 0), tables)
+
+
+def largest_computed(
+    m: ModelConfig, source: int, target: int, vocabulary: int, keep: Keep = EVERYTHING
+) -> int:
+    """The numbers of the largest stage the pass computes before it stops (``trace.Keep``): its
+    arrays are held while it is computed, kept or not. The pass stops after the last stage kept,
+    so the top (the last stack's final norm, the output layer) counts only when one of its stages
+    is kept, or every stage is."""
+    kept = keep.ids(m)
+    ends = {p.id for p in (*final_norm(stacks(m)[-1], m), *head(m))}
+    whole = kept is None or keep.stream is not None or bool(ends & kept)
+    return max(
+        sum(math.prod(s) for s in shapes)
+        for place, shapes, _ in _stages(m, source, target, vocabulary)
+        if whole or place.id not in ends
+    )
+
+
+def _stages(
+    m: ModelConfig, source: int, target: int, vocabulary: int
+) -> list[tuple[Place, list[Shape], int]]:
+    """Each stage of the walk, the shapes it records, and how many times it comes (a layer's
+    stages once, times the layers: every layer records the same shapes)."""
     tokens = {ENCODER: source, DECODER: target}
     top = tokens[stacks(m)[-1]]
     sizes = Sizes(vocabulary, m.d_model * (top if m.output_head == "flatten" else 1))
-    counted: list[tuple[Place, Rows, int]] = []  # each stage, its rows, and how many times it comes
+    counted: list[tuple[Place, Rows, int]] = []
     for side in stacks(m):
         n = tokens[side]
         counted += [(p, Rows(n, n), 1) for p in (*bottom(side, m), *final_norm(side, m))]
@@ -158,12 +199,23 @@ def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int) -> Siz
                 keys = source if block.sublayer.keys == MEMORY else n
                 counted += [(p, Rows(n, keys), layers) for p in block.places]
     counted += [(p, Rows(top, top), 1) for p in head(m)]
-    numbers = tables = 0
-    for place, rows, times in counted:
-        shapes = recorded(place, m, sizes, rows)
-        numbers += times * sum(math.prod(s) for s in shapes)
-        tables += times * len(shapes)
-    return Size(numbers, tables)
+    return [(place, recorded(place, m, sizes, rows), times) for place, rows, times in counted]
+
+
+def _kept_times(place: Place, m: ModelConfig, kept: frozenset[str]) -> int:
+    """How many copies of the stage (one per layer of its kind, dense or sparse; 1 outside the
+    layers) are kept: the kept ids counted, never the layers (a config may ask for 2⁷⁰ of them)."""
+    if place.layer is None:
+        return int(place.id in kept)
+    side, _, name = place.id.split(".")
+    layers = m.num_encoder_layers if side == ENCODER else m.num_decoder_layers
+    sparse = m.sparse(place.layer)
+    copies = [sid.split(".") for sid in kept if sid.count(".") == 2]
+    return sum(
+        1
+        for s, i, n in copies
+        if (s, n) == (side, name) and i.isdigit() and int(i) < layers and m.sparse(int(i)) == sparse
+    )
 
 
 def labelled_rows(m: ModelConfig) -> int:
@@ -227,4 +279,7 @@ def check_config(config: Config) -> None:
     raise ConfigError(f"{key}: this model would need {what}; lower {key}")
 
 
-__all__ = ["LABEL_BYTES", "Rows", "Size", "check_config", "labelled_rows", "recorded", "trace_size"]
+__all__ = [
+    "LABEL_BYTES", "Rows", "Size", "check_config", "labelled_rows", "largest_computed", "recorded",
+    "trace_size",
+]  # fmt: skip

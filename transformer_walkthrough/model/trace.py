@@ -13,17 +13,17 @@ import collections
 import functools
 import itertools
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from ..errors import StageError, close_matches, shorten
-from .architecture import ENCODER, Ref, side_of
+from .architecture import ENCODER, Ref, side_of, walk
 
 if TYPE_CHECKING:
-    from ..config import Config
+    from ..config import Config, ModelConfig
 
 
 @functools.lru_cache(maxsize=64)
@@ -133,7 +133,9 @@ class Stage:
     # The trace it belongs to, weakly (a cycle would wait for the garbage collector): shown alone
     # in a notebook, a stage draws its place in Figure 1 and typesets its formula from it.
     owner: Any = field(default=None, repr=False, compare=False)
-    records: ClassVar[bool] = True  # a _NullStage does not: stages may skip work only shown
+    # Whether its matrices are kept (``Keep``): a stage the policy drops records its sources and
+    # the name of its output, nothing else, and its kind may skip the work only shown.
+    records: bool = field(default=True, repr=False, compare=False)
 
     def __repr__(self) -> str:
         first = itertools.islice(self.matrices.items(), 8)
@@ -152,7 +154,8 @@ class Stage:
             values = values.reshape(1, -1)
         if values.shape != (len(rows), len(cols)):
             raise ValueError(f"{self.id}/{name}: shape {values.shape} but {len(rows)}×{len(cols)} labels")
-        self.matrices[name] = Matrix(values, tuple(rows), tuple(cols), role, base, head, param)
+        if self.records:
+            self.matrices[name] = Matrix(values, tuple(rows), tuple(cols), role, base, head, param)
         return values
 
     def input(self, name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> np.ndarray:
@@ -278,9 +281,108 @@ class Prediction(NamedTuple):
         return self.top[0][1]
 
 
+# ---------------------------------------------------------------------------------------------
+# What a trace keeps. Every command computes the same pass; what it shows decides what stays in
+# memory. The policy is stated once, here, and read by the trace as it records, by the size
+# estimate (``size.trace_size``) before the pass, and by the pass itself, which stops once every
+# stage it keeps is recorded.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Keep:
+    """Which stages of a pass keep their matrices, and which are handed on as they complete.
+
+    ``choose`` picks the ids kept from the model's config, before any work (``Keep.stages`` picks
+    them as ``--stage`` and ``--layer`` name them; the attention view picks the stages with heads,
+    the lens each layer's output): None keeps every stage. ``stream`` receives each stage the
+    moment it is complete (``run`` prints it); the stage is dropped after that unless it is also
+    kept, so that memory holds one stage at a time, not the pass.
+    """
+
+    choose: Callable[[ModelConfig], Iterable[str]] | None = None
+    stream: Callable[[Stage], None] | None = None
+
+    @classmethod
+    def stages(cls, names: Sequence[str] = (), layer: int | None = None) -> Keep:
+        """Keep the stages named by kind or id (all if none), of ``layer`` when given, as
+        ``Trace.select`` chooses them: an unknown name or layer is refused before the pass."""
+        return cls(
+            lambda m: choose(
+                [(p.id, p.kind, p.layer) for p in walk(m)], [kind_named(n, m) for n in names], layer
+            )
+        )
+
+    @property
+    def everything(self) -> bool:
+        """Whether every stage stays: no choice made and nothing streamed."""
+        return self.choose is None and self.stream is None
+
+    def ids(self, m: ModelConfig) -> frozenset[str] | None:
+        """The ids of the stages kept (``choose`` checks them against the walk of Figure 1);
+        None: every stage."""
+        if self.choose is None:
+            return frozenset() if self.stream is not None else None
+        return frozenset(self.choose(m))
+
+
+EVERYTHING = Keep()
+
+
+class NothingMoreKept(Exception):  # noqa: N818 — no error: the end of what the pass is asked for
+    """Raised as a stage opens once every stage the trace keeps is recorded: the layers above
+    would be computed for nothing (``transformer.run_forward`` stops the pass there)."""
+
+
+def choose(
+    stages: Sequence[tuple[str, str, int | None]], names: Sequence[str], layer: int | None
+) -> list[str]:
+    """The ids among ``stages`` (id, kind, layer) named by kind or exact id, in order; all if
+    no name; only those of ``layer`` when given. Raises StageError for an unknown name or a
+    choice that is empty."""
+    ids = [sid for sid, _, _ in stages]
+    kinds = {kind for _, kind, _ in stages}
+    for name in names:
+        if name not in kinds and name not in ids:
+            raise StageError(unknown_stage(name, stages))
+    chosen = [(sid, at) for sid, kind, at in stages if not names or kind in names or sid in names]
+    if layer is None:
+        return [sid for sid, _ in chosen]
+    layers = sorted({at for _, _, at in stages if at is not None})
+    kept = [sid for sid, at in chosen if at == layer]
+    if not kept:
+        what = f"stage {', '.join(names)}" if names else "the model"
+        raise StageError(
+            f"--layer {layer}: {what} has no stage in layer {layer} "
+            f"(layers: {', '.join(map(str, layers))}; embeddings, final norms and output have none)"
+        )
+    return kept
+
+
+def kind_named(name: str, m: ModelConfig) -> str:
+    """A --stage name as the kind it names: ``rms-norm``, as `stages` lists an RMSNorm's norm
+    stage, is the kind ``layer-norm`` (the stage a LayerNorm or an RMSNorm takes, as the config
+    says); any other name is itself."""
+    return "layer-norm" if name == "rms-norm" and m.norm != "layernorm" else name
+
+
+def unknown_stage(name: str, stages: Sequence[tuple[str, str, int | None]]) -> str:
+    """What an unknown --stage is told: the nearest name, every kind, every id."""
+    kinds = list(dict.fromkeys(kind for _, kind, _ in stages))
+    ids = [sid for sid, _, _ in stages]
+    close = close_matches(name, kinds + ids)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"unknown stage {name!r}; {hint}valid kinds: {', '.join(kinds)}; or a stage id: {', '.join(ids)}"
+
+
 @dataclass
 class Trace:
-    """Every stage of one forward pass, in order, with the config and tokens that produced it."""
+    """Every stage of one forward pass, in order, with the config and tokens that produced it.
+
+    What it keeps of each stage is its ``keep`` policy's to say (``Keep``): every matrix of every
+    stage by default. A stage the policy drops stays in ``stages`` as its id, kind, sources and
+    output's name (the map of Figure 1 and "where from" read those), with no matrix.
+    """
 
     config: Config
     source_tokens: tuple[str, ...]
@@ -292,6 +394,12 @@ class Trace:
     target_ids: tuple[int, ...] = ()  # the embedding rows the decoder read, one per target token
     segment_ids: tuple[int, ...] = ()  # each encoder token's segment (BERT's token types); (): all 0
     answer_ids: tuple[int, ...] = ()  # fill-mask: each encoder row's hidden word, -1 where none; (): unknown
+    keep: Keep = field(default=EVERYTHING, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._kept = self.keep.ids(self.config.model)  # None: every stage
+        self._waiting = set(self._kept or ())  # the stages kept and not yet complete
+        self._open: Stage | None = None  # the stage being recorded: complete when the next opens
 
     @property
     def weights_origin(self) -> str:
@@ -308,13 +416,38 @@ class Trace:
     ) -> Stage:
         """Open a new stage (``Kind.open`` passes what its kind says about it, and the stages its
         inputs come from)."""
+        self.finish()
+        if self._kept is not None and not self._waiting and self.keep.stream is None:
+            raise NothingMoreKept(stage_id)
         title = title or kind
         side, *layer, _ = stage_id.split(".")
         where = f"{side.capitalize()} layer {layer[0]}" if layer else side.capitalize()
+        records = self._kept is None or stage_id in self._kept or self.keep.stream is not None
         new = Stage(stage_id, kind, f"{where} · {title}", explanation, formula, declared=dict(inputs),
-                    owner=weakref.ref(self))  # fmt: skip
+                    owner=weakref.ref(self), records=records)  # fmt: skip
         self.stages[stage_id] = new
+        self._open = new
         return new
+
+    def finish(self) -> None:
+        """The stage being recorded is complete: handed to the policy's stream, and its matrices
+        dropped unless the policy keeps them (the prediction read from the probabilities first)."""
+        done, self._open = self._open, None
+        if done is None or self._kept is None:
+            return
+        self._waiting.discard(done.id)
+        if self.keep.stream is not None and done.records:
+            self.keep.stream(done)
+        if done.id in self._kept:
+            return
+        if done.id == "output.probabilities" and done.records:
+            self.prediction  # noqa: B018 — worked out now, while the probabilities are here
+        done.matrices, done.cache, done.records = {}, None, False
+
+    @property
+    def kept(self) -> frozenset[str] | None:
+        """The ids of the stages whose matrices the trace keeps; None: every stage."""
+        return self._kept
 
     @property
     def vocabulary(self) -> tuple[str, ...]:
@@ -337,7 +470,8 @@ class Trace:
         The flatten head makes one prediction from all positions at once. Worked out from the
         probabilities when first asked for: training, which never looks, does not pay for it.
         """
-        if "output.probabilities" not in self.stages:
+        probabilities = self.stages.get("output.probabilities")
+        if probabilities is None or "probabilities" not in probabilities:  # dropped unread: none kept
             return []
         if self.config.model.encoder_only:
             return self._blanks()
@@ -402,7 +536,7 @@ class Trace:
     def kind_said(self, stage: Stage) -> str:
         """The stage's kind as `stages` lists it: an RMSNorm's norm stage is a ``rms-norm`` (its
         kind is ``layer-norm``, the stage a LayerNorm or an RMSNorm takes, as the config says)."""
-        if stage.kind == "layer-norm" and self.config.model.norm == "rmsnorm":
+        if stage.kind == "layer-norm" and self.config.model.norm != "layernorm":
             return "rms-norm"
         return stage.kind
 
@@ -413,32 +547,14 @@ class Trace:
         ``layer`` keeps only the stages of that layer. Raises StageError for an unknown name or
         a selection that is empty.
         """
-        said = {self.kind_said(s): s.kind for s in self}
-        names = [said.get(name, name) for name in names]
-        kinds = {s.kind for s in self}
-        for name in names:
-            if name not in kinds and name not in self.stages:
-                raise StageError(self._unknown(name))
-        chosen = [s for s in self if not names or s.kind in names or s.id in names]
-        if layer is not None:
-            layers = sorted({s.layer for s in self if s.layer is not None})
-            chosen = [s for s in chosen if s.layer == layer]
-            if not chosen:
-                what = f"stage {', '.join(names)}" if names else "the model"
-                raise StageError(
-                    f"--layer {layer}: {what} has no stage in layer {layer} "
-                    f"(layers: {', '.join(map(str, layers))}; embeddings, final norms and output have none)"
-                )
-        return chosen
+        m = self.config.model
+        return [self.stages[sid] for sid in choose(self._places(), [kind_named(n, m) for n in names], layer)]
+
+    def _places(self) -> list[tuple[str, str, int | None]]:
+        return [(s.id, s.kind, s.layer) for s in self]
 
     def _unknown(self, name: str) -> str:
-        kinds = list(dict.fromkeys(s.kind for s in self))
-        close = close_matches(name, kinds + list(self.stages))
-        hint = f"did you mean {close[0]}? " if close else ""
-        return (
-            f"unknown stage {name!r}; {hint}valid kinds: {', '.join(kinds)}; "
-            f"or a stage id: {', '.join(self.stages)}"
-        )
+        return unknown_stage(name, self._places())
 
 
 class _NullStage:

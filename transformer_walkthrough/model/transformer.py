@@ -10,6 +10,7 @@ and returns its output.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -22,7 +23,7 @@ from . import functional as F
 from . import kinds as K
 from .architecture import DECODER, ENCODER, OUTPUT, Block, Place, stacks
 from .heap import keep_freed_memory
-from .trace import NullTrace, Stage, Trace, token_labels
+from .trace import EVERYTHING, Keep, NothingMoreKept, NullTrace, Stage, Trace, token_labels
 from .weights import Weights, init_weights
 
 __all__ = [
@@ -242,24 +243,34 @@ def run_forward(
     target_ids: Sequence[int] | None = None,
     segment_ids: Sequence[int] | None = None,
     answer_ids: Sequence[int] | None = None,
+    keep: Keep = EVERYTHING,
+    weights_source: str | None = None,
+    weights_checkpoint: bool = False,
 ) -> Trace:
-    """The whole forward pass, every stage recorded in a Trace.
+    """The whole forward pass, every stage recorded in a Trace (or what ``keep`` keeps of it).
 
     By default on the config's sentence; ``source_ids`` and ``target_ids`` (rows of the encoder's
     and the decoder's vocabulary, ``config.vocabulary_of``: a checkpoint's tokenizer gives them)
     feed any other input, of any length. An encoder-only model also reads ``segment_ids`` (each
     token's sentence, all 0 when None) and is trained towards ``answer_ids`` (each row's hidden
     word, -1 where there is none; the config's blanks when None). Rows and columns are labelled by
-    the tokens, ``piece@position`` where a piece repeats.
+    the tokens, ``piece@position`` where a piece repeats; ``weights_source`` says where the weights
+    came from (None: drawn from the seed; a checkpoint's folder when ``weights_checkpoint``). A
+    ``keep`` policy that keeps some stages only stops the pass once it has them all: the layers
+    above are never computed.
     """
     src, source_tokens = _ids(config, source_ids, ENCODER)
     tgt, target_tokens = _ids(config, target_ids, DECODER)
     segments = _segments(config, segment_ids, len(src))
     trace = Trace(config, source_tokens, target_tokens, source_ids=tuple(src), target_ids=tuple(tgt),
-                  segment_ids=segments, answer_ids=_answers(config, source_ids, answer_ids))  # fmt: skip
+                  segment_ids=segments, answer_ids=_answers(config, source_ids, answer_ids),
+                  keep=keep, weights_source=weights_source,
+                  weights_checkpoint=weights_checkpoint)  # fmt: skip
     keep_freed_memory()  # the next pass reuses this trace's memory once it is dropped: ``heap``
     w = weights if weights is not None else init_weights(config)
-    transformer(trace, w, config.model, src, tgt)
+    with contextlib.suppress(NothingMoreKept):  # every stage kept is recorded: nothing above is shown
+        transformer(trace, w, config.model, src, tgt)
+    trace.finish()
     return trace
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,9 +27,8 @@ from ..model.architecture import DECODER, ENCODER
 from ..model.kinds.hand import linear
 from ..model.kinds.norms import norm_of
 from ..model.lens import PROBABILITIES as PROBABILITIES_ID
-from ..model.lens import Lens, run_top
+from ..model.lens import Lens, rank_of, run_top
 from ..model.trace import Trace
-from .blocks import summarise
 from .documents.shades import STEPS  # the report's fixed scale, in steps of 1/STEPS
 from .documents.text import md_label, md_text, tex
 from .palette import sequential, sequential_256
@@ -88,7 +87,7 @@ def _cell_lines(lens: Lens, top: np.ndarray, layer: int, i: int, digits: int) ->
     return [
         (
             label(lens.vocabulary[t], CELL_LABEL),
-            f"{lens.probabilities[layer, i, t]:.{digits}f}",
+            f"{lens.probability(layer, i, t):.{digits}f}",
             lens.expected[i] == t,
         )
         for t in top[layer, i].tolist()
@@ -105,12 +104,14 @@ class AtWidth:
         yield from console.render(self.table, options.update(width=max(self.width, options.max_width)))
 
 
-def lens_table(lens: Lens, view: View, k: int = 1) -> tuple[RenderableType, list[int]]:
+def lens_table(
+    lens: Lens, view: View, k: int = 1, asked: Sequence[int] = ()
+) -> tuple[RenderableType, list[int]]:
     """Rows the layers, columns the positions; each cell the k most likely tokens there (the next
     token's, or an encoder-only model's word at that position) and their probabilities, ✓ by the
     one that really belongs there (``Lens.expected``). Positions that do not fit the width are
-    summarised around a "…" column (all with ``view.full``). Returns the table and the positions
-    shown (-1 for the "…")."""
+    summarised by "…" columns (all with ``view.full``), never the ``asked`` ones nor the blanks
+    (``must_show``). Returns the table and the positions shown (-1 for a "…")."""
     digits = _digits(view)
     top = lens.top(k)
     n = len(lens.tokens)
@@ -132,7 +133,10 @@ def lens_table(lens: Lens, view: View, k: int = 1) -> tuple[RenderableType, list
     ellipsis = "..." if view.ascii else ELLIPSIS
     costs = [w + TABLE_GAP for w in widths]
     budget = view.width - first - TABLE_GAP
-    shown = list(range(n)) if view.full else summarise(costs, budget, len(ellipsis) + TABLE_GAP)
+    must = must_show(lens, asked)
+    shown = (
+        list(range(n)) if view.full else fitting(costs, budget, len(ellipsis) + TABLE_GAP, must, lens.side)
+    )
     what = (
         "next token after each layer, at each position"
         if lens.side == DECODER
@@ -154,7 +158,7 @@ def lens_table(lens: Lens, view: View, k: int = 1) -> tuple[RenderableType, list
                     cell.append("\n")
                 cell.append(token, style="bold green" if right else "bold" if line == 0 else "")
                 cell.append("\n" if k == 1 else " ")
-                q = float(lens.probabilities[layer, i, top[layer, i, line]])
+                q = float(lens.probability(layer, i, int(top[layer, i, line])))
                 cell.append(p, style=probability_style(q, view))
                 if right:
                     cell.append(" ")
@@ -171,20 +175,68 @@ def lens_table(lens: Lens, view: View, k: int = 1) -> tuple[RenderableType, list
 
 
 def positions_left_out(lens: Lens, shown: list[int]) -> str | None:
-    """Which positions the "…" of a summarised table stands for: "positions 3 to 4 are left out
-    of 7 (…)"; None when every position is shown."""
+    """Which positions the "…" columns of a summarised table stand for: "positions 0 to 2 and 5 are
+    left out of 7 (…)"; None when every position is shown."""
     if -1 not in shown:
         return None
-    at = shown.index(-1)
-    first, last = shown[at - 1] + 1, shown[at + 1] - 1
-    which = f"position {first} is" if first == last else f"positions {first} to {last} are"
+    missing = sorted(set(range(len(lens.tokens))) - set(shown))
+    runs: list[list[int]] = []
+    for i in missing:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    spans = [str(run[0]) if len(run) == 1 else f"{run[0]} to {run[-1]}" for run in runs]
+    listed = spans[0] if len(spans) == 1 else f"{', '.join(spans[:-1])} and {spans[-1]}"
+    which = f"position {listed} is" if len(missing) == 1 else f"positions {listed} are"
     return f"{which} left out of {len(lens.tokens)} (…)"
+
+
+def must_show(lens: Lens, asked: Sequence[int] = ()) -> list[int]:
+    """The positions a summarised table never leaves out: the ones asked for (``lens --at``), then
+    an encoder-only model's blanks (the [MASK] whose word the lens is read for)."""
+    blanks = [i for i in range(len(lens.tokens)) if lens.hides(i)]
+    return list(dict.fromkeys([*asked, *blanks]))
+
+
+def with_gaps(kept: set[int], n: int) -> list[int]:
+    """The kept positions in order, a -1 (a "…" column) wherever some are left out between them."""
+    shown: list[int] = []
+    for i in range(n):
+        if i in kept:
+            shown.append(i)
+        elif not shown or shown[-1] != -1:
+            shown.append(-1)
+    return shown
+
+
+def fitting(costs: list[int], budget: int, ellipsis: int, must: Sequence[int], side: str) -> list[int]:
+    """The positions whose columns fit ``budget`` (each "…" costing ``ellipsis``): the ``must``
+    ones first, then a decoder's from the last back (what the whole prompt leads to), an encoder's
+    from both ends in turn; with -1 for each "…" (``with_gaps``)."""
+    n = len(costs)
+    if sum(costs) <= budget:
+        return list(range(n))
+    ends = [k // 2 if k % 2 == 0 else n - 1 - k // 2 for k in range(n)]
+    order = [*must, *(range(n - 1, -1, -1) if side == DECODER else ends)]
+    kept: set[int] = set()
+    for j in order:
+        if j in kept:
+            continue
+        more = kept | {j}
+        shown = with_gaps(more, n)
+        cost = sum(costs[i] for i in more) + ellipsis * shown.count(-1)
+        if cost <= budget or j in must or not kept:
+            kept = more
+    return with_gaps(kept, n)
 
 
 def left_out(lens: Lens, shown: list[int]) -> str | None:
     """The sentence under the terminal's summarised table: what is left out, and how to see it."""
     which = positions_left_out(lens, shown)
-    return None if which is None else f"{which}: --position N shows one whole, --full every one"
+    if which is None:
+        return None
+    return f"{which}: --at N keeps one, --position N shows one whole, --full every one"
 
 
 def document_left_out(lens: Lens, shown: list[int]) -> str | None:
@@ -222,13 +274,13 @@ def position_table(lens: Lens, position: int, k: int, view: View) -> Table:
         table.add_column(Text("rank"), justify="right", no_wrap=True)
     for n in range(lens.layers):
         entries = [
-            f"{label(lens.vocabulary[t])} {lens.probabilities[n, position, t]:.{p}f}"
+            f"{label(lens.vocabulary[t])} {lens.probability(n, position, t):.{p}f}"
             + (" ✓" if t == expected else "")
             for t in top[n]
         ]
         row: list[object] = [Text(f"layer {n}", style=LABEL), Entries(entries)]
         if expected is not None:
-            q = float(lens.probabilities[n, position, expected])
+            q = float(lens.probability(n, position, expected))
             row += [
                 Text(f"{q:.{p}f}", style=probability_style(q, view)),
                 Text(str(lens.rank(n, position, expected))),
@@ -347,7 +399,7 @@ def explain_lens(
     predicts = f"at position {position} ({after})" if lens.side == ENCODER else f"after {after}"
     lines = [
         f"logit lens · layer {layer}, position {position} ({after}) · p({word}) = {c.r(c.value)}, "
-        f"rank {lens.rank(layer, position, t)} of {len(lens.vocabulary)}",
+        f"rank {rank_of(top[PROBABILITIES_ID]['probabilities'][position], t)} of {len(lens.vocabulary)}",
         f"What the model would predict {predicts} if it stopped after {lens.side} layer {layer}: the "
         "residual stream there, put through what sits on top of the stack, as if the layers above were "
         "not there.",
@@ -403,7 +455,7 @@ def explain_lens(
             f"{c.f(own)}."
         )
     if expected is not None:
-        q = float(lens.probabilities[layer, position, expected])
+        q = float(lens.probability(layer, position, expected))
         rank = lens.rank(layer, position, expected)
         what = _expected_sentence(lens, position)
         lines.append(f"{what}: {lens.vocabulary[expected]}, p = {c.r(q)} here, rank {rank}.")
@@ -445,7 +497,7 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
     e = html.escape
     p = max(precision, 2)
     n = len(lens.tokens)
-    shown = kept_positions(n, HTML_POSITIONS, full)
+    shown = kept_positions(n, HTML_POSITIONS, full, must_show(lens))
     top = lens.top(HTML_TOP)
     again = f" {rerun}" if rerun else ""
     heads = "".join("<th>…</th>" if i < 0 else f"<th>{e(lens.tokens[i])}</th>" for i in shown)
@@ -457,10 +509,10 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
                 cells.append("<td>…</td>")
                 continue
             best = int(top[layer, i, 0])
-            q = float(lens.probabilities[layer, i, best])
+            q = float(lens.probability(layer, i, best))
             right = lens.expected[i] == best
             tip = ", ".join(
-                f"{lens.vocabulary[t]} {lens.probabilities[layer, i, t]:.{p}f}" for t in top[layer, i]
+                f"{lens.vocabulary[t]} {lens.probability(layer, i, t):.{p}f}" for t in top[layer, i]
             )
             tip = f"top {top.shape[2]}: {tip} · walkthrough lens --explain {layer},{i}{again}"
             shade = round(min(max(q, 0.0), 1.0) * STEPS) if math.isfinite(q) else 0
@@ -502,12 +554,15 @@ DOCUMENT_LABEL = 24  # characters of a token in a document's cell or header
 DOCUMENT_POSITIONS = 16  # columns of a document's lens table; past it the first and last 8 (--full: all)
 
 
-def kept_positions(n: int, most: int, full: bool) -> list[int]:
+def kept_positions(n: int, most: int, full: bool, must: Sequence[int] = ()) -> list[int]:
     """The positions a document's table shows: all (``full``, or n ≤ ``most``), else the first and
-    the last most/2 around a -1, the "…". A Markdown viewer scrolls a wide table and LaTeX's \\fit
-    shrinks it to the line, so a document keeps a fixed number rather than what fits a width."""
+    the last most/2 and the ``must`` ones (the blanks), a -1 (a "…") for each gap. A Markdown viewer
+    scrolls a wide table and LaTeX's \\fit shrinks it to the line, so a document keeps a fixed
+    number rather than what fits a width."""
     half = most // 2
-    return list(range(n)) if full or n <= most else [*range(half), -1, *range(n - half, n)]
+    if full or n <= most:
+        return list(range(n))
+    return with_gaps({*range(half), *range(n - half, n), *must}, n)
 
 
 def _about(lens: Lens) -> str:
@@ -532,7 +587,7 @@ def document_cells(
     def cell(layer: int, i: int) -> str:
         t = int(top[layer, i])
         right = tick if lens.expected[i] == t else ""
-        return f"{strong(word(t))} {lens.probabilities[layer, i, t]:.{digits}f}{right}"
+        return f"{strong(word(t))} {lens.probability(layer, i, t):.{digits}f}{right}"
 
     layers = [[ellipsis if i < 0 else cell(layer, i) for i in shown] for layer in range(lens.layers)]
     return layers, [ellipsis if i < 0 else word(lens.expected[i]) for i in shown]
@@ -542,7 +597,7 @@ def lens_markdown(lens: Lens, precision: int = 2, full: bool = False) -> str:
     """The Markdown document's "Logit lens" section: layers × positions, the top token (a code span,
     as every token of the document) and its probability in each cell, ✓ by the expected one; past
     ``DOCUMENT_POSITIONS`` positions, the first and the last (all with ``full``)."""
-    shown = kept_positions(len(lens.tokens), DOCUMENT_POSITIONS, full)
+    shown = kept_positions(len(lens.tokens), DOCUMENT_POSITIONS, full, must_show(lens))
 
     def word(t: int | None) -> str:
         return "—" if t is None else md_label(label(lens.vocabulary[t], DOCUMENT_LABEL))
@@ -565,7 +620,7 @@ def lens_markdown(lens: Lens, precision: int = 2, full: bool = False) -> str:
 def lens_latex(lens: Lens, precision: int = 2, full: bool = False) -> str:
     """The LaTeX document's "Logit lens" section: the same table as a tabular, every token in
     typewriter as typed, shrunk to the line when it must be (the document's ``\\fit``)."""
-    shown = kept_positions(len(lens.tokens), DOCUMENT_POSITIONS, full)
+    shown = kept_positions(len(lens.tokens), DOCUMENT_POSITIONS, full, must_show(lens))
 
     def typed(piece: str) -> str:  # a token as typed: typewriter, "--" two hyphens, not a dash
         return rf"\texttt{{{tex(label(piece, DOCUMENT_LABEL)).replace('--', '-{}-')}}}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from rich.cells import cell_len
@@ -27,12 +28,15 @@ from rich.style import Style
 from rich.text import Text
 
 from ..errors import StageError
-from ..model.architecture import ENCODER, side_of
-from ..model.trace import ATTENTION, MASK, Matrix, Stage, Trace
+from ..model.architecture import ENCODER, side_of, walk
+from ..model.trace import ATTENTION, MASK, Matrix, Stage, Trace, choose
 from .blocks import MatrixBlock, layout
 from .documents.shades import STEPS
 from .palette import sequential, sequential_256
 from .widgets import ELLIPSIS, LABEL, TITLE, View, label, pack, paragraph
+
+if TYPE_CHECKING:
+    from ..config import ModelConfig
 
 MAX_TOKENS = 24  # queries and keys a head shows; past it the first and last HALF of each
 HALF = MAX_TOKENS // 2
@@ -60,6 +64,34 @@ def kept(n: int, limit: int = MAX_TOKENS) -> list[int]:
     return [*range(half), -1, *range(n - half, n)]
 
 
+BLOCKS_FROM = 4 * MAX_TOKENS  # longer than this, a head is drawn in MAX_TOKENS × MAX_TOKENS blocks
+
+
+class Blocks(NamedTuple):
+    """A long head downsampled: the queries and keys cut into about equal runs, each cell the mean
+    weight of its block (masked weights count as the 0 they are), and which blocks the mask hides."""
+
+    means: np.ndarray  # (query blocks, key blocks)
+    hidden: np.ndarray  # (query blocks, key blocks): every weight of the block masked
+    queries: list[range]
+    keys: list[range]
+
+
+def blocks(A: np.ndarray, hidden: np.ndarray | None, count: int = MAX_TOKENS) -> Blocks:
+    """``A`` (n_q, n_k) in at most ``count`` × ``count`` blocks of consecutive queries and keys."""
+    queries = [range(r[0], r[-1] + 1) for r in np.array_split(np.arange(A.shape[0]), min(count, A.shape[0]))]
+    keys = [range(r[0], r[-1] + 1) for r in np.array_split(np.arange(A.shape[1]), min(count, A.shape[1]))]
+    starts = [q.start for q in queries], [k.start for k in keys]
+
+    def summed(values: np.ndarray) -> np.ndarray:  # each block's sum
+        return np.add.reduceat(np.add.reduceat(values, starts[0], axis=0), starts[1], axis=1)
+
+    sums = summed(np.where(np.isfinite(A), A, 0.0))
+    sizes = np.outer([len(q) for q in queries], [len(k) for k in keys])
+    shut = np.zeros(sizes.shape, dtype=bool) if hidden is None else summed((~hidden).astype(np.int64)) == 0
+    return Blocks(sums / sizes, shut, queries, keys)
+
+
 def masked(stage: Stage) -> np.ndarray | None:
     """Which cells the mask hides (−∞ in M): (n_q, n_k) booleans, or None for a stage without a mask."""
     for m in stage.matrices.values():
@@ -80,26 +112,34 @@ def who_attends(stage: Stage, mask: str = MASKED) -> str:
     )
 
 
+def attention_places(m: ModelConfig, names: Sequence[str] = (), layer: int | None = None) -> list[str]:
+    """The ids of the stages with attention weights, in order, narrowed to ``names`` (kinds or
+    ids, as ``step`` takes them) and ``layer``: chosen from the walk of Figure 1, so that the pass
+    keeps only these (``trace.Keep``) and a bad name is refused before any work."""
+    every = [p for p in walk(m) if p.sublayer is not None and p.sublayer.keys is not None]
+    kinds = {p.kind for p in every}
+    for name in names:
+        if name not in kinds and name not in {p.id for p in every}:
+            choose([(p.id, p.kind, p.layer) for p in walk(m)], [name], None)  # unknown: its own message
+            listed = ", ".join(sorted(kinds))
+            raise StageError(f"--stage {name}: not an attention stage; the attention kinds here are {listed}")
+    chosen = [p for p in every if not names or p.kind in names or p.id in names]
+    if layer is not None:
+        layers = sorted({p.layer for p in every if p.layer is not None})
+        if layer not in layers:
+            raise StageError(f"--layer: this model has layers {layers[0]} to {layers[-1]}, got {layer}")
+        chosen = [p for p in chosen if p.layer == layer]
+        if not chosen:
+            raise StageError(f"--layer {layer}: no stage {', '.join(names)} in layer {layer}")
+    return [p.id for p in chosen]
+
+
 def attention_stages(
     trace: Trace, names: Sequence[str] = (), layer: int | None = None, head: int | None = None
 ) -> list[Stage]:
-    """The stages with attention weights, in order, narrowed to ``names`` (kinds or ids, as ``step``
-    takes them) and ``layer``; checks ``head`` (from 1) against the heads they have."""
-    every = [s for s in trace if attention_heads(s)]
-    kinds = {s.kind for s in every}
-    for name in names:
-        if name not in kinds and name not in {s.id for s in every}:
-            trace.select([name])  # an unknown stage: its own message, with the near names
-            listed = ", ".join(sorted(kinds))
-            raise StageError(f"--stage {name}: not an attention stage; the attention kinds here are {listed}")
-    chosen = [s for s in every if not names or s.kind in names or s.id in names]
-    if layer is not None:
-        layers = sorted({s.layer for s in every if s.layer is not None})
-        if layer not in layers:
-            raise StageError(f"--layer: this model has layers {layers[0]} to {layers[-1]}, got {layer}")
-        chosen = [s for s in chosen if s.layer == layer]
-        if not chosen:
-            raise StageError(f"--layer {layer}: no stage {', '.join(names)} in layer {layer}")
+    """The stages with attention weights, in order, narrowed to ``names`` and ``layer``
+    (``attention_places``); checks ``head`` (from 1) against the heads they have."""
+    chosen = [trace[sid] for sid in attention_places(trace.config.model, names, layer)]
     if head is not None:
         heads = max(len(attention_heads(s)) for s in chosen)
         if not 1 <= head <= heads:
@@ -144,38 +184,56 @@ def head_block(
     name: str, matrix: Matrix, hidden: np.ndarray | None, glyphs: Glyphs, digits: int
 ) -> MatrixBlock:
     """One head: its name, the key indices over the grid, each query's row of weights and its
-    strongest link (→ key, weight)."""
+    strongest link (→ key, weight). Past ``BLOCKS_FROM`` tokens, blocks of queries and keys
+    (``blocks``): each row a run of queries, its link the key they give the most weight on average."""
     A = matrix.values
     n_q, n_k = A.shape
-    rows, cols = kept(n_q), kept(n_k)
-    best = strongest(A)
-    queries = {i: label(matrix.rows[i], HEAD_LABEL) for i in rows if i >= 0}
+    if max(n_q, n_k) > BLOCKS_FROM:
+        cut = blocks(A, hidden)
+        grid, shut = cut.means, cut.hidden
+        rows, cols = list(range(len(cut.queries))), list(range(len(cut.keys)))
+        queries = {i: f"{q.start}–{q.stop - 1}" for i, q in enumerate(cut.queries)}
+        links = {}
+        for i, q in enumerate(cut.queries):
+            mean = np.where(np.isfinite(A[q.start : q.stop]), A[q.start : q.stop], 0.0).mean(axis=0)
+            j = int(np.argmax(mean))
+            links[i] = f"→ {label(matrix.cols[j], HEAD_LABEL)} ({j}) {mean[j]:.{digits}f}"
+        size = f"  ({n_q}×{n_k} in {len(rows)}×{len(cols)} blocks)"
+    else:
+        rows, cols = kept(n_q), kept(n_k)
+        grid, shut = A, hidden
+        best = strongest(A)
+        queries = {i: label(matrix.rows[i], HEAD_LABEL) for i in rows if i >= 0}
+        links = {
+            i: f"→ {label(matrix.cols[best[i]], HEAD_LABEL)} {A[i, best[i]]:.{digits}f}"
+            for i in rows
+            if i >= 0
+        }
+        size = f"  ({n_q}×{n_k})" if -1 in rows or -1 in cols else ""
     q_width = max([cell_len(t) for t in queries.values()] + [1])
-    links = {
-        i: f"→ {label(matrix.cols[best[i]], HEAD_LABEL)} {A[i, best[i]]:.{digits}f}" for i in rows if i >= 0
-    }
     grid_width = 2 * len(cols)
     width = q_width + 2 + grid_width + 2 + max(cell_len(t) for t in links.values())
-    size = f"  ({n_q}×{n_k})" if -1 in rows or -1 in cols else ""
     title = f"head {matrix.head} · {name}{size}"
     width = max(width, cell_len(title))
-    header = "".join(glyphs.gap + " " if j < 0 else f"{j % 10:>2}" for j in cols)
+    # Each row shaded on its own scale, 0 to its largest weight (``legend`` says so): a near-uniform
+    # row of 14 keys (every weight about 0.07) still shows which key it favours.
+    visible = grid if shut is None else np.where(shut, 0.0, grid)
+    peak = np.max(np.where(np.isfinite(visible), visible, 0.0), axis=1)
 
     def pad(line: list[Segment], used: int) -> list[Segment]:
         return [*line, Segment(" " * (width - used))] if used < width else line
 
-    lines = [
-        pad([Segment(title, _TITLE_STYLE)], cell_len(title)),
-        pad([Segment(" " * (q_width + 2)), Segment(header, _DIM)], q_width + 2 + grid_width),
-    ]
+    lines = [pad([Segment(title, _TITLE_STYLE)], cell_len(title))]
+    for header in key_numbers(cols, glyphs.gap):
+        lines.append(pad([Segment(" " * (q_width + 2)), Segment(header, _DIM)], q_width + 2 + grid_width))
     for i in rows:
         if i < 0:
             lines.append(pad([Segment(glyphs.rows_gap.ljust(q_width), _LABEL_STYLE)], q_width))
             continue
         text = queries[i]
         line = [Segment(text + " " * (q_width - cell_len(text) + 2), _LABEL_STYLE)]
-        values = A[i].tolist()
-        mask_row = None if hidden is None else hidden[i].tolist()
+        values = (grid[i] / peak[i]).tolist() if peak[i] > 0 else grid[i].tolist()
+        mask_row = None if shut is None else shut[i].tolist()
         cells = [
             Segment(glyphs.gap + " ") if j < 0 else glyphs.cell(values[j], bool(mask_row and mask_row[j]))
             for j in cols
@@ -189,21 +247,35 @@ def head_block(
     return MatrixBlock(width, lines)
 
 
+def key_numbers(cols: list[int], gap: str) -> list[str]:
+    """The keys' indices over the grid, two characters a column, written downwards when they have
+    more than one digit (a column 12 reads 1 over 2): every label unique, none wider than its column."""
+    digits = max(len(str(j)) for j in cols if j >= 0)
+    lines = []
+    for k in range(digits):
+        cells = []
+        for j in cols:
+            text = str(j).rjust(digits)
+            cells.append((gap if k == digits - 1 else " ") + " " if j < 0 else f" {text[k]}")
+        lines.append("".join(cells))
+    return lines
+
+
 def legend(glyphs: Glyphs, view: View) -> Text:
     """What a cell's character or colour means."""
     out = Text()
-    out.append("shading: ", style="dim")
+    out.append("shading, each row on its own scale: ", style="dim")
     if glyphs.coloured:
         out.append("0 ")
         for p in (0.0, 0.1, 0.25, 0.5, 0.75, 1.0):
             out.append("  ", glyphs.cell(p, False).style)
-        out.append(" 1 attention weights, the fixed scale of every matrix A")
+        out.append(" the row's largest weight (named at the row's end)")
     else:
         marks = ", ".join(
             f"{'blank' if s == ' ' else s} {q}"
             for s, q in zip(glyphs.shades, ("0", "1/4", "1/2", "3/4", "1"), strict=True)
         )
-        out.append(f"{marks} (a weight's nearest quarter)")
+        out.append(f"{marks} of the row's largest weight (the nearest quarter; it is named at the row's end)")
     out.append(f"; {glyphs.mask} masked", style="dim")
     return out
 
@@ -223,9 +295,29 @@ def overview(
             heads = [(name, m) for name, m in heads if m.head == head]
         first = heads[0][1]
         yield paragraph(f"{who_attends(stage, glyphs.mask)}.", view.width, style="dim")
+        n_q, n_k = first.shape
+        if max(n_q, n_k) > BLOCKS_FROM:
+            cut = blocks(first.values, None)
+            keys = [f"{j} {k.start}–{k.stop - 1}" for j, k in enumerate(cut.keys)]
+            yield Text(
+                "\n".join(pack([f"keys (columns): {keys[0]}", *keys[1:]], ", ", view.width)), style="dim"
+            )
+            yield paragraph(
+                f"{n_q} queries × {n_k} keys, downsampled to {len(cut.queries)} × {len(cut.keys)} "
+                f"blocks of about {n_q // len(cut.queries)} × {n_k // len(cut.keys)}: each cell is the "
+                "mean weight of its block, each row a run of queries, and → the key those queries give "
+                "the most weight on average (its position, that mean); "
+                f"walkthrough step -s {stage.id} shows every weight.",
+                view.width,
+                style="dim",
+            )
+            yield from layout(
+                [(None, [head_block(name, m, masked(stage), glyphs, digits)]) for name, m in heads],
+                view.width,
+            )
+            continue
         keys = [f"{j} {label(first.cols[j], HEAD_LABEL)}" for j in kept(first.shape[1]) if j >= 0]
         yield Text("\n".join(pack([f"keys (columns): {keys[0]}", *keys[1:]], ", ", view.width)), style="dim")
-        n_q, n_k = first.shape
         if n_q > MAX_TOKENS or n_k > MAX_TOKENS:
             yield paragraph(
                 f"{n_q} queries × {n_k} keys: the first and last {HALF} of each are shown (⋮, …); "

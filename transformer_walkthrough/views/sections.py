@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import WalkthroughError
-from .lens import LENS_CSS, lens_section
+from .lens import HTML_TOP, LENS_CSS, lens_section
 from .overview import OVERVIEW_CSS, attention_section
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ def whole_lens(trace: Trace) -> Lens | None:
     from ..model.lens import logit_lens
 
     try:
-        return logit_lens(trace)
+        return logit_lens(trace, top=HTML_TOP)  # what the report shows of each cell, not the vocabulary
     except WalkthroughError:
         return None
 

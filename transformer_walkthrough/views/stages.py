@@ -219,6 +219,17 @@ def _prediction_columns(trace: Trace, view: View, top: bool, rest: bool) -> Tabl
     return table
 
 
+def ending(trace: Trace, view: View) -> Iterator[RenderableType]:
+    """What follows the stages: the prediction table, or why a model that encodes has none."""
+    if trace.prediction:
+        yield prediction_table(trace, view)
+    elif trace.config.model.task == "encode":
+        yield Text(
+            "No prediction: this model has no masked-language-model head (no output layer), so it "
+            "encodes the text and cannot fill blanks; its vectors are the last stage's output."
+        )
+
+
 def render_trace(
     console: Console,
     trace: Trace,
@@ -235,13 +246,8 @@ def render_trace(
         if show_map:
             yield figure(trace, stage.id, view.width)
         yield from render_stage(console, stage, view, None if grads is None else grads.stages[stage.id])
-    if prediction and trace.prediction:
-        yield prediction_table(trace, view)
-    elif prediction and trace.config.model.task == "encode":
-        yield Text(
-            "No prediction: this model has no masked-language-model head (no output layer), so it "
-            "encodes the text and cannot fill blanks; its vectors are the last stage's output."
-        )
+    if prediction:
+        yield from ending(trace, view)
     if grads is not None:
         yield Text(
             f"loss = mean over the positions with a next token of −log p(next token) = {grads.loss:.6g}"

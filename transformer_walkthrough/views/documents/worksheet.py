@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...errors import StageError, shorten
+from ...model.architecture import stage_ids
 from ...model.cell import GUARD
 from ...model.kinds import KINDS
 from ...model.kinds.base import Step
@@ -201,7 +202,7 @@ def worksheet(
             if stage_id not in exported:
                 where = (
                     "is not in this export (see --stage, --layer)"
-                    if stage_id in trace.stages
+                    if stage_id in stage_ids(trace.config)  # the walk's: a pass may stop before it
                     else "is no stage"
                 )
                 raise StageError(
