@@ -22,6 +22,7 @@ import torch
 from transformer_walkthrough.checkpoints.family import convert, model_keys
 from transformer_walkthrough.checkpoints.llama import LLAMA as LLAMA_FAMILY
 from transformer_walkthrough.checkpoints.llama import QWEN3
+from transformer_walkthrough.checkpoints.tensors import Taker
 from transformer_walkthrough.compare.llama import llama_with
 from transformer_walkthrough.config import Config
 from transformer_walkthrough.model.backprop import backward, next_tokens
@@ -119,7 +120,7 @@ def their_gradients(config: Config, model: torch.nn.Module) -> dict[str, np.ndar
     m = config.model
     g = {name: p.grad.numpy() for name, p in model.named_parameters()}
     rows = (QWEN3 if m.qk_norm == "head" else LLAMA_FAMILY).rows(model_keys(m))
-    theirs = convert(rows, lambda name, shape: g[name], np.dtype(np.float64))
+    theirs = convert(rows, Taker(g, "their gradients"), np.dtype(np.float64))
     theirs |= {
         "decoder.embedding/E": g["model.embed_tokens.weight"],
         "output.logits/W": g["lm_head.weight"].T,

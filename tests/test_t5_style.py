@@ -22,6 +22,7 @@ from transformers.models.t5.modeling_t5 import T5Attention
 
 from transformer_walkthrough.checkpoints.family import convert, model_keys
 from transformer_walkthrough.checkpoints.t5 import T5
+from transformer_walkthrough.checkpoints.tensors import Taker
 from transformer_walkthrough.compare.t5 import t5_with
 from transformer_walkthrough.compare.verify import recompute
 from transformer_walkthrough.config import Config, load_config
@@ -143,7 +144,7 @@ def test_every_gradient_equals_t5_autograd(monkeypatch: pytest.MonkeyPatch, name
     # Their gradients mapped onto our parameters: the family's name map walked forward, as the
     # converter maps their weights.
     g = {name: p.grad.numpy() for name, p in model.named_parameters()}
-    theirs = convert(T5.rows(model_keys(config.model)), lambda name, shape: g[name], np.dtype(np.float64))
+    theirs = convert(T5.rows(model_keys(config.model)), Taker(g, "their gradients"), np.dtype(np.float64))
     theirs["encoder.embedding/E"] = g["shared.weight"]
     if not config.model.tie_embeddings:
         theirs |= {

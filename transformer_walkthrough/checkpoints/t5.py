@@ -170,7 +170,7 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> T5Checkpoint:
         check_layers(names, first_tensor(block), key, config[key], where)
     taker = Taker(tensors, where)
     taker.charge(budget, dtype)
-    weights = convert(T5.rows(model), taker.take, dtype)
+    weights = convert(T5.rows(model), taker, dtype)
     rows = taker.shape("shared.weight")[0] if "shared.weight" in names else config["vocab_size"]
     E = taker.take("shared.weight", (rows, config["d_model"]))
     weights["encoder.embedding/E"] = np.ascontiguousarray(E, dtype=dtype)
