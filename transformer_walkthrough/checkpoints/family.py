@@ -127,6 +127,13 @@ class Family:
         return list(_rows(self.name_map, model, sizes, prefix))
 
 
+def map_rows(
+    blocks: Sequence[Block], model: Mapping[str, Any], sizes: Mapping[str, int], prefix: str = ""
+) -> list[Row]:
+    """A name map's rows for a model of these keys and sizes (``Family.rows`` for a map alone)."""
+    return list(_rows(blocks, model, sizes, prefix))
+
+
 def _rows(
     blocks: Sequence[Block], model: Mapping[str, Any], sizes: Mapping[str, int], prefix: str
 ) -> Iterator[Row]:

@@ -1,0 +1,54 @@
+"""Gemma and Gemma 2's tensors in our terms: the name maps of their decoder layers.
+
+Gemma is Llama's layer with Gemma's conventions: an RMSNorm whose weight is stored as its offset
+from 1 (``norm: rmsnorm-plus-one``), embeddings scaled by √d_model in the model's dtype
+(``scale_embeddings``), GeGLU (``feed_forward: gated``, ``activation: gelu-tanh``), a tied output
+layer. Gemma 2 (and Gemma 3) put a second norm on each sublayer's output, before the residual sum
+(``norm_placement: both``): ``post_attention_layernorm`` is the attention's output norm there,
+where in Gemma and Llama it is the norm before the MLP. Each map is read forward by a converter
+and backward by the tests' reference (``compare.gemma``).
+"""
+
+from __future__ import annotations
+
+from ..model.architecture import DECODER
+from .family import Block, Param, Tensor
+
+_ATTENTION = (
+    Param("masked-attention/W_QKV", Tensor("self_attn.q_proj.weight", "q", "d"),
+          Tensor("self_attn.k_proj.weight", "kv", "d"), Tensor("self_attn.v_proj.weight", "kv", "d"),
+          transposed=True),
+    Param("masked-attention/W_O", Tensor("self_attn.o_proj.weight", "d", "q"), transposed=True),
+)  # fmt: skip
+_MLP = (
+    Param("feed-forward/W_gate", Tensor("mlp.gate_proj.weight", "ff", "d"), transposed=True),
+    Param("feed-forward/W_up", Tensor("mlp.up_proj.weight", "ff", "d"), transposed=True),
+    Param("feed-forward/W_down", Tensor("mlp.down_proj.weight", "d", "ff"), transposed=True),
+)
+_FINAL = Block(DECODER, (Param("final-norm/gamma", Tensor("model.norm.weight", "d")),))
+_LAYERS = "model.layers.{n}."
+
+# Gemma: pre-norm, as Llama (input_layernorm before the attention, post_attention_layernorm before
+# the MLP).
+GEMMA_MAP = (
+    Block(DECODER, prefix=_LAYERS, layers="layers", params=(
+        Param("norm-1/gamma", Tensor("input_layernorm.weight", "d")),
+        *_ATTENTION,
+        Param("norm-2/gamma", Tensor("post_attention_layernorm.weight", "d")),
+        *_MLP,
+    )),
+    _FINAL,
+)  # fmt: skip
+
+# Gemma 2: a norm on both sides of each sublayer, x + Norm(Sublayer(Norm(x))).
+GEMMA2_MAP = (
+    Block(DECODER, prefix=_LAYERS, layers="layers", params=(
+        Param("norm-1/gamma", Tensor("input_layernorm.weight", "d")),
+        *_ATTENTION,
+        Param("output-norm-1/gamma", Tensor("post_attention_layernorm.weight", "d")),
+        Param("norm-2/gamma", Tensor("pre_feedforward_layernorm.weight", "d")),
+        *_MLP,
+        Param("output-norm-2/gamma", Tensor("post_feedforward_layernorm.weight", "d")),
+    )),
+    _FINAL,
+)  # fmt: skip
