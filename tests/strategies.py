@@ -16,6 +16,7 @@ from transformer_walkthrough.config import (
     QK_NORMS,
     ROPE_SCALINGS,
     ROTATED_POSITIONS,
+    SCORE_SCALES,
     TORCH_LAYERS,
     Config,
     ModelConfig,
@@ -74,6 +75,7 @@ def configs(
             tie_embeddings=head == "per-position" and draw(st.booleans()),
             attention_bias=draw(st.sampled_from(values("attention_bias", ATTENTION_BIASES))),
             qk_norm=draw(st.sampled_from(values("qk_norm", QK_NORMS))),
+            score_scale=draw(st.sampled_from(values("score_scale", (*SCORE_SCALES, 3.0)))),
             num_kv_heads=draw(st.sampled_from(
                 values("num_kv_heads", (None, *(g for g in range(1, num_heads + 1) if num_heads % g == 0))))),
             output_bias=draw(st.booleans()),

@@ -33,6 +33,7 @@ VARIANTS = {
     "gated-with-biases": lambda: Config(model=ModelConfig(feed_forward="gated", activation="gelu")),
     "offset-positions": lambda: _with("bert-style.yaml", positional_encoding="learned", position_offset=2),
     "qk-norm": lambda: _with("llama-style.yaml", qk_norm="head", head_dim=4),
+    "qk-norm-whole": lambda: _with("llama-style.yaml", qk_norm="whole", head_dim=4, score_scale=256),
     "scaled-embeddings": lambda: _with("standard.yaml", scale_embeddings=True),
 }
 
@@ -55,7 +56,7 @@ def recomputed(trace: Trace, stage: Stage, name: str, i: int, j: int, step: Step
     base = stage.matrices[name].base or name
     if step.kind == "dot":
         value = float(g[0] @ g[1]) + (float(g[2][0]) if len(g) > 2 else 0.0)
-        return value / math.sqrt(m.d_k) if base == "S" else value
+        return value / math.sqrt(m.score_divisor or 1) if base == "S" else value
     if step.kind in ("sum", "copy"):
         return float(sum(x[0] for x in g))
     if step.kind == "lookup":
@@ -68,6 +69,9 @@ def recomputed(trace: Trace, stage: Stage, name: str, i: int, j: int, step: Step
     ):  # x_j·cos ∓ x_partner·sin, minus in the first half: [x_j, x_partner], cos, sin
         (x, partner), cos, sin = g[0], float(g[1][0]), float(g[2][0])
         return x * cos + (-1 if j < stage.matrices[name].shape[1] // 2 else 1) * partner * sin
+    if step.kind == "norm" and base.startswith("norm_") and m.qk_norm == "whole":  # every head's row
+        row, gamma, at = np.concatenate(g[:-1]), float(g[-1][0]), step.inputs[-1][2]
+        return gamma * row[at] / math.sqrt(float(np.mean(row * row)) + m.layer_norm_eps)
     if step.kind == "norm":
         row, gamma = g[0], float(g[1][0])
         beta = float(g[2][0]) if len(g) > 2 else 0.0

@@ -17,7 +17,12 @@ from typing import Any
 OUTPUT_HEADS = {"per-position": "(the paper)", "flatten": "(the article's literal step)"}
 FINAL_NORMS = ("auto", True, False)
 ATTENTION_BIASES = (False, True, "qkv")  # qkv: on the projections only, none on W_O (Qwen2)
-QK_NORMS = (False, "head")  # head: an RMSNorm of each head's queries and keys (Qwen3, Gemma 3, OLMoE)
+# head: an RMSNorm of each head's queries and keys (Qwen3, Gemma 3); whole: one RMSNorm over the
+# whole projection, every head's columns at once, before the split into heads (OLMo 2, OLMoE)
+QK_NORMS = (False, "head", "whole")
+# What the scores are divided by before the softmax, by name; a positive number n instead divides
+# them by √n (Gemma's query_pre_attn_scalar, which need not be d_k).
+SCORE_SCALES = {"d_k": "scores / √d_k (the paper)", "none": "not divided (T5)"}
 ACTIVATIONS = {"relu": "(the paper)", "gelu": "(erf)", "gelu-tanh": "(GPT-2)", "silu": "= x·σ(x) (Marian)"}
 FEED_FORWARDS = {
     "standard": "act(X·W_1)·W_2 (the paper)",
@@ -86,6 +91,7 @@ TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
     "sliding_window": (None,),
     "attention_bias": (False, True),
     "qk_norm": (False,),
+    "score_scale": ("d_k",),
     "positional_encoding": tuple(p for p in POSITIONAL_ENCODINGS if p not in ROTATED_POSITIONS),
     "feed_forward": ("standard",),
     "ffn_bias": (True,),  # nn.TransformerEncoderLayer's bias=False drops the LayerNorms' too

@@ -18,6 +18,7 @@ from .conventions import (
     QK_NORMS,
     ROPE_SCALINGS,
     ROTATED_POSITIONS,
+    SCORE_SCALES,
     TASKS,
 )
 from .schema import Checked, choice, coerce, doc, quote
@@ -91,8 +92,14 @@ class ModelConfig(Checked):
     )
     qk_norm: Literal[QK_NORMS] = doc(
         "head: an RMSNorm of each head's queries and keys (gamma_Q, gamma_K), before the rotation "
-        "(Qwen3, Gemma 3, OLMoE)",
+        "(Qwen3, Gemma 3); whole: one RMSNorm over the whole projection, every head's columns at once, "
+        "before the split into heads (OLMo 2, OLMoE)",
         False,
+    )
+    score_scale: Literal[tuple(SCORE_SCALES)] | float = doc(
+        "what the scores Q·Kᵀ are divided by: d_k: √d_k (the paper); none: nothing (T5); a positive "
+        "number n: √n (Gemma's query_pre_attn_scalar)",
+        "d_k",
     )
     layer_norm_eps: float = doc("the norm's eps: under its square root, added to var or mean(x²)", 1.0e-5)
     dtype: Literal[tuple(DTYPES)] = choice(DTYPES, "float64", " or ")
@@ -176,6 +183,13 @@ class ModelConfig(Checked):
             f"must be a positive integer, got {self.rope_original_max_positions}",
         )
         self._require(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
+        self._require(
+            isinstance(self.score_scale, str) or self.score_scale > 0,
+            "score_scale",
+            f"must be d_k, none or a positive number, got {self.score_scale:g}"
+            if not isinstance(self.score_scale, str)
+            else "",
+        )
         self._require(self.rope_theta > 1, "rope_theta", f"must be more than 1, got {self.rope_theta:g}")
         self._require(
             self.adds_positions or self.d_k % 2 == 0,
@@ -252,6 +266,14 @@ class ModelConfig(Checked):
         """Whether positions are added to the embedding (a positional-encoding stage), or applied
         inside attention (``ROTATED_POSITIONS``)."""
         return self.positional_encoding not in ROTATED_POSITIONS
+
+    @property
+    def score_divisor(self) -> float | None:
+        """The number whose square root divides the scores (``score_scale``): d_k, the number
+        given, or None when they are not divided."""
+        if self.score_scale == "none":
+            return None
+        return float(self.d_k) if self.score_scale == "d_k" else float(self.score_scale)
 
     @property
     def d_k(self) -> int:

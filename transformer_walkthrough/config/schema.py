@@ -54,11 +54,18 @@ class Checked:
 def coerce(value: Any, hint: Any, key: str) -> Any:
     """Return ``value`` as type ``hint``, or raise ConfigError naming ``key``."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):  # X | None
+    if origin in (typing.Union, types.UnionType):  # X | None, or a name or a number (Y | float)
         if value is None and type(None) in args:
             return None
-        (hint,) = [a for a in args if a is not type(None)]
-        return coerce(value, hint, key)
+        hints = [a for a in args if a is not type(None)]
+        for each in hints[:-1]:  # the first that takes the value, in the annotation's order
+            with contextlib.suppress(ConfigError):
+                return coerce(value, each, key)
+        if len(hints) == 1:
+            return coerce(value, hints[0], key)
+        with contextlib.suppress(ConfigError):
+            return coerce(value, hints[-1], key)
+        raise ConfigError(f"{key}: must be {' or '.join(map(_spelled, hints))}; got {quote(value)}")
     if origin is Literal:
         if value not in args:
             raise ConfigError(f"{key}: must be one of {', '.join(map(str, args))}; got {quote(value)}")
@@ -100,6 +107,13 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
         return value
     names = {int: "an integer", bool: "true or false", str: "a string"}
     raise ConfigError(f"{key}: expected {names.get(hint, hint.__name__)}, got {describe(value)}")
+
+
+def _spelled(hint: Any) -> str:
+    """What a type takes, in a message's words: "one of d_k, none", "a number"."""
+    if typing.get_origin(hint) is Literal:
+        return f"one of {', '.join(map(str, typing.get_args(hint)))}"
+    return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(hint, str(hint))
 
 
 def describe(value: Any) -> str:

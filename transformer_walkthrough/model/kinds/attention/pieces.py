@@ -13,7 +13,7 @@ import numpy as np
 from ... import formula as Fm
 from ... import functional as F
 from ...formula import Line, Note, ceil, line, note, sqrt, sym
-from ...trace import CONSTANT, Stage, dims, matrix_name, positions
+from ...trace import CONSTANT, Stage, dims, head_dims, matrix_name, positions
 from ..base import Spec, Step, StepOf, col, named, one, row, step
 from ..hand import (
     Check,
@@ -180,14 +180,19 @@ class Project(Piece):
 
 
 # ---------------------------------------------------------------------------------------------
-# qk-norm: norm_Q_h = gamma_Q ⊙ Q_h / √(mean(Q_h²) + eps), likewise K (Qwen3, Gemma 3, OLMoE)
+# qk-norm: norm_Q_h = gamma_Q ⊙ Q_h / √(mean(Q_h²) + eps), likewise K (Qwen3, Gemma 3, OLMoE);
+# or over the whole projection, every head's columns at once (OLMo 2)
 # ---------------------------------------------------------------------------------------------
 
 
 class QKNorm(Piece):
-    """An RMSNorm over each head's d_k columns of the queries and of the keys, each with its own
-    gamma (one for every query head, one for every key head), after the projection and before the
-    rotation; the cached generation keeps the normed (and rotated) keys."""
+    """An RMSNorm of the queries and of the keys, each with its own gamma, after the projection and
+    before the rotation; the cached generation keeps the normed (and rotated) keys.
+
+    ``head`` (Qwen3, Gemma 3): over each head's d_k columns, one gamma of d_k shared by the heads.
+    ``whole`` (OLMo 2, OLMoE): over the whole projection before it is split into heads, num_heads·d_k
+    columns for the queries and num_kv_heads·d_k for the keys, one gamma entry per column; each
+    head's ``norm_Q_h`` is its block of d_k columns of that."""
 
     name, turns = "qk-norm", "norm"
     groups: ClassVar[Mapping[str, str]] = dict.fromkeys(("norm_Q", "norm_K"), "normed")
@@ -196,27 +201,48 @@ class QKNorm(Piece):
     }  # fmt: skip
 
     def on(self, m: ModelConfig, at: At) -> bool:
-        return m.qk_norm == "head"
+        return m.qk_norm in ("head", "whole")
 
     def said(self, m: ModelConfig, at: At) -> str:
+        if m.qk_norm == "whole":
+            return (
+                " The queries and keys are normalised first, each over the whole projection (QK-norm "
+                "as OLMo 2: one RMSNorm over every head's columns at once, before the split into heads, "
+                "with gammas of their own), which keeps the scores from growing with the weights."
+            )
         return (
             " Each head's queries and keys are normalised first (QK-norm: an RMSNorm over the head's "
             "d_k columns, with gammas of their own), which keeps the scores from growing with the weights."
         )
 
     def params(self, m: ModelConfig) -> dict[str, Spec]:
+        if m.qk_norm == "whole":
+            return {
+                "gamma_Q": Spec((m.num_heads * m.d_k,), "ones"),
+                "gamma_K": Spec((m.kv_heads * m.d_k,), "ones"),
+            }
         return {"gamma_Q": Spec((m.d_k,), "ones"), "gamma_K": Spec((m.d_k,), "ones")}
 
     def forward(self, f: Flow) -> None:
         f.kept[self.name] = (f.Q, f.K)
-        f.Q = F.rms_norm(f.Q, f.p["gamma_Q"], f.m.layer_norm_eps)
-        f.K = F.rms_norm(f.K, f.p["gamma_K"], f.m.layer_norm_eps)
+        f.Q, f.K = (_qk_norm(f.m, x, f.p[gamma]) for x, gamma in ((f.Q, "gamma_Q"), (f.K, "gamma_K")))
         f.made["norm_"] = (f.Q, f.K)
 
     def record_before(self, stage: Stage, f: Flow, q: Labels, kv: Labels) -> None:
-        Dk = dims(f.m.d_k, "k")
-        stage.weight("gamma_Q", f.p["gamma_Q"], ("gamma_Q",), Dk)
-        stage.weight("gamma_K", f.p["gamma_K"], ("gamma_K",), Dk)
+        m = f.m
+        whole = m.qk_norm == "whole"
+        stage.weight(
+            "gamma_Q",
+            f.p["gamma_Q"],
+            ("gamma_Q",),
+            head_dims(m.num_heads, m.d_k) if whole else dims(m.d_k, "k"),
+        )
+        stage.weight(
+            "gamma_K",
+            f.p["gamma_K"],
+            ("gamma_K",),
+            head_dims(m.kv_heads, m.d_k) if whole else dims(m.d_k, "k"),
+        )
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         Dk, (Q, K) = dims(f.m.d_k, "k"), f.made["norm_"]
@@ -228,12 +254,31 @@ class QKNorm(Piece):
         Q, K = f.kept[self.name]
         d.per_head |= {"norm_Q": d.Q, "norm_K": d.K}
         eps = f.m.layer_norm_eps
+        if f.m.qk_norm == "whole":  # the heads side by side, normed as one row, split again
+            dQ, d.params["gamma_Q"] = F.rms_norm_backward(
+                F.merge_heads(d.Q), F.merge_heads(Q), f.p["gamma_Q"], eps
+            )
+            dK, d.params["gamma_K"] = F.rms_norm_backward(
+                F.merge_heads(d.K), F.merge_heads(K), f.p["gamma_K"], eps
+            )
+            d.Q, d.K = F.split_heads(dQ, Q.shape[0]), F.split_heads(dK, K.shape[0])
+            return
         d.Q, d.params["gamma_Q"] = F.rms_norm_backward(d.Q, Q, f.p["gamma_Q"], eps)
         d.K, d.params["gamma_K"] = F.rms_norm_backward(d.K, K, f.p["gamma_K"], eps)
 
     def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
-        b.q = np.array(rms_norm_by_hand(b.q, m.layer_norm_eps)) * stage["gamma_Q"][0]
-        b.k = np.array(rms_norm_by_hand(b.k, m.layer_norm_eps)) * stage["gamma_K"][0]
+        if m.qk_norm == "whole":  # every head's projection, side by side, normed as one row
+            heads = {"Q": range(1, m.num_heads + 1), "K": range(1, m.kv_heads + 1)}
+            normed = {
+                letter: np.array(rms_norm_by_hand(np.hstack([stage.of(letter, k) for k in heads[letter]]), m.layer_norm_eps))
+                * stage[f"gamma_{letter}"][0]
+                for letter in "QK"
+            }  # fmt: skip
+            b.q = normed["Q"][:, (b.h - 1) * m.d_k : b.h * m.d_k]
+            b.k = normed["K"][:, (b.g - 1) * m.d_k : b.g * m.d_k]
+        else:
+            b.q = np.array(rms_norm_by_hand(b.q, m.layer_norm_eps)) * stage["gamma_Q"][0]
+            b.k = np.array(rms_norm_by_hand(b.k, m.layer_norm_eps)) * stage["gamma_K"][0]
         b.checked += [
             ("norm_Q", gap(stage.of("norm_Q", b.h), b.q)),
             ("norm_K", gap(stage.of("norm_K", b.g), b.k)),
@@ -241,6 +286,13 @@ class QKNorm(Piece):
 
     def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
         g = heads_letter(m)
+        if m.qk_norm == "whole":
+            return [
+                line(sym("norm_Q"), "=", sym("gamma_Q"), "⊙", sym("Q"), "/", sqrt(Fm.call("mean", [sym("Q", "", "2")]), "+", "eps"), ",  ",
+                     sym("norm_K"), "=", sym("gamma_K"), "⊙", sym("K"), "/", sqrt(Fm.call("mean", [sym("K", "", "2")]), "+", "eps")),
+                note("(QK-norm over the whole projection, OLMo 2: Q = concat(", sym("Q", 1), " … ", sym("Q", "h"),
+                     "), every head's columns, normed as one row before the split; ", sym("norm_Q", "h"), " is head h's d_k columns of it)"),
+            ]  # fmt: skip
         return [
             line(sym("norm_Q", "h"), "=", sym("gamma_Q"), "⊙", sym("Q", "h"), "/", sqrt(Fm.call("mean", [sym("Q", "h", "2")]), "+", "eps"), ",  ",
                  sym("norm_K", g), "=", sym("gamma_K"), "⊙", sym("K", g), "/", sqrt(Fm.call("mean", [sym("K", g, "2")]), "+", "eps")),
@@ -250,30 +302,61 @@ class QKNorm(Piece):
     @staticmethod
     def explain_normed(c: Cell, trace: Trace) -> list[str]:
         h, letter = c.matrix.head, c.matrix.base[-1]  # norm_Q -> Q
-        row_ = c.stage.of(letter, h)[c.i].tolist()
-        d, eps = len(row_), trace.config.model.layer_norm_eps
+        m = trace.config.model
+        whole = m.qk_norm == "whole"
+        heads = _normed_heads(m, letter, h)
+        row_ = [v for k in heads for v in c.stage.of(letter, k)[c.i].tolist()]
+        at = (h - 1) * m.d_k + c.j if whole else c.j  # the cell's column in the normed row
+        d, eps = len(row_), m.layer_norm_eps
         mean_square = math.fsum(v * v for v in row_) / d
         root = math.sqrt(mean_square + eps)
-        gamma = float(c.stage[f"gamma_{letter}"][0, c.j])
+        gamma = float(c.stage[f"gamma_{letter}"][0, at])
         x = f"{letter}{h}"
+        over = (
+            f"concat({', '.join(f'{letter}{k}' for k in heads)})"
+            if whole and len(heads) > 1 else x
+        )  # fmt: skip
+        said = (
+            f"(QK-norm over the whole projection, OLMo 2: one RMSNorm over every head's columns, {d} numbers, "
+            f"before the split into heads; {c.name} is columns {at - c.j}…{at - c.j + m.d_k - 1} of it)"
+            if whole
+            else "(QK-norm: an RMSNorm over the head's d_k columns, before the rotation)"
+        )
         return [
-            f"{c.name} is {x} with each row divided by its root mean square, then scaled by gamma_{letter} "
-            "(QK-norm: an RMSNorm over the head's d_k columns, before the rotation)",
-            f"  mean({x}[{c.i}]²) = ({c.sum_of([f'{c.operand(v)}²' for v in row_])}) / {d} = {c.f(mean_square)}",
+            f"{c.name} is {x} with each row divided by the root mean square of {over}'s row, then scaled by "
+            f"gamma_{letter} {said}",
+            f"  mean({over}[{c.i}]²) = ({c.sum_of([f'{c.operand(v)}²' for v in row_])}) / {d} = {c.f(mean_square)}",
             f"  √(mean + eps) = √({c.f(mean_square)} + {eps:g}) = {c.f(root)}",
-            f"  {x}[{c.i}, {c.j}] / √(mean + eps) = {c.f(row_[c.j])} / {c.f(root)} = {c.f(row_[c.j] / root)}",
-            f"  × gamma_{letter}[{c.j}] {c.f(gamma)} = {c.f(c.value)}",
+            f"  {x}[{c.i}, {c.j}] / √(mean + eps) = {c.f(row_[at])} / {c.f(root)} = {c.f(row_[at] / root)}",
+            f"  × gamma_{letter}[{at}] {c.f(gamma)} = {c.f(c.value)}",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"norm_Q": explain_normed, "norm_K": explain_normed}
 
     @staticmethod
     def normed_step(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
-        m = stage.matrices[name]
-        letter = m.base[-1]
-        return step("norm", row(stage, named(stage, letter, m.head), i), one(f"gamma_{letter}", 0, j))
+        m, cell = trace.config.model, stage.matrices[name]
+        letter = cell.base[-1]
+        at = (cell.head - 1) * m.d_k + j if m.qk_norm == "whole" else j
+        rows = (row(stage, named(stage, letter, k), i) for k in _normed_heads(m, letter, cell.head))
+        return step("norm", *rows, one(f"gamma_{letter}", 0, at))
 
     steps: ClassVar[Mapping[str, StepOf]] = {"norm_Q": normed_step, "norm_K": normed_step}
+
+
+def _qk_norm(m: ModelConfig, x: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """QK-norm of the queries or keys x, (heads, n, d_k): each head's rows, or (``whole``) every
+    head's columns side by side as one row."""
+    if m.qk_norm == "whole":
+        return F.split_heads(F.rms_norm(F.merge_heads(x), gamma, m.layer_norm_eps), x.shape[0])
+    return F.rms_norm(x, gamma, m.layer_norm_eps)
+
+
+def _normed_heads(m: ModelConfig, letter: str, head: int) -> list[int]:
+    """The heads whose columns one row of QK-norm spans: head alone, or (``whole``) every head."""
+    if m.qk_norm != "whole":
+        return [head]
+    return list(range(1, (m.num_heads if letter == "Q" else m.kv_heads) + 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,6 +518,11 @@ class Rotate(Piece):
 THETA = sym("θ", "i", tex=r"\theta")  # how fast pair i turns
 
 
+def scale(m: ModelConfig) -> float:
+    """What the scores are multiplied by: 1/√d_k (the paper), 1/√n (``score_scale`` n), or 1 (none)."""
+    return 1.0 if m.score_divisor is None else 1 / math.sqrt(m.score_divisor)
+
+
 def _scaled(m: ModelConfig) -> str:
     """How θ_i is stretched past the trained length, in the formula's words ("" for none)."""
     if m.rope_scaling == "linear":
@@ -462,7 +550,8 @@ class Scores(Piece):
             f.K, f.V = f.cache.extend(f.K, f.V)
         Q, K, _ = F.group(f.Q, f.K, f.V)  # the h/G query heads of a group against their one key head
         S = Q @ np.swapaxes(K, -1, -2)
-        S *= 1 / math.sqrt(f.m.d_k)  # a Python float keeps float32 float32
+        if f.m.score_divisor is not None:
+            S *= scale(f.m)  # a Python float keeps float32 float32
         f.S = S.reshape(-1, *S.shape[2:])
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
@@ -473,17 +562,33 @@ class Scores(Piece):
         h, G = f.Q.shape[0], f.K.shape[0]
         dS = d.S.reshape(G, h // G, *d.S.shape[1:])
         Q = f.Q.reshape(G, h // G, *f.Q.shape[1:])
-        scale = 1 / math.sqrt(f.m.d_k)
-        d.Q = (dS @ f.K[:, None] * scale).reshape(f.Q.shape)
-        d.K = (np.swapaxes(dS, -1, -2) @ Q * scale).sum(axis=1)  # a shared key gathers every reader's
+        c = scale(f.m)
+        d.Q = (dS @ f.K[:, None] * c).reshape(f.Q.shape)
+        d.K = (np.swapaxes(dS, -1, -2) @ Q * c).sum(axis=1)  # a shared key gathers every reader's
 
     def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
-        b.s = np.einsum("id,jd->ij", b.q, b.k) / math.sqrt(m.d_k)
+        products = np.einsum("id,jd->ij", b.q, b.k)
+        b.s = products if m.score_divisor is None else products / math.sqrt(m.score_divisor)
         b.checked.append(("S", gap(stage.of("S", b.h), b.s)))
 
     def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
         g, (Q, K) = heads_letter(m), entering(m, at, self)
-        return [line(sym("S", "h"), "=", sym(Q, "h"), "·", sym(K, g, "T"), "/", sqrt(sym("d_k")))]
+        product = [sym("S", "h"), "=", sym(Q, "h"), "·", sym(K, g, "T")]
+        if m.score_scale == "d_k":
+            return [line(*product, "/", sqrt(sym("d_k")))]
+        if m.score_scale == "none":
+            return [
+                line(*product),
+                note("(score_scale: none: the scores are not divided, as T5's)", beside=True),
+            ]
+        return [
+            line(*product, "/", sqrt(Fm.num(f"{m.score_divisor:g}"))),
+            note(
+                "(score_scale: divided by √",
+                f"{m.score_divisor:g}",
+                ", not √d_k: Gemma's query_pre_attn_scalar)",
+            ),
+        ]
 
     @staticmethod
     def explain_scores(c: Cell, trace: Trace) -> list[str]:
@@ -494,11 +599,27 @@ class Scores(Piece):
         q, k = matrix_name(Q, h), matrix_name(K, g)
         terms, total = dot(c, c.stage.of(Q, h)[c.i], c.stage.of(K, g)[c.j])
         shared = f" (query head {h} reads key head {g})" if g != h else ""
-        return [
-            f"S{h} = {q}·{k}ᵀ / √d_k: how well query {c.i} ({c.row}) matches key {c.j} ({c.col}){shared}",
+        under = (
+            ""
+            if m.score_divisor is None
+            else " / √d_k"
+            if m.score_scale == "d_k"
+            else f" / √{m.score_divisor:g}"
+        )
+        lines = [
+            f"S{h} = {q}·{k}ᵀ{under}: how well query {c.i} ({c.row}) matches key {c.j} ({c.col}){shared}",
             f"  {q}[{c.i}]·{k}[{c.j}] = {c.sum_of(terms)} = {c.f(total)}",
-            f"  divided by √d_k = √{d_k} = {c.f(math.sqrt(d_k))}: {c.f(total)} / {c.f(math.sqrt(d_k))} = {c.f(c.value)}",
-            "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate)",
+        ]
+        if m.score_divisor is None:
+            return [*lines, "  not divided (score_scale: none, as T5: the weights' initialisation keeps the "
+                            f"scores' spread instead): S{h}[{c.i}, {c.j}] = {c.f(c.value)}"]  # fmt: skip
+        root, n = math.sqrt(m.score_divisor), f"{m.score_divisor:g}"
+        said = f"√d_k = √{d_k}" if m.score_scale == "d_k" else f"√{n} (score_scale {n}, not √d_k = √{d_k})"
+        return [
+            *lines,
+            f"  divided by {said} = {c.f(root)}: {c.f(total)} / {c.f(root)} = {c.f(c.value)}",
+            "  (dividing by √d_k keeps the scores' spread the same whatever d_k is, so softmax does not saturate"
+            + (")" if m.score_scale == "d_k" else "; Gemma divides by √query_pre_attn_scalar instead)"),
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"S": explain_scores}
