@@ -400,7 +400,9 @@ def test_cli_refuses_a_misspelt_norm(runner: CliRunner, tmp_path: Path) -> None:
     path = write(tmp_path, "model:\n  norm: rms\n")
     result = runner.invoke(app, ["run", "-c", str(path)])
     assert result.exit_code == 2
-    assert result.stderr == f"error: {path}: model.norm: must be one of layernorm, rmsnorm, rmsnorm-plus-one; got 'rms'\n"
+    assert result.stderr == (
+        f"error: {path}: model.norm: must be one of layernorm, rmsnorm, rmsnorm-plus-one; got 'rms'\n"
+    )
 
 
 def test_weights_of_the_other_norm_name_the_switch(runner: CliRunner, tmp_path: Path) -> None:

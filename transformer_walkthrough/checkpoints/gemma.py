@@ -1,11 +1,13 @@
-"""Gemma and Gemma 2's tensors in our terms: the name maps of their decoder layers.
+"""Gemma, Gemma 2 and Gemma 3's tensors in our terms: the name maps of their decoder layers.
 
 Gemma is Llama's layer with Gemma's conventions: an RMSNorm whose weight is stored as its offset
 from 1 (``norm: rmsnorm-plus-one``), embeddings scaled by √d_model in the model's dtype
 (``scale_embeddings``), GeGLU (``feed_forward: gated``, ``activation: gelu-tanh``), a tied output
 layer. Gemma 2 (and Gemma 3) put a second norm on each sublayer's output, before the residual sum
 (``norm_placement: both``): ``post_attention_layernorm`` is the attention's output norm there,
-where in Gemma and Llama it is the norm before the MLP. Each map is read forward by a converter
+where in Gemma and Llama it is the norm before the MLP. Gemma 3 adds an RMSNorm of each head's
+queries and keys (``qk_norm: head``, its weight 1 + gamma too), a score scale of its own
+(``query_pre_attn_scalar``), and local and global layers. Each map is read forward by a converter
 and backward by the tests' reference (``compare.gemma``).
 """
 
@@ -45,6 +47,21 @@ GEMMA2_MAP = (
     Block(DECODER, prefix=_LAYERS, layers="layers", params=(
         Param("norm-1/gamma", Tensor("input_layernorm.weight", "d")),
         *_ATTENTION,
+        Param("output-norm-1/gamma", Tensor("post_attention_layernorm.weight", "d")),
+        Param("norm-2/gamma", Tensor("pre_feedforward_layernorm.weight", "d")),
+        *_MLP,
+        Param("output-norm-2/gamma", Tensor("post_feedforward_layernorm.weight", "d")),
+    )),
+    _FINAL,
+)  # fmt: skip
+
+# Gemma 3: Gemma 2's layer with each head's queries and keys normed (q_norm, k_norm).
+GEMMA3_MAP = (
+    Block(DECODER, prefix=_LAYERS, layers="layers", params=(
+        Param("norm-1/gamma", Tensor("input_layernorm.weight", "d")),
+        *_ATTENTION,
+        Param("masked-attention/gamma_Q", Tensor("self_attn.q_norm.weight", "d_k")),
+        Param("masked-attention/gamma_K", Tensor("self_attn.k_norm.weight", "d_k")),
         Param("output-norm-1/gamma", Tensor("post_attention_layernorm.weight", "d")),
         Param("norm-2/gamma", Tensor("pre_feedforward_layernorm.weight", "d")),
         *_MLP,
