@@ -274,8 +274,9 @@ def norm_step(x: str) -> StepOf:
 
     def of(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
         params = norm_of(trace.config.model).params
-        weights = (*params, "scale")  # and the weight as applied, 1 + gamma (Gemma), when recorded
-        return step("norm", row(stage, named(stage, x), i), *(one(named(stage, p), 0, j) for p in weights))
+        if "scale" in stage:  # Gemma's: the weight as applied, 1 + gamma, is what multiplies
+            params = tuple("scale" if p == "gamma" else p for p in params)
+        return step("norm", row(stage, named(stage, x), i), *(one(named(stage, p), 0, j) for p in params))
 
     return of
 
