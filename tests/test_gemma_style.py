@@ -79,8 +79,9 @@ def test_every_stage_equals_gemma3_in_float64(monkeypatch: pytest.MonkeyPatch) -
 
     close(trace["decoder.embedding"]["output"], out.hidden_states[0][0], "embedding")
     ours_of = {
-        "norm-1": "input_layernorm", "masked-attention": "self_attn", "output-norm-1": "post_attention_layernorm",
-        "norm-2": "pre_feedforward_layernorm", "feed-forward": "mlp", "output-norm-2": "post_feedforward_layernorm",
+        "norm-1": "input_layernorm", "masked-attention": "self_attn",
+        "output-norm-1": "post_attention_layernorm", "norm-2": "pre_feedforward_layernorm",
+        "feed-forward": "mlp", "output-norm-2": "post_feedforward_layernorm",
     }  # fmt: skip
     for i in range(m.num_decoder_layers):
         for ours, theirs in ours_of.items():
