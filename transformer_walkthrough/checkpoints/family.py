@@ -109,6 +109,8 @@ class Family:
     name_map: tuple[Block, ...]
     sizes: Callable[[Mapping[str, Any]], Mapping[str, int]]
     load: Callable[[Path, str | np.dtype, str | None], Any] = field(repr=False)
+    # ModelConfig's keys the family fixes over its converter's own (Gemma's norm, OLMo 2's placement)
+    conventions: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
 
     @property
     def encoder_decoder(self) -> bool:

@@ -1,4 +1,4 @@
-"""Gemma, Gemma 2 and Gemma 3's tensors in our terms: the name maps of their decoder layers.
+"""Gemma, Gemma 2, Gemma 3 and OLMo 2's tensors in our terms: the name maps of their decoder layers.
 
 Gemma is Llama's layer with Gemma's conventions: an RMSNorm whose weight is stored as its offset
 from 1 (``norm: rmsnorm-plus-one``), embeddings scaled by √d_model in the model's dtype
@@ -64,6 +64,21 @@ GEMMA3_MAP = (
         Param("masked-attention/gamma_K", Tensor("self_attn.k_norm.weight", "d_k")),
         Param("output-norm-1/gamma", Tensor("post_attention_layernorm.weight", "d")),
         Param("norm-2/gamma", Tensor("pre_feedforward_layernorm.weight", "d")),
+        *_MLP,
+        Param("output-norm-2/gamma", Tensor("post_feedforward_layernorm.weight", "d")),
+    )),
+    _FINAL,
+)  # fmt: skip
+
+# OLMo 2: no norm before a sublayer, one on its output (``norm_placement: output``), and the
+# queries and keys normed over the whole projection (``qk_norm: whole``: q_norm over every query
+# head's columns, k_norm over every key head's).
+OLMO2_MAP = (
+    Block(DECODER, prefix=_LAYERS, layers="layers", params=(
+        *_ATTENTION,
+        Param("masked-attention/gamma_Q", Tensor("self_attn.q_norm.weight", "q")),
+        Param("masked-attention/gamma_K", Tensor("self_attn.k_norm.weight", "kv")),
+        Param("output-norm-1/gamma", Tensor("post_attention_layernorm.weight", "d")),
         *_MLP,
         Param("output-norm-2/gamma", Tensor("post_feedforward_layernorm.weight", "d")),
     )),
