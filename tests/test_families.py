@@ -19,7 +19,8 @@ MODEL = {
 
 def test_one_record_per_model_type_in_the_order_messages_list_them():
     assert [f.model_type for f in FAMILIES] == [
-        "marian", "gpt2", "llama", "mistral", "qwen2", "qwen3", "bert", "roberta", "distilbert",
+        "marian", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "olmo2",
+        "bert", "roberta", "distilbert",
     ]  # fmt: skip
     assert [f.architecture for f in FAMILIES if f.encoder_decoder] == ["encoder-decoder"]
 
