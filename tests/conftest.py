@@ -113,6 +113,16 @@ def llama_family(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def gemma_family(tmp_path_factory):
+    """Tiny trained Gemma and OLMo 2 checkpoints (tests/tiny_gemma.py), by name."""
+    pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
+    from tests.tiny_gemma import MODELS, build
+
+    root = tmp_path_factory.mktemp("gemma")
+    return {name: build(root, name) for name in MODELS}
+
+
+@pytest.fixture(scope="session")
 def marian_separate(tmp_path_factory):
     """Tiny random Marian checkpoints with separate source and target vocabularies of different
     sizes: {"untied", "tied-decoder", "shared"} -> (folder, float64 eager transformers model)."""

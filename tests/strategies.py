@@ -10,6 +10,7 @@ from transformer_walkthrough.config import (
     FEED_FORWARDS,
     FINAL_NORMS,
     LAYER_TYPES,
+    NORM_PLACEMENTS,
     NORMS,
     OUTPUT_HEADS,
     POSITIONAL_ENCODINGS,
@@ -65,7 +66,7 @@ def configs(
         stacks = stacks if "fill-mask" in values("task", ("next-token", "fill-mask")) else "both"
         decoder_only, encoder_only = stacks == "decoder-only", stacks == "encoder-only"
         more = dict(
-            norm_first=draw(st.booleans()),
+            norm_placement=draw(st.sampled_from(values("norm_placement", tuple(NORM_PLACEMENTS)))),
             final_norm=draw(st.sampled_from(FINAL_NORMS)),
             norm=draw(st.sampled_from(values("norm", tuple(NORMS)))),
             activation=draw(st.sampled_from(list(ACTIVATIONS))),

@@ -366,7 +366,7 @@ def test_train_then_generate_says_the_sentence(name: str) -> None:
         ({"model": {"ffn_bias": "no"}}, "model.ffn_bias: expected true or false, got 'no' (str)"),
         ({"model": {"norm_first": "yes"}}, "model.norm_first: expected true or false, got 'yes' (str)"),
         ({"model": {"final_norm": 1}}, "model.final_norm: must be one of auto, true, false; got 1"),
-        ({"model": {"norm": "rms"}}, "model.norm: must be one of layernorm, rmsnorm; got 'rms'"),
+        ({"model": {"norm": "rms"}}, "model.norm: must be one of layernorm, rmsnorm, rmsnorm-plus-one; got 'rms'"),
         ({"encoder_words": 0}, "encoder_words: must be 1 to 4"),
         ({"encoder_words": 0}, "0 needs model.num_encoder_layers: 0 (decoder-only)"),
         ({"model": {"num_encoder_layers": 0}}, "encoder_words: must be 0 when model.num_encoder_layers is 0"),
@@ -390,7 +390,7 @@ def test_weights_from_another_convention_name_the_mismatch(tmp_path: Path) -> No
         load_weights(Config(), tmp_path / "pre.npz")
     assert str(err.value) == (
         f"{tmp_path / 'pre.npz'}: has no encoder.0.add-norm-1/gamma, which this config's model needs "
-        "(10 missing); it fits this config with model.norm_first: true"
+        "(10 missing); it fits this config with model.norm_placement: pre"
     )
     assert np.array_equal(
         load_weights(PRE_NORM, tmp_path / "pre.npz")["decoder.final-norm/beta"], np.zeros(4)

@@ -73,14 +73,20 @@ def recomputed(trace: Trace, stage: Stage, name: str, i: int, j: int, step: Step
     ):  # x_j·cos ∓ x_partner·sin, minus in the first half: [x_j, x_partner], cos, sin
         (x, partner), cos, sin = g[0], float(g[1][0]), float(g[2][0])
         return x * cos + (-1 if j < stage.matrices[name].shape[1] // 2 else 1) * partner * sin
+    # Gemma's RMSNorm multiplies by 1 + gamma: QK-norm's step reads gamma as stored
+    offset = (
+        1.0
+        if m.norm == "rmsnorm-plus-one" and step.inputs and step.inputs[-1][0].startswith("gamma")
+        else 0.0
+    )
     if step.kind == "norm" and base.startswith("norm_") and m.qk_norm == "whole":  # every head's row
-        row, gamma, at = np.concatenate(g[:-1]), float(g[-1][0]), step.inputs[-1][2]
+        row, gamma, at = np.concatenate(g[:-1]), offset + float(g[-1][0]), step.inputs[-1][2]
         return gamma * row[at] / math.sqrt(float(np.mean(row * row)) + m.layer_norm_eps)
     if step.kind == "norm":
-        row, gamma = g[0], float(g[1][0])
+        row, gamma = g[0], offset + float(g[1][0])
         beta = float(g[2][0]) if len(g) > 2 else 0.0
         eps = m.layer_norm_eps
-        if base.startswith("norm_") or m.norm == "rmsnorm":
+        if base.startswith("norm_") or m.norm != "layernorm":
             return gamma * row[j] / math.sqrt(float(np.mean(row * row)) + eps) + beta
         return gamma * (row[j] - row.mean()) / math.sqrt(float(row.var()) + eps) + beta
     if step.kind == "activation":

@@ -239,8 +239,8 @@ def _edited(folder: Path, to: Path, **changes) -> Path:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"model_type": "gemma"},
-         "model_type is 'gemma'; supported: 'marian', 'gpt2', 'llama', 'mistral', 'qwen2'"),
+        ({"model_type": "phi3"},
+         "model_type is 'phi3'; supported: 'marian', 'gpt2', 'llama', 'mistral', 'qwen2'"),
         ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}},
          "rope type 'yarn' is not supported (supported: default, linear, llama3)"),
         ({"rope_scaling": {"type": "dynamic", "factor": 2.0}},

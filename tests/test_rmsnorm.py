@@ -143,7 +143,7 @@ def test_rms_norm_keeps_float32() -> None:
 
 
 def test_every_norm_has_its_piece_and_its_switch() -> None:
-    assert list(NORM_PIECES) == list(NORMS) == ["layernorm", "rmsnorm"]
+    assert list(NORM_PIECES) == list(NORMS) == ["layernorm", "rmsnorm", "rmsnorm-plus-one"]
     assert SWITCHES["norm"] == tuple(NORMS)
     assert TORCH_LAYERS["norm"] == ("layernorm",)
     assert schema()["properties"]["config"]["properties"]["model"]["properties"]["norm"]["enum"] == list(
@@ -396,7 +396,9 @@ def test_cli_refuses_a_misspelt_norm(runner: CliRunner, tmp_path: Path) -> None:
     path = write(tmp_path, "model:\n  norm: rms\n")
     result = runner.invoke(app, ["run", "-c", str(path)])
     assert result.exit_code == 2
-    assert result.stderr == f"error: {path}: model.norm: must be one of layernorm, rmsnorm; got 'rms'\n"
+    assert result.stderr == (
+        f"error: {path}: model.norm: must be one of layernorm, rmsnorm, rmsnorm-plus-one; got 'rms'\n"
+    )
 
 
 def test_weights_of_the_other_norm_name_the_switch(runner: CliRunner, tmp_path: Path) -> None:

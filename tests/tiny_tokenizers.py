@@ -444,3 +444,51 @@ def roberta_style(
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     return Tiny(mask + 1, 0, 2)
+
+
+def gemma_style(folder: Path) -> Tiny:
+    """Gemma's layout: SentencePiece-style BPE with byte fallback and no prefix space (the normalizer
+    replaces each space by ``▁``), ``<pad>`` ``<eos>`` ``<bos>`` ``<unk>`` ``<mask>`` at 0 to 4 and
+    the 256 byte pieces after them, a TemplateProcessing that puts ``<bos>`` first; the pipeline
+    transformers' GemmaTokenizer builds, written out in tokenizer.json."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    folder = Path(folder)
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+    byte_pieces = [f"<0x{b:02X}>" for b in range(256)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous", invert=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=[*specials, *byte_pieces], show_progress=False
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    spec = json.loads(tok.to_str())
+    spec["added_tokens"] = [_added(t, i) for i, t in enumerate(specials)]
+    spec["decoder"] = {
+        "type": "Sequence",
+        "decoders": [
+            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+            {"type": "ByteFallback"},
+            {"type": "Fuse"},
+        ],
+    }
+    spec["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [
+            {"SpecialToken": {"id": "<bos>", "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}},
+            {"SpecialToken": {"id": "<bos>", "type_id": 1}},
+            {"Sequence": {"id": "B", "type_id": 1}},
+        ],
+        "special_tokens": {"<bos>": {"id": "<bos>", "ids": [2], "tokens": ["<bos>"]}},
+    }
+    config = {
+        "add_bos_token": True, "add_eos_token": False, "bos_token": "<bos>", "eos_token": "<eos>",
+        "pad_token": "<pad>", "unk_token": "<unk>", "mask_token": "<mask>",
+        "clean_up_tokenization_spaces": False, "model_max_length": 2048, "tokenizer_class": "GemmaTokenizer",
+    }  # fmt: skip
+    special_map = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}
+    _write(folder, spec, config, special_map)
+    return Tiny(len(spec["model"]["vocab"]), 2, 1)

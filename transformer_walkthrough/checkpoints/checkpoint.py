@@ -53,7 +53,7 @@ class Checkpoint(Protocol):
 # Every family this project converts, each a record of its own module (a new model_type: a new
 # record there). The order is the one messages list them in.
 FAMILIES: tuple[Family, ...] = (
-    *marian.FAMILIES, *gpt2.FAMILIES, *llama.FAMILIES, *bert.FAMILIES, *t5.FAMILIES,
+    *marian.FAMILIES, *gpt2.FAMILIES, *llama.READ, *bert.FAMILIES, *t5.FAMILIES,
 )  # fmt: skip
 
 

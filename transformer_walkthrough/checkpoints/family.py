@@ -129,6 +129,8 @@ class Family:
     load: Callable[[Path, str | np.dtype, str | None], Any] = field(repr=False)
     # "q": "num_attention_heads × head_dim" (none: a refusal names the shape only)
     size_keys: Mapping[str, str] = field(default_factory=dict, kw_only=True)
+    # ModelConfig's keys the family fixes over its converter's own (Gemma's norm, OLMo 2's placement)
+    conventions: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
 
     @property
     def encoder_decoder(self) -> bool:
@@ -143,12 +145,24 @@ class Family:
         """The map's rows for a model of these keys (``ModelConfig``'s names): every layer's, the
         optional ones whose switch is on; ``prefix`` before each of their names but a head's (the
         base model's prefix in a head model's file: ``bert.``, ``transformer.``)."""
-        return list(_rows(self, model, prefix))
+        return list(_rows(self.name_map, model, self.sizes(model), prefix, self.size_keys))
 
 
-def _rows(family: Family, model: Mapping[str, Any], prefix: str) -> Iterator[Row]:
-    sizes = family.sizes(model)
-    for block in family.name_map:
+def map_rows(
+    blocks: Sequence[Block], model: Mapping[str, Any], sizes: Mapping[str, int], prefix: str = ""
+) -> list[Row]:
+    """A name map's rows for a model of these keys and sizes (``Family.rows`` for a map alone)."""
+    return list(_rows(blocks, model, sizes, prefix, {}))
+
+
+def _rows(
+    blocks: Sequence[Block],
+    model: Mapping[str, Any],
+    sizes: Mapping[str, int],
+    prefix: str,
+    size_keys: Mapping[str, str],
+) -> Iterator[Row]:
+    for block in blocks:
         if block.when is not None and not block.when(model):
             continue
         layers: Sequence[int | None] = range(sizes[block.layers]) if block.layers else [None]
@@ -163,16 +177,15 @@ def _rows(family: Family, model: Mapping[str, Any], prefix: str) -> Iterator[Row
                         Part(
                             start + t.name.format(e=e),
                             tuple(sizes[s] for s in t.shape),
-                            _keys(family, t.shape),
+                            _keys(size_keys, t.shape),
                         )
                         for t in p.theirs
                     )
                     yield Row(f"{stage_id(block.side, stage, n)}/{local}", theirs, p.transposed)
 
 
-def _keys(family: Family, shape: tuple[str, ...]) -> tuple[str, ...]:
+def _keys(known: Mapping[str, str], shape: tuple[str, ...]) -> tuple[str, ...]:
     """config.json's keys behind each axis of a tensor's shape; none when the family does not say."""
-    known = family.size_keys
     return tuple(known[s] for s in shape) if all(s in known for s in shape) else ()
 
 

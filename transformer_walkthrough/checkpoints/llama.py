@@ -37,11 +37,13 @@ from typing import Any
 
 import numpy as np
 
+from ..config import HF_ACTIVATIONS
 from ..model.architecture import DECODER
 from .bpe import BPETokenizer
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
 from .family import Block, Family, Param, Tensor, check_finite, convert, find, first_tensor, with_defaults
+from .gemma import GEMMA_MAP, OLMO2_MAP
 from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
 from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
 
@@ -251,7 +253,7 @@ def _model(config: dict[str, Any]) -> dict[str, Any]:
         "d_ff": config["intermediate_size"],
         "num_encoder_layers": 0,
         "num_decoder_layers": config["num_hidden_layers"],
-        "norm_first": True,
+        "norm_placement": "pre",
         "final_norm": True,
         "norm": "rmsnorm",
         "layer_norm_eps": float(config["rms_norm_eps"]),
@@ -262,7 +264,7 @@ def _model(config: dict[str, Any]) -> dict[str, Any]:
         **_scaling(rope),
         "sliding_window": config["window"],
         "feed_forward": "gated",
-        "activation": "silu",
+        "activation": HF_ACTIVATIONS[config["hidden_act"]],
         "ffn_bias": config["mlp_bias"],
         "attention_bias": config["biases"],
         "qk_norm": "head" if config["model_type"] in ("qwen3", "qwen3_moe")
@@ -271,6 +273,7 @@ def _model(config: dict[str, Any]) -> dict[str, Any]:
         "output_bias": False,
         "scale_embeddings": False,
         **_experts(config),
+        **config["family"].conventions,
     }  # fmt: skip
 
 
@@ -335,11 +338,11 @@ def read_config(folder: Path) -> dict[str, Any]:
     path = folder / "config.json"
     raw = read_config_json(folder)
     family = raw.get("model_type")
-    record = find(FAMILIES, family)
+    record = find(READ, family)
     if record is None:
         raise CheckpointError(
             f"{path}: model_type is {shown(family)}; this converter reads "
-            f"{', '.join(f.model_type for f in FAMILIES)}"
+            f"{', '.join(f.model_type for f in READ)}"
         )
     keep_none = {
         "num_key_value_heads",
@@ -379,9 +382,12 @@ def read_config(folder: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: rms_norm_eps is {shown(config['rms_norm_eps'])}, not a small positive number"
         )
-    if config["hidden_act"] not in ("silu", "swish"):  # a list is not hashable: `in` on a tuple is safe
+    if family == "gemma" and config["hidden_act"] == "gelu":  # as transformers reads Gemma's legacy value
+        config["hidden_act"] = "gelu_pytorch_tanh"
+    mlp, acts = ("GeGLU", ("gelu_pytorch_tanh",)) if family == "gemma" else ("SwiGLU", ("silu", "swish"))
+    if config["hidden_act"] not in acts:  # a list is not hashable: `in` on a tuple is safe
         raise CheckpointError(
-            f"{path}: hidden_act is {shown(config['hidden_act'])}; the family's MLP is SwiGLU (silu)"
+            f"{path}: hidden_act is {shown(config['hidden_act'])}; the family's MLP is {mlp} ({acts[0]})"
         )
     for key in ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window"):
         if type(config[key]) is not bool:
@@ -408,8 +414,8 @@ def read_config(folder: Path) -> dict[str, Any]:
         )
     if family != "llama" and config["mlp_bias"]:
         raise CheckpointError(f"{path}: mlp_bias is true; {family}'s MLP has no biases")
-    if family == "mistral" and config["attention_bias"]:
-        raise CheckpointError(f"{path}: attention_bias is true; Mistral's attention has no biases")
+    if family in ("mistral", "gemma", "olmo2") and config["attention_bias"]:
+        raise CheckpointError(f"{path}: attention_bias is true; {record.name}'s attention has no biases")
     if family in MOE_TYPES:
         _check_experts(config, path)
     generation = _generation_eos(folder)  # what generate stops on, as transformers reads it
@@ -524,7 +530,7 @@ def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
                 "is not supported"
             )
         return None
-    if family == "llama":
+    if family in ("llama", "gemma", "olmo2"):
         return None
     window = config["sliding_window"]
     if window is not None and (type(window) is not int or window < 1):
@@ -653,4 +659,37 @@ OLMOE = dataclasses.replace(
     },
     name_map=OLMOE_MAP,
 )  # fmt: skip
-FAMILIES = (LLAMA, MISTRAL, QWEN2, QWEN3, MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE)
+# Gemma: Llama's layer under Gemma's conventions (the (1 + gamma) RMSNorm, embeddings scaled by
+# √d_model, GeGLU), tied, with multi-query attention in the 2B (transformers 5's GemmaConfig).
+GEMMA = dataclasses.replace(
+    LLAMA, model_type="gemma", name="Gemma", transformers="GemmaForCausalLM", name_map=GEMMA_MAP,
+    defaults={
+        **_COMMON_DEFAULTS, "vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576,
+        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
+        "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 8192, "eos_token_id": 1,
+        "bos_token_id": 2, "pad_token_id": 0, "tie_word_embeddings": True, "sliding_window": None,
+    },
+    conventions={"norm": "rmsnorm-plus-one", "scale_embeddings": True},
+)  # fmt: skip
+# OLMo 2: a norm on each sublayer's output only, and QK-norm over the whole projection.
+OLMO2 = dataclasses.replace(
+    LLAMA, model_type="olmo2", name="OLMo 2", transformers="Olmo2ForCausalLM", name_map=OLMO2_MAP,
+    defaults={
+        **_COMMON_DEFAULTS, "vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": None,
+        "max_position_embeddings": 2048, "eos_token_id": 50279, "bos_token_id": None, "pad_token_id": 1,
+        "rms_norm_eps": 1e-5, "sliding_window": None,
+    },
+    conventions={"norm_placement": "output", "qk_norm": "whole"},
+)  # fmt: skip
+FAMILIES = (
+    LLAMA,
+    MISTRAL,
+    QWEN2,
+    QWEN3,
+    MIXTRAL,
+    QWEN2_MOE,
+    QWEN3_MOE,
+    OLMOE,
+)  # one module of transformers each
+READ = (*FAMILIES, GEMMA, OLMO2)  # every model_type this converter reads

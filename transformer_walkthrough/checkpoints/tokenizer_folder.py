@@ -56,17 +56,18 @@ from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
 from .tokenizer_check import MAX_MERGES, MAX_TOKEN_CHARS, MAX_VOCAB_ENTRIES
 
 BACKEND, LLAMA, QWEN2, GPT2 = "TokenizersBackend", "LlamaTokenizer", "Qwen2Tokenizer", "GPT2Tokenizer"
+GEMMA = "GemmaTokenizer"
 BERT, DISTILBERT, ROBERTA = "BertTokenizer", "DistilBertTokenizer", "RobertaTokenizer"
 WORDPIECE = {BERT, DISTILBERT}  # DistilBertTokenizer is BertTokenizer with another model_input_names
 # transformers' own names for the class that uses tokenizer.json as it is.
 _AS_IS = {"TokenizersBackend", "PreTrainedTokenizer", "PreTrainedTokenizerFast", "PythonBackend"}
-_CLASSES = {LLAMA, QWEN2, GPT2, BERT, DISTILBERT, ROBERTA} | _AS_IS
+_CLASSES = {LLAMA, GEMMA, QWEN2, GPT2, BERT, DISTILBERT, ROBERTA} | _AS_IS
 # model_type -> its registered class: transformers' own TOKENIZER_MAPPING_NAMES, as AutoTokenizer
 # reads it for any folder (qwen3, mixtral: model types no family here converts). Not a family
 # record's field: the families import this reader, so it cannot look them up.
 _REGISTERED = {"mistral": BACKEND, "mixtral": BACKEND, "qwen2": QWEN2, "qwen2_moe": QWEN2,
                "qwen3": QWEN2, "gpt2": GPT2, "bert": BERT, "distilbert": BERT,
-               "roberta": ROBERTA}  # fmt: skip
+               "roberta": ROBERTA, "gemma": GEMMA, "gemma2": GEMMA, "gemma3_text": GEMMA}  # fmt: skip
 _HUB_CLASS_WRONG = {"qwen2"}  # MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS, of those above
 # Qwen2Tokenizer's PRETOKENIZE_REGEX (the class's, whatever tokenizer.json says).
 QWEN2_SPLIT = (
@@ -78,6 +79,8 @@ NAMED = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_t
 DEFAULTS: dict[str, dict[str, str | None]] = {
     BACKEND: {},
     LLAMA: {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"},
+    GEMMA: {"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
+            "mask_token": "<mask>"},
     QWEN2: {"unk_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
     GPT2: {"unk_token": "<|endoftext|>", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
     BERT: {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
@@ -132,8 +135,8 @@ class Folder:
         name = hub or registered or BACKEND
         if name not in _CLASSES:
             supported = (
-                "LlamaTokenizer, Qwen2Tokenizer, GPT2Tokenizer, BertTokenizer, DistilBertTokenizer,"
-                " RobertaTokenizer, PreTrainedTokenizerFast"
+                "LlamaTokenizer, GemmaTokenizer, Qwen2Tokenizer, GPT2Tokenizer, BertTokenizer,"
+                " DistilBertTokenizer, RobertaTokenizer, PreTrainedTokenizerFast"
             )
             raise self.fail(f"tokenizer_class {name}, which transformers builds its own way ({supported})")
         return BACKEND if name in _AS_IS else name
@@ -249,6 +252,17 @@ def rebuilt(folder: Folder, raw: dict[str, Any]) -> dict[str, Any]:
     }
     if folder.cls in WORDPIECE:
         return _bert(folder, spec, model.get("vocab"))
+    if folder.cls == GEMMA:  # GemmaTokenizer: no prefix space, each space made "▁" before the split
+        return spec | {
+            "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+            "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
+                              "invert": False},
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"}]},
+            "model": {**base, "unk_token": _content(folder, "unk_token"), "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True},
+        }  # fmt: skip
     prefix = folder.setting("add_prefix_space", folder.cls == LLAMA)
     if folder.cls == LLAMA:
         scheme = ("first" if not folder.setting("legacy", False) else "always") if prefix else "never"

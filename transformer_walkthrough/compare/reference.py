@@ -2,7 +2,7 @@
 
 The layers are ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` (inside
 ``nn.Transformer`` for an encoder–decoder model; encoder layers under a causal mask for a
-decoder-only one), with the config's ``norm_first`` and activation. The embedding lookup, the
+decoder-only one), with the config's norm placement (post or pre) and activation. The embedding lookup, the
 positional encoding, the final norms and the output layer are written here in torch, on leaf
 tensors of our parameters, so that autograd differentiates the whole model (a tied table is one
 leaf, used three times).
@@ -47,7 +47,7 @@ class TorchTransformer:
         activation = activations[m.activation]
         common = dict(
             d_model=m.d_model, nhead=m.num_heads, dim_feedforward=m.d_ff, dropout=0.0, activation=activation,
-            layer_norm_eps=m.layer_norm_eps, batch_first=True, norm_first=m.norm_first,
+            layer_norm_eps=m.layer_norm_eps, batch_first=True, norm_first=m.norm_placement == "pre",
             dtype=getattr(torch, m.dtype),
         )  # fmt: skip
         with warnings.catch_warnings():  # nested tensors are a fast path we do not use

@@ -32,7 +32,18 @@ FEED_FORWARDS = {
     "standard": "act(X·W_1)·W_2 (the paper)",
     "gated": "(act(X·W_gate) ⊙ X·W_up)·W_down (silu: SwiGLU, Llama)",
 }
-NORMS = {"layernorm": "(the paper)", "rmsnorm": "= gamma ⊙ x / √(mean(x²) + eps), no beta (T5, Llama)"}
+NORMS = {
+    "layernorm": "(the paper)",
+    "rmsnorm": "= gamma ⊙ x / √(mean(x²) + eps), no beta (T5, Llama)",
+    "rmsnorm-plus-one": "= (1 + gamma) ⊙ x / √(mean(x²) + eps): gamma stored as its offset from 1 (Gemma)",
+}
+# Where each sublayer's norm sits in its residual connection.
+NORM_PLACEMENTS = {
+    "post": "Norm(x + Sublayer(x)) (the paper)",
+    "pre": "x + Sublayer(Norm(x)) (GPT-2, Llama)",
+    "both": "x + Norm(Sublayer(Norm(x))), a norm on each side (Gemma 2, Gemma 3)",
+    "output": "x + Norm(Sublayer(x)), the sublayer's output normed (OLMo 2)",
+}
 POSITIONAL_ENCODINGS = {
     "sinusoidal": "(the paper)",
     "sinusoidal-halves": "(Marian)",
@@ -64,7 +75,7 @@ BIASED_POSITIONS: tuple[str, ...] = ("relative",)
 # The switches whose parameters have other names or shapes, with their values: a --weights file
 # made under another setting of one of them is recognised, and the message says which.
 SWITCHES: dict[str, tuple[Any, ...]] = {
-    "norm_first": (False, True),
+    "norm_placement": tuple(NORM_PLACEMENTS),
     "norm": tuple(NORMS),
     "final_norm": FINAL_NORMS,
     "positional_encoding": tuple(POSITIONAL_ENCODINGS),
@@ -100,6 +111,7 @@ TORCH_LAYERS: dict[str, tuple[Any, ...]] = {
     "feed_forward": ("standard",),
     "ffn_bias": (True,),  # nn.TransformerEncoderLayer's bias=False drops the LayerNorms' too
     "norm": ("layernorm",),
+    "norm_placement": ("post", "pre"),  # norm_first: false or true
     "task": ("next-token",),  # encoder-only models are compared with transformers' BERT instead
     "segments": (0,),
     "embedding_norm": (False,),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from typing import ClassVar, Literal
 
 from .conventions import (
@@ -13,6 +13,7 @@ from .conventions import (
     FEED_FORWARDS,
     FINAL_NORMS,
     LAYER_TYPES,
+    NORM_PLACEMENTS,
     NORMS,
     OUTPUT_HEADS,
     POSITIONAL_ENCODINGS,
@@ -22,7 +23,7 @@ from .conventions import (
     SCORE_SCALES,
     TASKS,
 )
-from .schema import Checked, choice, doc, quote
+from .schema import Checked, choice, coerce, doc, quote
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class ModelConfig(Checked):
     """The network's sizes and conventions (paper §3)."""
 
     _section: ClassVar[str] = "model"
+    # Keys read but not kept: norm_first, the older spelling of norm_placement (pre or post).
+    _aliases: ClassVar[tuple[str, ...]] = ("norm_first",)
 
     d_model: int = doc("width of every token vector", 4)
     num_heads: int = doc("attention heads; each works in d_k = d_model / num_heads dims", 2)
@@ -46,11 +49,12 @@ class ModelConfig(Checked):
     num_decoder_layers: int = doc("decoder layers stacked; 0: encoder-only (task: fill-mask, BERT)", 1)
     task: Literal[tuple(TASKS)] = choice(TASKS, "next-token", "; ")
     output_head: Literal[tuple(OUTPUT_HEADS)] = choice(OUTPUT_HEADS, "per-position", " or ")
-    norm_first: bool = doc(
-        "true: pre-norm x + Sublayer(LN(x)); false: post-norm LN(x + Sublayer(x)), the paper", False
+    norm_placement: Literal[tuple(NORM_PLACEMENTS)] | None = doc(
+        "where each sublayer's norm sits: " + "; ".join(f"{k}: {v}" for k, v in NORM_PLACEMENTS.items()),
+        None,  # read as post (or as norm_first says): ``__post_init__``
     )
     final_norm: Literal[FINAL_NORMS] = doc(
-        "a norm atop each stack; auto: when norm_first (as nn.Transformer, GPT-2)", "auto"
+        "a norm atop each stack; auto: unless post-norm (as nn.Transformer, GPT-2)", "auto"
     )
     norm: Literal[tuple(NORMS)] = choice(NORMS, "layernorm", " or ")
     activation: Literal[tuple(ACTIVATIONS)] = choice(ACTIVATIONS, "relu")
@@ -153,9 +157,13 @@ class ModelConfig(Checked):
     logit_softcap: float | None = doc("c: each logit z becomes c·tanh(z / c) (Gemma 2: 30); omit: none", None)
     layer_norm_eps: float = doc("the norm's eps: under its square root, added to var or mean(x²)", 1.0e-5)
     dtype: Literal[tuple(DTYPES)] = choice(DTYPES, "float64", " or ")
+    # The older switch, still read: true is norm_placement: pre, false is post. Not kept as a field,
+    # so that one field says where the norms sit.
+    norm_first: InitVar[bool | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, norm_first: bool | None) -> None:
         super().__post_init__()
+        self._place_norms(coerce(norm_first, bool | None, self._key("norm_first")))
         for name in ("d_model", "num_heads", "d_ff", "max_positions"):
             value = getattr(self, name)
             self._require(value > 0, name, f"must be a positive integer, got {value}")
@@ -370,6 +378,17 @@ class ModelConfig(Checked):
         """The shared expert's hidden width: ``shared_expert_d_ff``, or each expert's."""
         return self.d_expert if self.shared_expert_d_ff is None else self.shared_expert_d_ff
 
+    def _place_norms(self, norm_first: bool | None) -> None:
+        """``norm_placement`` from itself or, when omitted, from the older ``norm_first``."""
+        said = None if norm_first is None else ("pre" if norm_first else "post")
+        self._require(
+            said is None or self.norm_placement in (None, said),
+            "norm_first",
+            f"{str(norm_first).lower()} says {said}-norm, but norm_placement is {self.norm_placement}: "
+            "give norm_placement alone",
+        )
+        object.__setattr__(self, "norm_placement", self.norm_placement or said or "post")
+
     @property
     def decoder_only(self) -> bool:
         """No encoder stack and no cross-attention: the GPT-style model."""
@@ -389,7 +408,9 @@ class ModelConfig(Checked):
     @property
     def has_final_norm(self) -> bool:
         """Whether each stack ends on a norm of its own (``final_norm`` with ``auto`` resolved)."""
-        return self.norm_first if self.final_norm == "auto" else bool(self.final_norm)
+        if self.final_norm == "auto":  # the stream leaves the last layer unnormed unless post-norm
+            return self.norm_placement != "post"
+        return bool(self.final_norm)
 
     @property
     def kv_heads(self) -> int:

@@ -28,7 +28,7 @@ def doc(text: str, default: Any) -> Any:
 
 def choice(notes: dict[str, str], default: str, sep: str = ", ") -> Any:
     """A field whose comment names each of its values with its note; its type, ``Literal[tuple(notes)]``,
-    takes only them (``_coerce``)."""
+    takes only them (``coerce``)."""
     return doc(sep.join(f"{value} {note}" for value, note in notes.items()), default)
 
 
@@ -40,7 +40,7 @@ class Checked:
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = _coerce(getattr(self, f.name), hints[f.name], self._key(f.name))
+            value = coerce(getattr(self, f.name), hints[f.name], self._key(f.name))
             object.__setattr__(self, f.name, value)
 
     def _key(self, name: str) -> str:
@@ -51,7 +51,7 @@ class Checked:
             raise ConfigError(f"{self._key(name)}: {message}")
 
 
-def _coerce(value: Any, hint: Any, key: str) -> Any:
+def coerce(value: Any, hint: Any, key: str) -> Any:
     """Return ``value`` as type ``hint``, or raise ConfigError naming ``key``."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):  # X | None, or a name or a number (Y | float)
@@ -60,11 +60,11 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         hints = [a for a in args if a is not type(None)]
         for each in hints[:-1]:  # the first that takes the value, in the annotation's order
             with contextlib.suppress(ConfigError):
-                return _coerce(value, each, key)
+                return coerce(value, each, key)
         if len(hints) == 1:
-            return _coerce(value, hints[0], key)
+            return coerce(value, hints[0], key)
         with contextlib.suppress(ConfigError):
-            return _coerce(value, hints[-1], key)
+            return coerce(value, hints[-1], key)
         raise ConfigError(f"{key}: must be {' or '.join(map(_spelled, hints))}; got {quote(value)}")
     if origin is Literal:
         if value not in args:
@@ -78,7 +78,7 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         if args == (str, Ellipsis) and all(type(v) is str and v.isprintable() for v in value):
             return tuple(value)  # the common case, a long vocabulary, in one pass
         kinds = [args[0]] * len(value) if Ellipsis in args else list(args)
-        return tuple(_coerce(v, t, f"{key}[{i}]") for i, (v, t) in enumerate(zip(value, kinds, strict=True)))
+        return tuple(coerce(v, t, f"{key}[{i}]") for i, (v, t) in enumerate(zip(value, kinds, strict=True)))
     if dataclasses.is_dataclass(hint):
         if isinstance(value, hint):
             return value
@@ -148,7 +148,7 @@ def check_keys(mapping: dict, cls: type, where: str, sections: dict[str, type]) 
     """Reject a key ``cls`` has no field for, suggesting the close one (d_modle -> d_model).
 
     ``sections`` are the file's sections by name, where a key put in the wrong one is looked for."""
-    allowed = [f.name for f in dataclasses.fields(cls)]
+    allowed = [f.name for f in dataclasses.fields(cls)] + list(getattr(cls, "_aliases", ()))
     for key in mapping:
         if key in allowed:
             continue

@@ -532,6 +532,9 @@ def schema() -> dict[str, Any]:
     doc = json.loads((Path(__file__).parents[1] / "data" / "export.schema.json").read_text("utf-8"))
     model = doc["properties"]["config"]["properties"]["model"]["properties"]
     for name, hint in typing.get_type_hints(ModelConfig).items():
+        others = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(others) == 1 and typing.get_origin(others[0]) is typing.Literal:  # norm_placement's None
+            hint = others[0]  # is resolved when the config is made: never exported
         if typing.get_origin(hint) is typing.Literal:
             model[name] = {"enum": list(typing.get_args(hint))}
     return doc

@@ -65,10 +65,11 @@ def _words_hint(config: Config, path: str | Path, known: tuple[str, ...] | None)
 
 
 def _convention_hint(config: Config, path: str | Path) -> str:
-    """ "; it fits norm_first: true" when the file's parameter names are those of the config with
-    one convention switched; "" when they are not, or cannot be read. Only the zip's directory is
-    read, and only from a regular file (``member_names``): a FIFO or a device is never opened for
-    reading, so the hint cannot hang or exhaust memory where ``read_npz`` has just refused."""
+    """ "; it fits this config with model.norm_placement: pre" when the file's parameter names are
+    those of the config with one convention switched; "" when they are not, or cannot be read. Only
+    the zip's directory is read, and only from a regular file (``member_names``): a FIFO or a device
+    is never opened for reading, so the hint cannot hang or exhaust memory where ``read_npz`` has
+    just refused."""
     names = member_names(path)
     if names is None:
         return ""

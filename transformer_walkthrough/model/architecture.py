@@ -8,9 +8,12 @@ of a trace before it is made (``size``), the map (``views.figure``), the referen
 and the stage names of transformers' Llama (``compare``). A convention of the config changes
 the description here, and nowhere else:
 
-- ``norm_first``: a post-norm sublayer k is two stages, the sublayer and ``add-norm-k``
-  (LayerNorm(x + Sublayer(x)), the paper); a pre-norm one is three, ``norm-k``, the sublayer and
-  ``residual-k`` (x + Sublayer(LayerNorm(x)), GPT-2 and most models since).
+- ``norm_placement``: a post-norm sublayer k is two stages, the sublayer and ``add-norm-k``
+  (Norm(x + Sublayer(x)), the paper); a pre-norm one is three, ``norm-k``, the sublayer and
+  ``residual-k`` (x + Sublayer(Norm(x)), GPT-2 and most models since); with norms on both sides
+  four, ``norm-k``, the sublayer, ``output-norm-k`` and ``residual-k`` (x +
+  Norm(Sublayer(Norm(x))), Gemma 2 and 3); with the output's norm only three, the sublayer,
+  ``output-norm-k`` and ``residual-k`` (x + Norm(Sublayer(x)), OLMo 2).
 - ``num_encoder_layers: 0``: no encoder stack, and decoder layers without cross-attention.
 - ``num_decoder_layers: 0`` (``task: fill-mask``, BERT): the encoder stack alone, its rows read by
   the output layer; one embedding stage sums the token's, the position's and the segment's rows,
@@ -97,25 +100,23 @@ def sublayers(side: str, m: ModelConfig, layer: int = 0) -> tuple[Sublayer, ...]
 
 
 class Connection(NamedTuple):
-    """The stage ids around sublayer k: the norm before it (pre-norm) and the stage after it."""
+    """The stage ids around sublayer k: the norm before it, the norm of its output, the stage after it."""
 
-    norm: str | None  # pre-norm: "{side}.N.norm-k", a layer-norm stage; post-norm: None
-    after: str  # post-norm: "{side}.N.add-norm-k"; pre-norm: "{side}.N.residual-k"
-
-
-def pre_norm(side: str, layer: int, k: int) -> Connection:
-    """Pre-norm's stages around sublayer k (from 1): ``norm-k`` before it, ``residual-k`` after."""
-    return Connection(stage_id(side, f"norm-{k}", layer), stage_id(side, f"residual-{k}", layer))
-
-
-def post_norm(side: str, layer: int, k: int) -> Connection:
-    """Post-norm's stage after sublayer k (from 1): ``add-norm-k``."""
-    return Connection(None, stage_id(side, f"add-norm-{k}", layer))
+    norm: str | None  # pre-norm and both: "{side}.N.norm-k", a layer-norm stage on the sublayer's input
+    output_norm: str | None  # both and output: "{side}.N.output-norm-k", a layer-norm of its output
+    after: str  # post-norm: "{side}.N.add-norm-k"; else "{side}.N.residual-k"
 
 
 def connection(side: str, layer: int, k: int, m: ModelConfig) -> Connection:
-    """Where the residual connection and the norm of sublayer k (from 1) sit under the config."""
-    return pre_norm(side, layer, k) if m.norm_first else post_norm(side, layer, k)
+    """Where the residual connection and the norms of sublayer k (from 1) sit under ``norm_placement``."""
+    placement = m.norm_placement
+    if placement == "post":
+        return Connection(None, None, stage_id(side, f"add-norm-{k}", layer))
+    return Connection(
+        stage_id(side, f"norm-{k}", layer) if placement in ("pre", "both") else None,
+        stage_id(side, f"output-norm-{k}", layer) if placement in ("both", "output") else None,
+        stage_id(side, f"residual-{k}", layer),
+    )
 
 
 def stack_output(side: str, m: ModelConfig) -> str:
@@ -148,12 +149,14 @@ class Place(NamedTuple):
 
 
 class Block(NamedTuple):
-    """Sublayer k of a layer in its residual connection: the norm before it (pre-norm), the sublayer,
-    and the stage after it that adds the residual (and norms, post-norm)."""
+    """Sublayer k of a layer in its residual connection: the norm before it (pre-norm, both), the
+    sublayer, the norm of its output (both, output), and the stage after it that adds the residual
+    (and norms, post-norm)."""
 
     norm: Place | None
     stage: Place  # the sublayer's own stage
     after: Place
+    output_norm: Place | None = None
 
     @property
     def sublayer(self) -> Sublayer:
@@ -164,7 +167,7 @@ class Block(NamedTuple):
     @property
     def places(self) -> list[Place]:
         """Its stages in computing order."""
-        return [*([self.norm] if self.norm else []), self.stage, self.after]
+        return [p for p in (self.norm, self.stage, self.output_norm, self.after) if p is not None]
 
 
 def bottom(side: str, m: ModelConfig) -> list[Place]:
@@ -186,8 +189,8 @@ def _on_top(below: Place | str, side: str, name: str, box: str, kind: str | None
 
 
 def layer(side: str, i: int, m: ModelConfig) -> list[Block]:
-    """Layer i of a stack: each sublayer in its residual connection, the norm on the config's side
-    of it (``connection``); the decoder's cross-attention reads the encoder stack's output."""
+    """Layer i of a stack: each sublayer in its residual connection, its norms where the config puts
+    them (``connection``); the decoder's cross-attention reads the encoder stack's output."""
     x = bottom(side, m)[-1].id if i == 0 else layer_output(side, i - 1, m)  # the layer's input
     blocks = []
     for k, sub in enumerate(sublayers(side, m, i), 1):
@@ -200,9 +203,13 @@ def layer(side: str, i: int, m: ModelConfig) -> list[Block]:
         if sub.causal and m.layer_types is not None:  # the map says which kind of layer it is
             box = m.layer_types[i]  # "sliding" or "full"
         own = Place(stage_id(side, sub.kind, i), sub.kind, box, side, i, tuple(reads), sub)
-        kind, box = ("residual", "+") if norm else ("add-norm", "+norm")
-        after = Place(c.after, kind, box, side, i, (("X", x), ("sublayer", own.id)))
-        blocks.append(Block(norm, own, after))
+        out_norm = None
+        if c.output_norm is not None:
+            out_norm = Place(c.output_norm, "layer-norm", "norm", side, i, (("X", own.id),))
+        summed = own if out_norm is None else out_norm
+        kind, box = ("add-norm", "+norm") if m.norm_placement == "post" else ("residual", "+")
+        after = Place(c.after, kind, box, side, i, (("X", x), ("sublayer", summed.id)))
+        blocks.append(Block(norm, own, after, out_norm))
         x = after.id
     return blocks
 

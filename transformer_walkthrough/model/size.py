@@ -68,6 +68,8 @@ def recorded(place: Place, m: ModelConfig, sizes: Sizes, rows: Rows) -> list[Sha
         return [*params, *[(n, d)] * (summed + 1)]
     if kind == "positional-encoding":  # X, PE, output
         return [*params, *[(n, d)] * 3]
+    if kind in ("layer-norm", "embedding-norm", "add-norm") and m.norm == "rmsnorm-plus-one":
+        params.append((d,))  # the weight as applied, 1 + gamma, beside gamma as stored
     if kind in ("layer-norm", "embedding-norm"):  # X, output
         return [*params, *[(n, d)] * 2]
     if kind == "add-norm":  # X, sublayer, sum, output

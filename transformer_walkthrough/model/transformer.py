@@ -1,8 +1,9 @@
 """The transformer of Figure 1 (Vaswani et al., 2017), wired from the kinds of stage in ``kinds``.
 
-Each sublayer sits inside a residual connection with a norm, and ``model.norm_first`` says
-where the norm goes: after the sum (post-norm, the paper: ``x = Norm(x + Sublayer(x))``) or
-before the sublayer (pre-norm, GPT-2 and most models since: ``x = x + Sublayer(Norm(x))``).
+Each sublayer sits inside a residual connection with a norm, and ``model.norm_placement`` says
+where the norm goes: after the sum (post-norm, the paper: ``x = Norm(x + Sublayer(x))``), before
+the sublayer (pre-norm, GPT-2 and most models since: ``x = x + Sublayer(Norm(x))``), on both sides
+of it (Gemma 2 and 3) or on its output only (OLMo 2).
 Which stacks exist, which sublayers a layer has, which stage comes after which and what each
 reads come from the walk of ``architecture``; every stage records its matrices into the trace
 and returns its output.
@@ -53,16 +54,20 @@ class Stack(NamedTuple):
 
 
 def sublayer_connection(s: Stack, block: Block, x: np.ndarray, sublayer: Sublayer) -> np.ndarray:
-    """A sublayer with its residual connection and its norm, on the config's side of it.
+    """A sublayer with its residual connection and its norms, where ``norm_placement`` puts them.
 
-    Post-norm (the paper):  x = LayerNorm(x + Sublayer(x))      stages: sublayer, add-norm-k
-    Pre-norm:               x = x + Sublayer(LayerNorm(x))      stages: norm-k, sublayer, residual-k
+    post (the paper):    x = Norm(x + Sublayer(x))        stages: sublayer, add-norm-k
+    pre (GPT-2, Llama):  x = x + Sublayer(Norm(x))        stages: norm-k, sublayer, residual-k
+    both (Gemma 2, 3):   x = x + Norm(Sublayer(Norm(x)))  stages: norm-k, sublayer, output-norm-k, residual-k
+    output (OLMo 2):     x = x + Norm(Sublayer(x))        stages: sublayer, output-norm-k, residual-k
     """
-    if block.norm is None:
+    if s.m.norm_placement == "post":
         out = sublayer(s.open(block.stage), x)
         return K.add_norm(s.open(block.after), s.w, x, out, s.tokens, s.m)
-    normed = K.layer_norm(s.open(block.norm), s.w, x, s.tokens, s.m)
-    out = sublayer(s.open(block.stage), normed)
+    read = x if block.norm is None else K.layer_norm(s.open(block.norm), s.w, x, s.tokens, s.m)
+    out = sublayer(s.open(block.stage), read)
+    if block.output_norm is not None:
+        out = K.layer_norm(s.open(block.output_norm), s.w, out, s.tokens, s.m)
     return K.residual(s.open(block.after), x, out, s.tokens)
 
 

@@ -1,9 +1,11 @@
-"""Residual connections and their norm: add & norm (post-norm), or norm, then add (pre-norm).
+"""Residual connections and their norms, where ``model.norm_placement`` puts them.
 
-The norm is one piece that four kinds call: ``add-norm`` (Norm(X + sublayer), the paper),
-``layer-norm`` (before a pre-norm sublayer, or on top of a stack), ``embedding-norm`` (of the
-embeddings' sum, BERT) and, with no norm at all, ``residual`` (X + sublayer, the pre-norm sum). ``model.norm`` says which norm: LayerNorm (the
-paper) or RMSNorm (no mean subtracted, no beta); the stage ids and kinds are the same for both.
+The norm is one piece that four kinds call: ``add-norm`` (Norm(X + sublayer), post-norm, the
+paper), ``layer-norm`` (before a sublayer, on a sublayer's output, or on top of a stack),
+``embedding-norm`` (of the embeddings' sum, BERT) and, with no norm at all, ``residual`` (X +
+sublayer, the sum of every other placement). ``model.norm`` says which norm: LayerNorm (the paper),
+RMSNorm (no mean subtracted, no beta) or Gemma's RMSNorm, whose weight is 1 + gamma; the stage ids
+and kinds are the same for all three.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 from .. import functional as F
 from ..formula import Line, Note, Term, call, formula, line, note, sqrt, sym
 from ..trace import Stage, dims
-from .base import Arrays, Grads, Kind, Sizes, Spec, Step, StepOf, named, one, row, said, step, sum_step
+from .base import Arrays, Grads, Kind, Sizes, Spec, Step, StepOf, named, one, row, step, sum_step
 from .hand import Check, gap, mean_square_rows, rms_norm_by_hand, where_from
 
 if TYPE_CHECKING:
@@ -44,6 +46,14 @@ class Norm(NamedTuple):
     by_hand: Callable[[np.ndarray, float], list[list[float]]]  # x, eps -> rows before gamma, with math
     formula: Callable[[str], list[Line | Note]]  # the arithmetic, of the input named x
     explain: Callable[[Cell, str, float], list[str]]  # a cell of output, of the input named x
+    # The weight as applied is offset + gamma: 1 for Gemma's RMSNorm, which stores gamma as its
+    # offset from 1 (so a new model's zeros mean "scale by 1"); its stage records both.
+    offset: float = 0.0
+
+
+def applied(norm: Norm, gamma: np.ndarray) -> np.ndarray:
+    """The norm's weight as it multiplies: gamma as stored, or 1 + gamma (Gemma), in gamma's dtype."""
+    return gamma + norm.offset if norm.offset else gamma
 
 
 def _layer_norm_by_hand(x: np.ndarray, eps: float) -> list[list[float]]:
@@ -67,19 +77,34 @@ def _explain_layer_norm(c: Cell, x: str, eps: float) -> list[str]:
     ]
 
 
-def _explain_rms_norm(c: Cell, x: str, eps: float) -> list[str]:
+def _explain_rms_norm(c: Cell, x: str, eps: float, offset: float = 0.0) -> list[str]:
     row = c.stage[x][c.i].tolist()
     d = len(row)
     mean_square = math.fsum(v * v for v in row) / d
     root = math.sqrt(mean_square + eps)
     gamma = float(c.stage["gamma"][0, c.j])
+    weight = "(1 + gamma)" if offset else "gamma"
+    scale = (
+        f"  × (1 + gamma[{c.j}]) = (1 + {c.operand(gamma)}) = {c.f(1 + gamma)}, gamma as stored plus 1 "
+        f"(scale[{c.j}], the weight as applied): {c.r(c.value)}"
+        if offset
+        else f"  × gamma[{c.j}] {c.f(gamma)} = {c.r(c.value)}"
+    )
     return [
-        f"output = gamma ⊙ {x} / √(mean({x}²) + eps), over row {c.i} ({c.row}) of {x} "
+        f"output = {weight} ⊙ {x} / √(mean({x}²) + eps), over row {c.i} ({c.row}) of {x} "
         "(RMSNorm: no mean subtracted, no beta)",
         f"  mean({x}²) = ({c.sum_of([f'{c.operand(v)}²' for v in row])}) / {d} = {c.r(mean_square)}",
         f"  √(mean({x}²) + eps) = √({c.f(mean_square)} + {eps:g}) = {c.r(root)}",
         f"  {x}[{c.i}, {c.j}] / √(mean({x}²) + eps) = {c.f(row[c.j])} / {c.f(root)} = {c.r(row[c.j] / root)}",
-        f"  × gamma[{c.j}] {c.f(gamma)} = {c.r(c.value)}",
+        scale,
+    ]
+
+
+def _explain_scale(c: Cell, trace: Trace) -> list[str]:
+    gamma = float(c.stage["gamma"][0, c.j])
+    return [
+        f"scale = 1 + gamma: the weight each column is multiplied by, gamma as stored plus 1 (Gemma's "
+        f"RMSNorm keeps only the offset from 1): 1 + {c.operand(gamma)} = {c.r(c.value)}"
     ]
 
 
@@ -90,6 +115,13 @@ def _layer_norm_backward(d_out: np.ndarray, x: np.ndarray, p: Arrays, eps: float
 
 def _rms_norm_backward(d_out: np.ndarray, x: np.ndarray, p: Arrays, eps: float) -> Arrays:
     dx, d_gamma = F.rms_norm_backward(d_out, x, p["gamma"], eps)
+    return {"x": dx, "gamma": d_gamma}
+
+
+def _rms_norm_plus_one_backward(d_out: np.ndarray, x: np.ndarray, p: Arrays, eps: float) -> Arrays:
+    """As RMSNorm's with the weight 1 + gamma: d(1 + gamma)/dgamma = 1, so gamma's gradient is the
+    applied weight's."""
+    dx, d_gamma = F.rms_norm_backward(d_out, x, 1 + p["gamma"], eps)
     return {"x": dx, "gamma": d_gamma}
 
 
@@ -152,6 +184,32 @@ NORM_PIECES: dict[str, Norm] = {
         ],
         _explain_rms_norm,
     ),
+    "rmsnorm-plus-one": Norm(
+        "RMSNorm (1 + gamma)",
+        "an RMSNorm with weight 1 + gamma",
+        ("gamma",),
+        "divided by its root mean square and scaled by 1 + gamma (Gemma's RMSNorm: gamma is stored as "
+        "its offset from 1; no mean subtracted, no beta)",
+        lambda x, p, eps: F.rms_norm(x, 1 + p["gamma"], eps),
+        _rms_norm_plus_one_backward,
+        rms_norm_by_hand,
+        lambda x: [
+            line("output", "=", "(", "1", "+", "gamma", ")", "⊙", x, "/", sqrt(_mean_square(x), "+", "eps")),
+            note(
+                "(",
+                _mean_square(x),
+                ": the mean of the squares of each row of ",
+                sym(x),
+                "; ",
+                sym("gamma"),
+                " is stored as the weight's offset from 1, so zeros scale by 1; no ",
+                sym("beta"),
+                ")",
+            ),
+        ],
+        lambda c, x, eps: _explain_rms_norm(c, x, eps, offset=1.0),
+        offset=1.0,
+    ),
 }
 
 
@@ -163,7 +221,8 @@ def norm_of(m: ModelConfig) -> Norm:
 
 
 def _norm_params(m: ModelConfig, sizes: Sizes) -> dict[str, Spec]:
-    init = {"gamma": "ones", "beta": "zeros"}
+    # Gemma's gamma is the weight's offset from 1: zeros, so that a new model scales by 1 too.
+    init = {"gamma": "zeros" if norm_of(m).offset else "ones", "beta": "zeros"}
     return {name: Spec((m.d_model,), init[name]) for name in norm_of(m).params}
 
 
@@ -172,6 +231,8 @@ def normalize(stage: Stage, w: Weights, x: np.ndarray, tokens: tuple[str, ...], 
     D = dims(x.shape[1])
     norm = norm_of(m)
     p = {name: stage.weight(name, w.take(stage, name), (name,), D).ravel() for name in norm.params}
+    if norm.offset:  # the weight as applied, beside gamma as stored
+        stage.rec("scale", applied(norm, p["gamma"])[None], ("scale",), D)
     return stage.out("output", norm.forward(x, p, m.layer_norm_eps), tokens, D)
 
 
@@ -183,10 +244,19 @@ def normalize_backward(
     return grads.pop("x"), grads
 
 
+def shown_gradients(d_params: Arrays, m: ModelConfig) -> Arrays:
+    """dL/d(each parameter) as a stage shows them, one row each; dL/dscale is dL/dgamma (scale = 1 + gamma)."""
+    shown = {k: g[None] for k, g in d_params.items()}
+    return shown | ({"scale": shown["gamma"]} if norm_of(m).offset else {})
+
+
 def normalize_by_hand(x: np.ndarray, stage: Stage, m: ModelConfig) -> np.ndarray:
     """The norm again, row by row with ``math`` (verify's second computation)."""
     norm = norm_of(m)
-    out = np.array(norm.by_hand(x, m.layer_norm_eps)) * stage["gamma"]
+    gamma = stage["gamma"]
+    if norm.offset:  # the weight as applied, from gamma as stored, in plain floats
+        gamma = np.array([[norm.offset + float(g) for g in gamma.ravel()]])
+    out = np.array(norm.by_hand(x, m.layer_norm_eps)) * gamma
     return out + stage["beta"] if "beta" in norm.params else out
 
 
@@ -204,6 +274,8 @@ def norm_step(x: str) -> StepOf:
 
     def of(stage: Stage, trace: Trace, name: str, i: int, j: int) -> Step:
         params = norm_of(trace.config.model).params
+        if "scale" in stage:  # Gemma's: the weight as applied, 1 + gamma, is what multiplies
+            params = tuple("scale" if p == "gamma" else p for p in params)
         return step("norm", row(stage, named(stage, x), i), *(one(named(stage, p), 0, j) for p in params))
 
     return of
@@ -226,7 +298,7 @@ def add_norm(stage: Stage, w: Weights, x: np.ndarray, sublayer: np.ndarray, toke
 def add_norm_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
     """output = Norm(X + sublayer): dL/d(sum) reaches both X and the sublayer unchanged."""
     d_sum, d_params = normalize_backward(d_out, stage["sum"], p, m)
-    shown = {"X": d_sum, "sublayer": d_sum, "sum": d_sum, **{k: g[None] for k, g in d_params.items()}}
+    shown = {"X": d_sum, "sublayer": d_sum, "sum": d_sum, **shown_gradients(d_params, m)}
     return Grads(shown | {"output": d_out}, d_params)
 
 
@@ -261,7 +333,13 @@ ADD_NORM = Kind(
     lambda m: formula(line("sum", "=", "X", "+", "sublayer"), *norm_of(m).formula("sum")),
     add_norm_backward,
     add_norm_second,
-    {"X": explain_carried, "sublayer": explain_sublayer, "sum": explain_sum, "output": explain_norm},
+    {
+        "X": explain_carried,
+        "sublayer": explain_sublayer,
+        "sum": explain_sum,
+        "scale": _explain_scale,
+        "output": explain_norm,
+    },
     params=_norm_params,
     steps={"sum": sum_step("X", "sublayer"), "output": norm_step("sum")},
     tex=NORM_TEX,
@@ -283,7 +361,7 @@ def layer_norm(
 
 def layer_norm_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig) -> Grads:
     dx, d_params = normalize_backward(d_out, stage["X"], p, m)
-    return Grads({"X": dx, **{k: g[None] for k, g in d_params.items()}, "output": d_out}, d_params)
+    return Grads({"X": dx, **shown_gradients(d_params, m), "output": d_out}, d_params)
 
 
 def layer_norm_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
@@ -291,17 +369,27 @@ def layer_norm_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]
     return [Check(stage.id, f"output is {norm_of(m).name} of each row of X", gap(stage["output"], out))]
 
 
+def _norm_places(m: ModelConfig) -> str:
+    """Where the config's layer-norm stages sit (``model.norm_placement``), as a phrase."""
+    places = {
+        "post": "on top of a stack (model.final_norm)",
+        "pre": "before a sublayer (pre-norm), or on top of a stack",
+        "both": "before a sublayer, on its output before the residual sum (norm_placement: both, Gemma "
+        "2 and 3), or on top of a stack",
+        "output": "on a sublayer's output before the residual sum (norm_placement: output, OLMo 2), or "
+        "on top of a stack",
+    }
+    return places[m.norm_placement]
+
+
 LAYER_NORM = Kind(
     "layer-norm",
     lambda m: "layer norm" if m.norm == "layernorm" else norm_of(m).name,
-    lambda m: (
-        f"Each row is {norm_of(m).row}, before a sublayer in a pre-norm model or on top of a stack "
-        "(model.final_norm)."
-    ),
+    lambda m: f"Each row is {norm_of(m).row}: {_norm_places(m)}.",
     lambda m: formula(*norm_of(m).formula("X")),
     layer_norm_backward,
     layer_norm_second,
-    {"output": explain_norm},
+    {"scale": _explain_scale, "output": explain_norm},
     params=_norm_params,
     steps={"output": norm_step("X")},
     tex=NORM_TEX,
@@ -318,7 +406,7 @@ EMBEDDING_NORM = Kind(
     lambda m: formula(*norm_of(m).formula("X")),
     layer_norm_backward,
     layer_norm_second,
-    {"output": explain_norm},
+    {"scale": _explain_scale, "output": explain_norm},
     params=_norm_params,
     steps={"output": norm_step("X")},
     tex=NORM_TEX,
@@ -351,20 +439,35 @@ def residual_second(stage: Stage, trace: Trace, m: ModelConfig) -> list[Check]:
 
 def explain_stream(c: Cell, trace: Trace) -> list[str]:
     where = where_from(c)
-    norm = norm_of(trace.config.model).a
+    m = trace.config.model
+    norm = norm_of(m).a
+    through = {
+        "pre": f"the sublayer read it through {norm} (pre-norm)",
+        "both": f"the sublayer read it through {norm} and its output was normed again (both sides)",
+        "output": f"the sublayer read it as it is and its output was normed by {norm} (OLMo 2)",
+    }.get(m.norm_placement, "the sublayer read it")
     return [
-        f"X is the residual stream, {where}: the sublayer read it through {norm} (pre-norm),",
+        f"X is the residual stream, {where}: {through},",
         "and the stream itself goes around both, unnormalised, to be added back.",
     ]
+
+
+def _residual_text(m: ModelConfig) -> str:
+    stream = {
+        "pre": "the stream it read (pre-norm)",
+        "both": "the stream it read, after a norm of its own output (norms on both sides, Gemma 2 and 3)",
+        "output": "the stream it read, after a norm of its own output (OLMo 2)",
+    }.get(m.norm_placement, "the stream it read")
+    return (
+        f"The sublayer's output is added back to {stream}: the stream itself is never normalised, so the "
+        "sum of every sublayer's contribution reaches the top."
+    )
 
 
 RESIDUAL = Kind(
     "residual",
     "residual connection",
-    said(
-        "The sublayer's output is added back to the stream it read (pre-norm): the stream itself is "
-        "never normalised, so the sum of every sublayer's contribution reaches the top."
-    ),
+    _residual_text,
     lambda m: formula(line("output", "=", "X", "+", "sublayer")),
     residual_backward,
     residual_second,

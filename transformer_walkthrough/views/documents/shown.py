@@ -184,7 +184,7 @@ def heading(trace: Trace, o: Options) -> tuple[str, Spans]:
         inputs = f"decoder input: {' '.join(trace.target_tokens)}"
     facts = (
         f"{inputs} · {'' if trace.weights_source is not None else f'seed {c.seed} · '}d_model {m.d_model}, {m.num_heads} heads (d_k {m.d_k}), d_ff {m.d_ff}, "
-        f"{m.num_encoder_layers} + {m.num_decoder_layers} layers, {'pre' if m.norm_first else 'post'}-norm, "
+        f"{m.num_encoder_layers} + {m.num_decoder_layers} layers, {'norms on both sides' if m.norm_placement == 'both' else f'{m.norm_placement}-norm'}, "
         f"{m.output_head} output head · weights: "
     )
     origin = trace.weights_origin

@@ -28,6 +28,7 @@ from ..hand import (
     rotary_by_hand,
     rotate_by_hand,
 )
+from ..norms import applied, norm_of
 
 if TYPE_CHECKING:
     from ....config import ModelConfig
@@ -218,16 +219,19 @@ class QKNorm(Piece):
         )
 
     def params(self, m: ModelConfig) -> dict[str, Spec]:
+        init = "zeros" if norm_of(m).offset else "ones"  # Gemma's (1 + gamma): zeros scale by 1
         if m.qk_norm == "whole":
             return {
-                "gamma_Q": Spec((m.num_heads * m.d_k,), "ones"),
-                "gamma_K": Spec((m.kv_heads * m.d_k,), "ones"),
+                "gamma_Q": Spec((m.num_heads * m.d_k,), init),
+                "gamma_K": Spec((m.kv_heads * m.d_k,), init),
             }
-        return {"gamma_Q": Spec((m.d_k,), "ones"), "gamma_K": Spec((m.d_k,), "ones")}
+        return {"gamma_Q": Spec((m.d_k,), init), "gamma_K": Spec((m.d_k,), init)}
 
     def forward(self, f: Flow) -> None:
         f.kept[self.name] = (f.Q, f.K)
-        f.Q, f.K = (_qk_norm(f.m, x, f.p[gamma]) for x, gamma in ((f.Q, "gamma_Q"), (f.K, "gamma_K")))
+        f.Q, f.K = (
+            _qk_norm(f.m, x, _weight(f.m, f.p[gamma])) for x, gamma in ((f.Q, "gamma_Q"), (f.K, "gamma_K"))
+        )
         f.made["norm_"] = (f.Q, f.K)
 
     def record_before(self, stage: Stage, f: Flow, q: Labels, kv: Labels) -> None:
@@ -256,31 +260,28 @@ class QKNorm(Piece):
         Q, K = f.kept[self.name]
         d.per_head |= {"norm_Q": d.Q, "norm_K": d.K}
         eps = f.m.layer_norm_eps
+        gamma_Q, gamma_K = _weight(f.m, f.p["gamma_Q"]), _weight(f.m, f.p["gamma_K"])
         if f.m.qk_norm == "whole":  # the heads side by side, normed as one row, split again
-            dQ, d.params["gamma_Q"] = F.rms_norm_backward(
-                F.merge_heads(d.Q), F.merge_heads(Q), f.p["gamma_Q"], eps
-            )
-            dK, d.params["gamma_K"] = F.rms_norm_backward(
-                F.merge_heads(d.K), F.merge_heads(K), f.p["gamma_K"], eps
-            )
+            dQ, d.params["gamma_Q"] = F.rms_norm_backward(F.merge_heads(d.Q), F.merge_heads(Q), gamma_Q, eps)
+            dK, d.params["gamma_K"] = F.rms_norm_backward(F.merge_heads(d.K), F.merge_heads(K), gamma_K, eps)
             d.Q, d.K = F.split_heads(dQ, Q.shape[0]), F.split_heads(dK, K.shape[0])
             return
-        d.Q, d.params["gamma_Q"] = F.rms_norm_backward(d.Q, Q, f.p["gamma_Q"], eps)
-        d.K, d.params["gamma_K"] = F.rms_norm_backward(d.K, K, f.p["gamma_K"], eps)
+        d.Q, d.params["gamma_Q"] = F.rms_norm_backward(d.Q, Q, gamma_Q, eps)
+        d.K, d.params["gamma_K"] = F.rms_norm_backward(d.K, K, gamma_K, eps)
 
     def by_hand(self, stage: Stage, m: ModelConfig, b: ByHand) -> None:
         if m.qk_norm == "whole":  # every head's projection, side by side, normed as one row
             heads = {"Q": range(1, m.num_heads + 1), "K": range(1, m.kv_heads + 1)}
             normed = {
                 letter: np.array(rms_norm_by_hand(np.hstack([stage.of(letter, k) for k in heads[letter]]), m.layer_norm_eps))
-                * stage[f"gamma_{letter}"][0]
+                * _weight(m, stage[f"gamma_{letter}"][0])
                 for letter in "QK"
             }  # fmt: skip
             b.q = normed["Q"][:, (b.h - 1) * m.d_k : b.h * m.d_k]
             b.k = normed["K"][:, (b.g - 1) * m.d_k : b.g * m.d_k]
         else:
-            b.q = np.array(rms_norm_by_hand(b.q, m.layer_norm_eps)) * stage["gamma_Q"][0]
-            b.k = np.array(rms_norm_by_hand(b.k, m.layer_norm_eps)) * stage["gamma_K"][0]
+            b.q = np.array(rms_norm_by_hand(b.q, m.layer_norm_eps)) * _weight(m, stage["gamma_Q"][0])
+            b.k = np.array(rms_norm_by_hand(b.k, m.layer_norm_eps)) * _weight(m, stage["gamma_K"][0])
         b.checked += [
             ("norm_Q", gap(stage.of("norm_Q", b.h), b.q)),
             ("norm_K", gap(stage.of("norm_K", b.g), b.k)),
@@ -330,7 +331,10 @@ class QKNorm(Piece):
             f"  mean({over}[{c.i}]²) = ({c.sum_of([f'{c.operand(v)}²' for v in row_])}) / {d} = {c.r(mean_square)}",
             f"  √(mean + eps) = √({c.f(mean_square)} + {eps:g}) = {c.r(root)}",
             f"  {x}[{c.i}, {c.j}] / √(mean + eps) = {c.f(row_[at])} / {c.f(root)} = {c.r(row_[at] / root)}",
-            f"  × gamma_{letter}[{at}] {c.f(gamma)} = {c.r(c.value)}",
+            f"  × (1 + gamma_{letter}[{at}]) = (1 + {c.operand(gamma)}) = {c.f(1 + gamma)}, gamma as stored plus 1 "
+            f"(Gemma's RMSNorm): {c.r(c.value)}"
+            if norm_of(m).offset
+            else f"  × gamma_{letter}[{at}] {c.f(gamma)} = {c.r(c.value)}",
         ]
 
     explain: ClassVar[Mapping[str, Explainer]] = {"norm_Q": explain_normed, "norm_K": explain_normed}
@@ -352,6 +356,12 @@ def _qk_norm(m: ModelConfig, x: np.ndarray, gamma: np.ndarray) -> np.ndarray:
     if m.qk_norm == "whole":
         return F.split_heads(F.rms_norm(F.merge_heads(x), gamma, m.layer_norm_eps), x.shape[0])
     return F.rms_norm(x, gamma, m.layer_norm_eps)
+
+
+def _weight(m: ModelConfig, gamma: np.ndarray) -> np.ndarray:
+    """QK-norm's weight as applied: gamma, or 1 + gamma under Gemma's RMSNorm (``norm: rmsnorm-plus-one``,
+    whose every RMSNorm stores its weight as the offset from 1)."""
+    return applied(norm_of(m), gamma)
 
 
 def _normed_heads(m: ModelConfig, letter: str, head: int) -> list[int]:
