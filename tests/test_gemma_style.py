@@ -18,6 +18,7 @@ import torch
 
 from transformer_walkthrough.checkpoints.family import convert, map_rows, model_keys
 from transformer_walkthrough.checkpoints.llama import sizes
+from transformer_walkthrough.checkpoints.tensors import Taker
 from transformer_walkthrough.compare.gemma import gemma_map, gemma_with
 from transformer_walkthrough.config import Config, load_config
 from transformer_walkthrough.model.backprop import backward, next_tokens
@@ -112,7 +113,7 @@ def test_every_gradient_equals_gemma3_autograd(monkeypatch: pytest.MonkeyPatch) 
     g = {n: p.grad.numpy() for n, p in model.named_parameters()}
     keys = model_keys(GEMMA.model)
     theirs = convert(
-        map_rows(gemma_map(GEMMA.model), keys, sizes(keys)), lambda n, s: g[n], np.dtype(np.float64)
+        map_rows(gemma_map(GEMMA.model), keys, sizes(keys)), Taker(g, "their gradients"), np.dtype(np.float64)
     )
     theirs["decoder.embedding/E"] = g["model.embed_tokens.weight"]  # tied: the table and the output layer
     assert set(theirs) == set(w)

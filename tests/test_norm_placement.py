@@ -24,6 +24,7 @@ import torch
 from transformer_walkthrough.checkpoints.family import convert, map_rows, model_keys
 from transformer_walkthrough.checkpoints.gemma import GEMMA2_MAP, GEMMA_MAP
 from transformer_walkthrough.checkpoints.llama import sizes
+from transformer_walkthrough.checkpoints.tensors import Taker
 from transformer_walkthrough.compare.gemma import gemma_with
 from transformer_walkthrough.compare.verify import recompute
 from transformer_walkthrough.config import Config, ModelConfig, config_to_yaml, load_config
@@ -208,7 +209,7 @@ def test_every_gradient_equals_gemma_autograd(monkeypatch: pytest.MonkeyPatch, n
     g = {n: p.grad.numpy() for n, p in model.named_parameters()}
     keys = model_keys(config.model)
     rows = map_rows(GEMMA2_MAP if config.model.norm_placement == "both" else GEMMA_MAP, keys, sizes(keys))
-    theirs = convert(rows, lambda n, shape: g[n], np.dtype(np.float64))
+    theirs = convert(rows, Taker(g, "their gradients"), np.dtype(np.float64))
     theirs["decoder.embedding/E"] = g["model.embed_tokens.weight"]  # tied: the table and the output layer
     assert set(theirs) == set(w)
     for n, grad in ours.weights.items():

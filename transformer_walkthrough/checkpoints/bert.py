@@ -244,7 +244,7 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> BertCheckpoint:
         "embedding_norm": True,
         "output_transform": head,
         "position_offset": offset,
-        "norm_first": False,
+        "norm_placement": "post",
         "final_norm": False,
         "activation": HF_ACTIVATIONS[config["activation"]],
         "positional_encoding": "learned",
