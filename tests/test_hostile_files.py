@@ -139,7 +139,7 @@ def gpt2_shapes(d: int, config: dict) -> dict[str, tuple[int, ...]]:
     return {
         "wte.weight": (config["vocab_size"], d),
         "wpe.weight": (config["n_positions"], d),
-        **{name: shape for row in rows for name, shape in row.theirs},
+        **{part.name: part.shape for row in rows for part in row.theirs},
     }
 
 
