@@ -24,3 +24,18 @@ def reads(template: str, line: str, *values: float, search: bool = False) -> Non
             text,
             value,
         )
+
+
+def shows(text: str, template: str, *values: float) -> None:
+    """Somewhere in ``text``, ``template`` with each "{}" a number that shows its value (as
+    ``reads``: within one unit of its last printed digit, 4 decimals or more)."""
+    parts = re.split(r"(\{\})", template)
+    pattern = "".join(re.escape(part) if part != "{}" else f"({_NUMBER})" for part in parts)
+    for found in re.finditer(pattern, text):
+        numbers = [t.strip("()") for t in found.groups()]
+        if all(
+            len(t.split(".")[1]) >= 4 and abs(float(t.replace("−", "-")) - v) <= 10.0 ** -len(t.split(".")[1])
+            for t, v in zip(numbers, values, strict=True)
+        ):
+            return
+    raise AssertionError(f"{template!r} with {values} is not in {text!r}")

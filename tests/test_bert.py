@@ -24,7 +24,7 @@ from safetensors.numpy import load_file, save_file
 
 from tests.tiny_bert import MASKED, POSITIONS, SENTENCES
 from transformer_walkthrough.checkpoints.bert import load_bert
-from transformer_walkthrough.checkpoints.checkpoint import load_checkpoint
+from transformer_walkthrough.checkpoints.checkpoint import FAMILIES, load_checkpoint
 from transformer_walkthrough.checkpoints.errors import CheckpointError
 from transformer_walkthrough.checkpoints.run import load, walk_prompt
 from transformer_walkthrough.model.transformer import run_forward
@@ -278,8 +278,7 @@ def _edited(folder: Path, to: Path, **changes) -> Path:
     ("name", "changes", "message"),
     [
         ("bert", {"model_type": "albert"},
-         "model_type is 'albert'; supported: 'marian', 'gpt2', 'llama', 'mistral', 'qwen2', 'qwen3', 'bert', "
-         "'roberta', 'distilbert'"),
+         "model_type is 'albert'; supported: " + ", ".join(repr(f.model_type) for f in FAMILIES)),
         ("bert", {"position_embedding_type": "relative_key"},
          "position_embedding_type is 'relative_key': only 'absolute' (a learned table P) is supported"),
         ("bert", {"is_decoder": True},

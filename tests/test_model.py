@@ -162,8 +162,8 @@ def check_invariants(trace: Trace) -> None:
             total = stage["sum" if stage.kind == "add-norm" else "output"]
             assert (total == stage["X"] + stage["sublayer"]).all()
             assert (stage["sublayer"] == previous["output"]).all()  # the sublayer just computed
-        if stage.kind in ("add-norm", "layer-norm") and m.norm == "rmsnorm":
-            normed = stage["output"] / stage["gamma"]
+        if stage.kind in ("add-norm", "layer-norm") and m.norm != "layernorm":
+            normed = stage["output"] / stage["scale" if "scale" in stage else "gamma"]  # Gemma: 1 + gamma
             ms = (stage["sum" if "sum" in stage else "X"] ** 2).mean(axis=1)
             np.testing.assert_allclose((normed**2).mean(axis=1), ms / (ms + eps), rtol=1e-10)  # 1, less eps
         elif stage.kind in ("add-norm", "layer-norm"):

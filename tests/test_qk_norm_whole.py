@@ -22,6 +22,7 @@ from transformer_walkthrough.views.documents.formulas import latex_lines
 from transformer_walkthrough.views.documents.worksheet import cell_step
 from transformer_walkthrough.views.explain import explain
 
+from .arithmetic import shows
 from .test_attention_conventions import CONFIGS, trained_looking
 
 WHOLE = CONFIGS["qk_norm whole"]  # 4 query heads over 2 key/value heads, d_k = 4
@@ -53,8 +54,9 @@ def test_explain_writes_the_mean_over_every_head() -> None:
     row = np.hstack([stage["K1"][3], stage["K2"][3]])
     root = math.sqrt(math.fsum(v * v for v in row) / 8 + WHOLE.model.layer_norm_eps)
     assert "whole projection" in text and "concat(K1, K2)" in text and "/ 8 =" in text
-    assert f"{root:.8f}" in text and f"gamma_K[5] {stage['gamma_K'][0, 5]:.8f}" in text
-    assert lines[-1].endswith(f"= {stage['norm_K2'][3, 1]:.8f}".replace("-", "−"))
+    eps = WHOLE.model.layer_norm_eps
+    shows(text, f"√(mean + eps) = √({{}} + {eps:g}) = {{}}", root**2 - eps, root)
+    shows(lines[-1], "gamma_K[5] {} = {}", stage["gamma_K"][0, 5], stage["norm_K2"][3, 1])
 
 
 def test_verify_recomputes_it_and_catches_a_head_normed_alone() -> None:

@@ -28,6 +28,7 @@ from transformer_walkthrough.model.kinds import KINDS
 from transformer_walkthrough.model.transformer import init_weights, run_forward
 from transformer_walkthrough.views.explain import explain
 
+from .arithmetic import shows
 from .test_llama_style import LLAMA
 
 STAGE = "decoder.0.masked-attention"
@@ -76,14 +77,15 @@ def test_explain_writes_the_cap_with_its_numbers() -> None:
     s, capped = float(stage["S2"][4, 1]), float(stage["cap_S2"][4, 1])
     lines = explain(trace, STAGE, "cap_S2", "4,1", digits=8)
     text = "\n".join(lines)
-    minus = lambda v: f"{v:.8f}".replace("-", "−")  # noqa: E731
-    assert "1·tanh(S2 / 1)" in text and f"tanh({minus(s)}) = {minus(math.tanh(s))}" in text
-    assert f"× 1 = {minus(capped)}" in text and f"took {abs(s - capped):.8f} off" in text
+    assert "1·tanh(S2 / 1)" in text
+    shows(text, "tanh({}) = {}", s, math.tanh(s))
+    shows(text, "× 1 = {}", capped)
+    shows(text, "took {} off", abs(s - capped))
     logit = explain(trace, "output.logits", "logits", "2,3", digits=8)
     z = float(trace["output.logits"]["uncapped"][2, 3])
-    assert f"uncapped[2, 3] / 0.5 = {minus(z)} / 0.5 = {minus(z / 0.5)}" in "\n".join(logit)
+    shows("\n".join(logit), "uncapped[2, 3] / 0.5 = {} / 0.5 = {}", z, z / 0.5)
     masked = explain(trace, STAGE, "S2+M", "4,1", digits=8)
-    assert f"= cap_S2[4, 1] + M[4, 1] = {minus(capped)}" in masked[-1]
+    shows(masked[-1], "= cap_S2[4, 1] + M[4, 1] = {}", capped)
 
 
 def test_verify_recomputes_both_caps_and_catches_a_hard_clip() -> None:
@@ -158,7 +160,7 @@ def test_walkthrough_explain_writes_the_cap_s_gradient_with_its_numbers(tmp_path
                                "--digits", "8"])  # fmt: skip
     assert cell.exit_code == 0, cell.output
     assert "0.25·tanh(S2 / 0.25)" in cell.output
-    assert f"{trace[STAGE]['cap_S2'][3, 2]:.8f}".replace("-", "−") in cell.output
+    shows(cell.output, "= {}", trace[STAGE]["cap_S2"][3, 2])
     out = runner.invoke(app, ["explain", "-c", str(path), "-s", STAGE, "-m", "dL/dS2", "--cell", "3,2",
                               "--digits", "8"])  # fmt: skip
     assert out.exit_code == 0, out.output
@@ -166,8 +168,9 @@ def test_walkthrough_explain_writes_the_cap_s_gradient_with_its_numbers(tmp_path
     capped, d_capped = trace[STAGE]["cap_S2"][3, 2], grads[STAGE]["cap_S2"][3, 2]
     slope = 1 - (capped / 0.25) ** 2
     assert "dL/dS2 = dL/dcap_S2·(1 − (cap_S2 / 0.25)²)" in text
-    assert f"= {d_capped * slope:.8f}".replace("-", "−") in text and abs(slope) < 0.99  # the cap bites
+    shows(text, "= {}", d_capped * slope)
+    assert abs(slope) < 0.99  # the cap bites
     logit = runner.invoke(app, ["explain", "-c", str(path), "-s", "output.logits", "-m", "dL/duncapped",
                                 "--cell", "2,1", "--digits", "8"])  # fmt: skip
     assert "dL/duncapped = dL/dlogits·(1 − (logits / 0.5)²)" in " ".join(logit.output.split())
-    assert f"{grads['output.logits']['uncapped'][2, 1]:.8f}".replace("-", "−") in logit.output
+    shows(logit.output, "= {}", grads["output.logits"]["uncapped"][2, 1])

@@ -208,7 +208,7 @@ def test_the_flatten_heads_prediction_keeps_every_probability(runner: CliRunner)
 def test_a_title_wider_than_its_table_stays_on_one_line(runner: CliRunner, gpt2) -> None:
     lines = output(runner, "generate", "--model", str(gpt2[0]["saved"]), "--prompt", "The cat is",
                    "--max-len", "3", "--compare", "--dtype", "float64")  # fmt: skip
-    assert lines[0].startswith("weights: from the checkpoint ")  # as `run` says it
+    assert lines[0].startswith("weights: from the checkpoint")  # as `run` says it
     title = lines.index("Cached steps vs one full pass")
     assert lines[title + 1].split() == ["quantity", "max", "|diff|"]
     said = " ".join(lines[title + 8 :])

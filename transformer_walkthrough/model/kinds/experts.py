@@ -504,6 +504,66 @@ def _tex(m: ModelConfig | None = None) -> dict[str, str]:
     return {"W_router": r"W_{{\mathrm{{router}}}}", **FFN_TEX}
 
 
+class _Expert:
+    """One expert's matrices seen without its prefix (``gate`` is ``expert2.gate``), for the
+    feed-forward's own explainers: an expert computes as a feed-forward does, on its routed rows."""
+
+    def __init__(self, stage: Stage, prefix: str) -> None:
+        self.id, self.prefix = stage.id, prefix
+        self.matrices = {
+            name.removeprefix(f"{prefix}."): matrix
+            for name, matrix in stage.matrices.items()
+            if name.startswith(f"{prefix}.")
+        }
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.matrices[name].values
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.matrices
+
+    def has(self, name: str, head: int | None = None) -> bool:
+        return name in self.matrices
+
+
+def _explain_expert_matrix(c: Cell, trace: Trace) -> list[str]:
+    """A cell of one expert's matrices: its input rows are the tokens routed to it, copied from X;
+    the rest is the feed-forward's arithmetic, told by the feed-forward's own pieces."""
+    from ..cell import Cell
+
+    if c.matrix.is_weight:
+        return []  # a weight is told where it came from, as every weight (``views.explain``)
+    prefix, base = c.matrix.base.split(".", 1)
+    who = "the shared expert" if prefix == SHARED else f"expert {prefix.removeprefix('expert')}"
+    if base == "X":
+        t = c.stage.matrices["X"].rows.index(c.row)
+        routed = "every token" if prefix == SHARED else "the tokens routed to it"
+        return [
+            f"{c.name} holds the rows of X that {who} computes, {routed}: its row {c.i} is X's row {t} "
+            f"({c.row}), copied: X[{t}, {c.j}] = {c.r(c.value)}"
+        ]
+    view = _Expert(c.stage, prefix)
+    own = Cell(view, base, c.i, c.j, c.digits, c.all_terms, fixed=c.fixed)  # type: ignore[arg-type]
+    piece = next(piece for piece in recipe(as_feed_forward(trace.config.model, 1)) if piece.out == base)
+    return [
+        f"({who}'s feed-forward on its rows, its matrices named without the prefix {prefix}.)",
+        *piece.explain(own, trace),
+    ]
+
+
+class _Explainers(dict):
+    """The kind's explainers, and for any expert's matrix (``expert2.gate``, ``shared.up``) the
+    feed-forward's, seen through that expert."""
+
+    def get(self, base: str, default: Any = None) -> Any:
+        if base in self:
+            return self[base]
+        owner = base.split(".", 1)[0]
+        if "." in base and (owner == SHARED or (owner.startswith("expert") and owner[6:].isdigit())):
+            return _explain_expert_matrix
+        return default
+
+
 EXPERTS = Kind(
     "experts",
     "mixture of experts",
@@ -511,14 +571,14 @@ EXPERTS = Kind(
     _formula,
     experts_backward,
     experts_second,
-    {
-        "router_logits": _explain_logits,
-        "router_probs": _explain_probs,
-        "chosen": _explain_chosen,
-        "routing_weights": _explain_weight,
-        "shared_gate": _explain_gate,
-        "output": _explain_output,
-    },
+    _Explainers(
+        router_logits=_explain_logits,
+        router_probs=_explain_probs,
+        chosen=_explain_chosen,
+        routing_weights=_explain_weight,
+        shared_gate=_explain_gate,
+        output=_explain_output,
+    ),
     params=_params,
     steps={"router_logits": _logits_step, "router_probs": _probs_step},
     tex=_tex(),

@@ -218,10 +218,10 @@ def softcap_lines(c: Cell, source: str, x: float, cap: float, what: str) -> list
     squeezed = x - c.value
     return [
         f"{c.name} = {cap:g}·tanh({source} / {cap:g}): the {what} {source}[{c.i}, {c.j}] soft-capped at ±{cap:g}",
-        f"  {source}[{c.i}, {c.j}] / {cap:g} = {c.f(x)} / {cap:g} = {c.f(t)}",
-        f"  tanh({c.f(t)}) = {c.f(math.tanh(t))}",
-        f"  × {cap:g} = {c.f(c.value)}",
-        f"  (the cap took {c.f(abs(squeezed))} off: {100 * abs(squeezed) / abs(x) if x else 0:.2g}% of the {what}; "
+        f"  {source}[{c.i}, {c.j}] / {cap:g} = {c.f(x)} / {cap:g} = {c.r(t)}",
+        f"  tanh({c.f(t)}) = {c.r(math.tanh(t))}",
+        f"  × {cap:g} = {c.r(c.value)}",
+        f"  (the cap took {c.r(abs(squeezed))} off: {100 * abs(squeezed) / abs(x) if x else 0:.2g}% of the {what}; "
         "tanh(t) ≈ t − t³/3 near 0, so small values pass almost unchanged and large ones bend below the cap)",
     ]
 
