@@ -133,13 +133,16 @@ def check_invariants(trace: Trace) -> None:
                 np.testing.assert_allclose(V, kv @ stage[f"W_V{g}"] + b["V"], rtol=1e-12, atol=1e-12)
                 if f"rot_Q{h}" in stage:  # rotary: a rotation keeps each pair's length
                     half = m.d_k // 2
-                    for a, r in ((Q, stage[f"rot_Q{h}"]), (K, stage[f"rot_K{g}"])):
+                    turned = ((stage.get(f"norm_Q{h}", Q), stage[f"rot_Q{h}"]),
+                              (stage.get(f"norm_K{g}", K), stage[f"rot_K{g}"]))  # fmt: skip
+                    for a, r in turned:
                         pairs = a[:, :half] ** 2 + a[:, half:] ** 2
                         np.testing.assert_allclose(
                             r[:, :half] ** 2 + r[:, half:] ** 2, pairs, rtol=1e-12, atol=1e-12
                         )
                     Q, K = stage[f"rot_Q{h}"], stage[f"rot_K{g}"]
-                np.testing.assert_allclose(stage[f"S{h}"], Q @ K.T / math.sqrt(m.d_k), rtol=1e-12, atol=1e-12)
+                divisor = 1.0 if m.score_divisor is None else math.sqrt(m.score_divisor)  # √d_k, √n or none
+                np.testing.assert_allclose(stage[f"S{h}"], Q @ K.T / divisor, rtol=1e-12, atol=1e-12)
                 np.testing.assert_allclose(A.sum(axis=1), 1.0, rtol=0, atol=1e-12)  # softmax rows sum to 1
                 assert (A >= 0).all()
                 if stage.kind == "masked-attention":

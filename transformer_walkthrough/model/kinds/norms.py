@@ -85,7 +85,7 @@ def _explain_rms_norm(c: Cell, x: str, eps: float, offset: float = 0.0) -> list[
     gamma = float(c.stage["gamma"][0, c.j])
     weight = "(1 + gamma)" if offset else "gamma"
     scale = (
-        f"  × (1 + gamma[{c.j}]) = (1 + {c.operand(gamma)}) = {c.f(1 + gamma)}, gamma as stored plus 1 "
+        f"  × (1 + gamma[{c.j}]) = (1 + {c.operand(gamma)}) = {c.r(1 + gamma)}, gamma as stored plus 1 "
         f"(scale[{c.j}], the weight as applied): {c.r(c.value)}"
         if offset
         else f"  × gamma[{c.j}] {c.f(gamma)} = {c.r(c.value)}"

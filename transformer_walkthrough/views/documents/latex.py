@@ -160,8 +160,12 @@ def _tex_lines(group: list[list[Shown]]) -> Iterator[list[list[Shown]]]:
 def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     title, facts = heading(trace, o)
     yield TEX_PREAMBLE
-    line = "".join(rf"\texttt{{{tex(text)}}}" if code else tex(text) for text, code in facts)
-    yield f"\\title{{{tex(title)}}}\n\\date{{}}\n\\begin{{document}}\n\\maketitle\n{line}\\par\n"
+    # a checkpoint's folder may be longer than the line: it may break after any "/"
+    line = "".join(
+        rf"\texttt{{{tex(text)}}}" if code else tex(text).replace("/", r"/\allowbreak{}")
+        for text, code in facts
+    )
+    yield f"\\title{{{tex(title)}}}\n\\date{{}}\n\\begin{{document}}\n\\maketitle\n{{\\sloppy {line}\\par}}\n"
     for stage in stages:
         yield (
             f"\n\\section*{{{tex(stage.title)}}}\n\\label{{{stage.id}}}\n"

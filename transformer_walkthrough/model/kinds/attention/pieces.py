@@ -331,7 +331,7 @@ class QKNorm(Piece):
             f"  mean({over}[{c.i}]²) = ({c.sum_of([f'{c.operand(v)}²' for v in row_])}) / {d} = {c.r(mean_square)}",
             f"  √(mean + eps) = √({c.f(mean_square)} + {eps:g}) = {c.r(root)}",
             f"  {x}[{c.i}, {c.j}] / √(mean + eps) = {c.f(row_[at])} / {c.f(root)} = {c.r(row_[at] / root)}",
-            f"  × (1 + gamma_{letter}[{at}]) = (1 + {c.operand(gamma)}) = {c.f(1 + gamma)}, gamma as stored plus 1 "
+            f"  × (1 + gamma_{letter}[{at}]) = (1 + {c.operand(gamma)}) = {c.r(1 + gamma)}, gamma as stored plus 1 "
             f"(Gemma's RMSNorm): {c.r(c.value)}"
             if norm_of(m).offset
             else f"  × gamma_{letter}[{at}] {c.f(gamma)} = {c.r(c.value)}",
