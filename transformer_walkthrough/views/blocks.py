@@ -102,7 +102,7 @@ def summary(matrix: Matrix, view: View) -> tuple[list[int], list[int]]:
     that fit ``view.width`` (and ``MAX_ROWS``), or all of them with ``view.full``. The terminal
     and the documents keep the same ones."""
     r, c = matrix.values.shape
-    if view.full:
+    if view.full or r * c == 0:  # everything, or nothing to summarise (an idle expert's rows)
         return list(range(r)), list(range(c))
     row_index = summarise([1] * r, MAX_ROWS, 1)
     shown = matrix.values[[i for i in row_index if i >= 0]]
