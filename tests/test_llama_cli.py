@@ -169,7 +169,7 @@ def test_generate_equals_transformers_greedy_and_its_cache_the_full_pass(runner,
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        ({"model_type": "gemma"}, "supported: 'marian', 'gpt2', 'llama', 'mistral', 'qwen2'"),
+        ({"model_type": "phi3"}, "supported: 'marian', 'gpt2', 'llama', 'mistral', 'qwen2'"),
         ({"rope_parameters": {"rope_type": "yarn", "factor": 2.0}}, "rope type 'yarn' is not supported"),
         ({"num_key_value_heads": 3}, "is not divisible by num_key_value_heads (3)"),
         (None, "this model reads at most 64"),

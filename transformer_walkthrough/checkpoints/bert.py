@@ -244,7 +244,7 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> BertCheckpoint:
         "embedding_norm": True,
         "output_transform": head,
         "position_offset": offset,
-        "norm_placement": "post",
+        "norm_first": False,
         "final_norm": False,
         "activation": HF_ACTIVATIONS[config["activation"]],
         "positional_encoding": "learned",

@@ -136,7 +136,7 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> GPT2Checkpoint:
         "d_ff": config["n_inner"] or 4 * d_model,
         "num_encoder_layers": 0,
         "num_decoder_layers": config["n_layer"],
-        "norm_placement": "pre",
+        "norm_first": True,
         "final_norm": True,
         "activation": HF_ACTIVATIONS[config["activation_function"]],
         "positional_encoding": "learned",

@@ -149,7 +149,7 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> MarianCheckpoint:
         "d_ff": config["encoder_ffn_dim"],
         "num_encoder_layers": config["encoder_layers"],
         "num_decoder_layers": config["decoder_layers"],
-        "norm_placement": "post",
+        "norm_first": False,
         "final_norm": False,
         "activation": HF_ACTIVATIONS[config["activation_function"]],
         "positional_encoding": "sinusoidal-halves",

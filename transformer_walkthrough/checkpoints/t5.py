@@ -153,7 +153,7 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> T5Checkpoint:
     model = {
         "d_model": config["d_model"], "num_heads": config["num_heads"], "head_dim": config["d_kv"],
         "d_ff": config["d_ff"], "num_encoder_layers": config["num_layers"],
-        "num_decoder_layers": config["num_decoder_layers"], "norm_placement": "pre", "final_norm": True,
+        "num_decoder_layers": config["num_decoder_layers"], "norm_first": True, "final_norm": True,
         "norm": "rmsnorm", "positional_encoding": "relative",
         "relative_buckets": config["relative_attention_num_buckets"],
         "relative_max_distance": config["relative_attention_max_distance"], "score_scale": "none",

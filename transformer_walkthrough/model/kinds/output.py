@@ -14,7 +14,15 @@ from ..trace import PROBABILITIES, Stage, dims
 from .base import Arrays, Grads, Kind, Sizes, Spec, Step, col, linear_step, named, one, row, step
 from .feed_forward import activation_by_hand, activation_formula, activation_lines
 from .hand import Check, gap, linear, mm, softcap_by_hand, softcap_lines, softmax_cell, softmax_rows
-from .norms import NORM_TEX, norm_of, norm_step, normalize, normalize_backward, normalize_by_hand
+from .norms import (
+    NORM_TEX,
+    norm_of,
+    norm_step,
+    normalize,
+    normalize_backward,
+    normalize_by_hand,
+    shown_gradients,
+)
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
@@ -45,8 +53,15 @@ def transform_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfi
     d_dense = F.activation_backward(d_hidden, stage["dense"], m.activation)
     dx, dW, db = F.linear_backward(d_dense, stage["X"], p["W_dense"])
     params = {"W_dense": dW, "b_dense": db, **d_norm}
-    shown = {"X": dx, "dense": d_dense, "hidden": d_hidden, "output": d_out}
-    shown |= {name: g[None] if g.ndim == 1 else g for name, g in params.items()}
+    shown = {
+        "X": dx,
+        "dense": d_dense,
+        "hidden": d_hidden,
+        "output": d_out,
+        "W_dense": dW,
+        "b_dense": db[None],
+    }
+    shown |= shown_gradients(d_norm, m)  # gamma (and beta) as rows; Gemma's scale = 1 + gamma too
     return Grads({name: shown[name] for name in stage.matrices}, params)
 
 

@@ -160,9 +160,12 @@ def _tex_lines(group: list[list[Shown]]) -> Iterator[list[list[Shown]]]:
 def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     title, facts = heading(trace, o)
     yield TEX_PREAMBLE
-    # a checkpoint's folder may be longer than the line: it may break after any "/"
+    # a checkpoint's folder may be longer than the line: it may break after any "/" of it
+    folder = tex(trace.weights_source or "\0")
     line = "".join(
-        rf"\texttt{{{tex(text)}}}" if code else tex(text).replace("/", r"/\allowbreak{}")
+        rf"\texttt{{{tex(text)}}}"
+        if code
+        else tex(text).replace(folder, folder.replace("/", r"/\allowbreak{}"))
         for text, code in facts
     )
     yield f"\\title{{{tex(title)}}}\n\\date{{}}\n\\begin{{document}}\n\\maketitle\n{{\\sloppy {line}\\par}}\n"
