@@ -15,7 +15,8 @@ The pieces that turn the queries and keys (qk-norm, rotate) each make a new matr
 before (``turned_from``), both found by the recipe's order, not by spelling.
 
     flow     what a piece is (``Piece``), what passes through forward (``Flow``) and back (``Back``)
-    pieces   project, qk-norm, rotate, scores, relative-bias, and ``PIECES``: the recipe's order
+    pieces   project, qk-norm, rotate, scores, and ``PIECES``: the recipe's order
+    relative relative-bias: T5's positions, a bias of the scores by bucket of distance
     mixing   softcap, mask, softmax, weigh, concat, project-out: from the scores to the output
     here     the kind: the recipe run and recorded (``attend``), differentiated, checked by hand
 """
