@@ -1,6 +1,7 @@
 """``configs/gemma-style.yaml``: Gemma 3's conventions together on the toy — norms on both sides,
 the (1 + gamma) RMSNorm (QK-norm's too), embeddings scaled by √d_model, QK-norm per head, a score
-scale of its own, multi-query attention, GeGLU, a tied output layer — held against transformers'
+scale of its own, multi-query attention, GeGLU, a tied output layer, a sliding layer (window 3,
+θ 10,000) then a full one (θ 1,000,000) — held against transformers'
 own ``Gemma3ForCausalLM`` loaded with the same weights (``compare.gemma``): every stage it has a
 counterpart of and every gradient in float64, the logits in float32; then trained, it says its
 sentence back.
@@ -56,6 +57,24 @@ def test_the_config_is_gemma_3s_conventions() -> None:
         "both", "rmsnorm-plus-one", "head", "gated", "gelu-tanh",
     )  # fmt: skip
     assert m.scale_embeddings and m.tie_embeddings and m.kv_heads == 1 and m.score_divisor == 8.0
+    assert (m.layer_types, m.sliding_window, m.local_rope_theta, m.rope_theta) == (
+        ("sliding", "full"), 3, 10_000.0, 1_000_000.0,
+    )  # fmt: skip
+
+
+def test_each_layer_s_stage_says_its_kind_and_its_mask_shows_the_band() -> None:
+    trace = run_forward(GEMMA)
+    n = len(trace.target_tokens)
+    assert n == 7  # <start> the cat is sleeping comfortably <end>: longer than the window
+    below = np.tril(np.ones((n, n), dtype=bool))
+    within = below & ~np.tril(below, -3)  # j ≤ i and i − j < 3
+    for i, (kind, sees, theta) in enumerate([("sliding", within, 10_000), ("full", below, 1_000_000)]):
+        stage = trace[f"decoder.{i}.masked-attention"]
+        assert f"({kind}" in stage.title and f"Layer {i} is a {kind} layer" in stage.explanation
+        assert np.array_equal(stage["M"] == 0, sees) and np.all(np.isneginf(stage["M"][~sees]))
+        pos = np.arange(n)
+        assert np.max(np.abs(stage["cos"][:, 1] - np.cos(pos / np.sqrt(theta)))) <= 1e-15
+    assert np.isneginf(trace["decoder.0.masked-attention"]["M"][6, 0])  # the band cuts the corner
 
 
 def test_every_stage_equals_gemma3_in_float64(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,6 +119,35 @@ def test_every_stage_equals_gemma3_in_float64(monkeypatch: pytest.MonkeyPatch) -
             close(trace[f"decoder.{i}.residual-2"]["output"], out.hidden_states[i + 1][0], f"{i} stream")
     close(trace["decoder.final-norm"]["output"], seen["model.norm"][0], "final norm")
     close(trace["output.logits"]["logits"], out.logits[0], "logits", 1e-10)
+
+
+def test_the_comparison_sees_the_window_and_the_local_base(monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers' Gemma 3 built as the config says has a sliding layer 0 (window 3, θ 10,000)
+    and a full layer 1 (θ 1,000,000), and agrees with the toy; built with the global base in the
+    local layer, or with no window, its layer 0 differs from the toy far beyond the tolerance of
+    ``test_every_stage_equals_gemma3_in_float64``: that test would fail on either mistake."""
+    w = _trained_looking(GEMMA)
+    trace = run_forward(GEMMA, w)
+    ids = torch.tensor([list(trace.target_ids)])
+    m = GEMMA.model
+
+    def first_layer_gap(config: Config) -> float:
+        model = _gemma3(config, w, monkeypatch)
+        weights = exact_attention.attention_weights(model)
+        with torch.no_grad():
+            model(ids)
+        ours = np.stack([trace["decoder.0.masked-attention"][f"A{h}"] for h in range(1, m.num_heads + 1)])
+        return float(np.max(np.abs(ours - weights[0][0].numpy())))
+
+    hf = _gemma3(GEMMA, w, monkeypatch).config
+    assert hf.layer_types == ["sliding_attention", "full_attention"] and hf.sliding_window == 3
+    assert hf.rope_parameters["sliding_attention"]["rope_theta"] == 10_000
+    assert hf.rope_parameters["full_attention"]["rope_theta"] == 1_000_000
+    assert first_layer_gap(GEMMA) <= 1e-12
+    global_base = dataclasses.replace(m, local_rope_theta=None)
+    no_window = dataclasses.replace(m, layer_types=None, sliding_window=None, local_rope_theta=None)
+    for wrong in (global_base, no_window):
+        assert first_layer_gap(dataclasses.replace(GEMMA, model=wrong)) > 1e-4
 
 
 def test_every_gradient_equals_gemma3_autograd(monkeypatch: pytest.MonkeyPatch) -> None:
