@@ -210,3 +210,56 @@ def test_a_config_file_switches_it_on_and_refuses_other_values(tmp_path) -> None
     )
     with pytest.raises(WalkthroughError, match="qk_norm"):
         load_config(path)
+
+
+@pytest.mark.parametrize("qk_norm", ["head", "whole"])
+def test_under_gemma_s_rmsnorm_the_formula_says_one_plus_gamma(qk_norm: str, tmp_path) -> None:
+    """With ``norm: rmsnorm-plus-one`` QK-norm multiplies by 1 + gamma (gamma stored as the offset
+    from 1): the formula says so in the terminal, the report's MathML and the LaTeX article, and
+    that formula, computed by hand from the stage's stored gammas, is the stage's normed rows."""
+    from typer.testing import CliRunner
+
+    from transformer_walkthrough.cli import app
+
+    from .test_gemma_style import GEMMA_PATH
+
+    text = GEMMA_PATH.read_text(encoding="utf-8").replace("qk_norm: head", f"qk_norm: {qk_norm}")
+    path = tmp_path / "gemma-qk.yaml"
+    path.write_text(text, encoding="utf-8")
+    config = load_config(path)
+    assert config.model.qk_norm == qk_norm and config.model.norm == "rmsnorm-plus-one"
+    w = init_weights(config)
+    rng = np.random.default_rng(3)
+    for name in w:  # stored gammas away from 0, where 1 + gamma and gamma differ
+        if re.search(r"/gamma_[QK]$", name):
+            w[name][:] = rng.uniform(-0.5, 0.5, size=w[name].shape)
+    stage, eps = run_forward(config, w)[STAGE], config.model.layer_norm_eps
+    q = np.hstack([stage[f"Q{h}"] for h in range(1, 5)]) if qk_norm == "whole" else stage["Q2"]
+    by_formula = (1 + stage["gamma_Q"][0]) * q / np.sqrt((q * q).mean(axis=1, keepdims=True) + eps)
+    normed = by_formula[:, 4:8] if qk_norm == "whole" else by_formula  # head 2's columns
+    assert np.max(np.abs(stage["norm_Q2"] - normed)) <= 1e-15
+
+    runner, c = CliRunner(), str(path)
+    terminal = runner.invoke(app, ["step", "-c", c, "-s", STAGE], env={"COLUMNS": "160"})
+    assert terminal.exit_code == 0, terminal.output
+    h = "_h" if qk_norm == "head" else ""
+    assert f"norm_Q{h} = (1 + gamma_Q) ⊙ Q{h} / √(mean(Q{h}²) + eps)" in terminal.output
+    assert f"norm_K{'_g' if h else ''} = (1 + gamma_K) ⊙ K" in terminal.output
+    assert "= gamma_Q ⊙" not in terminal.output and "= gamma_K ⊙" not in terminal.output
+    assert "gamma_Q and gamma_K are stored as the offsets from 1 of the scales applied" in terminal.output
+
+    report, article = tmp_path / "report.html", tmp_path / "article.tex"
+    for out in (report, article):
+        written = runner.invoke(app, ["export", str(out), "-c", c, "-s", "masked-attention"])
+        assert written.exit_code == 0, written.output
+    page = report.read_text(encoding="utf-8")
+    for letter in "QK":
+        gamma = f"<msup><mi>γ</mi><mi>{letter}</mi></msup>"
+        assert f"<mo>=</mo><mo>(</mo><mn>1</mn><mo>+</mo>{gamma}<mo>)</mo><mo>⊙</mo>" in page
+        assert f"<mo>=</mo>{gamma}<mo>⊙</mo>" not in page
+    tex = article.read_text(encoding="utf-8")
+    assert r"(1 + \gamma^{Q}) \odot Q" in tex and r"(1 + \gamma^{K}) \odot K" in tex
+    assert r"= \gamma^{Q} \odot" not in tex and r"= \gamma^{K} \odot" not in tex
+    assert "stored as the offsets from 1 of the scales applied" in tex
+    lines = explain(run_forward(config, w), STAGE, "norm_Q2", "3,1")
+    assert "then scaled by 1 + gamma_Q" in " ".join(lines[:2])

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from .. import functional as F
-from ..formula import Line, Note, Term, call, formula, line, note, sqrt, sym
+from ..formula import Line, Note, Term, call, formula, line, note, num, sqrt, sym
 from ..trace import Stage, dims
 from .base import Arrays, Grads, Kind, Sizes, Spec, Step, StepOf, named, one, row, step, sum_step
 from .hand import Check, gap, mean_square_rows, rms_norm_by_hand, where_from
@@ -194,7 +194,9 @@ NORM_PIECES: dict[str, Norm] = {
         _rms_norm_plus_one_backward,
         rms_norm_by_hand,
         lambda x: [
-            line("output", "=", "(", "1", "+", "gamma", ")", "⊙", x, "/", sqrt(_mean_square(x), "+", "eps")),
+            line(
+                "output", "=", "(", num(1), "+", "gamma", ")", "⊙", x, "/", sqrt(_mean_square(x), "+", "eps")
+            ),
             note(
                 "(",
                 _mean_square(x),

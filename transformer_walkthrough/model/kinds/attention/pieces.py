@@ -289,17 +289,30 @@ class QKNorm(Piece):
 
     def formula(self, m: ModelConfig, at: At) -> list[Line | Note]:
         g = heads_letter(m)
+        # The weight as it multiplies: gamma, or under Gemma's RMSNorm 1 + gamma (gamma stored as the offset).
+        plus_one = bool(norm_of(m).offset)
+
+        def weight(gamma: str) -> list[Fm.Term | str]:
+            return ["(", Fm.num(1), "+", sym(gamma), ")"] if plus_one else [sym(gamma)]
+
+        offset = (
+            [note("(", sym("gamma_Q"), " and ", sym("gamma_K"), " are stored as the offsets from 1 of the "
+                  "scales applied, so zeros scale by 1: Gemma's RMSNorm)")]
+            if plus_one else []
+        )  # fmt: skip
         if m.qk_norm == "whole":
             return [
-                line(sym("norm_Q"), "=", sym("gamma_Q"), "⊙", sym("Q"), "/", sqrt(Fm.call("mean", [sym("Q", "", "2")]), "+", "eps"), ",  ",
-                     sym("norm_K"), "=", sym("gamma_K"), "⊙", sym("K"), "/", sqrt(Fm.call("mean", [sym("K", "", "2")]), "+", "eps")),
+                line(sym("norm_Q"), "=", *weight("gamma_Q"), "⊙", sym("Q"), "/", sqrt(Fm.call("mean", [sym("Q", "", "2")]), "+", "eps"), ",  ",
+                     sym("norm_K"), "=", *weight("gamma_K"), "⊙", sym("K"), "/", sqrt(Fm.call("mean", [sym("K", "", "2")]), "+", "eps")),
                 note("(QK-norm over the whole projection, OLMo 2: Q = concat(", sym("Q", 1), " … ", sym("Q", "h"),
                      "), every head's columns, normed as one row before the split; ", sym("norm_Q", "h"), " is head h's d_k columns of it)"),
+                *offset,
             ]  # fmt: skip
         return [
-            line(sym("norm_Q", "h"), "=", sym("gamma_Q"), "⊙", sym("Q", "h"), "/", sqrt(Fm.call("mean", [sym("Q", "h", "2")]), "+", "eps"), ",  ",
-                 sym("norm_K", g), "=", sym("gamma_K"), "⊙", sym("K", g), "/", sqrt(Fm.call("mean", [sym("K", g, "2")]), "+", "eps")),
+            line(sym("norm_Q", "h"), "=", *weight("gamma_Q"), "⊙", sym("Q", "h"), "/", sqrt(Fm.call("mean", [sym("Q", "h", "2")]), "+", "eps"), ",  ",
+                 sym("norm_K", g), "=", *weight("gamma_K"), "⊙", sym("K", g), "/", sqrt(Fm.call("mean", [sym("K", g, "2")]), "+", "eps")),
             note("(QK-norm: an RMSNorm of each row of each head's d_k columns; mean over the d_k columns)"),
+            *offset,
         ]  # fmt: skip
 
     @staticmethod
@@ -327,7 +340,7 @@ class QKNorm(Piece):
         )
         return [
             f"{c.name} is {x} with each row divided by the root mean square of {over}'s row, then scaled by "
-            f"gamma_{letter} {said}",
+            f"{'1 + ' if norm_of(m).offset else ''}gamma_{letter} {said}",
             f"  mean({over}[{c.i}]²) = ({c.sum_of([f'{c.operand(v)}²' for v in row_])}) / {d} = {c.r(mean_square)}",
             f"  √(mean + eps) = √({c.f(mean_square)} + {eps:g}) = {c.r(root)}",
             f"  {x}[{c.i}, {c.j}] / √(mean + eps) = {c.f(row_[at])} / {c.f(root)} = {c.r(row_[at] / root)}",
