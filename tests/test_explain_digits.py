@@ -83,7 +83,9 @@ def _lines(trace, grads, per_matrix: int = 3) -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("name", ["article", "bert-style", "llama-style", "gpt-style", "marian-style"])
+@pytest.mark.parametrize(
+    "name", ["article", "bert-style", "llama-style", "gpt-style", "marian-style", "gemma-style"]
+)
 def test_every_line_of_arithmetic_gives_its_printed_result(name: str) -> None:
     config = load_config(CONFIGS / f"{name}.yaml")
     w = init_weights(config)

@@ -20,6 +20,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
 
 from transformer_walkthrough.checkpoints.family import convert, map_rows, model_keys
 from transformer_walkthrough.checkpoints.gemma import GEMMA2_MAP, GEMMA_MAP
@@ -37,6 +38,7 @@ from transformer_walkthrough.views.explain import explain
 from transformer_walkthrough.views.figure import figure_lines
 
 from . import exact_gemma, exact_llama
+from .strategies import configs
 
 GEMMA_MODEL = dict(
     d_model=8, num_heads=4, num_kv_heads=2, head_dim=4, d_ff=16, num_encoder_layers=0, num_decoder_layers=2,
@@ -345,6 +347,43 @@ def test_embeddings_are_scaled_in_the_models_dtype_as_gemma_does() -> None:
     assert np.array_equal(stage["output"], E[ids] * np.float32(math.sqrt(12)))
     torch_scaled = torch.tensor(E[ids]) * torch.tensor(12**0.5).to(torch.float32)
     assert np.array_equal(stage["output"], torch_scaled.numpy())
+
+
+def test_explain_shows_the_multiplier_the_dtype_holds() -> None:
+    """In float32 the embedding is multiplied by √d_model rounded to float32 (Gemma's ``normalizer``):
+    explain prints that multiplier, says it is rounded, and its product is the cell; in float64
+    √d_model is the multiplier and nothing more is said."""
+    f32 = dataclasses.replace(GEMMA2, model=dataclasses.replace(GEMMA2.model, dtype="float32"))
+    trace = run_forward(f32)
+    lines = explain(trace, "decoder.embedding", "output", "2,3", digits=6)
+    rounded = float(torch.tensor(8**0.5).to(torch.float32))
+    assert rounded != math.sqrt(8)
+    e, value = (
+        float(trace["decoder.embedding"]["E"][trace.target_ids[2], 3]),
+        trace["decoder.embedding"]["output"][2, 3],
+    )
+    assert value == np.float32(e) * np.float32(rounded)
+    assert f"rounded to float32, {rounded:.10g}" in lines[-1] and f"√8 = {math.sqrt(8):.10g}" in lines[-1]
+    text = " ".join(lines)
+    assert f"√d_model = {rounded:.8f}: {value:.6f}" in text
+    in64 = explain(run_forward(GEMMA2), "decoder.embedding", "output", "2,3", digits=6)
+    assert not any("rounded" in line for line in in64) and f"√d_model = {math.sqrt(8):.8f}" in " ".join(in64)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs(heads=("per-position",), conventions=True))
+def test_any_conventions_scale_the_embeddings_in_float32_as_torch_does(config: Config) -> None:
+    """Whatever else the config switches, a float32 model's scaled token rows are bit-equal to
+    torch's E[ids] · √d_model held as a float32 tensor (Gemma's embedding)."""
+    model = dataclasses.replace(config.model, scale_embeddings=True, dtype="float32")
+    trace = run_forward(dataclasses.replace(config, model=model))
+    for stage in trace:
+        if stage.kind != "embedding":
+            continue
+        rows = stage["token"] if "token" in stage else stage["output"]
+        ids = list(trace.ids(stage.id))
+        theirs = torch.tensor(stage["E"][ids]) * torch.tensor(math.sqrt(model.d_model)).to(torch.float32)
+        assert rows.dtype == np.float32 and np.array_equal(rows, theirs.numpy()), stage.id
 
 
 def test_geglu_is_gated_gelu_tanh() -> None:

@@ -141,6 +141,28 @@ def test_the_map_shows_the_capped_output_layer() -> None:
     assert "linear+cap" not in figure_text(run_forward(LLAMA), "output.logits")
 
 
+def test_the_map_shows_each_capped_attention() -> None:
+    """Every attention whose scores are capped reads "+cap" on the map, self and cross, sliding and
+    full; without attention_softcap none does (the logits' cap alone marks only the output)."""
+    from transformer_walkthrough.config import Config, ModelConfig
+    from transformer_walkthrough.views.figure import figure_text
+
+    assert "[masked+cap]" in figure_text(run_forward(CAPPED), STAGE)
+    logits_only = dataclasses.replace(LLAMA, model=dataclasses.replace(LLAMA.model, logit_softcap=0.5))
+    assert "masked+cap" not in figure_text(run_forward(logits_only), STAGE)
+    both = Config(model=ModelConfig(attention_softcap=2.0))  # the article's encoder and decoder
+    text = figure_text(run_forward(both), "decoder.0.cross-attention")
+    assert "self+cap" in text and "masked+cap" in text and "[cross+cap]" in text and "linear+cap" not in text
+    pattern = dataclasses.replace(
+        LLAMA,
+        model=dataclasses.replace(
+            LLAMA.model, attention_softcap=1.0, layer_types=("sliding", "full"), sliding_window=2
+        ),
+    )
+    text = figure_text(run_forward(pattern), STAGE)
+    assert "[sliding+cap]" in text and "full+cap" in text
+
+
 def test_walkthrough_explain_writes_the_cap_s_gradient_with_its_numbers(tmp_path) -> None:
     """The command line, cell and gradient: dL/dS = dL/dcap_S·(1 − (cap_S / c)²), and dL/duncapped
     likewise through the logits' cap; each line's numbers are the recorded ones."""

@@ -202,6 +202,8 @@ def layer(side: str, i: int, m: ModelConfig) -> list[Block]:
         box = sub.box
         if sub.causal and m.layer_types is not None:  # the map says which kind of layer it is
             box = m.layer_types[i]  # "sliding" or "full"
+        if sub.keys is not None and m.attention_softcap is not None:  # its scores capped: as "linear+cap"
+            box += "+cap"
         own = Place(stage_id(side, sub.kind, i), sub.kind, box, side, i, tuple(reads), sub)
         out_norm = None
         if c.output_norm is not None:

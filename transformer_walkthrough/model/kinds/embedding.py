@@ -113,9 +113,19 @@ def explain_lookup(c: Cell, trace: Trace) -> list[str]:
     row = trace.ids(c.stage.id)[c.i]
     e = float(c.stage["E"][row, c.j])
     line = f"{c.name}[{c.i}, {c.j}] = E[{c.row!s} (row {row} of E), {c.j}] = {c.r(e)}"
-    if m.scale_embeddings:
-        line += f", times √d_model = {c.f(math.sqrt(m.d_model))}: {c.r(c.value)}"
-    return [f"The token {c.row!r} looks up its row of the embedding table E.", line]
+    said = [f"The token {c.row!r} looks up its row of the embedding table E.", line]
+    if not m.scale_embeddings:
+        return said
+    root = math.sqrt(m.d_model)
+    dtype = c.stage["E"].dtype
+    rounded = float(np.asarray(root, dtype=dtype))  # the multiplier as the model's dtype holds it (Gemma's)
+    said[1] += f", times √d_model = {c.f(rounded)}: {c.r(c.value)}"
+    if rounded != root:
+        said.append(
+            f"  (√{m.d_model} = {root:.10g} rounded to {dtype.name}, {rounded:.10g}: the model multiplies "
+            f"in its own dtype, as Gemma's normalizer does)"
+        )
+    return said
 
 
 def explain_segment(c: Cell, trace: Trace) -> list[str]:
