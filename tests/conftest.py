@@ -114,12 +114,13 @@ def llama_family(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def gemma_family(tmp_path_factory):
-    """Tiny trained Gemma and OLMo 2 checkpoints (tests/tiny_gemma.py), by name."""
+    """Tiny trained Gemma, Gemma 2, Gemma 3 and OLMo 2 checkpoints (tests/tiny_gemma.py), by name."""
     pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
     from tests.tiny_gemma import MODELS, build
 
-    root = tmp_path_factory.mktemp("gemma")
-    return {name: build(root, name) for name in MODELS}
+    return built_once(
+        run_folder(tmp_path_factory), "gemma", lambda root: {name: build(root, name) for name in MODELS}
+    )
 
 
 @pytest.fixture(scope="session")

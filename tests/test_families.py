@@ -22,7 +22,7 @@ MODEL = {
 def test_one_record_per_model_type_in_the_order_messages_list_them():
     assert [f.model_type for f in FAMILIES] == [
         "marian", "gpt2", "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
-        "gemma", "olmo2", "bert", "roberta", "distilbert", "t5",
+        "gemma", "gemma2", "gemma3_text", "olmo2", "bert", "roberta", "distilbert", "t5",
     ]  # fmt: skip
     assert [f.model_type for f in FAMILIES if f.encoder_decoder] == ["marian", "t5"]
 

@@ -43,7 +43,7 @@ from .bpe import BPETokenizer
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
 from .family import Block, Family, Param, Tensor, check_finite, convert, find, first_tensor, with_defaults
-from .gemma import GEMMA_MAP, OLMO2_MAP
+from .gemma import GEMMA2_MAP, GEMMA3_MAP, GEMMA_MAP, OLMO2_MAP
 from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
 from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
 
@@ -273,6 +273,7 @@ def _model(config: dict[str, Any]) -> dict[str, Any]:
         "output_bias": False,
         "scale_embeddings": False,
         **_experts(config),
+        **config["layers"],
         **config["family"].conventions,
     }  # fmt: skip
 
@@ -351,6 +352,9 @@ def read_config(folder: Path) -> dict[str, Any]:
         "bos_token_id",
         "pad_token_id",
         "sliding_window",
+        "layer_types",  # Gemma 2 and 3: null, the pattern of sliding_window_pattern
+        "attn_logit_softcapping",  # null: no cap
+        "final_logit_softcapping",
     }
     config = with_defaults(record, raw, keep_none)
     config["family"] = record
@@ -384,10 +388,13 @@ def read_config(folder: Path) -> dict[str, Any]:
         )
     if family == "gemma" and config["hidden_act"] == "gelu":  # as transformers reads Gemma's legacy value
         config["hidden_act"] = "gelu_pytorch_tanh"
-    mlp, acts = ("GeGLU", ("gelu_pytorch_tanh",)) if family == "gemma" else ("SwiGLU", ("silu", "swish"))
+    act = "hidden_activation" if family in LAYERED else "hidden_act"  # the key Gemma 2 and 3's MLP reads
+    config["hidden_act"] = config[act]
+    gemma = family in ("gemma", *LAYERED)
+    mlp, acts = ("GeGLU", ("gelu_pytorch_tanh",)) if gemma else ("SwiGLU", ("silu", "swish"))
     if config["hidden_act"] not in acts:  # a list is not hashable: `in` on a tuple is safe
         raise CheckpointError(
-            f"{path}: hidden_act is {shown(config['hidden_act'])}; the family's MLP is {mlp} ({acts[0]})"
+            f"{path}: {act} is {shown(config['hidden_act'])}; the family's MLP is {mlp} ({acts[0]})"
         )
     for key in ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window"):
         if type(config[key]) is not bool:
@@ -401,7 +408,8 @@ def read_config(folder: Path) -> dict[str, Any]:
         if config[key] is not None and (type(config[key]) is not int or config[key] < 0):
             raise CheckpointError(f"{path}: {key} is {shown(config[key])}, not a token id")
     config["eos_token_id"] = _eos(config["eos_token_id"], path)
-    config["rope"] = _rope(raw, config, path)
+    config["rope"] = _rope(raw, config, path) if family != "gemma3_text" else _layer_rope(raw, config, path)
+    config["layers"] = _layers(config, raw, path) if family in LAYERED else {}
     config["window"] = _window(family, config, path)
     config["biases"] = "qkv" if family == "qwen2" else config["attention_bias"]
     if family == "qwen2_moe":  # Q, K, V biases when qkv_bias says (by default)
@@ -414,7 +422,7 @@ def read_config(folder: Path) -> dict[str, Any]:
         )
     if family != "llama" and config["mlp_bias"]:
         raise CheckpointError(f"{path}: mlp_bias is true; {family}'s MLP has no biases")
-    if family in ("mistral", "gemma", "olmo2") and config["attention_bias"]:
+    if family in ("mistral", "gemma", *LAYERED, "olmo2") and config["attention_bias"]:
         raise CheckpointError(f"{path}: attention_bias is true; {record.name}'s attention has no biases")
     if family in MOE_TYPES:
         _check_experts(config, path)
@@ -481,13 +489,14 @@ def _eos(value: Any, path: Path) -> int | tuple[int, ...] | None:
     return tuple(ids) if isinstance(value, list) else value
 
 
-def _rope(raw: dict[str, Any], config: dict[str, Any], path: Path) -> dict[str, Any]:
+def _rope(raw: dict[str, Any], config: dict[str, Any], path: Path, name: str | None = None) -> dict[str, Any]:
     """The rotary parameters as transformers 5 standardises them (``convert_rope_params_to_dict``):
     ``rope_scaling`` (older files) or ``rope_parameters``, its ``type`` or ``rope_type`` (default
     "default"), its ``rope_theta`` or the top-level one (default 10,000); llama3's
-    ``original_max_position_embeddings`` defaults to max_position_embeddings."""
+    ``original_max_position_embeddings`` defaults to max_position_embeddings. ``name``: the key a
+    refusal names, when not the file's own (Gemma 3's ``rope_parameters.full_attention``)."""
     given = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
-    key = "rope_scaling" if raw.get("rope_scaling") else "rope_parameters"
+    key = name or ("rope_scaling" if raw.get("rope_scaling") else "rope_parameters")
     if not isinstance(given, dict):
         raise CheckpointError(f"{path}: {key} is {shown(given)}, not an object")
     rope = dict(given)
@@ -520,6 +529,89 @@ def _rope(raw: dict[str, Any], config: dict[str, Any], path: Path) -> dict[str, 
     return rope
 
 
+# Gemma 2 and 3: sliding and full layers in a pattern, and the keys of their attention and logits.
+LAYERED = ("gemma2", "gemma3_text")
+LAYER_KINDS = {"sliding_attention": "sliding", "full_attention": "full"}  # transformers' -> ours
+CAPS = {"attn_logit_softcapping": "attention_softcap", "final_logit_softcapping": "logit_softcap"}
+
+
+def _layer_rope(raw: dict[str, Any], config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Gemma 3's rotary parameters, one set per kind of layer, as transformers 5 standardises them
+    (``Gemma3TextConfig.convert_rope_params_to_dict``): ``rope_parameters`` of ``full_attention``
+    and ``sliding_attention``, or (older files) ``rope_theta`` (default 1,000,000) and
+    ``rope_scaling`` for the full layers, ``rope_local_base_freq`` (default 10,000) for the sliding
+    ones. The full layers' are returned (scaled as any model's may be: Gemma 3 1B's linear factor
+    8), with ``local_theta``, the sliding layers' base: never scaled here."""
+    given = raw.get("rope_parameters") or {}
+    if not isinstance(given, dict) or any(k not in LAYER_KINDS for k in given):
+        raise CheckpointError(
+            f"{path}: rope_parameters is {shown(given)}: Gemma 3's has one object per kind of layer "
+            "(full_attention, sliding_attention)"
+        )
+    full, local = given.get("full_attention") or {}, given.get("sliding_attention") or {}
+    for key, part in (("full_attention", full), ("sliding_attention", local)):
+        if not isinstance(part, dict):
+            raise CheckpointError(f"{path}: rope_parameters.{key} is {shown(part)}, not an object")
+    scaling = raw.get("rope_scaling") or {}
+    if not isinstance(scaling, dict):
+        raise CheckpointError(f"{path}: rope_scaling is {shown(scaling)}, not an object")
+    full = {**full, **scaling, "rope_theta": full.get("rope_theta", raw.get("rope_theta", 1_000_000.0))}
+    rope = _rope({"rope_parameters": full}, config, path, "rope_parameters.full_attention")
+    kind = local.get("rope_type", local.get("type", "default"))
+    if kind != "default":
+        raise CheckpointError(
+            f"{path}: rope_parameters.sliding_attention's rope type is {shown(kind)}: the sliding layers "
+            "turn by their own base, unscaled (default)"
+        )
+    theta = local.get("rope_theta", raw.get("rope_local_base_freq", 10_000.0))
+    if _number(theta, "rope_parameters.sliding_attention.rope_theta", path) <= 1:
+        raise CheckpointError(
+            f"{path}: rope_parameters.sliding_attention.rope_theta is {shown(theta)}, not more than 1"
+        )
+    return {**rope, "local_theta": float(theta)}
+
+
+def _layers(config: dict[str, Any], raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """ModelConfig's keys of Gemma 2 and 3's attention and logits: each layer's kind
+    (``layer_types``; older files: Gemma 2 alternates sliding and full, Gemma 3 has every
+    ``sliding_window_pattern``-th layer full, 6 by default), the score scale
+    (``query_pre_attn_scalar``), the soft caps of the scores and of the logits (null: none), and
+    Gemma 3's rotary base of its sliding layers."""
+    n = config["num_hidden_layers"]
+    types = config["layer_types"]
+    if types is None:
+        every = 2 if config["model_type"] == "gemma2" else raw.get("sliding_window_pattern", 6)
+        if type(every) is not int or every < 1:
+            raise CheckpointError(f"{path}: sliding_window_pattern is {shown(every)}, not a positive integer")
+        types = ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(n)]
+    if not isinstance(types, list):
+        raise CheckpointError(f"{path}: layer_types is {shown(types)}, not a list")
+    if len(types) != n:
+        raise CheckpointError(
+            f"{path}: layer_types has {len(types)} entries for num_hidden_layers {n}: one per layer"
+        )
+    for i, kind in enumerate(types):
+        if not isinstance(kind, str) or kind not in LAYER_KINDS:
+            raise CheckpointError(
+                f"{path}: layer_types[{i}] is {shown(kind)}; supported: {', '.join(LAYER_KINDS)}"
+            )
+    if config["use_bidirectional_attention"]:
+        raise CheckpointError(
+            f"{path}: use_bidirectional_attention is {shown(config['use_bidirectional_attention'])}: "
+            "only causal (decoder) attention is read"
+        )
+    caps = {}  # c·tanh(s / c) of the scores and of the logits; null: none
+    for key, ours in CAPS.items():
+        caps[ours] = None if config[key] is None else _number(config[key], key, path)
+    rope = config["rope"]
+    return {
+        "layer_types": tuple(LAYER_KINDS[kind] for kind in types),
+        "score_scale": _number(config["query_pre_attn_scalar"], "query_pre_attn_scalar", path),
+        **caps,
+        **({"local_rope_theta": rope["local_theta"]} if "local_theta" in rope else {}),
+    }
+
+
 def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
     """The sliding window every layer uses, or None: Mistral's ``sliding_window``; Qwen2 uses one
     only with ``use_sliding_window``, on some layers (refused: one window for all layers here)."""
@@ -533,6 +625,15 @@ def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
     if family in ("llama", "gemma", "olmo2"):
         return None
     window = config["sliding_window"]
+    if family in LAYERED:  # the window of the sliding layers of layer_types, however long
+        if "sliding" not in config["layers"]["layer_types"]:
+            return None
+        if type(window) is not int or window < 1:
+            raise CheckpointError(
+                f"{path}: sliding_window is {shown(window)}, but layer_types has sliding layers: "
+                "it must be a positive integer"
+            )
+        return window
     if window is not None and (type(window) is not int or window < 1):
         raise CheckpointError(f"{path}: sliding_window is {shown(window)}, not a positive integer or null")
     if window is not None and window >= config["max_position_embeddings"]:
@@ -671,6 +772,31 @@ GEMMA = dataclasses.replace(
     },
     conventions={"norm": "rmsnorm-plus-one", "scale_embeddings": True},
 )  # fmt: skip
+# Gemma 2: Gemma's layer with a norm on both sides of each sublayer, sliding and full layers
+# alternating, the scores divided by √query_pre_attn_scalar and soft-capped at 50, the logits at 30
+# (transformers 5's Gemma2Config).
+_GEMMA2_DEFAULTS = {
+    **GEMMA.defaults, "vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
+    "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256, "sliding_window": 4096,
+    "layer_types": None, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+    "use_bidirectional_attention": None,
+}  # fmt: skip
+GEMMA2 = dataclasses.replace(
+    GEMMA, model_type="gemma2", name="Gemma 2", transformers="Gemma2ForCausalLM", name_map=GEMMA2_MAP,
+    defaults=_GEMMA2_DEFAULTS,
+    conventions={"norm": "rmsnorm-plus-one", "scale_embeddings": True, "norm_placement": "both"},
+)  # fmt: skip
+# Gemma 3 (text: Gemma3ForCausalLM, 270M and 1B): Gemma 2's layer with each head's queries and keys
+# normed, five sliding layers to a full one, two rotary bases, no soft caps (Gemma3TextConfig).
+GEMMA3_TEXT = dataclasses.replace(
+    GEMMA2, model_type="gemma3_text", name="Gemma 3", transformers="Gemma3ForCausalLM", name_map=GEMMA3_MAP,
+    defaults={
+        **_GEMMA2_DEFAULTS, "vocab_size": 262208, "max_position_embeddings": 131072,
+        "attn_logit_softcapping": None, "final_logit_softcapping": None, "use_bidirectional_attention": False,
+    },
+    conventions={**GEMMA2.conventions, "qk_norm": "head"},
+)  # fmt: skip
 # OLMo 2: a norm on each sublayer's output only, and QK-norm over the whole projection.
 OLMO2 = dataclasses.replace(
     LLAMA, model_type="olmo2", name="OLMo 2", transformers="Olmo2ForCausalLM", name_map=OLMO2_MAP,
@@ -692,4 +818,4 @@ FAMILIES = (
     QWEN3_MOE,
     OLMOE,
 )  # one module of transformers each
-READ = (*FAMILIES, GEMMA, OLMO2)  # every model_type this converter reads
+READ = (*FAMILIES, GEMMA, GEMMA2, GEMMA3_TEXT, OLMO2)  # every model_type this converter reads
