@@ -18,8 +18,11 @@ import transformers
 from typer.testing import CliRunner
 
 from transformer_walkthrough.checkpoints.checkpoint import load_checkpoint
-from transformer_walkthrough.checkpoints.run import MAX_TRANSLATION, translate, walk
+from transformer_walkthrough.checkpoints.run import MAX_TRANSLATION, load, translate, walk
 from transformer_walkthrough.cli import app
+from transformer_walkthrough.model import generation, transformer
+from transformer_walkthrough.model.generation import compare, generate_cached
+from transformer_walkthrough.model.kinds.attention.pieces import Project
 
 from . import exact_t5
 from .tiny_t5 import MODELS, SENTENCES
@@ -86,10 +89,40 @@ def test_float32_equals_transformers_as_shipped(t5_family, name: str) -> None:
 @pytest.mark.parametrize("name", MODELS)
 def test_greedy_generation_equals_generate(t5_family, name: str) -> None:
     folder, model = t5_family[name]
-    ours = translate(str(folder), SOURCE, dtype="float64", max_len=10)
-    ids = torch.tensor([list(ours.teacher_forced.source_ids)])
-    theirs = model.generate(ids, do_sample=False, num_beams=1, max_new_tokens=10)[0].tolist()
-    assert ours.ids[: len(theirs)] == theirs and theirs[0] == 0
+    for source in (SOURCE, *SENTENCES[1:4]):
+        ours = translate(str(folder), source, dtype="float64", max_len=20)
+        assert all(len(s.ids) == 1 for s in ours.steps)  # the decoder is fed one token a step: the cache
+        ids = torch.tensor([list(ours.teacher_forced.source_ids)])
+        theirs = model.generate(ids, do_sample=False, num_beams=1, max_new_tokens=20)[0].tolist()
+        assert ours.ids[: len(theirs)] == theirs and theirs[0] == 0, source
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_cached_step_equals_the_full_pass(
+    monkeypatch: pytest.MonkeyPatch, t5_family, name: str
+) -> None:
+    """Step t's queries, keys, values, masked and cross attention weights and logits are row t of one
+    teacher-forced pass over everything fed; the encoder and the cross-attention's keys and values
+    are computed once, not at every step."""
+    loaded = load(str(t5_family[name][0]), SOURCE, "float64")
+    calls = {"encoder": 0, "memory": 0}
+    encode, memory_keys = transformer.encode, Project.memory_keys
+
+    def counted(what, f):
+        def call(*args):
+            calls[what] += 1
+            return f(*args)
+
+        return call
+
+    monkeypatch.setattr(generation, "encode", counted("encoder", encode))
+    monkeypatch.setattr(Project, "memory_keys", staticmethod(counted("memory", memory_keys)))
+    steps = generate_cached(loaded.config, loaded.weights, [0], 12, source_ids=loaded.ids)
+    assert len(steps) == 12 and [len(s.ids) for s in steps] == [1] * 12  # no eos_id: all 12 steps
+    assert calls == {"encoder": 1, "memory": loaded.config.model.num_decoder_layers}
+    assert steps[-1].cache_rows == 12 and steps[-1].layers[0].cross.shape == (2, 1, len(loaded.ids))
+    monkeypatch.undo()
+    assert max(compare(loaded.config, loaded.weights, steps, loaded.ids)) <= 1e-12
 
 
 def test_the_relative_bias_tables_are_the_first_layers(t5_family) -> None:
