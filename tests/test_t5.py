@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -189,6 +190,65 @@ def _without_first_bias(folder) -> None:
 )  # fmt: skip
 def test_bad_checkpoints_are_one_line_and_exit_2(t5_family, tmp_path, change, message: str) -> None:
     folder = _broken(t5_family, tmp_path, change)
+    result = CliRunner().invoke(app, ["run", "--model", folder, "--source", "the cat"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("layout", ["spiece.model (nmt_nfkc)", "tokenizer.json alone"])
+def test_t5s_normalisation_equals_autotokenizer(t5_tokenizers, layout: str) -> None:
+    """T5's real rule, nmt_nfkc (NFKC, whitespace collapsed, leading and trailing spaces dropped):
+    SentencePiece's own on spiece.model, the ``tokenizers`` library's on tokenizer.json's charsmap,
+    against ``AutoTokenizer`` (which reads tokenizer.json) on accents, digits, full-width forms,
+    extra spaces, tabs, unknown characters and special tokens."""
+    from transformer_walkthrough.checkpoints.tokenizer import T5Tokenizer
+
+    from .tiny_t5 import NORMALISED
+
+    folder = t5_tokenizers[0] if layout.startswith("spiece") else t5_tokenizers[1]
+    ours = T5Tokenizer(folder, size=80)
+    assert ours.file.name == layout.split()[0]
+    theirs = transformers.AutoTokenizer.from_pretrained(folder)
+    for text in NORMALISED:
+        ids = theirs(text)["input_ids"]
+        assert ours.encode_source(text) == ids, text
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True), text
+    # the normalisation is at work: full-width digits are digits, spaces collapse
+    assert ours.encode_source("２０２６") == ours.encode_source("2026")
+    assert ours.encode_source("  the   cat ") == ours.encode_source("the cat")
+
+
+def test_a_checkpoint_with_tokenizer_json_alone_runs(t5_family, tmp_path) -> None:
+    folder = tmp_path / "json-only"
+    shutil.copytree(t5_family["flan-t5"][0], folder)
+    (folder / "spiece.model").unlink()
+    assert load_checkpoint(str(folder)).tokenizer.file.name == "tokenizer.json"
+    ours = translate(str(folder), SOURCE, dtype="float64", max_len=8)
+    assert ours.ids == translate(str(t5_family["flan-t5"][0]), SOURCE, dtype="float64", max_len=8).ids
+
+
+def _json(folder, change) -> None:
+    data = json.loads((folder / "tokenizer.json").read_text())
+    change(data)
+    (folder / "tokenizer.json").write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["model"].update(type="BPE", vocab={"a": 0}, merges=[]),
+         "model.type is 'BPE', not a model this family's tokenizer has (Unigram)"),
+        (lambda d: d.update(normalizer={"type": "Precompiled", "precompiled_charsmap": "AAAAQA=="}),
+         "claims a trie of 1,073,741,824 bytes in a charsmap of 4"),
+        (lambda d: d.update(normalizer={"type": "Replace", "pattern": {"Regex": "(a+)+$"}, "content": "b"}),
+         "normalizer.pattern"),
+        (lambda d: d["model"]["vocab"].__setitem__(3, ["x", float("nan")]), "model.vocab[3]"),
+    ],
+)  # fmt: skip
+def test_a_bad_tokenizer_json_is_one_line(t5_family, tmp_path, change, message: str) -> None:
+    folder = _broken(t5_family, tmp_path, lambda f: (f / "spiece.model").unlink())
+    _json(Path(folder), change)
     result = CliRunner().invoke(app, ["run", "--model", folder, "--source", "the cat"])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
