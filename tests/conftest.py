@@ -155,7 +155,7 @@ def moe_family(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def t5_tokenizers(tmp_path_factory):
-    """(spiece.model under nmt_nfkc with the hub's tokenizer.json, that tokenizer.json alone):
+    """Folders of T5 tokenizers under nmt_nfkc, by layout (spiece.model, tokenizer.json, converted):
     tests/tiny_t5.py's ``nfkc_tokenizer``."""
     pytest.importorskip("transformers")
     from tests.tiny_t5 import nfkc_tokenizer

@@ -147,14 +147,25 @@ def precompiled_charsmap(model: Path) -> bytes:
     return next(v for n, v in _fields(spec) if n == 2)
 
 
-def nfkc_tokenizer(root: Path) -> tuple[Path, Path]:
-    """(a folder with spiece.model trained under nmt_nfkc and the hub's tokenizer.json for it,
-    a folder with that tokenizer.json alone): tokenizer_config.json in both."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+def nfkc_tokenizer(root: Path) -> dict[str, Path]:
+    """Folders by layout, tokenizer_config.json in each: "spiece.model", trained under nmt_nfkc, with
+    the hub's tokenizer.json for it; "tokenizer.json", that file alone; "converted", the file alone
+    as transformers' SentencePiece converter writes it today (the charsmap, then Strip and Replace
+    of `` {2,}``, a Metaspace pre-tokenizer without WhitespaceSplit)."""
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+    )
 
-    both, alone = root / "nfkc", root / "json-only"
-    both.mkdir()
-    alone.mkdir()
+    both, alone, converted = root / "nfkc", root / "json-only", root / "converted"
+    for folder in (both, alone, converted):
+        folder.mkdir()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(TEXT * 4), model_prefix=str(both / "spiece"), vocab_size=64,
         model_type="unigram", character_coverage=1.0, hard_vocab_limit=False, minloglevel=2,
@@ -175,9 +186,15 @@ def nfkc_tokenizer(root: Path) -> tuple[Path, Path]:
     )
     specials = ["<pad>", "</s>", "<unk>", *(f"<extra_id_{k}>" for k in range(EXTRA))]
     tok.add_special_tokens([AddedToken(t, normalized=False) for t in specials])
-    for folder in (both, alone):
-        tok.save(str(folder / "tokenizer.json"))
+    tok.save(str(both / "tokenizer.json"))
+    tok.save(str(alone / "tokenizer.json"))
+    tok.normalizer = normalizers.Sequence([
+        tok.normalizer, normalizers.Strip(left=False, right=True), normalizers.Replace(Regex(" {2,}"), "▁")
+    ])  # fmt: skip
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.save(str(converted / "tokenizer.json"))
+    for folder in (both, alone, converted):
         (folder / "tokenizer_config.json").write_text(
             json.dumps({"tokenizer_class": "T5Tokenizer", "extra_ids": EXTRA})
         )
-    return both, alone
+    return {"spiece.model": both, "tokenizer.json": alone, "converted": converted}

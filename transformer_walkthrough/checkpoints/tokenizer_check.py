@@ -282,7 +282,7 @@ ALLOWED: dict[str, dict[str, dict[str, Check]]] = {
         "Replace": {**REPLACE, "pattern": known_regex},
         "Prepend": {"prepend": text(1, MAX_SHORT)},
         "Precompiled": {"precompiled_charsmap": charsmap},
-        "Strip": {"left": boolean, "right": boolean},
+        "Strip": {"strip_left": boolean, "strip_right": boolean},
         "Sequence": {"normalizers": sequence("normalizer")},
     },
     "pre_tokenizer": {
