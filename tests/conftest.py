@@ -152,3 +152,13 @@ def moe_family(tmp_path_factory):
     return built_once(
         run_folder(tmp_path_factory), "moe", lambda root: {name: build(root, name) for name in MODELS}
     )
+
+
+@pytest.fixture(scope="session")
+def t5_tokenizers(tmp_path_factory):
+    """Folders of T5 tokenizers under nmt_nfkc, by layout (spiece.model, tokenizer.json, converted):
+    tests/tiny_t5.py's ``nfkc_tokenizer``."""
+    pytest.importorskip("transformers")
+    from tests.tiny_t5 import nfkc_tokenizer
+
+    return nfkc_tokenizer(tmp_path_factory.mktemp("t5-tokenizers"))

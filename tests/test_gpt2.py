@@ -326,8 +326,11 @@ def test_generation_refuses_what_it_cannot_do(gpt2):
     _, config, w = _ours(gpt2[0]["saved"])
     toy = Config()
     with pytest.raises(WalkthroughError) as err:
-        generate_cached(toy, init_weights(toy), [0], 3)
-    assert "decoder-only" in _one_line(err)
+        generate_cached(toy, init_weights(toy), [0], 3)  # an encoder–decoder model reads a source
+    assert "an encoder–decoder model needs 1 or more" in _one_line(err)
+    with pytest.raises(WalkthroughError) as err:
+        generate_cached(config, w, [0], 3, source_ids=[1, 2])
+    assert "a decoder-only model has no encoder to feed" in _one_line(err)
     with pytest.raises(WalkthroughError) as err:
         generate_cached(config, w, [0] * 62, 5)
     assert "need 66 positions; the model has 64" in _one_line(err)

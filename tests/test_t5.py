@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +19,11 @@ import transformers
 from typer.testing import CliRunner
 
 from transformer_walkthrough.checkpoints.checkpoint import load_checkpoint
-from transformer_walkthrough.checkpoints.run import MAX_TRANSLATION, translate, walk
+from transformer_walkthrough.checkpoints.run import MAX_TRANSLATION, load, translate, walk
 from transformer_walkthrough.cli import app
+from transformer_walkthrough.model import generation, transformer
+from transformer_walkthrough.model.generation import compare, generate_cached
+from transformer_walkthrough.model.kinds.attention.pieces import Project
 
 from . import exact_t5
 from .tiny_t5 import MODELS, SENTENCES
@@ -86,10 +90,40 @@ def test_float32_equals_transformers_as_shipped(t5_family, name: str) -> None:
 @pytest.mark.parametrize("name", MODELS)
 def test_greedy_generation_equals_generate(t5_family, name: str) -> None:
     folder, model = t5_family[name]
-    ours = translate(str(folder), SOURCE, dtype="float64", max_len=10)
-    ids = torch.tensor([list(ours.teacher_forced.source_ids)])
-    theirs = model.generate(ids, do_sample=False, num_beams=1, max_new_tokens=10)[0].tolist()
-    assert ours.ids[: len(theirs)] == theirs and theirs[0] == 0
+    for source in (SOURCE, *SENTENCES[1:4]):
+        ours = translate(str(folder), source, dtype="float64", max_len=20)
+        assert all(len(s.ids) == 1 for s in ours.steps)  # the decoder is fed one token a step: the cache
+        ids = torch.tensor([list(ours.teacher_forced.source_ids)])
+        theirs = model.generate(ids, do_sample=False, num_beams=1, max_new_tokens=20)[0].tolist()
+        assert ours.ids[: len(theirs)] == theirs and theirs[0] == 0, source
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_cached_step_equals_the_full_pass(
+    monkeypatch: pytest.MonkeyPatch, t5_family, name: str
+) -> None:
+    """Step t's queries, keys, values, masked and cross attention weights and logits are row t of one
+    teacher-forced pass over everything fed; the encoder and the cross-attention's keys and values
+    are computed once, not at every step."""
+    loaded = load(str(t5_family[name][0]), SOURCE, "float64")
+    calls = {"encoder": 0, "memory": 0}
+    encode, memory_keys = transformer.encode, Project.memory_keys
+
+    def counted(what, f):
+        def call(*args):
+            calls[what] += 1
+            return f(*args)
+
+        return call
+
+    monkeypatch.setattr(generation, "encode", counted("encoder", encode))
+    monkeypatch.setattr(Project, "memory_keys", staticmethod(counted("memory", memory_keys)))
+    steps = generate_cached(loaded.config, loaded.weights, [0], 12, source_ids=loaded.ids)
+    assert len(steps) == 12 and [len(s.ids) for s in steps] == [1] * 12  # no eos_id: all 12 steps
+    assert calls == {"encoder": 1, "memory": loaded.config.model.num_decoder_layers}
+    assert steps[-1].cache_rows == 12 and steps[-1].layers[0].cross.shape == (2, 1, len(loaded.ids))
+    monkeypatch.undo()
+    assert max(compare(loaded.config, loaded.weights, steps, loaded.ids)) <= 1e-12
 
 
 def test_the_relative_bias_tables_are_the_first_layers(t5_family) -> None:
@@ -156,6 +190,65 @@ def _without_first_bias(folder) -> None:
 )  # fmt: skip
 def test_bad_checkpoints_are_one_line_and_exit_2(t5_family, tmp_path, change, message: str) -> None:
     folder = _broken(t5_family, tmp_path, change)
+    result = CliRunner().invoke(app, ["run", "--model", folder, "--source", "the cat"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("layout", ["spiece.model", "tokenizer.json", "converted"])
+def test_t5s_normalisation_equals_autotokenizer(t5_tokenizers, layout: str) -> None:
+    """T5's real rule, nmt_nfkc (NFKC, whitespace collapsed, leading and trailing spaces dropped):
+    SentencePiece's own on spiece.model, the ``tokenizers`` library's on tokenizer.json's charsmap,
+    against ``AutoTokenizer`` (which reads tokenizer.json) on accents, digits, full-width forms,
+    extra spaces, tabs, unknown characters and special tokens."""
+    from transformer_walkthrough.checkpoints.tokenizer import T5Tokenizer
+
+    from .tiny_t5 import NORMALISED
+
+    folder = t5_tokenizers[layout]
+    ours = T5Tokenizer(folder, size=80)
+    assert ours.file.name == ("spiece.model" if layout == "spiece.model" else "tokenizer.json")
+    theirs = transformers.AutoTokenizer.from_pretrained(folder)
+    for text in NORMALISED:
+        ids = theirs(text)["input_ids"]
+        assert ours.encode_source(text) == ids, text
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True), text
+    # the normalisation is at work: full-width digits are digits, spaces collapse
+    assert ours.encode_source("２０２６") == ours.encode_source("2026")
+    assert ours.encode_source("  the   cat ") == ours.encode_source("the cat")
+
+
+def test_a_checkpoint_with_tokenizer_json_alone_runs(t5_family, tmp_path) -> None:
+    folder = tmp_path / "json-only"
+    shutil.copytree(t5_family["flan-t5"][0], folder)
+    (folder / "spiece.model").unlink()
+    assert load_checkpoint(str(folder)).tokenizer.file.name == "tokenizer.json"
+    ours = translate(str(folder), SOURCE, dtype="float64", max_len=8)
+    assert ours.ids == translate(str(t5_family["flan-t5"][0]), SOURCE, dtype="float64", max_len=8).ids
+
+
+def _json(folder, change) -> None:
+    data = json.loads((folder / "tokenizer.json").read_text())
+    change(data)
+    (folder / "tokenizer.json").write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["model"].update(type="BPE", vocab={"a": 0}, merges=[]),
+         "model.type is 'BPE', not a model this family's tokenizer has (Unigram)"),
+        (lambda d: d.update(normalizer={"type": "Precompiled", "precompiled_charsmap": "AAAAQA=="}),
+         "claims a trie of 1,073,741,824 bytes in a charsmap of 4"),
+        (lambda d: d.update(normalizer={"type": "Replace", "pattern": {"Regex": "(a+)+$"}, "content": "b"}),
+         "normalizer.pattern"),
+        (lambda d: d["model"]["vocab"].__setitem__(3, ["x", float("nan")]), "model.vocab[3]"),
+    ],
+)  # fmt: skip
+def test_a_bad_tokenizer_json_is_one_line(t5_family, tmp_path, change, message: str) -> None:
+    folder = _broken(t5_family, tmp_path, lambda f: (f / "spiece.model").unlink())
+    _json(Path(folder), change)
     result = CliRunner().invoke(app, ["run", "--model", folder, "--source", "the cat"])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()

@@ -289,6 +289,16 @@ def test_the_cached_generation_gives_each_new_token_its_causal_buckets() -> None
     assert max(compare(config, w, steps)) <= 1e-12
 
 
+def test_the_encoder_decoder_generates_with_its_cache_as_the_full_pass() -> None:
+    """The encoder once, the decoder one token a step: each new query reads the causal buckets of its
+    distance to every cached key, and the cross-attention the keys projected at step 0."""
+    w = _trained_looking(LONG)
+    source = LONG.token_ids(LONG.source_tokens)
+    steps = generate_cached(LONG, w, LONG.token_ids(LONG.target_tokens[:1]), 9, source_ids=source)
+    assert [s.positions for s in steps] == [(t,) for t in range(9)]
+    assert max(compare(LONG, w, steps, source)) <= 1e-12
+
+
 def test_the_formula_says_the_bias_and_typesets() -> None:
     for kind, how in (("self-attention", "bidirectional"), ("masked-attention", "causal")):
         f = KINDS[kind].formula(T5_STYLE.model)

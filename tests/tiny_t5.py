@@ -95,3 +95,106 @@ def build(root: Path, name: str) -> tuple[Path, torch.nn.Module]:
         reference.lm_head.weight = torch.nn.Parameter(tensors["lm_head.weight"].double())
         reference.config.scale_decoder_outputs = False
     return folder, reference
+
+
+# --- T5's real normalisation, and a folder with tokenizer.json alone -----------------------------
+# T5's spiece.model is trained with SentencePiece's nmt_nfkc rule (NFKC, control characters to
+# spaces, whitespace collapsed and stripped); the hub's tokenizer.json holds the same rule as a
+# ``Precompiled`` charsmap, then WhitespaceSplit and Metaspace, and the ``$A </s>`` template.
+NORMALISED = [
+    *SENTENCES,
+    "\tTab\nnew  line ",
+    "ｆｕｌｌｗｉｄｔｈ ① ﬁ ㎏",
+    "  leading and trailing  ",
+    "café\u0301 e\u0301 Å",
+    "digits 12345, 3.14 and ２０２６",
+    "unknown ☃ ∰ \u200b zero-width",
+]
+
+
+def _fields(buf: bytes):
+    """A protobuf message's (field number, value) pairs: varints and length-delimited only (a
+    ModelProto holds nothing else at the levels read here; floats are skipped)."""
+    i = 0
+
+    def varint() -> int:
+        nonlocal i
+        value = shift = 0
+        while True:
+            byte = buf[i]
+            i += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value
+
+    while i < len(buf):
+        key = varint()
+        kind = key & 7
+        if kind == 0:
+            yield key >> 3, varint()
+        elif kind == 2:
+            n = varint()
+            yield key >> 3, buf[i : i + n]
+            i += n
+        else:  # 32- or 64-bit: a float
+            i += 4 if kind == 5 else 8
+
+
+def precompiled_charsmap(model: Path) -> bytes:
+    """ModelProto.normalizer_spec (3).precompiled_charsmap (2): read without protobuf."""
+    spec = next(v for n, v in _fields(model.read_bytes()) if n == 3)
+    return next(v for n, v in _fields(spec) if n == 2)
+
+
+def nfkc_tokenizer(root: Path) -> dict[str, Path]:
+    """Folders by layout, tokenizer_config.json in each: "spiece.model", trained under nmt_nfkc, with
+    the hub's tokenizer.json for it; "tokenizer.json", that file alone; "converted", the file alone
+    as transformers' SentencePiece converter writes it today (the charsmap, then Strip and Replace
+    of `` {2,}``, a Metaspace pre-tokenizer without WhitespaceSplit)."""
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+    )
+
+    both, alone, converted = root / "nfkc", root / "json-only", root / "converted"
+    for folder in (both, alone, converted):
+        folder.mkdir()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(TEXT * 4), model_prefix=str(both / "spiece"), vocab_size=64,
+        model_type="unigram", character_coverage=1.0, hard_vocab_limit=False, minloglevel=2,
+        num_threads=1, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, normalization_rule_name="nmt_nfkc",
+    )  # fmt: skip
+    (both / "spiece.vocab").unlink()
+    sp = spm.SentencePieceProcessor(model_file=str(both / "spiece.model"))
+    vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+    vocab += [(f"<extra_id_{EXTRA - 1 - k}>", 0.0) for k in range(EXTRA)]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=2, byte_fallback=False))
+    tok.normalizer = normalizers.Precompiled(precompiled_charsmap(both / "spiece.model"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")]
+    )
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.post_processor = processors.TemplateProcessing(
+        single=["$A", "</s>"], pair=["$A", "</s>", "$B", "</s>"], special_tokens=[("</s>", 1)]
+    )
+    specials = ["<pad>", "</s>", "<unk>", *(f"<extra_id_{k}>" for k in range(EXTRA))]
+    tok.add_special_tokens([AddedToken(t, normalized=False) for t in specials])
+    tok.save(str(both / "tokenizer.json"))
+    tok.save(str(alone / "tokenizer.json"))
+    tok.normalizer = normalizers.Sequence([
+        tok.normalizer, normalizers.Strip(left=False, right=True), normalizers.Replace(Regex(" {2,}"), "▁")
+    ])  # fmt: skip
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.save(str(converted / "tokenizer.json"))
+    for folder in (both, alone, converted):
+        (folder / "tokenizer_config.json").write_text(
+            json.dumps({"tokenizer_class": "T5Tokenizer", "extra_ids": EXTRA})
+        )
+    return {"spiece.model": both, "tokenizer.json": alone, "converted": converted}

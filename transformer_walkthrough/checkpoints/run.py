@@ -33,7 +33,7 @@ from ..config import MASK, MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelCo
 from ..errors import ConfigError
 from ..model import generation
 from ..model.architecture import DECODER, ENCODER
-from ..model.generation import Step, ends, full_passes, generate_cached, generated_ids
+from ..model.generation import Step, ends, generate_cached, generated_ids
 from ..model.parameters import parameters
 from ..model.sampling import Sampling
 from ..model.size import LABEL_BYTES, labelled_rows, largest_computed, trace_size
@@ -199,14 +199,16 @@ def generate(
     """Greedy decoding from ``decoder_start_token_id``: the most likely token, fed back, until ``</s>``;
     with ``sampling``, a seeded draw instead (``generation.generate``).
 
-    As ``transformers``' ``generate(num_beams=1, do_sample=False)`` (or ``do_sample=True``): the bad
-    words of config.json are never chosen, and the ``max_len``-th token is ``forced_eos_token_id``
-    when it is set. Returns the steps and the decoder's full input, ``[start, t1, …, </s>]``.
+    As ``transformers``' ``generate(num_beams=1, do_sample=False)`` (or ``do_sample=True``): the
+    encoder reads the source once, the decoder one token a step with its key/value cache
+    (``generation.generate_cached``); the bad words of config.json are never chosen, and the
+    ``max_len``-th token is ``forced_eos_token_id`` when it is set. Returns the steps and the
+    decoder's full input, ``[start, t1, …, </s>]``.
     """
-    read = full_passes(config, w, source_ids)
-    steps = generation.generate(
-        read, [ckpt.decoder_start_token_id], max_len, sampling=sampling, eos_id=ckpt.eos_token_id,
-        banned=lambda sequence: banned(ckpt, sequence), forced_end=ckpt.forced_eos_token_id,
+    steps = generate_cached(
+        config, w, [ckpt.decoder_start_token_id], max_len, source_ids=source_ids, sampling=sampling,
+        eos_id=ckpt.eos_token_id, banned=lambda sequence: banned(ckpt, sequence),
+        forced_end=ckpt.forced_eos_token_id,
     )  # fmt: skip
     return steps, generated_ids(steps)
 

@@ -22,15 +22,18 @@ checkpoint's (the CLI escapes it when it prints it).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..regular_files import read_regular
-from .bpe import escape
+from .bpe import COMPACT, MAX_TOKENIZER_BYTES, OPS, escape
 from .errors import CheckpointError, first_line
 from .jsonfile import MAX_TOKEN_ID, read_json, shown
+from .native import NativeProcess
+from .tokenizer_check import check_tokenizer
 
 UNK, EOS, PAD = "<unk>", "</s>", "<pad>"
 SPIECE_UNDERLINE = "▁"
@@ -219,23 +222,26 @@ class T5Tokenizer:
     special tokens in a text (``</s>``, ``<extra_id_3>``) are those tokens. Both stacks read the
     same pieces (one tuple), padded to ``size`` (the embedding table's rows: t5-small has 32,128
     rows for 32,100 pieces) with labels of rows no piece names.
+
+    A folder with ``tokenizer.json`` and no ``spiece.model`` (as many on the hub) is read as
+    ``AutoTokenizer`` reads it: the same unigram pieces (the sentinels among them), its normalizer
+    (SentencePiece's nmt_nfkc charsmap: ``Precompiled``), its Metaspace pre-tokenizer and its
+    ``$A </s>`` template, run by the ``tokenizers`` library once the file has passed the
+    allow-list (``tokenizer_check``: what T5's file holds and nothing more).
     """
 
     def __init__(self, folder: str | Path, size: int | None = None):
         folder = Path(folder)
         self.file = folder / "spiece.model"
-        self.spm = _load_spm(self.file)
-        extra = _tokenizer_config(folder).get("extra_ids", 100)
-        if type(extra) is not int or not 0 <= extra <= 10_000:
-            raise CheckpointError(
-                f"{folder / 'tokenizer_config.json'}: extra_ids is {shown(extra)}, not a count"
-            )
-        n = self.spm.get_piece_size()
-        pieces = [_spm_call(self.file, self.spm.id_to_piece, i) for i in range(n)]
-        pieces += [f"<extra_id_{extra - 1 - k}>" for k in range(extra)]
-        specials = {p: i for i, p in enumerate(pieces) if p in (EOS, UNK, PAD) or p.startswith("<extra_id_")}
+        self.spm: Any = None
+        self._library: NativeProcess | None = None
+        if not self.file.exists() and (folder / "tokenizer.json").exists():
+            self.file = folder / "tokenizer.json"
+            pieces, specials, n = self._from_json(self.file)
+        else:
+            pieces, specials, n = self._from_spm(folder)
         if EOS not in specials:
-            raise CheckpointError(f"{self.file}: the SentencePiece model has no {EOS}")
+            raise CheckpointError(f"{self.file}: the tokenizer has no {EOS}")
         if size is not None and size < len(pieces):
             raise CheckpointError(
                 f"{folder}: the tokenizer has {len(pieces)} pieces, the embedding table {size} rows"
@@ -250,6 +256,38 @@ class T5Tokenizer:
         )
         self._pieces_of_spm = n
 
+    def _from_spm(self, folder: Path) -> tuple[list[str], dict[str, int], int]:
+        """spiece.model's pieces, then the sentinels; the special pieces by text; how many are the model's."""
+        self.spm = _load_spm(self.file)
+        extra = _tokenizer_config(folder).get("extra_ids", 100)
+        if type(extra) is not int or not 0 <= extra <= 10_000:
+            raise CheckpointError(
+                f"{folder / 'tokenizer_config.json'}: extra_ids is {shown(extra)}, not a count"
+            )
+        n = self.spm.get_piece_size()
+        pieces = [_spm_call(self.file, self.spm.id_to_piece, i) for i in range(n)]
+        pieces += [f"<extra_id_{extra - 1 - k}>" for k in range(extra)]
+        specials = {p: i for i, p in enumerate(pieces) if p in (EOS, UNK, PAD) or p.startswith("<extra_id_")}
+        return pieces, specials, n
+
+    def _from_json(self, path: Path) -> tuple[list[str], dict[str, int], int]:
+        """tokenizer.json's unigram pieces (the sentinels among them), checked; its special tokens
+        by text (the added tokens marked special); how many pieces it has."""
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise CheckpointError(
+                "T5's tokenizer.json needs tokenizers: pip install 'transformer-walkthrough[models]'"
+            ) from None
+        spec = check_tokenizer(read_json(path, MAX_TOKENIZER_BYTES, what="a readable tokenizer"), path,
+                               models=("Unigram",))  # fmt: skip
+        pieces = [_no_surrogates(piece) for piece, _ in spec["model"]["vocab"]]
+        n = len(pieces)
+        specials = {t["content"]: t["id"] for t in spec["added_tokens"] if t.get("special") and t["id"] < n}
+        text = json.dumps(spec, ensure_ascii=False, separators=COMPACT)
+        self._library = NativeProcess(str(path), lambda: Tokenizer.from_str(text), OPS)
+        return pieces, specials, n
+
     def pieces(self, text: str) -> list[int]:
         """The ids of ``text``'s pieces (without the ``</s>`` that ``encode_source`` appends)."""
         ids: list[int] = []
@@ -261,8 +299,13 @@ class T5Tokenizer:
         return ids
 
     def encode_source(self, text: str) -> list[int]:
-        """The encoder's input ids: the pieces, then ``</s>``."""
-        return [*self.pieces(text), self.eos_id]
+        """The encoder's input ids: the pieces, then ``</s>`` (tokenizer.json's template appends it)."""
+        if self._library is None:
+            return [*self.pieces(text), self.eos_id]
+        ids = self._library.call("encode", text, doing="encoding the text")
+        if not isinstance(ids, list) or any(not (type(i) is int and 0 <= i < len(self._pieces)) for i in ids):
+            raise CheckpointError(f"{self.file}: encoding gave an id that is not one of the pieces")
+        return ids
 
     encode_target = encode_source  # the labels: the same pieces, then </s>
 

@@ -23,9 +23,18 @@ What is allowed, by family, and nothing else:
   ``StripAccents``, as some uncased files spell it); pre-tokenizer ``BertPreTokenizer``; decoder
   ``WordPiece``; post-processor ``TemplateProcessing``.
 - RoBERTa: byte-level BPE as GPT-2's, post-processor ``RobertaProcessing`` (``<s> $A </s>``).
+- T5 and Flan-T5 (SentencePiece unigram): model ``Unigram`` (``[piece, score]`` pairs, ``unk_id``,
+  ``byte_fallback``); normalizer ``Precompiled`` (SentencePiece's nmt_nfkc charsmap), with
+  transformers' converter also ``Strip`` and ``Replace`` of the one regex `` {2,}``; pre-tokenizer
+  ``WhitespaceSplit`` and ``Metaspace``; decoder ``Metaspace``; post-processor ``TemplateProcessing``
+  (``$A </s>``).
 
-Refused: ``Precompiled`` (its charsmap is a binary blob the library indexes unchecked), Unigram,
-WordLevel, BPE dropout (a random tokenization), BPE subword prefixes and suffixes (null or ""
+A ``Precompiled`` charsmap is a binary blob the library indexes unchecked (one claiming 4 GB made it
+allocate that much, a short one made it panic): it is decoded here and its header checked against
+its length (its trie's size, in whole 32-bit units, within the blob; at most ``MAX_CHARSMAP``
+bytes, T5's is 237 kB); what the trie's own offsets do is left to the child process (``native``).
+
+Refused: WordLevel, BPE dropout (a random tokenization), BPE subword prefixes and suffixes (null or ""
 only), a ``Sequence`` inside a ``Sequence``, Replace patterns that are regexes, any key a
 component does not have, and sizes past the ``MAX_*`` below.
 
@@ -38,6 +47,9 @@ ignores a saved ``"padding": {"strategy": {"Fixed": 2000000000}}``.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +67,8 @@ MAX_SHORT = 16  # a Replace's pattern and content, a Prepend, a subword prefix: 
 MAX_SEQUENCE = 8  # Llama 2's decoder is a Sequence of 4
 MAX_GROWTH = 16  # how many times longer every Replace together may make a text (Llama 2's: 1)
 MAX_TEMPLATE = 32  # pieces of a TemplateProcessing (BERT's pair template has 5)
+MAX_CHARSMAP = 1 << 20  # bytes of a Precompiled charsmap: T5's nmt_nfkc is 237 kB
+REGEXES = (" {2,}",)  # the Replace regexes a supported file holds: transformers' SentencePiece converter's
 
 Check = Callable[[Any, str, "_Context"], Any]
 
@@ -63,8 +77,9 @@ class _Context:
     """What the checks of one file share: its path, the vocabulary's ids, the text's growth so far,
     and the model of an earlier check of the same file (``check_tokenizer``'s ``checked``)."""
 
-    def __init__(self, path: Path, checked: dict[str, Any] | None = None):
+    def __init__(self, path: Path, checked: dict[str, Any] | None = None, models: tuple[str, ...] = ()):
         self.path = path
+        self.models = models  # the model types the reading family takes
         self.checked: dict[str, Any] = checked["model"] if checked else {}
         self.ids = 0  # one past the largest id of the vocabulary and the added tokens
         self.growth = 1.0
@@ -171,6 +186,29 @@ METASPACE = {
 REPLACE = {"pattern": pattern(("String",), MAX_SHORT), "content": text(0, MAX_SHORT)}
 
 
+def known_regex(value: Any, where: str, ctx: _Context) -> dict[str, str]:
+    """A Replace's pattern: a string, or (T5's file) one of the ``REGEXES`` its converter writes."""
+    unigram = "Unigram" in ctx.models
+    if unigram and isinstance(value, dict) and value.keys() == {"Regex"} and value["Regex"] in REGEXES:
+        return value
+    return pattern(("String",), MAX_SHORT)(value, where, ctx)
+
+
+def charsmap(value: Any, where: str, ctx: _Context) -> str:
+    """SentencePiece's precompiled charsmap, base64: a 32-bit little-endian trie size in bytes, the
+    trie (32-bit units), then the normalized strings; the size must fit the blob."""
+    if not isinstance(value, str) or len(value) > MAX_CHARSMAP * 4 // 3 + 4:
+        raise ctx.fail(where, f"is not a charsmap of at most {MAX_CHARSMAP:,} bytes in base64")
+    try:
+        blob = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ctx.fail(where, "is not base64") from None
+    trie = int.from_bytes(blob[:4], "little") if len(blob) >= 4 else -1
+    if trie < 0 or trie % 4 or 4 + trie > len(blob):
+        raise ctx.fail(where, f"claims a trie of {trie:,} bytes in a charsmap of {len(blob):,}")
+    return value
+
+
 def sequence(kind: str) -> Check:
     def check(value: Any, where: str, ctx: _Context) -> list[Any]:
         if not isinstance(value, list) or len(value) > MAX_SEQUENCE:
@@ -241,8 +279,10 @@ ALLOWED: dict[str, dict[str, dict[str, Check]]] = {
         "NFC": {}, "NFD": {}, "NFKC": {}, "NFKD": {}, "Lowercase": {}, "StripAccents": {},
         "BertNormalizer": {"clean_text": boolean, "handle_chinese_chars": boolean,
                            "strip_accents": optional(boolean), "lowercase": boolean},
-        "Replace": REPLACE,
+        "Replace": {**REPLACE, "pattern": known_regex},
         "Prepend": {"prepend": text(1, MAX_SHORT)},
+        "Precompiled": {"precompiled_charsmap": charsmap},
+        "Strip": {"strip_left": boolean, "strip_right": boolean},
         "Sequence": {"normalizers": sequence("normalizer")},
     },
     "pre_tokenizer": {
@@ -254,6 +294,7 @@ ALLOWED: dict[str, dict[str, dict[str, Check]]] = {
         "Digits": {"individual_digits": boolean},
         "Metaspace": METASPACE,
         "BertPreTokenizer": {},
+        "WhitespaceSplit": {},
         "Sequence": {"pretokenizers": sequence("pre_tokenizer")},
     },
     "decoder": {
@@ -274,6 +315,8 @@ ALLOWED: dict[str, dict[str, dict[str, Check]]] = {
         "Sequence": {"processors": sequence("post_processor")},
     },
 }  # fmt: skip
+# The parts of ALLOWED only T5's SentencePiece unigram file holds: refused in any other family's.
+UNIGRAM_ONLY = {"normalizer": ("Precompiled", "Strip"), "pre_tokenizer": ("WhitespaceSplit",)}
 
 
 def _fields(
@@ -299,6 +342,8 @@ def _component(
     if value is None and not nested:
         return None
     types = ALLOWED[kind]
+    if "Unigram" not in ctx.models:
+        types = {t: keys for t, keys in types.items() if t not in UNIGRAM_ONLY.get(kind, ())}
     name = value.get("type") if isinstance(value, dict) else None
     # A "type" that is a list or an object is unhashable: ``in types`` would raise TypeError.
     if not isinstance(name, str) or name not in types or (nested and name == "Sequence"):
@@ -390,16 +435,44 @@ def _unk(value: Any, where: str, ctx: _Context, vocab: dict[str, int]) -> str | 
     return value
 
 
+def _unigram(value: Any, ctx: _Context) -> dict[str, Any]:
+    """T5's SentencePiece unigram model: its pieces with their log-probabilities, in id order."""
+    where = "model.vocab"
+    vocab = value.get("vocab")
+    if not isinstance(vocab, list) or not 1 <= len(vocab) <= MAX_VOCAB_ENTRIES:
+        raise ctx.fail(where, f"is not a list of 1 to {MAX_VOCAB_ENTRIES:,} [piece, score] pairs")
+    for n, entry in enumerate(vocab):
+        if (
+            not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str)
+            or type(entry[1]) not in (int, float) or not math.isfinite(entry[1])
+        ):  # fmt: skip
+            raise ctx.fail(f"{where}[{n}]", f"is {_shown(entry)}, not a [piece, score] pair")
+        if not 1 <= len(entry[0]) <= MAX_TOKEN_CHARS:
+            raise ctx.fail(
+                f"{where}[{n}]", f"has a piece of {len(entry[0]):,} characters (at most {MAX_TOKEN_CHARS})"
+            )
+    ctx.ids = max(ctx.ids, len(vocab))
+    body = _fields(
+        {"type": _anything, "vocab": _anything, "unk_id": optional(integer(0, len(vocab) - 1)),
+         "byte_fallback": boolean},
+        value, "model", ctx,
+    )  # fmt: skip
+    return body | {"type": "Unigram"}
+
+
 def _model(value: Any, ctx: _Context) -> dict[str, Any]:
-    """BPE (GPT-2, Llama) or WordPiece (BERT), its vocabulary and merges checked."""
+    """BPE (GPT-2, Llama), WordPiece (BERT) or Unigram (T5), its vocabulary and merges checked."""
     where = "model"
     if not isinstance(value, dict):
         raise CheckpointError(f"{ctx.path}: not a BPE tokenizer (no model.vocab of token -> id)")
     name = value.get("type", "BPE")
-    if name not in ("BPE", "WordPiece"):
+    if name not in ctx.models:
         raise ctx.fail(
-            f"{where}.type", f"is {_shown(name)}, not a model of a supported tokenizer (BPE, WordPiece)"
+            f"{where}.type",
+            f"is {_shown(name)}, not a model this family's tokenizer has ({', '.join(ctx.models)})",
         )
+    if name == "Unigram":
+        return _unigram(value, ctx)
     vocab = value.get("vocab")
     # The very vocabulary (and merges) an earlier check of this file passed: not walked again.
     known = bool(ctx.checked) and vocab is ctx.checked["vocab"]
@@ -464,15 +537,21 @@ TOP_LEVEL = ("version", "truncation", "padding", "added_tokens", "normalizer", "
              "post_processor", "decoder", "model")  # fmt: skip
 
 
-def check_tokenizer(data: Any, path: Path, checked: dict[str, Any] | None = None) -> dict[str, Any]:
+def check_tokenizer(
+    data: Any,
+    path: Path,
+    checked: dict[str, Any] | None = None,
+    models: tuple[str, ...] = ("BPE", "WordPiece"),
+) -> dict[str, Any]:
     """``tokenizer.json``'s parsed JSON, every part checked against ``ALLOWED`` and its sizes, with
     ``padding`` and ``truncation`` removed: what the ``tokenizers`` library may be given
     (``Tokenizer.from_str(json.dumps(...))``). Anything else is a one-line CheckpointError.
 
     ``checked``: what an earlier call returned for this file, when ``data`` is a spec rebuilt
     around it (``tokenizer_folder.rebuilt``): a ``model.vocab`` and ``model.merges`` that are the
-    very objects it holds, which nothing changes, are not checked again (half of Qwen2's load)."""
-    ctx = _Context(path, checked)
+    very objects it holds, which nothing changes, are not checked again (half of Qwen2's load).
+    ``models``: the model types the family reads (T5's: Unigram)."""
+    ctx = _Context(path, checked, models)
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: not a BPE tokenizer (no model.vocab of token -> id)")
     for key in data:

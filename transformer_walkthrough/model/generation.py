@@ -3,8 +3,8 @@ distribution from a reader (a whole pass over everything so far, ``full_passes``
 cache) and applies transformers' rules: banned ids, a forced end at the limit, greedy or a seeded
 draw (``sampling``: temperature, top-k, top-p), a stop at eos.
 
-With the cache (``generate_cached``), a decoder-only model computes at each step only the new
-token's query, key and value.
+With the cache (``generate_cached``), a model computes at each step only the new token's query,
+key and value.
 
 Because of the causal mask, position i's output depends on positions 0…i alone: the keys and values
 of earlier tokens never change once computed. So the loop keeps them, per layer, in a cache:
@@ -14,6 +14,11 @@ of earlier tokens never change once computed. So the loop keeps them, per layer,
              (under rotary, q and k turned by the angles of position n + t − 1),
              append k and v to the cache (one row more), and attend with q over the cached K, V:
              a = softmax(q·Kᵀ/√d_k), o = a·V: no mask is needed, every cached key is in the past.
+
+An encoder–decoder model (Marian, T5) reads its source once: the encoder runs at step 0 only, and
+each decoder layer's cross-attention projects the encoder's output to its keys and values once,
+then reads them at every step (they never change while the decoder writes); under T5's relative
+positions the new query at position n + t − 1 reads the bias of its distance to every cached key.
 
 Step t's numbers are row n + t − 1 of the full pass on the final sequence (``compare`` checks it);
 the cache turns each step's attention from O(n²) to O(n) work. The arithmetic is ``functional``'s
@@ -30,11 +35,11 @@ import numpy as np
 from ..config import Config
 from ..errors import WalkthroughError
 from . import functional as F
-from .architecture import DECODER, OUTPUT, stage_id
+from .architecture import DECODER, ENCODER, OUTPUT, stage_id
 from .kinds.attention import Flow, attended
 from .sampling import Draw, Sampling, sample
 from .trace import TOP_K, NullTrace, token_labels, top_k
-from .transformer import decode, forward_logits, run_forward
+from .transformer import decode, encode, forward_logits, run_forward
 from .weights import Weights
 
 
@@ -46,6 +51,7 @@ class LayerStep(NamedTuple):
     V: np.ndarray  # (G, cached, d_k): every value so far
     scores: np.ndarray  # (h, new, cached): q·Kᵀ/√d_k (with the causal mask at step 0)
     weights: np.ndarray  # (h, new, cached): softmax of the scores, each row sums to 1
+    cross: np.ndarray | None = None  # (h, new, source): the cross-attention's weights (encoder–decoder)
 
 
 class Reading(NamedTuple):
@@ -180,7 +186,9 @@ def full_passes(config: Config, w: Weights, source_ids: Sequence[int] = ()) -> R
 
 class Cache:
     """Each layer's keys and values so far, (heads, rows, d_k), in arrays allocated once for the
-    whole run, and what each layer's attention did at the last step (``LayerStep``).
+    whole run, and what each layer's attention did at the last step (``LayerStep``); in an
+    encoder–decoder model also each layer's cross-attention keys and values, the encoder's output
+    projected once (``memory``).
 
     The arrays take their heads, width and dtype from the first keys a layer hands over: the cache
     holds what the attention made (as many key/value heads as it has), not what the config says."""
@@ -191,10 +199,23 @@ class Cache:
         self.V: np.ndarray | None = None
         self.rows = 0  # rows every layer holds before this step
         self.seen: list[LayerStep | None] = [None] * layers
+        self.memory: list[tuple[np.ndarray, np.ndarray] | None] = [None] * layers  # cross K, V
+        self.crossed: list[np.ndarray | None] = [None] * layers  # the cross-attention's last weights
 
     def layer(self, i: int) -> LayerCache:
         """Layer i's part of the cache, handed to its masked attention (``kinds.attend``)."""
         return LayerCache(self, i)
+
+    def memory_of(self, i: int) -> MemoryCache:
+        """Layer i's cross-attention keys and values, handed to its cross-attention."""
+        return MemoryCache(self, i)
+
+    def steps(self) -> tuple[LayerStep, ...]:
+        """What every layer's attention did at this step (with its cross-attention's weights)."""
+        return tuple(
+            step if step is None else step._replace(cross=crossed)  # type: ignore[misc]
+            for step, crossed in zip(self.seen, self.crossed, strict=True)
+        )
 
 
 class LayerCache(NamedTuple):
@@ -217,36 +238,62 @@ class LayerCache(NamedTuple):
         self.cache.seen[self.i] = LayerStep(f.Q, f.K, f.V, f.S if f.masked is None else f.masked, f.A)
 
 
+class MemoryCache(NamedTuple):
+    """One layer's cross-attention keys and values: memory·W_K and memory·W_V, computed at the first
+    step and read at every later one (the encoder's output does not change while the decoder writes)."""
+
+    cache: Cache
+    i: int
+
+    def keys_values(
+        self, project: Callable[[], tuple[np.ndarray, np.ndarray]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The layer's K and V (heads, source, d_k): ``project()`` at the first step, kept for the rest."""
+        kept = self.cache.memory[self.i]
+        if kept is None:
+            kept = self.cache.memory[self.i] = project()
+        return kept
+
+    def note(self, f: Flow) -> None:
+        self.cache.crossed[self.i] = f.A
+
+
 def generate_cached(
     config: Config,
     w: Weights,
     prompt: Sequence[int],
     max_new: int,
     *,
+    source_ids: Sequence[int] = (),
     sampling: Sampling | None = None,
     eos_id: int | Collection[int] | None = None,
+    banned: Callable[[list[int]], Iterable[int]] = lambda sequence: (),
+    forced_end: int | None = None,
 ) -> list[Step]:
     """Generate up to ``max_new`` tokens after ``prompt`` (ids) with a key/value cache: greedy, or
-    with ``sampling`` a seeded draw (``generate``'s rules); stops after ``eos_id``. Returns step 0
-    (the prompt) and one step per token.
+    with ``sampling`` a seeded draw (``generate``'s rules: ``banned``, ``forced_end``); stops after
+    ``eos_id``. An encoder–decoder model reads ``source_ids`` in its encoder, once, and its
+    ``prompt`` is the decoder's start (``decoder_start_token_id``). Returns step 0 (the prompt) and
+    one step per token.
     """
     m = config.model
     if m.encoder_only:
         raise no_next_token(config)
-    if not m.decoder_only:
-        raise WalkthroughError(
-            "generation with a key/value cache is for decoder-only models (num_encoder_layers: 0)"
-        )
     if m.output_head != "per-position":
         raise WalkthroughError("generation needs output_head: per-position")
-    vocab = len(config.vocabulary or ())
-    prompt = [int(i) for i in prompt]
-    if not prompt or any(not 0 <= i < vocab for i in prompt):
-        raise WalkthroughError(f"prompt ids: need 1 or more ids from 0 to {vocab - 1}")
+    source = _checked(config, ENCODER, "source", source_ids)
+    if m.decoder_only == bool(source):
+        raise WalkthroughError(
+            "source ids: a decoder-only model has no encoder to feed" if source
+            else "source ids: an encoder–decoder model needs 1 or more to translate"
+        )  # fmt: skip
+    prompt = _checked(config, DECODER, "prompt", prompt)
+    if not prompt:
+        raise WalkthroughError(f"prompt ids: need 1 or more ids from 0 to {len(config.vocabulary or ()) - 1}")
     if max_new < 1:
         raise WalkthroughError(f"--max-len: must be a positive integer, got {max_new}")
     if sampling is not None:
-        sampling.check(vocab)  # before the prompt's pass
+        sampling.check(len(config.vocabulary or ()))  # before the prompt's pass
     total = len(prompt) + max_new - 1  # the last choice is never fed back
     if m.positional_encoding == "learned" and total > m.max_positions:
         raise WalkthroughError(
@@ -254,24 +301,45 @@ def generate_cached(
             f"the model has {m.max_positions} (max_positions)"
         )
     cache = Cache(m.num_decoder_layers, total)
+    read_source = token_labels([config.vocabulary_of(ENCODER)[i] for i in source])
+    memory = None
+    if source:  # the encoder, once: every step's cross-attention reads its output
+        memory = encode(NullTrace(config, read_source, ()), w, m, source)
 
     def read(sequence: list[int]) -> Reading:  # only what the cache has not seen: the prompt, then one
         start = cache.rows
         ids = sequence[start:]
         # The same Figure 1 as every pass (``transformer.decode``), recording nothing, on the new
-        # tokens alone from position ``start``: each masked attention reads and extends the cache.
-        null = NullTrace(config, (), token_labels([str(i) for i in ids]))
-        logits = decode(null, w, m, [], ids, start, cache)[-1]
+        # tokens alone from position ``start``: each masked attention reads and extends the cache,
+        # each cross-attention reads the encoder's keys and values it projected at step 0.
+        null = NullTrace(config, read_source, token_labels([str(i) for i in ids]))
+        logits = decode(null, w, m, source, ids, start, cache, memory)[-1]
         cache.rows += len(ids)
         positions = tuple(range(start, start + len(ids)))
-        return Reading(tuple(ids), positions, F.softmax(logits), logits, tuple(cache.seen))  # type: ignore[arg-type]
+        return Reading(tuple(ids), positions, F.softmax(logits), logits, cache.steps())
 
-    return generate(read, prompt, max_new, sampling=sampling, eos_id=eos_id)
+    return generate(read, prompt, max_new, sampling=sampling, eos_id=eos_id, banned=banned,
+                    forced_end=forced_end)  # fmt: skip
+
+
+def _checked(config: Config, side: str, what: str, ids: Sequence[int]) -> list[int]:
+    """The ids as ints, each a row of ``side``'s vocabulary (or refused, naming ``what``)."""
+    ids = [int(i) for i in ids]
+    rows = len(config.vocabulary_of(side) or ())
+    if any(not 0 <= i < rows for i in ids):
+        raise WalkthroughError(f"{what} ids: need 1 or more ids from 0 to {rows - 1}")
+    return ids
 
 
 def generated_ids(steps: Sequence[Step]) -> list[int]:
     """The whole sequence: what step 0 read (the prompt, or <start>), then every chosen token."""
     return [*steps[0].ids, *(s.chosen for s in steps)]
+
+
+def read_so_far(steps: Sequence[Step], i: int) -> list[int]:
+    """The sequence that step i read: the prompt (or <start>), then every token chosen before it.
+    A step with a cache is fed only what is new (``Step.ids``); this is the whole of it."""
+    return generated_ids(steps)[: len(steps[0].ids) + i]
 
 
 class Comparison(NamedTuple):
@@ -284,15 +352,19 @@ class Comparison(NamedTuple):
     logits: float
 
 
-def compare(config: Config, w: Weights, steps: Sequence[Step]) -> Comparison:
-    """Check that step t equals row n + t − 1 of one full forward pass over everything fed.
+def compare(
+    config: Config, w: Weights, steps: Sequence[Step], source_ids: Sequence[int] | None = None
+) -> Comparison:
+    """Check that step t equals row n + t − 1 of one full forward pass over everything fed (and
+    the encoder's ``source_ids``, for an encoder–decoder model).
 
     The full pass (``model.run_forward``) attends with an n×n causal mask; the cached step
     attends over the cache with no mask. Returns the largest absolute differences; the full
     pass's masked columns (the future) must hold weight 0 exactly, and count as differences if not.
+    A cross-attention's weights count with the attention's.
     """
     fed = [i for s in steps for i in s.ids]
-    trace = run_forward(config, w, target_ids=fed)
+    trace = run_forward(config, w, source_ids=source_ids, target_ids=fed)
     worst = dict.fromkeys(Comparison._fields, 0.0)
 
     def note(what: str, a: np.ndarray, b: np.ndarray) -> None:
@@ -312,5 +384,9 @@ def compare(config: Config, w: Weights, steps: Sequence[Step]) -> Comparison:
             for g in range(len(layer.K)):  # every key/value head (fewer, when query heads share them)
                 note("keys", layer.K[g], attended(stage, "K", g + 1)[:cached])
                 note("values", layer.V[g], stage.of("V", g + 1)[:cached])
+            if layer.cross is not None:
+                cross = trace[stage_id(DECODER, "cross-attention", i)]
+                for h in range(len(layer.cross)):
+                    note("attention", layer.cross[h], cross.of("A", h + 1)[rows])
         note("logits", s.logits, logits[rows[-1]])
     return Comparison(**worst)

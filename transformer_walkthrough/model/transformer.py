@@ -86,9 +86,10 @@ def layer(s: Stack, i: int, x: np.ndarray, memory: np.ndarray | None) -> np.ndar
             return lambda stage, x: K.experts(stage, w, x, tokens, m)
         if how.keys is None:
             return lambda stage, x: K.feed_forward(stage, w, x, tokens, m)
-        if how.keys == A.MEMORY:
+        if how.keys == A.MEMORY:  # a cached step reads the keys and values projected at step 0
+            kept = None if s.cache is None else s.cache.memory_of(i)
             return lambda stage, x: K.attend(stage, w, x, tokens, m, memory=memory,
-                                             kv_tokens=s.trace.source_tokens)  # fmt: skip
+                                             kv_tokens=s.trace.source_tokens, cache=kept)  # fmt: skip
         if not how.causal:
             return lambda stage, x: K.attend(stage, w, x, tokens, m)
         cache = None if s.cache is None else s.cache.layer(i)
@@ -146,9 +147,15 @@ def softmax(trace: Trace, m: ModelConfig, scores: np.ndarray, rows: tuple[str, .
     return K.probabilities(stage, scores, rows, trace.vocabulary_of(OUTPUT))
 
 
+def encode(trace: Trace, w: Weights, m: ModelConfig, source_ids: list[int]) -> np.ndarray:
+    """The encoder stack on the source ids: its output, (source tokens, d_model), the memory that
+    every cross-attention of the decoder reads."""
+    return stack(Stack(trace, ENCODER, trace.source_tokens, w, m), source_ids)
+
+
 def decode(
     trace: Trace, w: Weights, m: ModelConfig, source_ids: list[int], target_ids: list[int],
-    start: int = 0, cache: Any = None,
+    start: int = 0, cache: Any = None, memory: np.ndarray | None = None,
 ) -> np.ndarray:  # fmt: skip
     """Figure 1 up to the logits: the encoder stack (if any), the decoder stack (if any), BERT's
     transform (if any), the output layer.
@@ -156,11 +163,11 @@ def decode(
     Returns the logits, (tokens of the top stack, vocab): the decoder's, or an encoder-only model's
     encoder's; with ``task: encode`` (no output layer), the encoder's output itself. A cached
     generation step (``generation``) feeds the new tokens alone, from position ``start``, with the
-    cache of what came before, and gets the last row's logits only: the next token's.
+    cache of what came before and the encoder's output computed once (``memory``), and gets the
+    last row's logits only: the next token's.
     """
-    memory = None
-    if ENCODER in stacks(m):
-        memory = stack(Stack(trace, ENCODER, trace.source_tokens, w, m), source_ids)
+    if memory is None and ENCODER in stacks(m):
+        memory = encode(trace, w, m, source_ids)
     if m.encoder_only:
         y, tokens = memory, trace.source_tokens
     else:

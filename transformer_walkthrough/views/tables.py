@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import printable
+from ..model.generation import read_so_far
 from ..model.numbers import format_value
 from ..model.trace import Matrix, Stage, Trace, top_k
 from .blocks import matrix_block, side_by_side
@@ -128,7 +129,7 @@ def generation_table(steps: list[Step], vocabulary: tuple[str, ...], view: View)
     for i, s in enumerate(steps):
         table.add_row(
             Text(str(i)),
-            Entries([label(vocabulary[i]) for i in s.ids], " ", LABEL),
+            Entries([label(vocabulary[j]) for j in read_so_far(steps, i)], " ", LABEL),
             Entries([f"{label(vocabulary[i])} {q:.{p}f}" for i, q in s.top]),
             Text(label(vocabulary[s.chosen]), style="bold"),
         )
@@ -286,7 +287,7 @@ def comparison_table(steps: list[Step], teacher_forced: Trace) -> tuple[Table, f
     for i, s in enumerate(steps):
         gap = float(np.max(np.abs(s.probabilities - rows[i])))
         gaps.append(gap)
-        shown = " ".join(label(teacher_forced.vocabulary[i]) for i in s.ids[-40:])
+        shown = " ".join(label(teacher_forced.vocabulary[j]) for j in read_so_far(steps, i)[-40:])
         table.add_row(
             Text(str(i)),
             Text(shown if len(shown) <= 40 else "…" + shown[-39:]),

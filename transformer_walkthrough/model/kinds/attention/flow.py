@@ -85,7 +85,10 @@ class Flow:
     kv: np.ndarray  # (n_k, d_model): where keys and values come from (x itself in self-attention)
     p: Arrays  # the parameters, by local name
     mask: np.ndarray | None = None  # (n_q, n_k) of 0 and −∞
-    cache: Any = None  # a layer's key/value cache (``generation.LayerCache``): keys join it before the scores
+    cache: Any = (
+        None  # a layer's key/value cache (``generation.LayerCache``): keys join it before the scores;
+    )
+    # in cross-attention the encoder's keys and values projected once (``generation.MemoryCache``)
     start: int = 0  # the position of x's first row
     layer: int | None = None  # the decoder layer (its layer type, its rotary base); None elsewhere
     Q: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
@@ -113,7 +116,7 @@ class Flow:
     def causal(self) -> bool:
         """Whether each query sees only itself and the keys before it: the decoder's masked
         attention, which has a mask, or, one token at a time, a key/value cache instead of one."""
-        return self.mask is not None or self.cache is not None
+        return self.mask is not None or (self.cache is not None and self.self_attention)
 
     @property
     def scored(self) -> np.ndarray:

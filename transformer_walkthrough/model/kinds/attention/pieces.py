@@ -81,16 +81,24 @@ class Project(Piece):
         if f.self_attention:  # queries, keys and values from one product (nanoGPT's c_attn)
             QKV = F.linear(f.x, W, b)
             Q, K, V = QKV[:, :q_width], QKV[:, q_width : q_width + kv_width], QKV[:, q_width + kv_width :]
-        else:  # cross-attention: queries from x, keys and values from memory
+            f.Q, f.K, f.V = (
+                F.split_heads(Q, m.num_heads), F.split_heads(K, m.kv_heads), F.split_heads(V, m.kv_heads)
+            )  # fmt: skip
+        else:  # cross-attention: queries from x, keys and values from memory (a cache projects it once)
             Q = F.linear(f.x, W[:, :q_width], None if b is None else b[:q_width])
-            KV = F.linear(f.kv, W[:, q_width:], None if b is None else b[q_width:])
-            K, V = KV[:, :kv_width], KV[:, kv_width:]
-        f.Q, f.K, f.V = (
-            F.split_heads(Q, m.num_heads),
-            F.split_heads(K, m.kv_heads),
-            F.split_heads(V, m.kv_heads),
-        )
+            f.Q = F.split_heads(Q, m.num_heads)
+            f.K, f.V = (
+                self.memory_keys(f) if f.cache is None else f.cache.keys_values(lambda: self.memory_keys(f))
+            )
         f.made[""] = (f.Q, f.K)
+
+    @staticmethod
+    def memory_keys(f: Flow) -> tuple[np.ndarray, np.ndarray]:
+        """Cross-attention's keys and values, memory·W_K and memory·W_V, split into heads."""
+        m, W, b = f.m, f.p["W_QKV"], f.p.get("b_QKV")
+        q_width, kv_width = m.num_heads * m.d_k, m.kv_heads * m.d_k
+        KV = F.linear(f.kv, W[:, q_width:], None if b is None else b[q_width:])
+        return F.split_heads(KV[:, :kv_width], m.kv_heads), F.split_heads(KV[:, kv_width:], m.kv_heads)
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         m, W, b = f.m, f.p["W_QKV"], f.p.get("b_QKV")
@@ -578,7 +586,7 @@ class Scores(Piece):
     groups: ClassVar[Mapping[str, str]] = {"S": "attention"}
 
     def forward(self, f: Flow) -> None:
-        if f.cache is not None:  # the new keys join the cache turned at their positions
+        if f.cache is not None and f.self_attention:  # the new keys join the cache turned at their positions
             f.K, f.V = f.cache.extend(f.K, f.V)
         Q, K, _ = F.group(f.Q, f.K, f.V)  # the h/G query heads of a group against their one key head
         S = Q @ np.swapaxes(K, -1, -2)
