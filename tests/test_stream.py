@@ -154,3 +154,38 @@ def test_a_checkpoints_streamed_export_is_its_whole_traces(llama: str, runner, t
             same_npz(streamed, whole)
         else:
             assert streamed.read_bytes() == whole.read_bytes(), suffix
+
+
+def test_the_streamed_tour_shows_what_the_whole_traces_tour_shows() -> None:
+    """Forward, back, a search, a resize (the pages laid out again from a new pass), the end and a
+    jump: the same screens as the tour of the whole trace, with one stage held at a time."""
+    import io
+
+    from rich.console import Console
+
+    from transformer_walkthrough.views.tour import run_tour
+    from transformer_walkthrough.views.widgets import View
+
+    config = load_config(ROOT / "configs" / "llama-style.yaml")
+    keys = ["\n", "\n", "left", "/", *"A1", "\r", "n", "resize", "end", "home", "g", *"7", "\r", "\n", "q"]
+    passes = []
+
+    def streamed() -> Stages:
+        passes.append(1)
+        return Stages(lambda keep: run_forward(config, keep=keep))
+
+    shown = []
+    for streaming in (False, True):
+        console = Console(width=100, height=30, file=io.StringIO(), color_system=None)
+        pressed = iter(keys)
+        if streaming:
+            first = [streamed()]  # the pass the tour reads first; a resize asks for another
+            trace = first[0].trace
+            again = lambda first=first: first.pop() if first else streamed()  # noqa: E731
+        else:
+            trace, again = run_forward(config), None
+        page = run_tour(console, trace, View(), key=lambda: next(pressed), streamed=again)
+        shown.append((page, console.file.getvalue()))
+    assert shown[0] == shown[1]
+    assert "stage 7 of" in shown[1][1] and "/A1: " in shown[1][1]
+    assert len(passes) == 2  # the first pass, and one more for the resize
