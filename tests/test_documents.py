@@ -460,7 +460,7 @@ def test_a_document_that_fails_midway_leaves_nothing(
     from transformer_walkthrough.errors import ExportError
     from transformer_walkthrough.views.documents import writers
 
-    def failing(trace: Trace, stages: list, options: object):
+    def failing(trace: Trace, stages: list, options: object, contents: object = None):
         yield "<!DOCTYPE html>"
         raise ExportError("the disk is full")
 

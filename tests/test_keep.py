@@ -4,6 +4,7 @@ long prompt's ``step`` peaks with the stage it keeps, not with the pass (RSS of 
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import load_config
 from transformer_walkthrough.errors import StageError
 from transformer_walkthrough.model.size import trace_size
+from transformer_walkthrough.model.stream import outline
 from transformer_walkthrough.model.trace import EVERYTHING, Keep, Stage, Trace, top_k
 from transformer_walkthrough.model.transformer import init_weights, run_forward
 
@@ -150,7 +152,8 @@ def test_a_checkpoints_kept_and_streamed_stages_are_its_full_traces(llama: str) 
 def test_the_budget_counts_what_is_kept_and_says_what_shrinks_it(llama: str, runner, monkeypatch) -> None:
     folder = llama
     config = walk_prompt(folder, PROMPT).config
-    n = len(walk_prompt(folder, PROMPT).trace.target_tokens)
+    full = walk_prompt(folder, PROMPT).trace
+    n, stages = len(full.target_tokens), len(full)
     vocab = len(config.vocabulary)
     whole = trace_size(config.model, 0, n, vocab).numbers * 4
     one = trace_size(config.model, 0, n, vocab, Keep.stages(["masked-attention"], 1)).numbers * 4
@@ -164,7 +167,12 @@ def test_the_budget_counts_what_is_kept_and_says_what_shrinks_it(llama: str, run
         app, ["step", "--model", folder, "--prompt", PROMPT, "-s", "masked-attention", "--layer", "1"]
     )
     assert shown.exit_code == 0, shown.output
-    refused = runner.invoke(app, ["export", "-", "--model", folder, "--prompt", PROMPT])
+    # the whole export streams (a stage at a time: the budget counts the largest); the backward
+    # reads every stage, so its export keeps them all and is refused
+    streamed = runner.invoke(app, ["export", "-", "--model", folder, "--prompt", PROMPT])
+    assert streamed.exit_code == 0, streamed.output
+    assert len(json.loads(streamed.stdout)["stages"]) == stages
+    refused = runner.invoke(app, ["export", "-", "--backward", "--model", folder, "--prompt", PROMPT])
     assert refused.exit_code == 2 and refused.stderr.count("\n") == 1
     assert "show fewer stages" in refused.stderr
     written = runner.invoke(app, ["export", "-", "--model", folder, "--prompt", PROMPT, "-s", "embedding"])
@@ -234,6 +242,29 @@ def test_a_long_prompts_step_peaks_with_the_stage_it_keeps(long_checkpoint) -> N
     bound = peak("step", "--model", folder, "--prompt", short, *step) + 2 * kept + 32 * 2**20
     assert whole > bound + kept  # the whole trace would not fit under it: the bound can fail
     assert peak("step", "--model", folder, "--prompt", long, *step) < bound
+
+
+def test_a_long_prompts_export_streams_in_the_memory_of_its_largest_stage(long_checkpoint, tmp_path) -> None:
+    """`export` writes each stage as it is computed, then drops it: the whole pass's .npz peaks
+    with its largest stage (a layer's attention), not with the pass."""
+    folder = str(long_checkpoint)
+    short, long = "The cat sat.", " ".join(["The cat sat on the mat."] * 200)
+    walked = walk_prompt(folder, long, keep=Keep.stages(["embedding"]))
+    n = len(walked.trace.target_tokens)
+    assert n > 1200
+    m, vocab = walked.config.model, len(walked.config.vocabulary)
+    largest = trace_size(m, 0, n, vocab, Keep(stream=print)).numbers * 4
+    whole = trace_size(m, 0, n, vocab).numbers * 4
+    # The bound: the short prompt's peak (the interpreter, the libraries, the weights), the stage
+    # written and as much again for the arrays it is computed from, and 32 MiB of slack.
+    bound = peak("export", str(tmp_path / "short.npz"), "--model", folder, "--prompt", short) + 2 * largest
+    bound += 32 * 2**20
+    assert whole > bound + largest  # the whole trace would not fit under it: the bound can fail
+    target = tmp_path / "long.npz"
+    assert peak("export", str(target), "--model", folder, "--prompt", long) < bound
+    with np.load(target) as written:  # every stage is in it
+        assert {name.split("/")[0] for name in written.files} == {sid for sid, _ in outline(m)}
+        assert f"decoder.{LAYERS - 1}.masked-attention/A1" in written.files
 
 
 # ---------------------------------------------------------------------------------------------

@@ -102,7 +102,7 @@ def export(
     checkpoint: ModelOptions = TOY,
 ) -> None:
     """Write every matrix to a file: data (.json, .npz) or a document (.html, .md, .tex)."""
-    from ..files.export import DOCUMENTS, check_target, key_writer, size_warning
+    from ..files.export import DOCUMENTS, check_target
     from ..files.export import export as write
 
     model = checkpoint.checked()
@@ -121,10 +121,56 @@ def export(
             raise WalkthroughError(
                 f"--answers {printable(answers)} is the worksheet itself; give another file"
             )
+    asks = exercise is not None or bool(cells) or kinds is not None or pick_seed is not None
+    if backward or asks:
+        # The backward reads every stage (the gradients of each are written beside it); a
+        # worksheet chooses its cells across the stages: the whole trace is kept.
+        _export_kept(
+            target, key, config, seed, weights, model, stage, layer, include_weights, backward,
+            exercise, cells, kinds, pick_seed, full, force,
+        )  # fmt: skip
+        return
+    from ..files.export import Tally, document_options
+    from ..model.stream import Stages
+    from ..model.trace import Keep
+    from ..views.documents.shown import streamed_contents
+
+    # Each stage written as soon as it is computed, then dropped: memory holds one stage, not the pass.
+    keep = Keep.stages(stage or (), layer)
+    stages = Stages(lambda keep: passes.trace(config, seed, None, weights, model, True, keep)[0], keep)
+    trace = stages.trace  # the pass's first stage is computed (or its input refused) here
+    tally = Tally(trace, stages, suffix, document_options(trace, include_weights, None, None, full))
+    with status(f"writing {printable(path)}" if target is not None else None):
+        text = write(
+            trace, target, tally, include_weights, force=force, full=full,
+            rerun=passes.rerun(config, seed, weights, model), contents=streamed_contents(trace, keep),
+        )  # fmt: skip
+        if text is not None:
+            for piece in text:
+                typer.echo(piece, nl=False)
+    said(target, tally.warning())
+
+
+def said(target: object, warning: str | None) -> None:
+    """After the export is written: its size warning, and "wrote" with the file's name."""
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
+    if target is not None:
+        typer.echo(f"wrote {printable(str(target))}", err=True)
+
+
+def _export_kept(
+    target, key, config, seed, weights, model, stage, layer, include_weights, backward,
+    exercise, cells, kinds, pick_seed, full, force,
+) -> None:  # fmt: skip
+    """An export that reads the whole trace before writing: with its gradients, or a worksheet."""
+    from ..files.export import export as write
+    from ..files.export import key_writer, size_warning
+
+    suffix = ".json" if target is None else target.suffix.lower()
     from ..model.trace import Keep
 
-    # Only the stages written are kept (the backward reads every stage; a worksheet, the stages it asks from).
-    chosen = stage is not None or layer is not None
+    chosen = stage is not None or layer is not None  # a worksheet of some stages keeps those
     keep = Keep.stages(stage or (), layer) if chosen and not backward else None
     trace, w = passes.trace(config, seed, None, weights, model, notes_to_stderr=True, keep=keep)
     stages = trace.select(stage or (), layer)
@@ -148,11 +194,9 @@ def export(
             trace, target, stages, include_weights, grads, force=force, worksheet=sheet, full=full,
             rerun=passes.rerun(config, seed, weights, model), also=also,
         )  # fmt: skip
-    if text is not None:
-        typer.echo(text, nl=False)
-    if warning:
-        typer.echo(f"warning: {warning}", err=True)
-    if text is None:
-        typer.echo(f"wrote {printable(str(target))}", err=True)
+        if text is not None:
+            for piece in text:
+                typer.echo(piece, nl=False)
+    said(target, warning)
     if also:
         typer.echo(f"wrote {printable(str(key))}: the answer key", err=True)

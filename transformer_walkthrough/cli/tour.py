@@ -44,10 +44,21 @@ def tour(
     checkpoint: ModelOptions = TOY,
 ) -> None:
     """One stage at a time: Enter next, ← back, arrows and j/k scroll, g go to, / search, ? keys, q quit."""
+    from ..model.stream import Stages, outline
     from ..views.tour import find_stage, run_tour
 
-    trace, _ = passes.trace(config, seed, precision, weights, checkpoint.checked())
-    start = 0 if stage is None else find_stage(trace, stage)
+    # Each stage laid out as the pass reaches it, then dropped: memory holds one stage and the
+    # pages' lines, not the pass (a resized terminal lays them out again from a new pass).
+    asked = checkpoint.checked()
+
+    def streamed() -> Stages:
+        return Stages(lambda keep: passes.trace(config, seed, precision, weights, asked, keep=keep)[0])
+
+    first = streamed()
+    trace = first.trace  # the pass's first stage is computed (or its input refused) here
+    ids = [sid for sid, _ in outline(trace.config.model)]
+    start = 0 if stage is None else find_stage(ids, stage)
     out = Terminal()
     view = out.view(trace.config.display.precision, False, heatmap, shared_scale)
-    run_tour(out.console, trace, view, start=start)
+    again = iter([first])  # the first pass is the one read already; a resize makes another
+    run_tour(out.console, trace, view, start=start, streamed=lambda: next(again, None) or streamed())

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import math
 import os
 import signal
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
@@ -27,7 +29,7 @@ from ..model.trace import Matrix, Stage, Trace
 
 if TYPE_CHECKING:
     from ..model.backprop import Backward
-    from ..views.documents.shown import Options
+    from ..views.documents.shown import Contents, Options
     from ..views.documents.worksheet import Worksheet
 
 SCHEMA_VERSION = 2  # 2: no gradients of constants; source_vocabulary when the encoder has its own
@@ -108,6 +110,20 @@ def _iter_rows(a: np.ndarray) -> Iterator[str]:
     yield "]"
 
 
+class _Each(NamedTuple):
+    """A list of objects (the stages) that ``iter_json`` writes as they come: each is made only
+    when the one before it is written (a streamed pass computes it then)."""
+
+    items: Iterable[Any]
+
+
+class _Later(NamedTuple):
+    """A value ``iter_json`` asks for only when it reaches it: the prediction, known once the
+    stages before it in the document are computed."""
+
+    make: Callable[[], Any]
+
+
 def _matrix(m: Matrix, numbers: Callable[[np.ndarray], Any]) -> dict[str, Any]:
     rows, cols = list(m.rows), list(m.cols)
     return {"shape": list(m.shape), "role": m.role, "rows": rows, "cols": cols, "values": numbers(m.values)}
@@ -157,6 +173,21 @@ def trace_to_dict(
     leaves them as arrays, for ``iter_json`` to write piece by piece). ``source_vocabulary`` is
     there only when the encoder reads a vocabulary of its own (a checkpoint's ``separate_vocabs``).
     """
+    doc = _document(trace, list(trace) if stages is None else stages, weights, grads, numbers)
+    doc["stages"] = list(doc["stages"].items)
+    doc["prediction"] = doc["prediction"].make()
+    return doc
+
+
+def _document(
+    trace: Trace,
+    stages: Iterable[Stage],
+    weights: bool,
+    grads: Backward | None,
+    numbers: Callable[[np.ndarray], Any],
+) -> dict[str, Any]:
+    """``trace_to_dict``'s document with its stages made as ``iter_json`` writes them (``_Each``)
+    and the prediction once they are (``_Later``): a streamed pass written as it is computed."""
     source_vocabulary = trace.vocabulary_of(ENCODER)
     own = source_vocabulary is not trace.vocabulary  # the same tuple when both stacks read it
     doc = {
@@ -169,11 +200,10 @@ def trace_to_dict(
         "source_ids": list(trace.source_ids),
         "target_ids": list(trace.target_ids),
         "model": trace.weights_source,
-        "stages": [
-            stage_to_dict(s, weights, None if grads is None else grads.stages[s.id], numbers)
-            for s in (trace if stages is None else stages)
-        ],
-        "prediction": [
+        "stages": _Each(
+            stage_to_dict(s, weights, None if grads is None else grads.stages[s.id], numbers) for s in stages
+        ),
+        "prediction": _Later(lambda: [
             {
                 "position": p.position,
                 "after": p.after,
@@ -183,8 +213,8 @@ def trace_to_dict(
                 "top": [{"token": t, "probability": number(q)} for t, q in p.top],
             }
             for p in trace.prediction
-        ],
-    }
+        ]),
+    }  # fmt: skip
     if grads is not None:
         doc["loss"] = number(grads.loss)
     return doc
@@ -200,6 +230,20 @@ def iter_json(doc: Any, level: int = 0) -> Iterator[str]:
     pad = "  " * (level + 1)
     if isinstance(doc, _Rows):
         yield from _iter_rows(doc.array)
+    elif isinstance(doc, _Later):
+        yield from iter_json(doc.make(), level)
+    elif isinstance(doc, _Each):
+        items = iter(doc.items)
+        first = next(items, _Each)  # the class itself: no item is it
+        if first is _Each:
+            yield "[]"
+            return
+        yield "[\n" + pad
+        yield from iter_json(first, level + 1)
+        for value in items:
+            yield f",\n{pad}"
+            yield from iter_json(value, level + 1)
+        yield "\n" + "  " * level + "]"
     elif isinstance(doc, dict) and doc:
         yield "{\n"
         for k, (key, value) in enumerate(doc.items()):
@@ -269,28 +313,51 @@ def size_warning(
     """A word of warning when a text export (JSON, HTML, Markdown, LaTeX) will be large, with what
     to do instead. It counts what will be written: JSON holds every number (gradients too); a
     document only the rows and columns it shows of a large matrix, unless ``full``."""
-    if suffix not in _BYTES_PER_NUMBER:
-        return None
-    every = sum(a.size for a in matrices(stages, weights, grads).values())
-    if suffix in DOCUMENTS:
+    tally = Tally(trace, stages, suffix, document_options(trace, weights, grads, worksheet, full))
+    for _ in tally:
+        pass
+    return tally.warning()
+
+
+class Tally:
+    """The stages of an export, counted as they go by to be written: how many numbers the file
+    holds (``written``), and how many the same stages hold as .npz (``every``): the size warning
+    is said from these once a streamed export is written."""
+
+    def __init__(self, trace: Trace, stages: Iterable[Stage], suffix: str, o: Options) -> None:
+        self.trace, self.stages, self.suffix, self.o = trace, stages, suffix, o
+        self.written = self.every = 0
+
+    def __iter__(self) -> Iterator[Stage]:
         from ..views.documents.writers import numbers_written
 
-        options = _document_options(trace, weights, grads, worksheet, full)
-        numbers = numbers_written(suffix, stages, options)
-    else:
-        numbers = every
-    if numbers <= LARGE:
-        return None
-    hint = "; --no-weights leaves the weights out" if weights else ""
-    text_mb = numbers * _BYTES_PER_NUMBER[suffix] / 1e6
-    npz_mb = every * np.dtype(trace.config.model.dtype).itemsize / 1e6
-    return (
-        f"{numbers:,} numbers make about {text_mb:,.0f} MB of {_FORMAT_NAMES[suffix]}{hint}; "
-        f"as .npz, {npz_mb:,.0f} MB"
-    )
+        for stage in self.stages:
+            shown = [m for m in stage.matrices.values() if self.o.weights or not m.is_weight]
+            every = sum(m.values.size for m in shown)
+            if self.o.grads is not None:  # and each one's gradient, but a constant's
+                every += sum(m.values.size for m in shown if not m.is_constant)
+            self.every += every
+            if self.suffix in DOCUMENTS:
+                self.written += numbers_written(self.suffix, [stage], self.o)
+            else:
+                self.written += every
+            yield stage
+
+    def warning(self) -> str | None:
+        """A word of warning when a text export (JSON, HTML, Markdown, LaTeX) is large, with what
+        to do instead; None for a small one and for .npz."""
+        if self.suffix not in _BYTES_PER_NUMBER or self.written <= LARGE:
+            return None
+        hint = "; --no-weights leaves the weights out" if self.o.weights else ""
+        text_mb = self.written * _BYTES_PER_NUMBER[self.suffix] / 1e6
+        npz_mb = self.every * np.dtype(self.trace.config.model.dtype).itemsize / 1e6
+        return (
+            f"{self.written:,} numbers make about {text_mb:,.0f} MB of {_FORMAT_NAMES[self.suffix]}{hint}; "
+            f"as .npz, {npz_mb:,.0f} MB"
+        )
 
 
-def _document_options(
+def document_options(
     trace: Trace,
     weights: bool,
     grads: Backward | None,
@@ -440,7 +507,7 @@ def _raise_on_sigterm() -> Any:
 def export(
     trace: Trace,
     target: Path | None,
-    stages: list[Stage],
+    stages: Iterable[Stage],
     weights: bool = True,
     grads: Backward | None = None,
     force: bool = False,
@@ -448,44 +515,68 @@ def export(
     full: bool = False,
     rerun: str = "",
     also: Sequence[tuple[Path, Writer]] = (),
-) -> str | None:
-    """Write the stages to ``target`` in the format its suffix names; return the JSON text
-    instead when ``target`` is None (stdout). A document (.html, .md, .tex) may be a worksheet;
-    it summarises large matrices as the terminal does unless ``full`` (data files keep every number).
-    ``rerun``: the options that make the trace again, for the commands an HTML report shows;
-    ``also``: files written with it, all or none (``write_together``: a worksheet's answer key)."""
+    contents: Contents | None = None,
+) -> Iterator[str] | None:
+    """Write the stages to ``target`` in the format its suffix names; return the JSON text, in
+    pieces, instead when ``target`` is None (stdout). A document (.html, .md, .tex) may be a
+    worksheet; it summarises large matrices as the terminal does unless ``full`` (data files keep
+    every number). ``rerun``: the options that make the trace again, for the commands an HTML
+    report shows; ``also``: files written with it, all or none (``write_together``: a worksheet's
+    answer key).
+
+    ``stages`` may be computed as they are written (``model.stream.Stages``: each is dropped once
+    written, and the next computed then); ``contents`` then says what they are beforehand (a
+    document lists them first). Every format is written a stage at a time: JSON's stages one
+    object after another, the .npz one array after another, a document one table after another.
+    """
     suffix = "" if target is None else target.suffix.lower()
     if worksheet is not None and suffix not in DOCUMENTS:
         raise ExportError(f"a worksheet is a document: export it as {', '.join(DOCUMENTS)}")
     if suffix == ".npz":
-        arrays = matrices(stages, weights, grads)
-        write_together([(target, lambda f: np.savez(f, **arrays)), *also], force)  # streamed, no copy
+        write_together([(target, lambda f: write_npz(f, arrays_of(stages, weights, grads))), *also], force)
         return None
     if suffix in DOCUMENTS:
         from ..views.documents.writers import WRITERS
 
-        options = _document_options(trace, weights, grads, worksheet, full, rerun)
+        options = document_options(trace, weights, grads, worksheet, full, rerun)
 
         def write_document(f: BinaryIO) -> None:
             # A piece at a time (a stage's header, a matrix row): never the whole document in memory.
-            for piece in WRITERS[suffix](trace, stages, options):
+            for piece in WRITERS[suffix](trace, stages, options, contents):
                 if suffix == ".tex":
                     _check_latin(piece, target)
                 f.write(piece.encode("utf-8"))
 
         write_together([(target, write_document), *also], force)
         return None
-    doc = trace_to_dict(trace, stages, weights, grads, numbers=_Rows)
+    pieces = iter_json(_document(trace, stages, weights, grads, numbers=_Rows))
     if target is None:
-        return to_json(doc) + "\n"
+        return itertools.chain(pieces, ["\n"])
 
     def write(f: BinaryIO) -> None:
-        for piece in iter_json(doc):
+        for piece in pieces:
             f.write(piece.encode("utf-8"))
         f.write(b"\n")
 
     write_together([(target, write), *also], force)
     return None
+
+
+def arrays_of(
+    stages: Iterable[Stage], weights: bool = True, grads: Backward | None = None
+) -> Iterator[tuple[str, np.ndarray]]:
+    """Every matrix of the stages under its .npz name (``matrices``), a stage at a time."""
+    for stage in stages:
+        yield from matrices([stage], weights, grads).items()
+
+
+def write_npz(f: BinaryIO, arrays: Iterable[tuple[str, np.ndarray]]) -> None:
+    """``np.savez(f, **dict(arrays))``, the same archive (one uncompressed ``name.npy`` member an
+    array, in order), written one array at a time as ``arrays`` makes them."""
+    with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, values in arrays:
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(values), allow_pickle=False)
 
 
 def key_writer(trace: Trace, target: Path, sheet: Worksheet) -> Writer:

@@ -15,7 +15,7 @@ each, made for it: ~80 bytes a row against 4 for each of its d_model numbers, so
 too (``labelled_rows``): a toy of 40 million segments would hold 640 MB of T and 3 GB of labels.
 
 A trace that keeps some stages only (``trace.Keep``) is counted for those; one that streams its
-stages (each shown or written, then dropped) for the largest stage it holds at once.
+stages (each shown or written, then dropped) for the largest of them, the one stage it holds at once.
 """
 
 from __future__ import annotations
@@ -153,16 +153,15 @@ def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int, keep: 
     ``target`` decoder tokens, with a ``vocabulary`` of that many pieces (each side's table, the
     output layer's columns), as ``keep`` keeps it: the numbers of the stages kept, plus the
     largest stage streamed (held while it is shown, then dropped); the tables of both."""
-    kept = keep.ids(m)
+    chosen = keep.ids(m)
     numbers = tables = largest = 0
     for place, shapes, times in _stages(m, source, target, vocabulary):
-        held = times if kept is None else _kept_times(place, m, kept)
-        shown = times if keep.stream is not None else held
-        if not shown:
+        read = times if chosen is None else _kept_times(place, m, chosen)
+        if not read:
             continue
         stage = sum(math.prod(s) for s in shapes)
-        numbers += held * stage
-        tables += shown * len(shapes)
+        numbers += 0 if keep.stream is not None else read * stage
+        tables += read * len(shapes)
         largest = max(largest, stage)
     return Size(numbers + (largest if keep.stream is not None else 0), tables)
 
@@ -174,9 +173,9 @@ def largest_computed(
     arrays are held while it is computed, kept or not. The pass stops after the last stage kept,
     so the top (the last stack's final norm, the output layer) counts only when one of its stages
     is kept, or every stage is."""
-    kept = keep.ids(m)
+    chosen = keep.ids(m)
     ends = {p.id for p in (*final_norm(stacks(m)[-1], m), *head(m))}
-    whole = kept is None or keep.stream is not None or bool(ends & kept)
+    whole = chosen is None or bool(ends & chosen)
     return max(
         sum(math.prod(s) for s in shapes)
         for place, shapes, _ in _stages(m, source, target, vocabulary)

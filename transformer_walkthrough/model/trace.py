@@ -289,28 +289,38 @@ class Prediction(NamedTuple):
 # ---------------------------------------------------------------------------------------------
 
 
+Streamed = Callable[[Stage], None]  # what receives each stage a streamed pass completes
+
+
 @dataclass(frozen=True)
 class Keep:
-    """Which stages of a pass keep their matrices, and which are handed on as they complete.
+    """Which stages of a pass a command reads, and whether it keeps them or takes each in turn.
 
-    ``choose`` picks the ids kept from the model's config, before any work (``Keep.stages`` picks
+    ``choose`` picks the ids read from the model's config, before any work (``Keep.stages`` picks
     them as ``--stage`` and ``--layer`` name them; the attention view picks the stages with heads,
-    the lens each layer's output): None keeps every stage. ``stream`` receives each stage the
-    moment it is complete (``run`` prints it); the stage is dropped after that unless it is also
-    kept, so that memory holds one stage at a time, not the pass.
+    the lens each layer's output): None reads every stage. Without ``stream`` the trace keeps
+    them; with it, ``stream`` receives each the moment it is complete (``run`` prints it, ``export``
+    writes it) and the stage is dropped after that, so that memory holds one stage at a time, not
+    the pass. Either way the pass stops once the last stage chosen is complete.
     """
 
     choose: Callable[[ModelConfig], Iterable[str]] | None = None
-    stream: Callable[[Stage], None] | None = None
+    stream: Streamed | None = None
 
     @classmethod
-    def stages(cls, names: Sequence[str] = (), layer: int | None = None) -> Keep:
-        """Keep the stages named by kind or id (all if none), of ``layer`` when given, as
-        ``Trace.select`` chooses them: an unknown name or layer is refused before the pass."""
+    def stages(
+        cls, names: Sequence[str] = (), layer: int | None = None, stream: Streamed | None = None
+    ) -> Keep:
+        """The stages named by kind or id (all if none), of ``layer`` when given, as
+        ``Trace.select`` chooses them (an unknown name or layer is refused before the pass);
+        kept, or handed to ``stream`` one by one."""
+        if not names and layer is None:
+            return cls(None, stream)
         return cls(
             lambda m: choose(
                 [(p.id, p.kind, p.layer) for p in walk(m)], [kind_named(n, m) for n in names], layer
-            )
+            ),
+            stream,
         )
 
     @property
@@ -319,11 +329,9 @@ class Keep:
         return self.choose is None and self.stream is None
 
     def ids(self, m: ModelConfig) -> frozenset[str] | None:
-        """The ids of the stages kept (``choose`` checks them against the walk of Figure 1);
-        None: every stage."""
-        if self.choose is None:
-            return frozenset() if self.stream is not None else None
-        return frozenset(self.choose(m))
+        """The ids of the stages read (``choose`` checks them against the walk of Figure 1), kept
+        or streamed; None: every stage."""
+        return None if self.choose is None else frozenset(self.choose(m))
 
 
 EVERYTHING = Keep()
@@ -375,6 +383,13 @@ def unknown_stage(name: str, stages: Sequence[tuple[str, str, int | None]]) -> s
     return f"unknown stage {name!r}; {hint}valid kinds: {', '.join(kinds)}; or a stage id: {', '.join(ids)}"
 
 
+def stage_title(stage_id: str, title: str) -> str:
+    """A stage's title as shown, its place first: "Decoder layer 0 · masked self-attention"."""
+    side, *layer, _ = stage_id.split(".")
+    where = f"{side.capitalize()} layer {layer[0]}" if layer else side.capitalize()
+    return f"{where} · {title}"
+
+
 @dataclass
 class Trace:
     """Every stage of one forward pass, in order, with the config and tokens that produced it.
@@ -397,8 +412,8 @@ class Trace:
     keep: Keep = field(default=EVERYTHING, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._kept = self.keep.ids(self.config.model)  # None: every stage
-        self._waiting = set(self._kept or ())  # the stages kept and not yet complete
+        self._chosen = self.keep.ids(self.config.model)  # None: every stage
+        self._waiting = set(self._chosen or ())  # the stages chosen and not yet complete
         self._open: Stage | None = None  # the stage being recorded: complete when the next opens
 
     @property
@@ -417,37 +432,38 @@ class Trace:
         """Open a new stage (``Kind.open`` passes what its kind says about it, and the stages its
         inputs come from)."""
         self.finish()
-        if self._kept is not None and not self._waiting and self.keep.stream is None:
+        if self._chosen is not None and not self._waiting:
             raise NothingMoreKept(stage_id)
-        title = title or kind
-        side, *layer, _ = stage_id.split(".")
-        where = f"{side.capitalize()} layer {layer[0]}" if layer else side.capitalize()
-        records = self._kept is None or stage_id in self._kept or self.keep.stream is not None
-        new = Stage(stage_id, kind, f"{where} · {title}", explanation, formula, declared=dict(inputs),
+        records = self._chosen is None or stage_id in self._chosen
+        title = stage_title(stage_id, title or kind)
+        new = Stage(stage_id, kind, title, explanation, formula, declared=dict(inputs),
                     owner=weakref.ref(self), records=records)  # fmt: skip
         self.stages[stage_id] = new
         self._open = new
         return new
 
     def finish(self) -> None:
-        """The stage being recorded is complete: handed to the policy's stream, and its matrices
-        dropped unless the policy keeps them (the prediction read from the probabilities first)."""
+        """The stage being recorded is complete: kept, or handed to the policy's stream and then
+        dropped (the prediction read from the probabilities first); a stage not chosen recorded
+        nothing and keeps no cache."""
         done, self._open = self._open, None
-        if done is None or self._kept is None:
+        if done is None or self.keep.everything:
             return
         self._waiting.discard(done.id)
-        if self.keep.stream is not None and done.records:
-            self.keep.stream(done)
-        if done.id in self._kept:
+        if done.records and self.keep.stream is None:
             return
-        if done.id == "output.probabilities" and done.records:
-            self.prediction  # noqa: B018 — worked out now, while the probabilities are here
+        if done.records:
+            self.keep.stream(done)  # type: ignore[misc]  # not None: checked above
+            if done.id == "output.probabilities":
+                self.prediction  # noqa: B018 — worked out now, while the probabilities are here
         done.matrices, done.cache, done.records = {}, None, False
 
     @property
     def kept(self) -> frozenset[str] | None:
         """The ids of the stages whose matrices the trace keeps; None: every stage."""
-        return self._kept
+        if self.keep.stream is not None:
+            return frozenset()
+        return self._chosen
 
     @property
     def vocabulary(self) -> tuple[str, ...]:

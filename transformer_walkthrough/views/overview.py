@@ -364,6 +364,10 @@ figure.att:target figcaption { display: block; margin: 0 0 .6rem; font-weight: 6
 figure.att:target .close { display: inline-block; float: right; font-weight: normal; }
 figure.att:target ol.links { display: block; }
 ol.links { display: none; columns: 2; font: 12px/1.5 ui-monospace, monospace; margin: .8rem 0 0; }
+img.att-img { width: 96px; height: 96px; image-rendering: pixelated; }
+figure.att:target img.att-img { width: min(100%, 80vh); height: auto; }
+figure.att .said { display: none; }
+figure.att:target .said { display: block; color: var(--muted); font-weight: normal; }
 @media print { figure.att:target { position: static; box-shadow: none; }
   table.att-grid { break-inside: avoid; } }
 """
@@ -376,7 +380,7 @@ def _anchor(stage: Stage, head: int) -> str:
     return f"att-{stage.id}-{head}"
 
 
-def _heatmap(trace: Trace, stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None) -> str:
+def _heatmap(stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None) -> str:
     """One head's weights as a table of shaded cells (the report's ``g0`` … ``g20``), its labels and
     numbers there for the enlarged view only; its strongest links below."""
     e = html.escape
@@ -414,30 +418,115 @@ def _heatmap(trace: Trace, stage: Stage, name: str, m: Matrix, hidden: np.ndarra
     )
 
 
-def attention_section(trace: Trace) -> str:
-    """The "Attention" section of the HTML report: a row per attention stage, a column per head,
-    each a small heatmap that one click (a link to its own id: CSS ``:target``) enlarges, with its
-    labels, its numbers and every row's strongest link; no script."""
+# A head longer than BLOCKS_FROM tokens is drawn as a picture (``png``): each pixel a block of
+# f × f weights (their mean), f as small as the report's budget of pixels allows, every head alike.
+IMAGE_PIXELS = 8_000_000  # of all the heads' pictures together: at most about 11 MB in the report
+IMAGE_SIDE = 512  # pixels: the most a head's picture has a side, whatever the budget
+MASKED_GREY = (0xE4, 0xE7, 0xEE)  # the colour of a masked block (the tables' ``td.mk``)
+
+
+def block_side(n: int, heads: int) -> int:
+    """The f of the f × f weights each pixel of a head of ``n`` tokens stands for, when a report
+    draws ``heads`` heads within ``IMAGE_PIXELS``: 1 when n × n pixels fit."""
+    side = max(1, min(IMAGE_SIDE, math.isqrt(IMAGE_PIXELS // max(1, heads))))
+    return -(-n // side)  # ceil(n / side)
+
+
+def block_means(A: np.ndarray, hidden: np.ndarray | None, f: int) -> tuple[np.ndarray, np.ndarray]:
+    """``A`` (n_q, n_k) in blocks of f × f consecutive weights (the last row and column of blocks
+    fewer when f does not divide n): each block's mean, the masked weights counted as the 0 they
+    are; and whether the mask hides the whole block."""
+    rows, cols = np.arange(0, A.shape[0], f), np.arange(0, A.shape[1], f)
+
+    def summed(values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(np.add.reduceat(values, rows, axis=0), cols, axis=1)
+
+    sizes = np.outer(np.diff([*rows, A.shape[0]]), np.diff([*cols, A.shape[1]]))
+    means = summed(np.where(np.isfinite(A), A, 0.0)) / sizes
+    shut = np.zeros(means.shape, dtype=bool) if hidden is None else summed((~hidden).astype(np.int64)) == 0
+    return means, shut
+
+
+def head_picture(A: np.ndarray, hidden: np.ndarray | None, f: int) -> bytes:
+    """A head's weights as a PNG: each pixel the mean of a block of f × f (``block_means``),
+    shaded as the report shades a weight (``g0`` … ``g20``), a block the mask hides grey."""
+    from .png import png
+
+    means, shut = block_means(A, hidden, f)
+    shades = np.where(np.isfinite(means), np.rint(np.clip(means, 0, 1) * STEPS), 0).astype(np.uint8)
+    palette = [sequential(k / STEPS) for k in range(STEPS + 1)] + [MASKED_GREY]
+    return png(np.where(shut, STEPS + 1, shades), palette)
+
+
+def _picture(stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None, f: int) -> str:
+    """One long head as a picture (``head_picture``) in the grid; enlarged by a click (CSS
+    ``:target``), with what a pixel stands for and each block of queries' strongest key."""
+    import base64
+
     e = html.escape
-    stages = [s for s in trace if attention_heads(s)]
-    if not stages:
+    A = m.values
+    n_q, n_k = A.shape
+    data = base64.b64encode(head_picture(A, hidden, f)).decode("ascii")
+    h, w = -(-n_q // f), -(-n_k // f)
+    said = (
+        f"{n_q:,} × {n_k:,} shown as {h:,} × {w:,}, each pixel the mean of {f} × {f} weights"
+        + (" (the last row and column fewer)" if n_q % f or n_k % f else "")
+        if f > 1
+        else f"{n_q:,} × {n_k:,}, a pixel a weight"
+    )
+    cut = blocks(A, hidden)
+    links = []
+    for q in cut.queries:
+        mean = np.where(np.isfinite(A[q.start : q.stop]), A[q.start : q.stop], 0.0).mean(axis=0)
+        j = int(np.argmax(mean))
+        links.append(f"<li>{q.start}–{q.stop - 1} → {e(m.cols[j])} ({j}) {mean[j]:.2f}</li>")
+    anchor = _anchor(stage, m.head or 0)
+    return (
+        f'<figure class="att" id="{e(anchor)}"><figcaption>{e(stage.title)} · head {m.head} ({e(name)}) '
+        f'<code>{e(stage.id)}</code> <span class="said">{said}; every weight: <code>walkthrough export '
+        f"head.npz -s {e(stage.id)}</code></span>"
+        f'<a class="close" href="#attention">close ✕</a></figcaption>'
+        f'<a href="#{e(anchor)}" title="{e(stage.id)} · head {m.head} ({e(name)}): {said}; click to enlarge">'
+        f'<img class="att-img" width="{w}" height="{h}" alt="{e(name)}: {said}" '
+        f'src="data:image/png;base64,{data}"></a><ol class="links">{"".join(links)}</ol></figure>'
+    )
+
+
+def attention_row(stage: Stage, f: int = 1) -> tuple[int, str]:
+    """An attention stage's row of the overview: its id and what attends to what, then a heatmap
+    per head (a picture of blocks of f × f weights past ``BLOCKS_FROM`` tokens); with the number
+    of heads (the grid's columns are the most any stage has)."""
+    e = html.escape
+    hidden = masked(stage)
+    heads = attention_heads(stage)
+    drawn = [
+        _picture(stage, name, m, hidden, f)
+        if max(m.shape) > BLOCKS_FROM
+        else _heatmap(stage, name, m, hidden)
+        for name, m in heads
+    ]
+    cells = "".join(f"<td>{head}</td>" for head in drawn)
+    what = who_attends(stage).split(":")[0]
+    return len(heads), f"<tr><th>{e(stage.id)}<small>{e(what)}</small></th>{cells}</tr>"
+
+
+def attention_section(rows: Sequence[tuple[int, str]]) -> str:
+    """The "Attention" section of the HTML report from its rows (``attention_row``, one per
+    attention stage): a column per head, each a small heatmap that one click (a link to its own
+    id: CSS ``:target``) enlarges, with its labels, its numbers and every row's strongest link; no
+    script."""
+    if not rows:
         return ""
-    most = max(len(attention_heads(s)) for s in stages)
+    most = max(count for count, _ in rows)
     heads = "".join(f"<th>head {h}</th>" for h in range(1, most + 1))
-    rows = []
-    for stage in stages:
-        hidden = masked(stage)
-        cells = "".join(
-            f"<td>{_heatmap(trace, stage, name, m, hidden)}</td>" for name, m in attention_heads(stage)
-        )
-        what = who_attends(stage).split(":")[0]
-        rows.append(f"<tr><th>{e(stage.id)}<small>{e(what)}</small></th>{cells}</tr>")
     return (
         '<section id="attention"><h2>Attention, every layer and head<code>walkthrough attention</code></h2>'
         "<p>Each head's attention weights A: rows the queries, columns the keys, shaded from 0 (white) to 1 "
         "(green) on the fixed scale of every attention weight; a key the mask hides is grey. Click (or focus "
         f"and press Enter on) a head to enlarge it, with its tokens, its weights and each query's strongest "
-        f"link; longer than {MAX_TOKENS} tokens, the first and last {HALF} queries and keys are shown.</p>"
+        f"link; longer than {MAX_TOKENS} tokens, the first and last {HALF} queries and keys are shown, and "
+        f"longer than {BLOCKS_FROM}, each head is a picture of the mean weights of blocks of queries and "
+        "keys, its links each block of queries' strongest key, as it says when enlarged.</p>"
         f'<div class="att-wrap"><table class="att-grid"><thead><tr><th></th>{heads}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table></div></section>"
+        f"<tbody>{''.join(row for _, row in rows)}</tbody></table></div></section>"
     )

@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from rich.console import Console
 from rich.segment import Segment, Segments
@@ -37,6 +37,9 @@ from ..model.trace import Trace
 from .blocks import SideBySide
 from .stages import figure, prediction_table, render_stage, weights_line
 from .widgets import View, trim
+
+if TYPE_CHECKING:
+    from ..model.stream import Stages
 
 # "h keys", not "? keys": a "?" on an ASCII stream reads as a symbol it could not encode.
 HELP = "Enter next · ← back · g go · / find · h keys · q quit"
@@ -181,14 +184,15 @@ def redraw_on_resize() -> Iterator[None]:
         os.close(poke)
 
 
-def find_stage(trace: Trace, text: str) -> int:
+def find_stage(trace: Trace | list[str], text: str) -> int:
     """The page a stage is on, from what was typed: its id, a unique prefix of it, its number in
     the stage list (1 for the first; one past the last is the prediction, as "16 stages + the
-    prediction" counts), a unique part of it (``cross``), or ``prediction``.
+    prediction" counts), a unique part of it (``cross``), or ``prediction``. The stages are the
+    trace's, or the ids given (a streamed pass's, before it has computed them).
 
     Raises StageError, saying what matched, when nothing or more than one stage does.
     """
-    ids = [s.id for s in trace]
+    ids = trace if isinstance(trace, list) else [s.id for s in trace]
     wanted = text.strip()
     folded = wanted.casefold()
     if not wanted:
@@ -316,7 +320,12 @@ def _at(page: Page, line: int) -> int:
 
 
 def run_tour(
-    console: Console, trace: Trace, view: View, key: Callable[[], str] = read_key, start: int = 0
+    console: Console,
+    trace: Trace,
+    view: View,
+    key: Callable[[], str] = read_key,
+    start: int = 0,
+    streamed: Callable[[], Stages] | None = None,
 ) -> int:
     """Page through every stage, then the prediction, until the last page or q; return the page reached.
 
@@ -324,13 +333,17 @@ def run_tour(
     within a page taller than the screen j/k or ↓/↑ move a line, space and PageDown/PageUp (or b)
     a screen (space at the bottom goes on to the next page, PageUp at the top back to the end of
     the previous one); g jumps, / searches, ? or h lists the keys. ``start`` is the first page shown.
+
+    With ``streamed`` the trace keeps no stage (``trace.Keep``): each page is laid out as the pass
+    ``streamed()`` makes reaches its stage, and only its lines are kept; a resized terminal lays
+    the pages out again from a new pass. Memory then holds one stage and the pages' lines.
     """
     terminal = key is read_key
     with contextlib.ExitStack() as stack:
         if terminal:
             stack.enter_context(keys_one_by_one())
             stack.enter_context(redraw_on_resize())
-        return Tour(console, trace, view, key, start).run()
+        return Tour(console, trace, view, key, start, streamed=streamed).run()
 
 
 @dataclasses.dataclass
@@ -347,12 +360,26 @@ class Tour:
     query: str = ""
     match: tuple[int, int] | None = None  # the page and line of the last match
     cache: dict[int, Page] = dataclasses.field(default_factory=dict)
+    streamed: Callable[[], Stages] | None = None  # a new pass of the trace's stages, streamed
 
     def __post_init__(self) -> None:
-        self.stages = list(self.trace)
-        self.pages = len(self.stages) + 1
+        if self.streamed is None:
+            self.ids = [s.id for s in self.trace]
+        else:
+            from ..model.stream import outline
+
+            self.ids = [sid for sid, _ in outline(self.trace.config.model)]
+            self.reading = iter(self.streamed())
+        self.read = 0  # the streamed pass's stages read so far
+        self.pages = len(self.ids) + 1
 
     def laid_out(self, page: int) -> Page:
+        """The page laid out at the console's width (a streamed pass read on up to it first)."""
+        while page not in self.cache and self.streamed is not None and self.read < len(self.ids):
+            stage = next(self.reading)  # the page's stage, and the ones before it not yet read
+            self.trace = stage.owner()  # after a resize, the new pass's (the prediction is its)
+            self.cache[self.read] = _page(self.console, self.trace, self.view, self.read)
+            self.read += 1
         if page not in self.cache:
             self.cache[page] = _page(self.console, self.trace, self.view, page)
         return self.cache[page]
@@ -370,15 +397,15 @@ class Tour:
         return _reaching(lines, len(lines.lines), self.body)
 
     def draw(self) -> None:
-        console, stages = self.console, self.stages
+        console, ids = self.console, self.ids
         page = self.laid_out(self.page)
         body, n = self.body, len(page.lines)
         self.top = max(0, min(self.top, self.bottom(self.page)))
         shown = window(page, self.top, body)
         where = (
-            f"stage {self.page + 1} of {len(stages)} · {printable(stages[self.page].id)}"
-            if self.page < len(stages)
-            else f"the prediction, after the {len(stages)} stages"
+            f"stage {self.page + 1} of {len(ids)} · {printable(ids[self.page])}"
+            if self.page < len(ids)
+            else f"the prediction, after the {len(ids)} stages"
         )
         if n > body:
             first, last = shown.start + 1, min(shown.start + shown.count, n)
@@ -494,6 +521,9 @@ class Tour:
         old = len(self.laid_out(self.page).lines)
         self.view = dataclasses.replace(self.view, width=console.width)
         self.cache.clear()
+        if self.streamed is not None:  # the pages' lines are all it kept: a new pass lays them out
+            self.reading.close()  # type: ignore[attr-defined]
+            self.reading, self.read = iter(self.streamed()), 0
         page = self.laid_out(self.page)
         self.top = _at(page, min(len(page.lines) - 1, self.top * len(page.lines) // max(1, old)))
 
@@ -531,7 +561,7 @@ class Tour:
         if not typed.strip():
             return
         try:
-            self.page, self.top = find_stage(self.trace, typed), 0
+            self.page, self.top = find_stage(self.ids, typed), 0
         except StageError as err:
             self.status = str(err)
 
@@ -585,7 +615,7 @@ class Tour:
                     wrapped = k == self.pages or (k > 0 and (p < page if forward else p > page))
                     self.page, self.match = p, (p, i)
                     self.top = min(_at(self.laid_out(p), i), self.bottom(p))
-                    where = printable(self.stages[p].id) if p < len(self.stages) else "the prediction"
+                    where = printable(self.ids[p]) if p < len(self.ids) else "the prediction"
                     self.status = f"/{printable(self.query)}: {where} · line {i + 1}" + (
                         " (wrapped around)" if wrapped else ""
                     )

@@ -165,7 +165,6 @@ class Kind:
     ) -> Stage:
         """A new stage of this kind in ``trace``, titled and explained as the kind says under ``m``
         (and, on the toy, with the article's mistake noted: a checkpoint's config names its source)."""
-        title = self.title(m) if callable(self.title) else self.title
         explanation = _said(self.explanation, m)
         article = self.article(m) if callable(self.article) else self.article
         if article and not getattr(trace.config, "checkpoint", ""):  # type: ignore[attr-defined]
@@ -174,10 +173,19 @@ class Kind:
         layer = layer_of(stage_id)
         if self.layered is not None and layer is not None:
             words, sentence = self.layered(m, layer)
-            title, explanation = (
-                (f"{title} ({words})", f"{explanation} {sentence}") if words else (title, explanation)
-            )
+            explanation = f"{explanation} {sentence}" if words else explanation
+        title = self.title_of(stage_id, m)
         return trace.stage(stage_id, self.id, title, explanation, said, inputs)  # type: ignore[attr-defined]
+
+    def title_of(self, stage_id: str, m: ModelConfig) -> str:
+        """The title a stage of this kind gets under ``m`` (what a document's contents list before
+        the pass has run): the kind's, and in a layer the few words ``layered`` says of it."""
+        title = self.title(m) if callable(self.title) else self.title
+        layer = layer_of(stage_id)
+        if self.layered is not None and layer is not None:
+            words, _ = self.layered(m, layer)
+            title = f"{title} ({words})" if words else title
+        return title
 
 
 @functools.lru_cache(maxsize=256)

@@ -10,7 +10,7 @@ arithmetic typeset.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -20,7 +20,18 @@ from ...model.trace import Stage, Trace
 from ..lens import lens_latex
 from ..widgets import label
 from .formulas import latex_lines, latex_notes
-from .shown import Options, Shown, document_lens, heading, mark, probability, row_values, units
+from .shown import (
+    Contents,
+    Options,
+    Shown,
+    closing,
+    contents_of,
+    heading,
+    mark,
+    probability,
+    row_values,
+    units,
+)  # fmt: skip
 from .text import number, tex
 from .worksheet import Worksheet, hole_label
 
@@ -157,7 +168,15 @@ def _tex_lines(group: list[list[Shown]]) -> Iterator[list[list[Shown]]]:
         yield line
 
 
-def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
+def iter_latex(
+    trace: Trace, stages: Iterable[Stage], o: Options, contents: Contents | None = None
+) -> Iterator[str]:
+    """The document in LaTeX, a piece at a time; ``stages`` may be computed as they are read (a
+    streamed pass: ``contents`` then says what they are beforehand)."""
+    if contents is None:
+        stages = list(stages)
+        contents = contents_of(trace, stages)
+    sections = closing(trace, contents, o)
     title, facts = heading(trace, o)
     yield TEX_PREAMBLE
     # a checkpoint's folder may be longer than the line: it may break after any "/" of it
@@ -190,7 +209,9 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
                     if note := unit[0].left_out():
                         # "-{}-": two hyphens, as typed, not TeX's en dash
                         yield f"{{\\small {tex(note).replace('--', '-{}-')}}}\\par\n"
-    if trace.prediction:
+        if sections is not None:
+            sections.see(stage)
+    if contents.predicts and trace.prediction:
         yield (
             "\n\\section*{Prediction}\n"
             "\\begin{tabularx}{\\linewidth}{>{\\raggedright\\arraybackslash}X l r l l >{\\raggedright\\arraybackslash}X}\n"
@@ -203,7 +224,7 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
                 f"{tex(p.expected or '—')} & {tex(mark(p))} & {top} \\\\\n"
             )
         yield "\\end{tabularx}\n"
-    if lens := document_lens(trace, stages, o):
+    if sections is not None and (lens := sections.lens()):
         yield lens_latex(lens, o.precision, o.full)
     if o.worksheet is not None and not o.worksheet.separate_key:
         yield "\n\\clearpage\n"

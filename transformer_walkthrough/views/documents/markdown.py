@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from ...model.trace import Stage, Trace
 from ..lens import lens_markdown
-from .shown import Options, Shown, document_lens, heading, hole, mark, probability, row_values, units
+from .shown import (
+    Contents,
+    Options,
+    Shown,
+    closing,
+    contents_of,
+    heading,
+    hole,
+    mark,
+    probability,
+    row_values,
+    units,
+)  # fmt: skip
 from .text import md_label, md_text, number
 from .worksheet import Worksheet, hole_label
 
@@ -18,9 +30,9 @@ def md_fence(lines: Sequence[str]) -> str:
     return "`" * max(3, longest + 1)
 
 
-def _md_anchor(stage: Stage) -> str:
+def _md_anchor(stage_id: str, title: str) -> str:
     # GitHub's anchors: lower case, punctuation dropped, spaces to hyphens.
-    return re.sub(r"[^\w\- ]", "", f"{stage.id} {stage.title}".lower()).replace(" ", "-")
+    return re.sub(r"[^\w\- ]", "", f"{stage_id} {title}".lower()).replace(" ", "-")
 
 
 def _md_matrix(s: Shown) -> Iterator[str]:
@@ -49,18 +61,28 @@ def _md_matrix(s: Shown) -> Iterator[str]:
         yield f"\n{md_text(note)}\n"
 
 
-def iter_markdown(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
+def iter_markdown(
+    trace: Trace, stages: Iterable[Stage], o: Options, contents: Contents | None = None
+) -> Iterator[str]:
+    """The document in Markdown, a piece at a time; ``stages`` may be computed as they are read
+    (a streamed pass: ``contents`` then lists them beforehand)."""
+    if contents is None:
+        stages = list(stages)
+        contents = contents_of(trace, stages)
     title, facts = heading(trace, o)
     line = "".join(md_label(text, table=False) if code else md_text(text) for text, code in facts)
     yield f"# {md_text(title)}\n\n{line}\n\n## Stages\n\n"
-    yield "".join(f"- [{s.id} — {s.title}](#{_md_anchor(s)})\n" for s in stages)
+    yield "".join(f"- [{sid} — {said}](#{_md_anchor(sid, said)})\n" for sid, said in contents.stages)
+    sections = closing(trace, contents, o)
     for stage in stages:
         yield f"\n## {stage.id} {stage.title}\n\n{stage.explanation}\n\n```text\n{stage.formula!s}\n```\n"
         for row in units(stage, o):
             for unit in row:
                 for shown in unit:
                     yield from _md_matrix(shown)
-    if trace.prediction:
+        if sections is not None:
+            sections.see(stage)
+    if contents.predicts and trace.prediction:
         d = max(o.precision, 2)
         yield "\n## Prediction\n\n| after | predicted | p | expected | | top 3 |\n|---|---|---:|---|---|---|\n"
         for p in trace.prediction:
@@ -70,7 +92,7 @@ def iter_markdown(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str
                 f"| {md_label(p.after)} | **{md_label(p.word)}** | {probability(p.probability, d, o)} "
                 f"| {expected} | {mark(p)} | {top} |\n"
             )
-    if lens := document_lens(trace, stages, o):
+    if sections is not None and (lens := sections.lens()):
         yield lens_markdown(lens, o.precision, o.full)
     if o.worksheet is not None and not o.worksheet.separate_key:
         yield from _md_key(trace, o.worksheet)

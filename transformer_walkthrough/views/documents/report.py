@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...model.formula import Formula
 from ...model.trace import Stage, Trace
-from ..sections import SECTIONS_CSS, report_sections
+from ..sections import SECTIONS_CSS, Sections
 from ..stages import predicted
 from .formulas import html_notes
 from .formulas import mathml as formula_mathml
 from .shades import OPENINGS, SHADES_CSS, cell_shades, legend, shading
-from .shown import Options, Shown, heading, hole, mark, probability, units
+from .shown import Contents, Options, Shown, closing, contents_of, heading, hole, mark, probability, units
 from .text import number
 from .worksheet import Worksheet, hole_label
 
@@ -161,25 +161,29 @@ def _html_cell(s: Shown, i: int, j: int, v: float, opening: str) -> str:
     return f"{opening}{number(v, s.precision)}"
 
 
-def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
+def iter_html(
+    trace: Trace, stages: Iterable[Stage], o: Options, contents: Contents | None = None
+) -> Iterator[str]:
+    """The report, a piece at a time; ``stages`` may be computed as they are read (a streamed
+    pass: ``contents`` then says what they are beforehand, for the navigation that comes first)."""
     from ..clickable import CSS as CLICK_CSS
     from ..clickable import Clicks
 
+    if contents is None:
+        stages = list(stages)
+        contents = contents_of(trace, stages)
     e = html.escape
     # A worksheet is never clickable: the arithmetic of a cell would give its answers away.
     clicks = Clicks(trace, o) if o.clickable and o.worksheet is None else None
     title, facts = heading(trace, o)
     line = "".join(f"<code>{e(text)}</code>" if code else e(text) for text, code in facts)
-    nav = "".join(f'<li><a href="#{e(s.id)}">{e(s.title)}</a></li>' for s in stages)
-    if trace.prediction:
+    nav = "".join(f'<li><a href="#{e(sid)}">{e(said)}</a></li>' for sid, said in contents.stages)
+    if contents.predicts:
         nav += '<li><a href="#prediction">Prediction</a></li>'
     # The whole report (not a selection, not a worksheet) ends on the lens and the attention overview.
-    extras = (
-        report_sections(trace, o.precision, o.full, o.rerun)
-        if o.worksheet is None and len(stages) == len(trace)
-        else []
-    )
-    nav += "".join(f'<li><a href="#{anchor}">{e(title)}</a></li>' for anchor, title, _ in extras)
+    sections = closing(trace, contents, o, attention=True)
+    extras = [] if sections is None else Sections.titles(trace)
+    nav += "".join(f'<li><a href="#{anchor}">{e(title)}</a></li>' for anchor, title in extras)
     css = CSS + (SECTIONS_CSS if extras else "")
     if o.worksheet is not None:
         nav += '<li><a href="#answers">Answer key</a></li>'
@@ -191,9 +195,11 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
     )
     for stage in stages:
         yield from html_stage(trace, stage, o, clicks)
-    if trace.prediction:
+        if sections is not None:
+            sections.see(stage)
+    if contents.predicts and trace.prediction:
         yield html_prediction(trace, o)
-    for _, _, section in extras:
+    for _, _, section in [] if sections is None else sections.html(o.precision, o.full, o.rerun):
         yield section
     if o.worksheet is not None and not o.worksheet.separate_key:
         yield _html_key(trace, o.worksheet)

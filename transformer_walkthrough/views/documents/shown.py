@@ -6,6 +6,7 @@ the prediction's cells. The writers (``markdown``, ``latex``, ``report``) set th
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -13,15 +14,14 @@ import numpy as np
 
 from ...errors import printable
 from ...model.cell import GUARD
-from ...model.trace import ACTIVATION, Matrix, Prediction, Stage, Trace
+from ...model.trace import ACTIVATION, Keep, Matrix, Prediction, Stage, Trace
 from ..blocks import summary
-from ..sections import whole_lens
+from ..sections import Sections
 from ..stages import group_of
 from ..widgets import View, label
 from .text import tex_symbol
 
 if TYPE_CHECKING:
-    from ...model.lens import Lens
     from .worksheet import Worksheet
 
 Grads = dict[str, dict[str, np.ndarray]]  # stage id -> matrix name -> dL/d(matrix)
@@ -224,7 +224,38 @@ def probability(q: float, digits: int, o: Options) -> str:
     return f"{q:.{digits}f}"
 
 
-def document_lens(trace: Trace, stages: list[Stage], o: Options) -> Lens | None:
-    """The logit lens that a whole document ends on; None for a selection of stages or a worksheet
-    (whose hidden cells the lens would give away: its last row is the prediction), as the report."""
-    return whole_lens(trace) if o.worksheet is None and len(stages) == len(trace) else None
+class Contents(NamedTuple):
+    """What a document holds, known before its first stage is written (a streamed pass computes
+    them as they are written): each stage's (id, title), whether they are the whole pass (the
+    document then ends on the closing sections), and whether it ends on the prediction."""
+
+    stages: list[tuple[str, str]]
+    whole: bool
+    predicts: bool
+
+
+def contents_of(trace: Trace, stages: Sequence[Stage]) -> Contents:
+    """The contents of a document of ``stages``, all computed already (``trace``'s)."""
+    return Contents([(s.id, s.title) for s in stages], len(stages) == len(trace), bool(trace.prediction))
+
+
+def streamed_contents(trace: Trace, keep: Keep) -> Contents:
+    """The contents of a document of the stages ``keep`` chooses of a pass still to be computed
+    (``model.stream.Stages``): listed from the walk of Figure 1, as the pass will title them; the
+    prediction when the output's probabilities are among them and the model predicts something
+    there (a fill-mask model, at a blank)."""
+    from ...model.stream import outline
+
+    m = trace.config.model
+    stages = outline(m, keep)
+    predicts = any(sid == "output.probabilities" for sid, _ in stages) and (
+        not m.encoder_only or trace.config.mask_id in trace.source_ids
+    )
+    return Contents(stages, keep.choose is None, predicts)
+
+
+def closing(trace: Trace, contents: Contents, o: Options, attention: bool = False) -> Sections | None:
+    """What gathers the closing sections of a document of the whole pass as its stages are
+    written (``sections.Sections``); None for a selection of stages or a worksheet (whose hidden
+    cells the lens would give away: its last row is the prediction)."""
+    return Sections(trace, attention) if o.worksheet is None and contents.whole else None
