@@ -139,7 +139,8 @@ def wide_table(tmp_path_factory) -> Path:
     tok = llama3_style(folder)
     config = transformers.LlamaConfig(
         vocab_size=100_000, hidden_size=2, intermediate_size=2, num_hidden_layers=16, num_attention_heads=1,
-        num_key_value_heads=1, head_dim=2, tie_word_embeddings=True, bos_token_id=tok.bos, eos_token_id=tok.eos,
+        num_key_value_heads=1, head_dim=2, tie_word_embeddings=True, bos_token_id=tok.bos,
+        eos_token_id=tok.eos,
     )  # fmt: skip
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(config).to(torch.float16).save_pretrained(folder)
