@@ -417,17 +417,29 @@ def test_a_number_past_the_largest_float_names_its_key(llama_family, tmp_path, n
     fails(["run", "--prompt", "The cat", "--model", str(folder)], f"config.json: {key} is 1000")
 
 
-def test_a_window_longer_than_the_context_is_no_window(llama_family, tmp_path):
-    """Mistral's sliding_window of 10**30: every position sees all before it, as with none."""
+@pytest.mark.parametrize("window", [64, 2**63 - 1], ids=["max_position_embeddings", "2**63 - 1"])
+def test_a_window_as_long_as_the_context_is_no_window(llama_family, tmp_path, window):
+    """Mistral's sliding_window at least max_position_embeddings (64): every position sees all
+    before it, as with none (transformers runs such a window as none too)."""
     folder = shutil.copytree(llama_family["mistral"], tmp_path / "m")
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert config["max_position_embeddings"] == 64
     runs = []
-    for window in (10**30, None):
-        (folder / "config.json").write_text(json.dumps({**config, "sliding_window": window}))
+    for w in (window, None, 4):
+        (folder / "config.json").write_text(json.dumps({**config, "sliding_window": w}))
         args = ["run", "--prompt", "The cat is sleeping comfortably.", "--model", str(folder)]
         runs.append(CliRunner().invoke(app, args))
-    assert [r.exit_code for r in runs] == [0, 0], [r.stderr for r in runs]
-    assert runs[0].stdout == runs[1].stdout
+    assert [r.exit_code for r in runs] == [0, 0, 0], [r.stderr for r in runs]
+    assert runs[0].stdout == runs[1].stdout != runs[2].stdout  # the window of 4 does bite
+
+
+@pytest.mark.parametrize("window", [2**63, 10**30])
+def test_a_window_transformers_cannot_run_names_its_key(llama_family, tmp_path, window):
+    """transformers fails on a window of 2⁶³ or more ("Overflow when unpacking long long"): refused,
+    saying what a window that long would mean and how to say it."""
+    folder = edited(llama_family["mistral"], tmp_path / "m", sliding_window=window)
+    line = fails(["run", "--prompt", "The cat", "--model", str(folder)], "sliding_window is ")
+    assert "past what transformers runs (2⁶³ − 1)" in line and "(max_position_embeddings, 64)" in line, line
 
 
 def test_a_toy_window_of_10_30_names_its_key(tmp_path):
