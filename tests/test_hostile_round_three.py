@@ -17,18 +17,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
 
-from tests.test_hostile_files import refused_in_child
+from tests.test_hostile_files import PEAK_RSS, child, refused_in_child
 from tests.test_robustness import fails as one_line_error
 from transformer_walkthrough.cli import app
 from transformer_walkthrough.config import load_config
 from transformer_walkthrough.errors import MAX_DECODED, ExportError, decoded
 from transformer_walkthrough.files.export import write_together
+from transformer_walkthrough.model.lens import FEW, top_tokens
 from transformer_walkthrough.model.size import labelled_rows
+from transformer_walkthrough.model.trace import top_k
 
 ROOT = Path(__file__).resolve().parents[1]
 BIG = "1" + "0" * 400  # a JSON integer past the largest float (1.8e308)
@@ -118,6 +121,55 @@ def test_unhashable_token_fields_are_one_line(bert_family, tmp_path, family, dro
     mask = "<mask>" if family == "roberta" else "[MASK]"
     line = fails(["run", "--prompt", f"The cat {mask}", "--model", str(folder)], "not true or false")
     assert "tokenizer_config.json" in line and all(part in line for part in said), line
+
+
+# ---- 3. the lens and the documents of a wide table: a few cells' logits at a time -----------------
+
+
+@pytest.fixture(scope="module")
+def wide_table(tmp_path_factory) -> Path:
+    """The review's checkpoint, smaller: a float16 Llama of 16 layers, d_model 2 and a tied table of
+    100,000 rows (400 kB), whose whole lens (17 × 47 × 100,000 numbers, twice) peaked at 730 MB."""
+    import torch
+    import transformers
+
+    from tests.tiny_tokenizers import llama3_style
+
+    folder = tmp_path_factory.mktemp("wide")
+    tok = llama3_style(folder)
+    config = transformers.LlamaConfig(
+        vocab_size=100_000, hidden_size=2, intermediate_size=2, num_hidden_layers=16, num_attention_heads=1,
+        num_key_value_heads=1, head_dim=2, tie_word_embeddings=True, bos_token_id=tok.bos,
+        eos_token_id=tok.eos,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).to(torch.float16).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["lens"], pytest.param(["export", "r.html"], marks=pytest.mark.slow), ["export", "r.md"]],
+    ids=["lens", "report.html", "report.md"],
+)
+def test_the_lens_of_a_wide_table_stays_in_bounds(wide_table, tmp_path, monkeypatch, command):
+    """47 positions × 17 layers × 100,000 tokens: the lens keeps each cell's top tokens only."""
+    prompt = "The cat is sleeping comfortably. The cat is sleeping comfortably."
+    monkeypatch.chdir(tmp_path)  # the child's too: the document is written there
+    code, stderr, peak = child([*command, "--model", str(wide_table), "--prompt", prompt], timeout=120)
+    assert code == 0, stderr[-2000:]
+    assert peak < PEAK_RSS, f"peak RSS {peak / 2**20:.0f} MiB"
+    assert [p.name for p in tmp_path.iterdir()] == command[1:]
+
+
+def test_a_few_top_tokens_are_chosen_as_many_are():
+    """One at a time (k up to FEW) or partitioned (more): both are ``top_k``'s choice, row by row,
+    with ties, NaN (the smallest) and -inf among the numbers."""
+    rng = np.random.default_rng(5)
+    p = rng.choice([0.0, 0.25, 0.5, 1.0, np.nan, -np.inf, np.inf], size=(300, FEW + 8))
+    for k in (1, 2, FEW, FEW + 1, FEW + 8):
+        got = top_tokens(p, k)
+        assert [row.tolist() for row in got] == [top_k(row, k).tolist() for row in p], k
 
 
 # ---- 4. the hub cache: every file the hub client reads is checked first --------------------------
@@ -365,17 +417,29 @@ def test_a_number_past_the_largest_float_names_its_key(llama_family, tmp_path, n
     fails(["run", "--prompt", "The cat", "--model", str(folder)], f"config.json: {key} is 1000")
 
 
-def test_a_window_longer_than_the_context_is_no_window(llama_family, tmp_path):
-    """Mistral's sliding_window of 10**30: every position sees all before it, as with none."""
+@pytest.mark.parametrize("window", [64, 2**63 - 1], ids=["max_position_embeddings", "2**63 - 1"])
+def test_a_window_as_long_as_the_context_is_no_window(llama_family, tmp_path, window):
+    """Mistral's sliding_window at least max_position_embeddings (64): every position sees all
+    before it, as with none (transformers runs such a window as none too)."""
     folder = shutil.copytree(llama_family["mistral"], tmp_path / "m")
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert config["max_position_embeddings"] == 64
     runs = []
-    for window in (10**30, None):
-        (folder / "config.json").write_text(json.dumps({**config, "sliding_window": window}))
+    for w in (window, None, 4):
+        (folder / "config.json").write_text(json.dumps({**config, "sliding_window": w}))
         args = ["run", "--prompt", "The cat is sleeping comfortably.", "--model", str(folder)]
         runs.append(CliRunner().invoke(app, args))
-    assert [r.exit_code for r in runs] == [0, 0], [r.stderr for r in runs]
-    assert runs[0].stdout == runs[1].stdout
+    assert [r.exit_code for r in runs] == [0, 0, 0], [r.stderr for r in runs]
+    assert runs[0].stdout == runs[1].stdout != runs[2].stdout  # the window of 4 does bite
+
+
+@pytest.mark.parametrize("window", [2**63, 10**30])
+def test_a_window_transformers_cannot_run_names_its_key(llama_family, tmp_path, window):
+    """transformers fails on a window of 2⁶³ or more ("Overflow when unpacking long long"): refused,
+    saying what a window that long would mean and how to say it."""
+    folder = edited(llama_family["mistral"], tmp_path / "m", sliding_window=window)
+    line = fails(["run", "--prompt", "The cat", "--model", str(folder)], "sliding_window is ")
+    assert "past what transformers runs (2⁶³ − 1)" in line and "(max_position_embeddings, 64)" in line, line
 
 
 def test_a_toy_window_of_10_30_names_its_key(tmp_path):

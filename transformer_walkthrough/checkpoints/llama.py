@@ -636,8 +636,15 @@ def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
         return window
     if window is not None and (type(window) is not int or window < 1):
         raise CheckpointError(f"{path}: sliding_window is {shown(window)}, not a positive integer or null")
+    if window is not None and window >= 2**63:  # transformers: "Overflow when unpacking long long"
+        context = config["max_position_embeddings"]
+        raise CheckpointError(
+            f"{path}: sliding_window is {shown(window)}, past what transformers runs (2⁶³ − 1); a window "
+            f"at least as long as the context (max_position_embeddings, {context:,}) is no window: "
+            "null says so"
+        )
     if window is not None and window >= config["max_position_embeddings"]:
-        return None  # every position sees all those before it, as with no window (10**30 included)
+        return None  # every position sees all those before it, as with no window
     return window
 
 
