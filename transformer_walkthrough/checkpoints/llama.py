@@ -16,6 +16,12 @@ The four ``model_type`` differ only in what their config may say, and Qwen3 in o
   our ``qk_norm: head``, ``gamma_Q``, ``gamma_K``), ``head_dim`` 128 unless it says, no biases but
   where ``attention_bias`` says (Q, K, V and O); ``use_sliding_window`` refused, as Qwen2's.
 
+Gemma, Gemma 2, Gemma 3 and OLMo 2 are this layer under conventions of their own (their name maps
+and why: ``gemma.py``); Gemma 2 and 3 (``gemma2``, ``gemma3_text``) add what their config says of
+each layer: ``layer_types`` (sliding over ``sliding_window`` positions, or full), the score scale
+``query_pre_attn_scalar``, the soft caps ``attn_logit_softcapping`` and ``final_logit_softcapping``,
+and (Gemma 3) a rotary base per kind of layer, the full layers' alone scaled (``_layer_rope``).
+
 Rotary: ``rope_theta`` (or transformers 5's ``rope_parameters``), and ``rope_scaling`` (older
 files) or ``rope_parameters`` of type ``default``, ``linear`` or ``llama3`` (Llama 3.1, 3.2); any
 other type (yarn, dynamic, longrope) is refused, never approximated.
