@@ -546,8 +546,8 @@ def _layer_rope(raw: dict[str, Any], config: dict[str, Any], path: Path) -> dict
     (``Gemma3TextConfig.convert_rope_params_to_dict``): ``rope_parameters`` of ``full_attention``
     and ``sliding_attention``, or (older files) ``rope_theta`` (default 1,000,000) and
     ``rope_scaling`` for the full layers, ``rope_local_base_freq`` (default 10,000) for the sliding
-    ones. The full layers' are returned (scaled as any model's may be: Gemma 3 1B's linear factor
-    8), with ``local_theta``, the sliding layers' base: never scaled here."""
+    ones. The full layers' are returned (scaled as any model's may be: a linear factor of 8 where
+    config.json says so), with ``local_theta``, the sliding layers' base: never scaled here."""
     given = raw.get("rope_parameters") or {}
     if not isinstance(given, dict) or any(k not in LAYER_KINDS for k in given):
         raise CheckpointError(
