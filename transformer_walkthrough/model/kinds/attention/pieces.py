@@ -4,6 +4,7 @@ and keys each later step reads (``attended_name``). The pieces after the scores 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -81,15 +82,12 @@ class Project(Piece):
         if f.self_attention:  # queries, keys and values from one product (nanoGPT's c_attn)
             QKV = F.linear(f.x, W, b)
             Q, K, V = QKV[:, :q_width], QKV[:, q_width : q_width + kv_width], QKV[:, q_width + kv_width :]
-            f.Q, f.K, f.V = (
-                F.split_heads(Q, m.num_heads), F.split_heads(K, m.kv_heads), F.split_heads(V, m.kv_heads)
-            )  # fmt: skip
-        else:  # cross-attention: queries from x, keys and values from memory (a cache projects it once)
+            f.K, f.V = F.split_heads(K, m.kv_heads), F.split_heads(V, m.kv_heads)
+        else:  # cross-attention: queries from x, keys and values from memory (once, with a cache)
             Q = F.linear(f.x, W[:, :q_width], None if b is None else b[:q_width])
-            f.Q = F.split_heads(Q, m.num_heads)
-            f.K, f.V = (
-                self.memory_keys(f) if f.cache is None else f.cache.keys_values(lambda: self.memory_keys(f))
-            )
+            project = functools.partial(self.memory_keys, f)
+            f.K, f.V = project() if f.cache is None else f.cache.keys_values(project)
+        f.Q = F.split_heads(Q, m.num_heads)
         f.made[""] = (f.Q, f.K)
 
     @staticmethod
