@@ -216,3 +216,23 @@ def test_a_report_past_its_budget_of_tables_names_the_rest(monkeypatch) -> None:
     assert report.to_html(trace, list(trace), full=True).count('<table class="m">') == sum(
         len(s.matrices) for s in trace
     )  # --full: every table, whatever the budget
+
+
+def test_a_long_prompts_options_are_said_once_not_in_every_lens_cell() -> None:
+    """A cell's command repeats the options that make the trace again while they are short; a long
+    prompt's (2,048 tokens: about 10,000 characters, in each of 1,920 cells: 19 MB) once."""
+    import html
+    import re
+
+    from transformer_walkthrough.views.lens import lens_section
+    from transformer_walkthrough.views.sections import whole_lens
+
+    trace = run_forward(load_config(ROOT / "configs" / "gpt-style.yaml"))
+    lens = whole_lens(trace)
+    assert lens is not None
+    for options, times in (("--seed 3", lens.layers * len(lens.tokens)), ("--prompt '" + "x " * 500 + "'", 1)):
+        section = lens_section(trace, lens, 2, False, options)
+        assert section.count(html.escape(options)) == times
+        titles = [html.unescape(t) for t in re.findall(r'title="([^"]*)"', section)]
+        assert len(titles) == lens.layers * len(lens.tokens)
+        assert all(" · walkthrough lens --explain " in t for t in titles)

@@ -220,7 +220,8 @@ class Tables:
 
     def __init__(self, rerun: str = "") -> None:
         self.written = 0
-        self.rerun = f" {rerun}" if rerun else ""
+        self.rerun = rerun  # said once, in the first stage past the budget: a long prompt's is long
+        self.said = False
 
     @property
     def spent(self) -> bool:
@@ -235,10 +236,13 @@ class Tables:
             for unit in group
             for shown in unit
         )
+        options = f" with <code>{e(self.rerun)}</code>" if self.rerun and not self.said else ""
+        options = options or (" with the options above" if self.rerun else "")
+        self.said = True
         return (
             f'<p class="left-out">Its matrices — {e(named)} — are past the {TABLES_BUDGET // 1_000_000} MB of '
-            f"tables this report writes: <code>walkthrough step -s {e(stage.id)}{e(self.rerun)}</code> shows "
-            f"them, <code>walkthrough export --stage {e(stage.id)} FILE{e(self.rerun)}</code> writes them.</p>"
+            f"tables this report writes: <code>walkthrough step -s {e(stage.id)}</code> shows them, "
+            f"<code>walkthrough export --stage {e(stage.id)} FILE</code> writes them{options}.</p>"
         )
 
 
