@@ -230,7 +230,8 @@ def test_a_long_prompts_options_are_said_once_not_in_every_lens_cell() -> None:
     trace = run_forward(load_config(ROOT / "configs" / "gpt-style.yaml"))
     lens = whole_lens(trace)
     assert lens is not None
-    for options, times in (("--seed 3", lens.layers * len(lens.tokens)), ("--prompt '" + "x " * 500 + "'", 1)):
+    cells = lens.layers * len(lens.tokens)
+    for options, times in (("--seed 3", cells), ("--prompt '" + "x " * 500 + "'", 1)):
         section = lens_section(trace, lens, 2, False, options)
         assert section.count(html.escape(options)) == times
         titles = [html.unescape(t) for t in re.findall(r'title="([^"]*)"', section)]
