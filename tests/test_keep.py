@@ -179,6 +179,21 @@ def test_the_budget_counts_what_is_kept_and_says_what_shrinks_it(llama: str, run
     assert written.exit_code == 0, written.output
 
 
+def test_a_prompt_too_long_is_told_the_longest_that_fits(llama: str, monkeypatch) -> None:
+    from transformer_walkthrough.model.size import largest_computed
+
+    config = walk_prompt(llama, PROMPT).config
+    keep = Keep.stages(["masked-attention"], 1)
+    m, vocab = config.model, len(config.vocabulary)
+    need = (trace_size(m, 0, 20, vocab, keep).numbers + largest_computed(m, 0, 20, vocab, keep)) * 4
+    monkeypatch.setattr(checkpoint_run, "MAX_BYTES", need)  # 20 tokens fit, just
+    with pytest.raises(CheckpointError, match=r"; give a text of at most 20 tokens$"):
+        checkpoint_run.check_size(config, 0, 40, keep)
+    checkpoint_run.check_size(config, 0, 20, keep)
+    with pytest.raises(CheckpointError, match="at most 20 tokens"):
+        checkpoint_run.check_size(config, 0, 21, keep)
+
+
 # ---------------------------------------------------------------------------------------------
 # A long prompt in bounded memory: the peak of a child process, against a bound measured here.
 # ---------------------------------------------------------------------------------------------
@@ -403,3 +418,77 @@ def test_a_long_head_is_drawn_in_blocks_of_mean_weight() -> None:
         j = int(np.argmax(mean))
         assert line.startswith(f"{q.start}–{q.stop - 1} ") and line.endswith(f"→ t{j} ({j}) {mean[j]:.2f}")
     assert rows[0].split()[2] == "·"  # the first block row sees none of the second block of keys
+
+
+# ---------------------------------------------------------------------------------------------
+# The report of a long prompt: its size bounded, each head a picture of its blocks' mean weights.
+# ---------------------------------------------------------------------------------------------
+
+REPORT_MB = 20  # the issue's bound: "under about 20 MB" at 2,048 tokens
+
+
+@pytest.fixture(scope="module")
+def long_report(long_checkpoint, tmp_path_factory) -> tuple[Path, str]:
+    """The HTML report of a prompt of 2,000-odd tokens on the long checkpoint (streamed)."""
+    from typer.testing import CliRunner
+
+    prompt = " ".join(["The cat sat on the mat."] * 255)  # 2,041 tokens
+    target = tmp_path_factory.mktemp("report") / "long.html"
+    done = CliRunner().invoke(
+        app, ["export", str(target), "--model", str(long_checkpoint), "--prompt", prompt]
+    )
+    assert done.exit_code == 0, done.output
+    return target, prompt
+
+
+def test_a_long_prompts_report_is_small_and_draws_each_head_as_its_block_means(
+    long_checkpoint, long_report
+) -> None:
+    import base64
+    import html
+
+    from transformer_walkthrough.views.png import read_png
+
+    target, prompt = long_report
+    page = target.read_text(encoding="utf-8")
+    assert len(page.encode("utf-8")) < REPORT_MB * 10**6
+    kept = walk_prompt(str(long_checkpoint), prompt, keep=Keep.stages(["masked-attention"]))
+    n = len(kept.trace.target_tokens)
+    assert n > 2000
+    pictures = re.findall(
+        r'<figure class="att" id="att-decoder\.(\d+)\.masked-attention-(\d+)">.*?'
+        r'<span class="said">([^<]*).*?src="data:image/png;base64,([^"]+)"',
+        page,
+    )
+    assert len(pictures) == LAYERS * 4  # every head of every layer
+    for layer, head, said, data in pictures:
+        (f,) = {int(k) for k in re.findall(r"the mean of (\d+) × (\d+)", html.unescape(said))[0]}
+        side = -(-n // f)
+        assert html.unescape(said).startswith(
+            f"{n:,} × {n:,} shown as {side:,} × {side:,}, each pixel the mean"
+        )
+        pixels, palette = read_png(base64.b64decode(data))
+        assert pixels.shape == (side, side)
+        A = kept.trace[f"decoder.{layer}.masked-attention"].of("A", int(head)).astype(np.float64)
+        for a in range(side):
+            for b in range(side):
+                block = A[a * f : (a + 1) * f, b * f : (b + 1) * f]
+                if b * f > (a + 1) * f - 1:  # every key after every query of the block: masked whole
+                    assert pixels[a, b] == 21 and palette[21] == (0xE4, 0xE7, 0xEE)
+                else:  # the nearest of the 21 shades of the block's mean weight (0, 0.05, …, 1)
+                    assert abs(pixels[a, b] - block.mean() * 20) <= 0.5 + 1e-4, (layer, head, a, b)
+
+
+@pytest.mark.slow
+def test_a_long_prompts_report_opens_in_headless_chromium(long_report) -> None:
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip("no /usr/bin/chromium")
+    target, _ = long_report
+    done = subprocess.run(
+        [str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", target.as_uri()],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-500:]
+    # the page was laid out and its script ran: the body is marked clickable, the last section is there
+    assert 'class="clickable"' in done.stdout and 'id="attention"' in done.stdout

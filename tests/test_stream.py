@@ -189,3 +189,51 @@ def test_the_streamed_tour_shows_what_the_whole_traces_tour_shows() -> None:
     assert shown[0] == shown[1]
     assert "stage 7 of" in shown[1][1] and "/A1: " in shown[1][1]
     assert len(passes) == 2  # the first pass, and one more for the resize
+
+
+def test_a_report_past_its_budget_of_tables_names_the_rest(monkeypatch) -> None:
+    """A report of many matrices (a long prompt's 30 layers of 9 heads) writes its tables up to a
+    budget; each stage after it names its matrices and the commands that show them."""
+    import re
+
+    from transformer_walkthrough.views.documents import report
+
+    monkeypatch.setattr(report, "TABLES_BUDGET", 60_000)
+    trace = run_forward(load_config(ROOT / "configs" / "llama-style.yaml"))
+    page = report.to_html(trace, list(trace))
+    bodies = dict(re.findall(r'<section id="([^"]+)">(.*?)</section>', page, re.S))
+    ids = [s.id for s in trace]
+    drawn = [sid for sid in ids if '<table class="m">' in bodies[sid]]
+    named = [sid for sid in ids if "are past the 0 MB of tables" in bodies[sid]]
+    assert drawn and named and drawn + named == ids  # the first stages drawn, the rest named
+    tables = [len(t) for sid in drawn for t in re.findall(r'<table class="m">.*?</table>', bodies[sid], re.S)]
+    assert sum(tables) > 60_000  # written until past the budget, and not after
+    for sid in named:
+        assert "<table" not in bodies[sid]
+        for name, m in trace[sid].matrices.items():
+            assert f"{name} ({m.shape[0]}×{m.shape[1]})" in bodies[sid]
+        assert f"walkthrough step -s {sid}</code>" in bodies[sid]
+    assert report.to_html(trace, list(trace), full=True).count('<table class="m">') == sum(
+        len(s.matrices) for s in trace
+    )  # --full: every table, whatever the budget
+
+
+def test_a_long_prompts_options_are_said_once_not_in_every_lens_cell() -> None:
+    """A cell's command repeats the options that make the trace again while they are short; a long
+    prompt's (2,048 tokens: about 10,000 characters, in each of 1,920 cells: 19 MB) once."""
+    import html
+    import re
+
+    from transformer_walkthrough.views.lens import lens_section
+    from transformer_walkthrough.views.sections import whole_lens
+
+    trace = run_forward(load_config(ROOT / "configs" / "gpt-style.yaml"))
+    lens = whole_lens(trace)
+    assert lens is not None
+    cells = lens.layers * len(lens.tokens)
+    for options, times in (("--seed 3", cells), ("--prompt '" + "x " * 500 + "'", 1)):
+        section = lens_section(trace, lens, 2, False, options)
+        assert section.count(html.escape(options)) == times
+        titles = [html.unescape(t) for t in re.findall(r'title="([^"]*)"', section)]
+        assert len(titles) == lens.layers * len(lens.tokens)
+        assert all(" · walkthrough lens --explain " in t for t in titles)

@@ -149,12 +149,8 @@ def check_size(config: Config, source: int, target: int, keep: Keep = EVERYTHING
     if (not m.decoder_only and source > rows) or target > rows:
         raise CheckpointError(f"the input has {max(source, target)} tokens; this model reads at most {rows}")
     vocabulary = max(len(config.vocabulary_of(side)) for side in (ENCODER, DECODER))  # an upper bound
-    size = trace_size(m, source, target, vocabulary, keep)
-    # What is kept, and beside a choice of stages the largest one computed on the way (a streamed
-    # pass holds the stage it computes and shows, counted already; a whole trace keeps them all).
-    working = largest_computed(m, source, target, vocabulary, keep) if keep.choose is not None else 0
-    need = (size.numbers + working) * np.dtype(m.dtype).itemsize + labelled_rows(m) * LABEL_BYTES
-    if need > MAX_BYTES or size.tables > MAX_TABLES:
+    need, tables = _needs(m, source, target, vocabulary, keep)
+    if need > MAX_BYTES or tables > MAX_TABLES:
         what = (
             "the stages kept, and the largest computed on the way,"
             if keep.stream is None
@@ -163,18 +159,41 @@ def check_size(config: Config, source: int, target: int, keep: Keep = EVERYTHING
         what = "every stage" if keep.everything else what
         raise CheckpointError(
             f"{source} + {target} tokens: {what} would need about {need / 2**30:,.1f} GiB of matrices and "
-            f"{size.tables:,} tables (limits {MAX_BYTES / 2**30:g} GiB, {MAX_TABLES:,}); {_shrink(m, keep)}"
+            f"{tables:,} tables (limits {MAX_BYTES / 2**30:g} GiB, {MAX_TABLES:,}); "
+            f"{_shrink(m, keep, source, target, vocabulary)}"
         )
 
 
-def _shrink(m: ModelConfig, keep: Keep) -> str:
-    """Which option would make the trace smaller, the strongest first."""
+def _needs(m: ModelConfig, source: int, target: int, vocabulary: int, keep: Keep) -> tuple[int, int]:
+    """The bytes and tables a pass of so many tokens holds under ``keep``: what is kept, and beside
+    a choice of stages the largest one computed on the way (a streamed pass holds the stage it
+    computes and shows, counted already; a whole trace keeps them all)."""
+    size = trace_size(m, source, target, vocabulary, keep)
+    working = largest_computed(m, source, target, vocabulary, keep) if keep.choose is not None else 0
+    return (size.numbers + working) * np.dtype(m.dtype).itemsize + labelled_rows(m) * LABEL_BYTES, size.tables
+
+
+def _shrink(m: ModelConfig, keep: Keep, source: int, target: int, vocabulary: int) -> str:
+    """Which option would make the trace smaller, the strongest first, and last how long a text
+    fits as it is asked for (a decoder-only prompt, or an encoder-only one)."""
     ways = []
     if keep.everything:
         ways.append("show fewer stages (--stage KIND and --layer N keep only those)")
     if m.dtype == "float64":
         ways.append("--dtype float32 halves it")
-    return "; ".join([*ways, "or give a shorter text" if ways else "give a shorter text"])
+    shorter = "give a shorter text"
+    if not source or not target:  # one text: the longest that fits, as this command asks for it
+
+        def fits(n: int) -> bool:
+            need, tables = _needs(m, n if source else 0, n if target else 0, vocabulary, keep)
+            return need <= MAX_BYTES and tables <= MAX_TABLES
+
+        low, high = 0, max(source, target)  # the longest that fits is below the one refused
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid - 1)
+        shorter = f"give a text of at most {low:,} tokens" if low else shorter
+    return "; ".join([*ways, f"or {shorter}" if ways else shorter])
 
 
 def banned(ckpt: Checkpoint, sequence: list[int]) -> set[int]:

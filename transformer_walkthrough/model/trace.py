@@ -308,19 +308,15 @@ class Keep:
     stream: Streamed | None = None
 
     @classmethod
-    def stages(
-        cls, names: Sequence[str] = (), layer: int | None = None, stream: Streamed | None = None
-    ) -> Keep:
-        """The stages named by kind or id (all if none), of ``layer`` when given, as
-        ``Trace.select`` chooses them (an unknown name or layer is refused before the pass);
-        kept, or handed to ``stream`` one by one."""
+    def stages(cls, names: Sequence[str] = (), layer: int | None = None) -> Keep:
+        """The stages named by kind or id (all if none: no choice), of ``layer`` when given, as
+        ``Trace.select`` chooses them: an unknown name or layer is refused before the pass."""
         if not names and layer is None:
-            return cls(None, stream)
+            return cls()
         return cls(
             lambda m: choose(
                 [(p.id, p.kind, p.layer) for p in walk(m)], [kind_named(n, m) for n in names], layer
-            ),
-            stream,
+            )
         )
 
     @property
@@ -444,8 +440,8 @@ class Trace:
 
     def finish(self) -> None:
         """The stage being recorded is complete: kept, or handed to the policy's stream and then
-        dropped (the prediction read from the probabilities first); a stage not chosen recorded
-        nothing and keeps no cache."""
+        dropped (the prediction read from the probabilities before they go); a stage not chosen
+        recorded nothing and keeps no cache."""
         done, self._open = self._open, None
         if done is None or self.keep.everything:
             return

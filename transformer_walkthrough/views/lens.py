@@ -475,6 +475,7 @@ def _expected_sentence(lens: Lens, position: int) -> str:
 
 HTML_POSITIONS = 64  # columns of the report's lens table; past it the first and last 32 (--full: all)
 HTML_TOP = 5  # tokens in each cell's tooltip
+RERUN_IN_CELL = 200  # characters of options a cell's command repeats (a long prompt's are said once)
 
 LENS_CSS = """
 .lens-wrap { overflow-x: auto; }
@@ -499,7 +500,14 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
     n = len(lens.tokens)
     shown = kept_positions(n, HTML_POSITIONS, full, must_show(lens))
     top = lens.top(HTML_TOP)
-    again = f" {rerun}" if rerun else ""
+    # The options that make the trace again, in each cell's command while they are short; a long
+    # prompt's (thousands of characters) once under the table instead of in every cell.
+    again = f" {rerun}" if rerun and len(rerun) <= RERUN_IN_CELL else ""
+    options = (
+        f'<p class="legend">Each cell\'s command takes these options too: <code>{e(rerun)}</code></p>'
+        if rerun and not again
+        else ""
+    )
     heads = "".join("<th>…</th>" if i < 0 else f"<th>{e(lens.tokens[i])}</th>" for i in shown)
     rows = []
     for layer in range(lens.layers):
@@ -537,7 +545,7 @@ def lens_section(trace: Trace, lens: Lens, precision: int = 2, full: bool = Fals
         f"probability (hover for the top {HTML_TOP}); {marks(lens)} The last layer's row is the model's "
         "own prediction.</p>"
         f'<div class="lens-wrap"><table class="lens"><thead><tr><th>after</th>{heads}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table></div>{note}"
+        f"<tbody>{''.join(rows)}</tbody></table></div>{note}{options}"
         f'<p class="legend">Shading — probabilities: 0 {swatches} 1, the fixed scale of every '
         "probability.</p>"
         "</section>"

@@ -365,7 +365,7 @@ figure.att:target .close { display: inline-block; float: right; font-weight: nor
 figure.att:target ol.links { display: block; }
 ol.links { display: none; columns: 2; font: 12px/1.5 ui-monospace, monospace; margin: .8rem 0 0; }
 img.att-img { width: 96px; height: 96px; image-rendering: pixelated; }
-figure.att:target img.att-img { width: min(100%, 80vh); height: auto; }
+figure.att:target img.att-img { width: min(80vh, 90vw); height: auto; }
 figure.att .said { display: none; }
 figure.att:target .said { display: block; color: var(--muted); font-weight: normal; }
 @media print { figure.att:target { position: static; box-shadow: none; }

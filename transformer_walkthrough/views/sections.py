@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING
 
 from ..errors import WalkthroughError
 from ..model.architecture import num_layers, stage_id, top_stack, walk
+from ..model.trace import Trace
 from .lens import HTML_TOP, LENS_CSS, lens_section
 from .overview import OVERVIEW_CSS, attention_heads, attention_row, attention_section, block_side
 
 if TYPE_CHECKING:
     from ..model.lens import Lens
-    from ..model.trace import Stage, Trace
+    from ..model.trace import Stage
 
 SECTIONS_CSS = LENS_CSS + OVERVIEW_CSS  # added to the report's stylesheet when the sections are in it
 
@@ -47,7 +48,6 @@ class Sections:
 
     def __init__(self, trace: Trace, attention: bool = True) -> None:
         from ..model.lens import LOGITS, TRANSFORM, lens_stages
-        from ..model.trace import Trace as Kept
 
         m = trace.config.model
         self.trace, self.attention = trace, attention
@@ -56,7 +56,7 @@ class Sections:
         self.tops = {TRANSFORM, LOGITS} | norm
         # What the lens reads, under the trace's own ids: a trace of its own (``lens.Recorded``
         # reads the top's parameters from it as from the pass's).
-        self.read = Kept(
+        self.read = Trace(
             trace.config, trace.source_tokens, trace.target_tokens, source_ids=trace.source_ids,
             target_ids=trace.target_ids, segment_ids=trace.segment_ids, answer_ids=trace.answer_ids,
             weights_source=trace.weights_source, weights_checkpoint=trace.weights_checkpoint,
@@ -110,11 +110,3 @@ class Sections:
         if attention and any(p.kind.endswith("attention") for p in walk(m)):
             out.append(("attention", "Attention, every layer and head"))
         return out
-
-
-def report_sections(trace: Trace, precision: int, full: bool, rerun: str = "") -> list[tuple[str, str, str]]:
-    """The closing sections of a whole trace's report (``Sections``, shown every stage)."""
-    sections = Sections(trace)
-    for stage in trace:
-        sections.see(stage)
-    return sections.html(precision, full, rerun)

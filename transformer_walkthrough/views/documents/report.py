@@ -193,8 +193,9 @@ def iter_html(
         f"<style>{css}{CLICK_CSS if clicks else ''}</style></head><body><header><h1>{e(title)}</h1><p>{line}</p></header>"
         f'<div class="layout"><nav><strong>Stages</strong><ol>{nav}</ol></nav><main>'
     )
+    tables = None if o.full or o.worksheet is not None else Tables(o.rerun)
     for stage in stages:
-        yield from html_stage(trace, stage, o, clicks)
+        yield from html_stage(trace, stage, o, clicks, tables)
         if sections is not None:
             sections.see(stage)
     if contents.predicts and trace.prediction:
@@ -208,10 +209,49 @@ def iter_html(
     yield "</main></div></body></html>\n"
 
 
-def html_stage(trace: Trace | None, stage: Stage, o: Options, clicks: Clicks | None = None) -> Iterator[str]:
+TABLES_BUDGET = 10_000_000  # characters of matrix tables a report writes (not --full, not a worksheet)
+
+
+class Tables:
+    """The characters of matrix tables a report has written. A matrix is summarised to a few rows
+    and columns whatever its size, so a report grows with its matrices' count: 30 layers of 9 heads
+    make 2,700 attention tables. Past ``TABLES_BUDGET`` a stage names its matrices and the command
+    that shows them instead, so that a long report stays small enough to open."""
+
+    def __init__(self, rerun: str = "") -> None:
+        self.written = 0
+        self.rerun = rerun  # said once, in the first stage past the budget: a long prompt's is long
+        self.said = False
+
+    @property
+    def spent(self) -> bool:
+        return self.written > TABLES_BUDGET
+
+    def instead(self, stage: Stage, o: Options) -> str:
+        """What a stage past the budget shows in place of its tables."""
+        e = html.escape
+        named = ", ".join(
+            f"{shown.name} ({shown.matrix.shape[0]:,}×{shown.matrix.shape[1]:,})"
+            for group in units(stage, o)
+            for unit in group
+            for shown in unit
+        )
+        options = f" with <code>{e(self.rerun)}</code>" if self.rerun and not self.said else ""
+        options = options or (" with the options above" if self.rerun else "")
+        self.said = True
+        return (
+            f'<p class="left-out">Its matrices — {e(named)} — are past the {TABLES_BUDGET // 1_000_000} MB of '
+            f"tables this report writes: <code>walkthrough step -s {e(stage.id)}</code> shows them, "
+            f"<code>walkthrough export --stage {e(stage.id)} FILE</code> writes them{options}.</p>"
+        )
+
+
+def html_stage(
+    trace: Trace | None, stage: Stage, o: Options, clicks: Clicks | None = None, tables: Tables | None = None
+) -> Iterator[str]:
     """A stage's section of the report: its heading, where it sits in Figure 1, its explanation,
     formula and matrices, and the legend of their shades. Without its ``trace`` (a stage shown
-    alone) there is no map."""
+    alone) there is no map; past the ``tables`` budget, its matrices are named, not drawn."""
     from ..figure import figure_svg
 
     e = html.escape
@@ -225,13 +265,19 @@ def html_stage(trace: Trace | None, stage: Stage, o: Options, clicks: Clicks | N
         f'<section id="{e(stage.id)}"><div class="intro"><h2>{e(stage.title)}<code>{e(stage.id)}</code></h2>'
         f"{where}<p>{e(stage.explanation)}</p>{formula}</div>"  # where: the stage's place in Figure 1
     )
+    if tables is not None and tables.spent:
+        yield f"{tables.instead(stage, o)}</section>"
+        return
     kinds: set[str | None] = set()
     for group in units(stage, o):
         yield '<div class="matrices">'
         for unit in group:
             yield '<div class="unit">'
             for shown in unit:
-                yield from html_matrix(shown, kinds, "" if clicks is None else clicks.add(stage, shown))
+                for piece in html_matrix(shown, kinds, "" if clicks is None else clicks.add(stage, shown)):
+                    if tables is not None:
+                        tables.written += len(piece)
+                    yield piece
             yield "</div>"
         yield "</div>"
     yield f"{legend(kinds)}</section>"
