@@ -201,8 +201,9 @@ def test_each_cached_step_equals_the_full_pass_across_the_window(gemma_family):
         m = loaded.config.model
         assert len(loaded.ids) > m.sliding_window and "sliding" in m.layer_types
         made = continue_prompt(loaded, max_len=8)
-        gaps = compare(loaded.config, loaded.weights, made.steps)
-        assert len(gaps) >= 8 and max(gaps) <= 1e-12, (name, gaps)
+        assert len(made.steps) >= 2  # a step past the prompt: its window drops a cached key
+        gaps = compare(loaded.config, loaded.weights, made.steps)  # queries, keys, values, A, logits
+        assert max(gaps) <= 1e-12, (name, gaps)
 
 
 def _hub(folder: Path, cache: Path, repo: str) -> None:

@@ -407,14 +407,23 @@ def test_missing_or_broken_tokenizer_is_one_line(gpt2, tmp_path):
     assert "not a readable tokenizer" in _one_line(err)
 
 
-def test_a_tokenizer_larger_than_the_table_is_one_line(gpt2, tmp_path):
+def test_a_tokenizer_larger_than_the_table_refuses_only_the_text_that_uses_the_extra_id(gpt2, tmp_path):
+    """One token more than the table's rows (as Gemma 3's tokenizer.json): the folder loads, its
+    logits have the table's columns; a text with that token is refused, naming it."""
     folder = _copy(gpt2[0]["saved"], tmp_path / "small")
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tok.add_tokens(["<extra>"])
     tok.save(str(folder / "tokenizer.json"))
+    ckpt = load_gpt2(folder)
+    rows = ckpt.weights["decoder.embedding/E"].shape[0]
+    assert len(ckpt.tokenizer.target_vocabulary) == rows == tok.get_vocab_size() - 1
+    assert ckpt.tokenizer.encode("The cat") == tok.encode("The cat").ids
     with pytest.raises(CheckpointError) as err:
-        load_gpt2(folder)
-    assert "the embedding table only" in _one_line(err)
+        ckpt.tokenizer.encode("The cat<extra>")
+    assert _one_line(err) == (
+        f"the text has the token '<extra>', id {rows:,}, which the model cannot read: "
+        f"its embedding table has {rows:,} rows (ids 0 to {rows - 1:,})"
+    )
 
 
 def test_tensors_that_do_not_belong_are_one_line(gpt2, tmp_path):

@@ -262,6 +262,11 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> BertCheckpoint:
             f"{folder}: the tokenizer has no mask token (tokenizer_config.json's mask_token, in its "
             "vocabulary): a fill-mask model needs the blank it fills"
         )
+    if head and tokenizer.mask_id >= tokenizer.rows:  # a prompt could never hold its blank
+        raise CheckpointError(
+            f"{folder}: the mask token {tokenizer.mask_token!r} is id {tokenizer.mask_id}, but the embedding "
+            f"table only has {tokenizer.rows} rows: a fill-mask model needs the blank it fills"
+        )
     return BertCheckpoint(
         family=family,
         model=model,

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from .errors import CheckpointError
-from .jsonfile import read_json
+from .jsonfile import read_json, shown
 from .native import NativeProcess
 from .tokenizer_check import check_tokenizer
 from .tokenizer_folder import BACKEND, Folder, from_vocab_and_merges, from_vocab_txt, rebuilt
@@ -216,8 +216,10 @@ class BPETokenizer:
         """The vocabulary, labels and special ids, from the checked spec (see the class)."""
         self._spec, (vocab, added, style) = _read_vocabulary(self.path, self.folder)
         n = max(max(vocab.values(), default=-1) + 1, max(added, default=-1) + 1, size or 0)
-        if size is not None and n > size:
-            raise CheckpointError(f"{self.path}: has ids up to {n - 1}, the embedding table only {size} rows")
+        #: The embedding table's rows: the ids a prompt may use, the logits' columns. A tokenizer
+        #: may know more (Gemma 3's ``<image_soft_token>``, id 262,144 over 262,144 rows, shared with
+        #: its multimodal models): a prompt that uses one is refused (``encode``), not the folder.
+        self.rows = n if size is None else size
         tokens: list[str | None] = [None] * n
         in_order = list(vocab.values()) == list(range(len(vocab)))  # as tokenizer.json lists them
         if in_order:
@@ -246,9 +248,10 @@ class BPETokenizer:
         self.labels: tuple[str, ...] = tuple(
             shown if all(map(str.isprintable, shown)) else (escape(t) for t in shown)
         )
-        # The display form is what rows, columns and predictions show (checkpoint.Tokenizer); one
-        # vocabulary serves the prompt and what follows it.
-        self.source_vocabulary = self.target_vocabulary = self.labels
+        # The display form is what rows, columns and predictions show (checkpoint.Tokenizer), a
+        # label for each row of the table; one vocabulary serves the prompt and what follows it.
+        table = self.labels if self.rows == n else self.labels[: self.rows]
+        self.source_vocabulary = self.target_vocabulary = table
         ids = {t: i for i, (t, _) in added.items()}
         #: The id ``encode`` puts first (the post-processor's template: Llama's ``<s>``, Llama 3's
         #: ``<|begin_of_text|>``), or None when it adds none (GPT-2, Qwen2).
@@ -296,6 +299,12 @@ class BPETokenizer:
         if bad:
             raise CheckpointError(
                 f"{self.path}: encoding gave the id {str(bad[0])[:20]}, not one of the {n:,} tokens"
+            )
+        past = next((i for i in ids if i >= self.rows), None)
+        if past is not None:
+            raise CheckpointError(
+                f"the text has the token {shown(self.labels[past])}, id {past:,}, which the model cannot "
+                f"read: its embedding table has {self.rows:,} rows (ids 0 to {self.rows - 1:,})"
             )
         return ids
 

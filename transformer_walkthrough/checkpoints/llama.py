@@ -16,6 +16,12 @@ The four ``model_type`` differ only in what their config may say, and Qwen3 in o
   our ``qk_norm: head``, ``gamma_Q``, ``gamma_K``), ``head_dim`` 128 unless it says, no biases but
   where ``attention_bias`` says (Q, K, V and O); ``use_sliding_window`` refused, as Qwen2's.
 
+Gemma, Gemma 2, Gemma 3 and OLMo 2 are this layer under conventions of their own (their name maps
+and why: ``gemma.py``); Gemma 2 and 3 (``gemma2``, ``gemma3_text``) add what their config says of
+each layer: ``layer_types`` (sliding over ``sliding_window`` positions, or full), the score scale
+``query_pre_attn_scalar``, the soft caps ``attn_logit_softcapping`` and ``final_logit_softcapping``,
+and (Gemma 3) a rotary base per kind of layer, the full layers' alone scaled (``_layer_rope``).
+
 Rotary: ``rope_theta`` (or transformers 5's ``rope_parameters``), and ``rope_scaling`` (older
 files) or ``rope_parameters`` of type ``default``, ``linear`` or ``llama3`` (Llama 3.1, 3.2); any
 other type (yarn, dynamic, longrope) is refused, never approximated.
@@ -540,8 +546,8 @@ def _layer_rope(raw: dict[str, Any], config: dict[str, Any], path: Path) -> dict
     (``Gemma3TextConfig.convert_rope_params_to_dict``): ``rope_parameters`` of ``full_attention``
     and ``sliding_attention``, or (older files) ``rope_theta`` (default 1,000,000) and
     ``rope_scaling`` for the full layers, ``rope_local_base_freq`` (default 10,000) for the sliding
-    ones. The full layers' are returned (scaled as any model's may be: Gemma 3 1B's linear factor
-    8), with ``local_theta``, the sliding layers' base: never scaled here."""
+    ones. The full layers' are returned (scaled as any model's may be: a linear factor of 8 where
+    config.json says so), with ``local_theta``, the sliding layers' base: never scaled here."""
     given = raw.get("rope_parameters") or {}
     if not isinstance(given, dict) or any(k not in LAYER_KINDS for k in given):
         raise CheckpointError(
