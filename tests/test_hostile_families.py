@@ -8,6 +8,8 @@ gigabytes or a file left behind.
 from __future__ import annotations
 
 import io
+import json
+import shutil
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from typer.testing import CliRunner
 
 pytest.importorskip("transformers")  # a test dependency: CI installs it, so this never skips there
 
+from tests.test_hostile_files import refused_in_child
 from transformer_walkthrough.cli import app
 from transformer_walkthrough.model.trace import Matrix
 from transformer_walkthrough.views.blocks import matrix_block
@@ -45,3 +48,40 @@ def test_a_mixture_whose_expert_no_token_chose_runs(moe_family):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, (result.stderr, result.exception)
     assert "(0×16)" in result.stdout  # an idle expert's rows are shown: none
+
+
+# ---- more experts in config.json than in the tensors: counted before a row is made for each ------
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "value"),
+    [("mixtral", "num_local_experts", 10**30), ("mixtral", "num_local_experts", 2**62),
+     ("qwen2_moe", "num_experts", 10**30), ("olmoe", "num_experts", 5)],
+    ids=["mixtral 10**30", "mixtral 2**62", "qwen2_moe 10**30", "olmoe 5"],
+)  # fmt: skip
+def test_more_experts_than_the_tensors_hold_name_the_key(moe_family, tmp_path, name, key, value):
+    """10**30 experts made 10**30 rows of tensor names first: a hang, never an error."""
+    folder = shutil.copytree(moe_family[name], tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    other = "num_local_experts" if key == "num_experts" else "num_experts"
+    config.pop(other, None)  # transformers 5 writes both
+    (folder / "config.json").write_text(json.dumps({**config, key: value}), encoding="utf-8")
+    said = f"(config.json's {key} is {value:,}, the tensors have 4 experts)"
+    refused_in_child(["run", "--model", str(folder), "--prompt", "The cat"], said)
+
+
+# ---- rotary parameters that are no object ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [[], "", 0, False], ids=repr)
+def test_rotary_parameters_that_are_no_object_are_refused(gemma_family, tmp_path, value):
+    """transformers refuses them (a field of type RopeParameters); an empty one was read as none.
+    (transformers reads an empty legacy rope_scaling as none, and so does this converter.)"""
+    key = "rope_parameters"
+    folder = shutil.copytree(gemma_family["olmo2"], tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    (folder / "config.json").write_text(json.dumps({**config, key: value}), encoding="utf-8")
+    result = CliRunner().invoke(app, ["run", "--model", str(folder), "--prompt", "The cat"])
+    assert result.exit_code == 2, result.stdout[-500:]
+    said = f"error: {folder / 'config.json'}: {key} is {value!r}, not an object"
+    assert result.stderr.splitlines() == [said]

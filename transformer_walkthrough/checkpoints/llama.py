@@ -45,7 +45,7 @@ from .errors import CheckpointError
 from .family import Block, Family, Param, Tensor, check_finite, convert, find, first_tensor, with_defaults
 from .gemma import GEMMA_MAP, OLMO2_MAP
 from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
-from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
+from .tensors import Taker, check_experts, check_layers, float_dtype, read_config_json, read_weights
 
 
 def qkv_biases(m: Mapping[str, Any]) -> bool:
@@ -434,6 +434,7 @@ def _check_experts(config: dict[str, Any], path: Path) -> None:
     # transformers 5 writes num_local_experts for every family (Qwen's num_experts is its alias)
     count = "num_local_experts" if "num_local_experts" in config else "num_experts"
     config["experts"] = _positive_int(config, count, path)
+    config["experts_key"] = count
     config["norm_topk"] = True if mixtral else config["norm_topk_prob"]
     if type(config["norm_topk"]) is not bool:
         raise CheckpointError(f"{path}: norm_topk_prob is {shown(config['norm_topk'])}, not true or false")
@@ -486,10 +487,11 @@ def _rope(raw: dict[str, Any], config: dict[str, Any], path: Path) -> dict[str, 
     ``rope_scaling`` (older files) or ``rope_parameters``, its ``type`` or ``rope_type`` (default
     "default"), its ``rope_theta`` or the top-level one (default 10,000); llama3's
     ``original_max_position_embeddings`` defaults to max_position_embeddings."""
+    parameters = raw.get("rope_parameters")  # [] or false: transformers refuses them (rope_scaling's: none)
+    if parameters is not None and not isinstance(parameters, dict):
+        raise CheckpointError(f"{path}: rope_parameters is {shown(parameters)}, not an object")
     given = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
     key = "rope_scaling" if raw.get("rope_scaling") else "rope_parameters"
-    if not isinstance(given, dict):
-        raise CheckpointError(f"{path}: {key} is {shown(given)}, not an object")
     rope = dict(given)
     kind = rope.get("rope_type", rope.get("type", "default"))
     if not isinstance(kind, str) or kind not in ROPE_TYPES:
@@ -563,6 +565,9 @@ def _convert(
         config["num_hidden_layers"],
         where,
     )
+    if config["model_type"] in MOE_TYPES:  # as many experts as config.json says, before their rows
+        expert = next(p.theirs[0].name for b in config["family"].stacks for p in b.params if p.each_expert)
+        check_experts(names, expert, config["experts_key"], config["experts"], where)
     taker = Taker(tensors, where)
     taker.charge(budget, dtype)
     take = taker.take
