@@ -85,3 +85,32 @@ def test_rotary_parameters_that_are_no_object_are_refused(gemma_family, tmp_path
     assert result.exit_code == 2, result.stdout[-500:]
     said = f"error: {folder / 'config.json'}: {key} is {value!r}, not an object"
     assert result.stderr.splitlines() == [said]
+
+
+# ---- T5: config.json's vocab_size against the table ----------------------------------------------
+
+
+@pytest.mark.parametrize("vocab", [10, 10**6, 10**30])
+def test_a_t5_vocab_size_the_table_does_not_have_is_refused(t5_family, tmp_path, vocab):
+    """transformers refuses the checkpoint (a size mismatch); the table's own rows were used."""
+    folder = shutil.copytree(t5_family["t5"][0], tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    (folder / "config.json").write_text(json.dumps({**config, "vocab_size": vocab}), encoding="utf-8")
+    result = CliRunner().invoke(app, ["run", "--model", str(folder), "--source", "The cat"])
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.stdout[-500:]
+    assert f"tensor shared.weight has shape [{config['vocab_size']}, 16]" in result.stderr
+    assert result.stderr.rstrip().endswith("(vocab_size, d_model)")
+
+
+@pytest.mark.parametrize("eps", [float("inf"), 1, 10**400, float("nan"), -1e-6])
+def test_a_t5_layer_norm_epsilon_past_small_names_its_key(t5_family, tmp_path, eps):
+    """Infinity was refused by the toy's check, naming model.layer_norm_eps, a key no T5 file has."""
+    folder = shutil.copytree(t5_family["t5"][0], tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["layer_norm_epsilon"] = "EPS"
+    text = json.dumps(config).replace('"EPS"', json.dumps(eps) if isinstance(eps, float) else str(eps))
+    (folder / "config.json").write_text(text, encoding="utf-8")
+    result = CliRunner().invoke(app, ["run", "--model", str(folder), "--source", "The cat"])
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.stdout[-500:]
+    assert f"{folder / 'config.json'}: layer_norm_epsilon is " in result.stderr
+    assert result.stderr.rstrip().endswith(", not a small positive number")
