@@ -114,3 +114,25 @@ def test_a_t5_layer_norm_epsilon_past_small_names_its_key(t5_family, tmp_path, e
     assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.stdout[-500:]
     assert f"{folder / 'config.json'}: layer_norm_epsilon is " in result.stderr
     assert result.stderr.rstrip().endswith(", not a small positive number")
+
+
+# ---- Qwen's layer_types, which transformers masks by ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "types",
+    [["full_attention"], ["bogus", "full_attention"], "full_attention", [1, 2],
+     ["sliding_attention", "full_attention"], ["full_attention"] * 3],
+    ids=["one of two", "bogus", "a string", "numbers", "a sliding layer", "three of two"],
+)  # fmt: skip
+def test_qwen_layer_types_other_than_full_are_refused(moe_family, tmp_path, types):
+    """They were ignored: every layer ran full attention, where transformers masks a sliding layer
+    by its window, and fails on a missing layer or another value."""
+    folder = shutil.copytree(moe_family["qwen2_moe"], tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert config["layer_types"] == ["full_attention"] * 2  # what transformers writes: it runs
+    (folder / "config.json").write_text(json.dumps({**config, "layer_types": types}), encoding="utf-8")
+    result = CliRunner().invoke(app, ["run", "--model", str(folder), "--prompt", "The cat"])
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.stdout[-500:]
+    assert f"config.json: layer_types is {types!r}"[:60] in result.stderr
+    assert 'only "full_attention" for each of the 2 layers is read' in result.stderr

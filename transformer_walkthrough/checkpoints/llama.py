@@ -522,6 +522,20 @@ def _rope(raw: dict[str, Any], config: dict[str, Any], path: Path) -> dict[str, 
     return rope
 
 
+def _full_layers(config: dict[str, Any], path: Path) -> None:
+    """Qwen's ``layer_types``, when config.json gives them: one ``full_attention`` a layer (what
+    transformers derives without a window); a sliding layer, a missing one or another value is
+    refused (transformers would mask by it, or fail on it)."""
+    types, n = config.get("layer_types"), config["num_hidden_layers"]
+    if types is not None and (
+        not isinstance(types, list) or len(types) != n or any(t != "full_attention" for t in types)
+    ):
+        raise CheckpointError(
+            f'{path}: layer_types is {shown(types)}; only "full_attention" for each of the {n} layers '
+            f"is read ({config['family'].name}'s sliding layers are not supported)"
+        )
+
+
 def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
     """The sliding window every layer uses, or None: Mistral's ``sliding_window``; Qwen2 uses one
     only with ``use_sliding_window``, on some layers (refused: one window for all layers here)."""
@@ -531,6 +545,8 @@ def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
                 f"{path}: use_sliding_window is true: {config['family'].name}'s window on some layers only "
                 "is not supported"
             )
+        if family != "qwen3_moe":  # transformers masks each layer as layer_types says
+            _full_layers(config, path)
         return None
     if family in ("llama", "gemma", "olmo2"):
         return None
