@@ -51,7 +51,7 @@ from .errors import CheckpointError
 from .family import Block, Family, Param, Tensor, check_finite, convert, find, first_tensor, with_defaults
 from .gemma import GEMMA2_MAP, GEMMA3_MAP, GEMMA_MAP, OLMO2_MAP
 from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
-from .tensors import Taker, check_layers, float_dtype, read_config_json, read_weights
+from .tensors import Taker, check_experts, check_layers, float_dtype, read_config_json, read_weights
 
 
 def qkv_biases(m: Mapping[str, Any]) -> bool:
@@ -448,6 +448,7 @@ def _check_experts(config: dict[str, Any], path: Path) -> None:
     # transformers 5 writes num_local_experts for every family (Qwen's num_experts is its alias)
     count = "num_local_experts" if "num_local_experts" in config else "num_experts"
     config["experts"] = _positive_int(config, count, path)
+    config["experts_key"] = count
     config["norm_topk"] = True if mixtral else config["norm_topk_prob"]
     if type(config["norm_topk"]) is not bool:
         raise CheckpointError(f"{path}: norm_topk_prob is {shown(config['norm_topk'])}, not true or false")
@@ -501,7 +502,10 @@ def _rope(raw: dict[str, Any], config: dict[str, Any], path: Path, name: str | N
     "default"), its ``rope_theta`` or the top-level one (default 10,000); llama3's
     ``original_max_position_embeddings`` defaults to max_position_embeddings. ``name``: the key a
     refusal names, when not the file's own (Gemma 3's ``rope_parameters.full_attention``)."""
-    given = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
+    parameters = raw.get("rope_parameters")  # [] or false: transformers refuses them (rope_scaling's: none)
+    if parameters is not None and not isinstance(parameters, dict):
+        raise CheckpointError(f"{path}: {name or 'rope_parameters'} is {shown(parameters)}, not an object")
+    given = raw.get("rope_scaling") or parameters or {}
     key = name or ("rope_scaling" if raw.get("rope_scaling") else "rope_parameters")
     if not isinstance(given, dict):
         raise CheckpointError(f"{path}: {key} is {shown(given)}, not an object")
@@ -618,6 +622,20 @@ def _layers(config: dict[str, Any], raw: dict[str, Any], path: Path) -> dict[str
     }
 
 
+def _full_layers(config: dict[str, Any], path: Path) -> None:
+    """Qwen's ``layer_types``, when config.json gives them: one ``full_attention`` a layer (what
+    transformers derives without a window); a sliding layer, a missing one or another value is
+    refused (transformers would mask by it, or fail on it)."""
+    types, n = config.get("layer_types"), config["num_hidden_layers"]
+    if types is not None and (
+        not isinstance(types, list) or len(types) != n or any(t != "full_attention" for t in types)
+    ):
+        raise CheckpointError(
+            f'{path}: layer_types is {shown(types)}; only "full_attention" for each of the {n} layers '
+            f"is read ({config['family'].name}'s sliding layers are not supported)"
+        )
+
+
 def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
     """The sliding window every layer uses, or None: Mistral's ``sliding_window``; Qwen2 uses one
     only with ``use_sliding_window``, on some layers (refused: one window for all layers here)."""
@@ -627,6 +645,8 @@ def _window(family: str, config: dict[str, Any], path: Path) -> int | None:
                 f"{path}: use_sliding_window is true: {config['family'].name}'s window on some layers only "
                 "is not supported"
             )
+        if family != "qwen3_moe":  # transformers masks each layer as layer_types says
+            _full_layers(config, path)
         return None
     if family in ("llama", "gemma", "olmo2"):
         return None
@@ -670,6 +690,9 @@ def _convert(
         config["num_hidden_layers"],
         where,
     )
+    if config["model_type"] in MOE_TYPES:  # as many experts as config.json says, before their rows
+        expert = next(p.theirs[0].name for b in config["family"].stacks for p in b.params if p.each_expert)
+        check_experts(names, expert, config["experts_key"], config["experts"], where)
     taker = Taker(tensors, where)
     taker.charge(budget, dtype)
     take = taker.take

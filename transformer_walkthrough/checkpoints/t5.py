@@ -171,8 +171,8 @@ def _load(folder: Path, dtype: np.dtype, name: str | None) -> T5Checkpoint:
     taker = Taker(tensors, where)
     taker.charge(budget, dtype)
     weights = convert(T5.rows(model), taker, dtype)
-    rows = taker.shape("shared.weight")[0] if "shared.weight" in names else config["vocab_size"]
-    E = taker.take("shared.weight", (rows, config["d_model"]))
+    rows = config["vocab_size"]  # as transformers, which refuses a table of another size
+    E = taker.take("shared.weight", (rows, config["d_model"]), ("vocab_size", "d_model"))
     weights["encoder.embedding/E"] = np.ascontiguousarray(E, dtype=dtype)
     for alias in (
         "encoder.embed_tokens.weight",
@@ -227,10 +227,9 @@ def _read_config(folder: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: tie_word_embeddings is {shown(config['tie_word_embeddings'])}, not true or false"
         )
-    if not isinstance(config["layer_norm_epsilon"], (int, float)) or not config["layer_norm_epsilon"] > 0:
-        raise CheckpointError(
-            f"{path}: layer_norm_epsilon is {shown(config['layer_norm_epsilon'])}, not positive"
-        )
+    eps = config["layer_norm_epsilon"]
+    if not isinstance(eps, (int, float)) or not 0 < eps < 1:  # infinity too (the toy's check named its key)
+        raise CheckpointError(f"{path}: layer_norm_epsilon is {shown(eps)}, not a small positive number")
     if config["feed_forward_proj"] not in PROJECTIONS:
         raise CheckpointError(
             f"{path}: feed_forward_proj {shown(config['feed_forward_proj'])} is not supported "

@@ -8,6 +8,7 @@ The formats are read safely by their own modules: ``safetensors_file`` and ``tor
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,18 @@ def check_layers(names: Collection[str], first_tensor: str, key: str, layers: in
                 f"{where}: missing tensor {first_tensor.format(n)} (config.json's {key} is {layers:,}, "
                 f"the tensors have {n} layer{'s' if n != 1 else ''})"
             )
+
+
+def check_experts(names: Collection[str], tensor: str, key: str, experts: int, where: str) -> None:
+    """Refuse a config.json whose ``key`` promises more experts than the tensors hold, before a row
+    is made for each (as ``check_layers`` for layers): 10³⁰ experts would be 10³⁰ rows of names.
+    Expert e is there when some layer holds ``tensor`` with e in place of ``{e}`` (its first
+    tensor, the layer's prefix left out); the numbers held are read from the names at once."""
+    pattern = re.compile(re.escape(tensor).replace(re.escape("{e}"), r"(\d+)") + "$")
+    held = {int(m.group(1)) for name in names if (m := pattern.search(name))}
+    missing = next((e for e in range(min(experts, len(held) + 1)) if e not in held), None)
+    if missing is not None:
+        raise CheckpointError(
+            f"{where}: no layer has the tensor {tensor.format(e=missing)} (config.json's {key} is "
+            f"{experts:,}, the tensors have {len(held)} expert{'s' if len(held) != 1 else ''})"
+        )

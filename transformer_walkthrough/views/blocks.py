@@ -102,20 +102,20 @@ def summary(matrix: Matrix, view: View) -> tuple[list[int], list[int]]:
     that fit ``view.width`` (and ``MAX_ROWS``), or all of them with ``view.full``. The terminal
     and the documents keep the same ones."""
     r, c = matrix.values.shape
-    if view.full or r * c == 0:  # everything, or nothing to summarise (an idle expert's rows)
+    if view.full or c == 0:  # everything, or no columns to summarise
         return list(range(r)), list(range(c))
-    row_index = summarise([1] * r, MAX_ROWS, 1)
+    row_index = summarise([1] * r, MAX_ROWS, 1) if r else []  # no rows: an idle expert's, its header only
     shown = matrix.values[[i for i in row_index if i >= 0]]
     # Labels are measured in terminal cells (▁猫 takes 3), and only those on screen: a long piece
     # among 58,101 hidden by the summary does not widen the column.
-    label_width = max(cell_width(label(matrix.rows[i])) for i in row_index if i >= 0)
+    label_width = max((cell_width(label(matrix.rows[i])) for i in row_index if i >= 0), default=0)
     ellipsis = "..." if view.ascii else ELLIPSIS
     # Only the columns that could fit are measured: a column is at least 1 + COL_GAP wide, so
     # no more than this many from either end (a 58,101-word vocabulary is measured at its ends).
     reach = max(1, view.width // (1 + COL_GAP) + 1)
     candidates = list(range(c)) if c <= 2 * reach else [*range(reach), *range(c - reach, c)]
     col_cells = [cell_width(label(matrix.cols[j])) for j in candidates]
-    estimate = np.maximum(text_widths(shown[:, candidates], view.precision), col_cells)
+    estimate = np.maximum(text_widths(shown[:, candidates], view.precision), col_cells) if r else col_cells
     # Each column costs its text and the gap before it.
     costs = [int(w) + COL_GAP for w in estimate]
     picked = summarise(costs, view.width - label_width, len(ellipsis) + COL_GAP)
@@ -135,7 +135,7 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     shown = matrix.values[[i for i in row_index if i >= 0]]
     row_labels = {i: label(matrix.rows[i]) for i in row_index if i >= 0}
     row_cells = {i: cell_width(text) for i, text in row_labels.items()}
-    label_width = max(row_cells.values())
+    label_width = max(row_cells.values(), default=0)  # no rows: an idle expert's
     ellipsis = "..." if view.ascii else ELLIPSIS
     col_labels = {j: label(matrix.cols[j]) for j in columns if j >= 0}
     col_cells = {j: cell_width(text) for j, text in col_labels.items()}
@@ -145,7 +145,7 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     if view.ascii:  # measured as they will be written, so that the columns stay aligned
         cells = [[_ASCII_NUMBERS.get(t, t) for t in row] for row in cells]
         neg_inf = "-inf"
-    width_of = {j: max(col_cells[j], *(len(row[k]) for row in cells)) for k, j in enumerate(kept)}
+    width_of = {j: max([col_cells[j], *(len(row[k]) for row in cells)]) for k, j in enumerate(kept)}
     width_of[-1] = len(ellipsis)
     widths = [width_of[j] for j in columns]
     # Where each column's text ends on the line: the spans that colour a cell.
