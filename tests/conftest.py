@@ -151,3 +151,14 @@ def moe_family(tmp_path_factory):
     return built_once(
         run_folder(tmp_path_factory), "moe", lambda root: {name: build(root, name) for name in MODELS}
     )
+
+
+@pytest.fixture(scope="session")
+def moe_mixed(tmp_path_factory):
+    """Tiny trained Qwen2-MoE and Qwen3-MoE checkpoints with dense layers (tests/tiny_moe.py's MIXED)."""
+    pytest.importorskip("transformers")
+    from tests.tiny_moe import MIXED, build
+
+    return built_once(
+        run_folder(tmp_path_factory), "moe-mixed", lambda root: {name: build(root, name) for name in MIXED}
+    )
