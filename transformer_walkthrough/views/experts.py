@@ -63,12 +63,15 @@ def routing_lines(stage: Stage, token: int | None = None, digits: int = 2) -> li
     return lines
 
 
-def load_change(before: Trace, after: Trace) -> list[str]:
-    """Each sparse layer's load per expert (tokens) before and after training."""
-    lines = ["Expert load (tokens routed to each expert), before → after training:"]
+def load_change(before: Trace, after: Trace, digits: int = 2) -> list[str]:
+    """Each sparse layer's load per expert before and after training: the tokens routed to it, and
+    the weight they gave it."""
+    lines = ["Expert load before → after training (tokens routed to each expert, the weight they gave it):"]
     for old, new in zip(sparse_stages(before), sparse_stages(after), strict=True):
-        pairs = ", ".join(
-            f"e{e} {a.tokens}→{b.tokens}" for e, (a, b) in enumerate(zip(loads(old), loads(new), strict=True))
-        )
-        lines.append(f"  layer {old.layer}: {pairs}")
+        lines.append(f"  layer {old.layer}:")
+        for e, (a, b) in enumerate(zip(loads(old), loads(new), strict=True)):
+            lines.append(
+                f"    expert {e}: {a.tokens} token{'' if a.tokens == 1 else 's'}, {a.weight:.{digits}f}"
+                f" → {b.tokens} token{'' if b.tokens == 1 else 's'}, {b.weight:.{digits}f}"
+            )
     return lines
