@@ -404,11 +404,13 @@ def cached_generation_table(
     return table
 
 
-def cache_comparison_table(comparison: Comparison) -> Table:
-    """The largest difference between the cached steps and one full pass, per quantity."""
+def cache_comparison_table(comparison: Comparison, routed: bool = False) -> Table:
+    """The largest difference between the cached steps and one full pass, per quantity (the
+    routing's when ``routed``: a mixture of experts)."""
     table = styled_table("Cached steps vs one full pass")
     for header in ("quantity", "max |diff|"):
         table.add_column(Text(header), no_wrap=True)
     for name, value in comparison._asdict().items():
-        table.add_row(Text(name), Text(f"{value:.1e}"))
+        if name != "routing" or routed:
+            table.add_row(Text(name), Text(f"{value:.1e}"))
     return table
