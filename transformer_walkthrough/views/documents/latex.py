@@ -20,6 +20,7 @@ from ...model.trace import Stage, Trace
 from ..lens import lens_latex
 from ..widgets import label
 from .formulas import latex_lines, latex_notes
+from .routing import has_routing, routing_latex
 from .shown import Options, Shown, document_lens, heading, mark, probability, row_values, units
 from .text import number, tex
 from .worksheet import Worksheet, hole_label
@@ -203,6 +204,8 @@ def iter_latex(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
                 f"{tex(p.expected or '—')} & {tex(mark(p))} & {top} \\\\\n"
             )
         yield "\\end{tabularx}\n"
+    if o.worksheet is None and len(stages) == len(trace) and has_routing(trace):
+        yield routing_latex(trace, o.precision, o.full)
     if lens := document_lens(trace, stages, o):
         yield lens_latex(lens, o.precision, o.full)
     if o.worksheet is not None and not o.worksheet.separate_key:

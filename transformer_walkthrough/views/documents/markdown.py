@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from ...model.trace import Stage, Trace
 from ..lens import lens_markdown
+from .routing import has_routing, routing_markdown
 from .shown import Options, Shown, document_lens, heading, hole, mark, probability, row_values, units
 from .text import md_label, md_text, number
 from .worksheet import Worksheet, hole_label
@@ -70,6 +71,8 @@ def iter_markdown(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str
                 f"| {md_label(p.after)} | **{md_label(p.word)}** | {probability(p.probability, d, o)} "
                 f"| {expected} | {mark(p)} | {top} |\n"
             )
+    if o.worksheet is None and len(stages) == len(trace) and has_routing(trace):
+        yield routing_markdown(trace, o.precision, o.full)
     if lens := document_lens(trace, stages, o):
         yield lens_markdown(lens, o.precision, o.full)
     if o.worksheet is not None and not o.worksheet.separate_key:

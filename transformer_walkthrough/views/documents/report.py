@@ -19,6 +19,7 @@ from ..sections import SECTIONS_CSS, report_sections
 from ..stages import predicted
 from .formulas import html_notes
 from .formulas import mathml as formula_mathml
+from .routing import ROUTING_CSS, has_routing, routing_section
 from .shades import OPENINGS, SHADES_CSS, cell_shades, legend, shading
 from .shown import Options, Shown, heading, hole, mark, probability, units
 from .text import number
@@ -179,8 +180,13 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
         if o.worksheet is None and len(stages) == len(trace)
         else []
     )
+    # A mixture's routing, after the prediction: written after the stages, so that its clickable
+    # weights come after theirs in the budget of cells whose arithmetic the report carries.
+    routing = o.worksheet is None and len(stages) == len(trace) and has_routing(trace)
+    if routing:
+        nav += '<li><a href="#routing">Expert routing</a></li>'
     nav += "".join(f'<li><a href="#{anchor}">{e(title)}</a></li>' for anchor, title, _ in extras)
-    css = CSS + (SECTIONS_CSS if extras else "")
+    css = CSS + (SECTIONS_CSS if extras else "") + (ROUTING_CSS if routing else "")
     if o.worksheet is not None:
         nav += '<li><a href="#answers">Answer key</a></li>'
     yield (
@@ -193,6 +199,8 @@ def iter_html(trace: Trace, stages: list[Stage], o: Options) -> Iterator[str]:
         yield from html_stage(trace, stage, o, clicks)
     if trace.prediction:
         yield html_prediction(trace, o)
+    if routing:
+        yield routing_section(trace, o.precision, o.full, None if clicks is None else clicks.add)
     for _, _, section in extras:
         yield section
     if o.worksheet is not None and not o.worksheet.separate_key:
