@@ -90,6 +90,12 @@ class Matrix(NamedTuple):
         """The mask or the sinusoids: fixed numbers, so their gradient is never shown or exported."""
         return self.role in (MASK, CONSTANT)
 
+    @property
+    def is_whole(self) -> bool:
+        """A constant of whole numbers (the experts a router chose, T5's buckets): ids and counts,
+        shown without decimals ("2", not "2.00")."""
+        return self.role == CONSTANT and bool(np.all(np.mod(self.values, 1) == 0))
+
     # Its name, shape and role, not the megabytes of an array's repr. In Jupyter the report's shaded
     # table is shown instead: the package registers the views for that (``transformer_walkthrough``'s
     # ``__init__``); the model does not import them.

@@ -9,6 +9,7 @@ are shaded by value on the palette's scales (``palette``), and a legend says wha
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Iterator
@@ -131,11 +132,13 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     coloured.
     """
     r, c = matrix.values.shape
+    if matrix.is_whole:  # ids (an expert's), not measurements: no decimals
+        view = dataclasses.replace(view, precision=0)
     row_index, columns = summary(matrix, view)
     shown = matrix.values[[i for i in row_index if i >= 0]]
     row_labels = {i: label(matrix.rows[i]) for i in row_index if i >= 0}
     row_cells = {i: cell_width(text) for i, text in row_labels.items()}
-    label_width = max(row_cells.values())
+    label_width = max(row_cells.values(), default=0)  # 0: a matrix of no rows (an idle expert's)
     ellipsis = "..." if view.ascii else ELLIPSIS
     col_labels = {j: label(matrix.cols[j]) for j in columns if j >= 0}
     col_cells = {j: cell_width(text) for j, text in col_labels.items()}
@@ -145,7 +148,7 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     if view.ascii:  # measured as they will be written, so that the columns stay aligned
         cells = [[_ASCII_NUMBERS.get(t, t) for t in row] for row in cells]
         neg_inf = "-inf"
-    width_of = {j: max(col_cells[j], *(len(row[k]) for row in cells)) for k, j in enumerate(kept)}
+    width_of = {j: max([col_cells[j], *(len(row[k]) for row in cells)]) for k, j in enumerate(kept)}
     width_of[-1] = len(ellipsis)
     widths = [width_of[j] for j in columns]
     # Where each column's text ends on the line: the spans that colour a cell.
