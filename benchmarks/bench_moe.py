@@ -172,7 +172,7 @@ def main() -> int:
     trace = run_forward(config, w, target_ids=ids)
     gap = np.abs(trace["output.logits"]["logits"] - theirs_forward().logits[0].numpy()).max()
     with torch.no_grad():
-        router = reference(tokens, output_router_logits=True).router_logits[LAYER][0].numpy()
+        router = reference(tokens, output_router_logits=True).router_logits[LAYER].numpy()
     router_gap = np.abs(trace[f"decoder.{LAYER}.experts"]["router_logits"] - router).max()
     numpy_products, torch_products = products(w, trace, reference, N_PROMPT)
     idle = sum(
