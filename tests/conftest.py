@@ -162,3 +162,14 @@ def t5_tokenizers(tmp_path_factory):
     from tests.tiny_t5 import nfkc_tokenizer
 
     return nfkc_tokenizer(tmp_path_factory.mktemp("t5-tokenizers"))
+
+
+@pytest.fixture(scope="session")
+def moe_mixed(tmp_path_factory):
+    """Tiny trained Qwen2-MoE and Qwen3-MoE checkpoints with dense layers (tests/tiny_moe.py's MIXED)."""
+    pytest.importorskip("transformers")
+    from tests.tiny_moe import MIXED, build
+
+    return built_once(
+        run_folder(tmp_path_factory), "moe-mixed", lambda root: {name: build(root, name) for name in MIXED}
+    )

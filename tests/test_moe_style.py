@@ -281,6 +281,8 @@ def test_explain_writes_the_routing_and_the_sum() -> None:
         ("experts: 4\n  experts_per_token: 0", "experts_per_token"),
         ("experts: 4\n  experts_per_token: 2\n  shared_experts: 2", "shared_experts"),
         ("experts: 4\n  experts_per_token: 2\n  sparse_step: 0", "sparse_step"),
+        ("experts: 4\n  experts_per_token: 2\n  dense_layers: [2]", "dense_layers"),  # layers 0 and 1
+        ("experts: 4\n  experts_per_token: 2\n  dense_layers: [-1]", "dense_layers"),
     ],
 )
 def test_bad_expert_configs_are_one_line_and_exit_2(tmp_path: Path, yaml: str, key: str) -> None:
@@ -337,7 +339,7 @@ def test_moe_style_trains_then_generates_its_sentence(tmp_path: Path) -> None:
     trained = runner.invoke(app, ["train", "-c", config, "-o", str(weights)])
     assert trained.exit_code == 0, trained.output
     assert "has memorised it" in trained.output and "load-balancing loss" in trained.output
-    assert "layer 0: e0" in trained.output and "layer 1: e0" in trained.output
+    assert "  layer 0:\n    expert 0: " in trained.output and "  layer 1:\n    expert 0: " in trained.output
     generated = runner.invoke(app, ["generate", "-c", config, "-w", str(weights)])
     assert generated.exit_code == 0, generated.output
     assert "<start> → the cat is sleeping comfortably <end>" in generated.output

@@ -4,6 +4,7 @@ the matrix blocks, byte for byte, against the Rich-table renderer they replaced 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import re
 from collections.abc import Iterator
@@ -202,8 +203,10 @@ def same_block(name: str, matrix: Matrix, view: View, colour: bool = False) -> N
     terminal = {"force_terminal": True, "color_system": "truecolor"} if colour else {}
     old = Console(width=view.width, file=io.StringIO(), **terminal)
     new = Console(width=view.width, file=io.StringIO(), **terminal)
+    # a constant of whole numbers (an expert's id) is shown without decimals, as the renderer was asked
+    asked = dataclasses.replace(view, precision=0) if matrix.is_whole else view
     with todays_numbers():
-        table = table_renderer.matrix_table(name, matrix, view)
+        table = table_renderer.matrix_table(name, matrix, asked)
     # Both as the commands print them: every line without the spaces at its end.
     print_all(old, table_renderer.side_by_side(old, [table], view.width))
     print_all(new, side_by_side([matrix_block(name, matrix, view)], view.width))

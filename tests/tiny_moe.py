@@ -8,7 +8,8 @@
 - ``qwen3_moe``: ``Qwen3MoeForCausalLM``, 4 experts of width 6, each token to 2, renormalised
   (``norm_topk_prob: true``), QK-norm, a Qwen2 style tokenizer;
 - ``olmoe``: ``OlmoeForCausalLM``, 4 experts of width 8, each token to 2, not renormalised, QK-norm
-  over the whole projections (``qk_norm: whole``), a Qwen2 style tokenizer.
+  over the whole projections (``qk_norm: whole``), a Qwen2 style tokenizer;
+- ``MIXED``: a Qwen2-MoE and a Qwen3-MoE of three layers, some of them dense (a plain MLP).
 
 Trained for a few steps on ``tiny_llama.CORPUS`` with the end token after each sentence (so that
 greedy decoding of a prompt from the corpus ends), then saved with ``save_pretrained``
@@ -42,6 +43,16 @@ SPECS = {
     "olmoe": dict(COMMON, intermediate_size=8, num_experts=4, norm_topk_prob=False,
                   tie_word_embeddings=False),
 }  # fmt: skip
+# Checkpoints whose layers are not all sparse, three layers each: Qwen2-MoE's first layer a plain MLP
+# (``mlp_only_layers``: layers 1 and 2 sparse), Qwen3-MoE's experts in every second layer only
+# (``decoder_sparse_step: 2``: layer 1 sparse, 0 and 2 dense); a dense layer's MLP is
+# ``intermediate_size`` (8) wide, each expert ``moe_intermediate_size`` (6).
+MIXED = {
+    "qwen2_moe_dense_first": ("qwen2_moe", dict(SPECS["qwen2_moe"], num_hidden_layers=3,
+                                                mlp_only_layers=[0])),
+    "qwen3_moe_every_second": ("qwen3_moe", dict(SPECS["qwen3_moe"], num_hidden_layers=3,
+                                                 decoder_sparse_step=2)),
+}  # fmt: skip
 CLASSES = {
     "mixtral": "MixtralForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
@@ -53,22 +64,23 @@ TRAIN_STEPS = 10
 
 def build(root: Path, name: str) -> Path:
     """The checkpoint ``name`` saved in ``root / name``, its tokenizer beside it; returns the folder."""
+    model_type, spec = MIXED.get(name, (name, SPECS.get(name)))
     folder = root / name
     folder.mkdir(parents=True)
     tokenizer_files = root / f"{name}-tokenizer"
     tokenizer_files.mkdir()
-    if name == "mixtral":
+    if model_type == "mixtral":
         tiny_tokenizers.llama2_style(tokenizer_files, legacy_layout=False)
     else:
         tiny_tokenizers.qwen2_style(tokenizer_files)
     tok = transformers.AutoTokenizer.from_pretrained(tokenizer_files)
     config = transformers.AutoConfig.for_model(
-        name, vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=None, **SPECS[name],
+        model_type, vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=None, **spec,
     )  # fmt: skip
-    torch.manual_seed(MODELS.index(name) + 5)
+    torch.manual_seed([*MODELS, *MIXED].index(name) + 5)
     config._experts_implementation = "eager"  # the grouped kernel wants widths of 16-byte multiples
-    model = getattr(transformers, CLASSES[name])(config)
+    model = getattr(transformers, CLASSES[model_type])(config)
     batch = [[*tok(text).input_ids, tok.eos_token_id] for text in CORPUS]
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-2)
     model.train()

@@ -19,13 +19,14 @@ are checked and dropped, the refusals of its config.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from ..config import sparse_layer
 from ..model.architecture import stage_id
 from .errors import CheckpointError
 from .tensors import Taker, transpose_into
@@ -53,21 +54,34 @@ class Param:
     ``nn.Linear``'s ``(out, in)``, transposed to our ``(in, out)``; ``when``: the row is there only
     when the model's keys say so (None: always); ``each_expert``: one row per expert of a mixture,
     ``{e}`` in the names standing for its number (``experts/expert{e}.W_gate`` <-
-    ``block_sparse_moe.experts.{e}.w1.weight``)."""
+    ``block_sparse_moe.experts.{e}.w1.weight``); ``in_layers``: the row is in a mixture's sparse
+    layers only (``"sparse"``: the router, the experts) or in its dense layers only (``"dense"``:
+    the plain feed-forward of Qwen2-MoE's ``mlp_only_layers``), as ``ModelConfig.sparse`` says
+    (None: in every layer)."""
 
     ours: str
     theirs: tuple[Tensor, ...]
     transposed: bool
     when: Switch | None
     each_expert: bool
+    in_layers: Literal["sparse", "dense"] | None
 
     def __init__(
         self, ours: str, *theirs: Tensor, transposed: bool = False, when: Switch | None = None,
-        each_expert: bool = False,
+        each_expert: bool = False, in_layers: Literal["sparse", "dense"] | None = None,
     ):  # fmt: skip
         for key, value in (("ours", ours), ("theirs", theirs), ("transposed", transposed), ("when", when),
-                           ("each_expert", each_expert)):  # fmt: skip
+                           ("each_expert", each_expert), ("in_layers", in_layers)):  # fmt: skip
             object.__setattr__(self, key, value)
+
+
+def only_in(layers: Literal["sparse", "dense"], params: Iterable[Param]) -> tuple[Param, ...]:
+    """The rows ``params``, each kept to a mixture's sparse or dense layers (``Param.in_layers``)."""
+    return tuple(
+        Param(p.ours, *p.theirs, transposed=p.transposed, when=p.when, each_expert=p.each_expert,
+              in_layers=layers)
+        for p in params
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -171,6 +185,8 @@ def _rows(
             for p in block.params:
                 if p.when is not None and not p.when(model):
                     continue
+                if p.in_layers is not None and (p.in_layers == "sparse") != _sparse(model, n):
+                    continue
                 for e in range(sizes["experts"]) if p.each_expert else [None]:
                     stage, local = p.ours.format(e=e).split("/")
                     theirs = tuple(
@@ -182,6 +198,13 @@ def _rows(
                         for t in p.theirs
                     )
                     yield Row(f"{stage_id(block.side, stage, n)}/{local}", theirs, p.transposed)
+
+
+def _sparse(model: Mapping[str, Any], layer: int | None) -> bool:
+    """Whether layer ``layer`` of a model of these keys has experts (``ModelConfig.sparse``)."""
+    return layer is not None and sparse_layer(
+        model.get("experts", 0), model.get("sparse_step", 1), model.get("dense_layers", ()), layer
+    )
 
 
 def _keys(known: Mapping[str, str], shape: tuple[str, ...]) -> tuple[str, ...]:

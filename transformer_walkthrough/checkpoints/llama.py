@@ -48,7 +48,18 @@ from ..model.architecture import DECODER
 from .bpe import BPETokenizer
 from .budget import Budget, out_of_memory
 from .errors import CheckpointError
-from .family import Block, Family, Param, Tensor, check_finite, convert, find, first_tensor, with_defaults
+from .family import (
+    Block,
+    Family,
+    Param,
+    Tensor,
+    check_finite,
+    convert,
+    find,
+    first_tensor,
+    only_in,
+    with_defaults,
+)
 from .gemma import GEMMA2_MAP, GEMMA3_MAP, GEMMA_MAP, OLMO2_MAP
 from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
 from .tensors import Taker, check_experts, check_layers, float_dtype, read_config_json, read_weights
@@ -99,9 +110,11 @@ NAME_MAP = (
 )  # fmt: skip
 # Mixtral: Mistral's layers with a mixture of experts where the MLP was (every layer sparse): the
 # router ``gate`` and each expert's SwiGLU, w1 the gate, w3 up, w2 down, as save_pretrained writes them.
+ATTENTION_ROWS = tuple(p for p in NAME_MAP[0].params if not p.ours.startswith("feed-forward/"))
+FEED_FORWARD_ROWS = tuple(p for p in NAME_MAP[0].params if p.ours.startswith("feed-forward/"))
 MIXTRAL_MAP = (
     Block(DECODER, prefix="model.layers.{n}.", layers="layers", params=(
-        *(p for p in NAME_MAP[0].params if not p.ours.startswith("feed-forward/")),
+        *ATTENTION_ROWS, *only_in("sparse", (
         Param("experts/W_router", Tensor("block_sparse_moe.gate.weight", "E", "d"), transposed=True),
         Param("experts/expert{e}.W_gate", Tensor("block_sparse_moe.experts.{e}.w1.weight", "eff", "d"),
               transposed=True, each_expert=True),
@@ -109,7 +122,7 @@ MIXTRAL_MAP = (
               transposed=True, each_expert=True),
         Param("experts/expert{e}.W_down", Tensor("block_sparse_moe.experts.{e}.w2.weight", "d", "eff"),
               transposed=True, each_expert=True),
-    )),
+    )))),
     NAME_MAP[1],
 )  # fmt: skip
 
@@ -119,11 +132,13 @@ def shared_expert(m: Mapping[str, Any]) -> bool:
     return bool(m.get("shared_experts"))
 
 
-# Qwen2-MoE and Qwen3-MoE: Qwen2's or Qwen3's attention, and in every layer the router ``mlp.gate``
-# and each expert's gate_proj, up_proj, down_proj; Qwen2-MoE's shared expert and its gate besides.
+# Qwen2-MoE and Qwen3-MoE: Qwen2's or Qwen3's attention, and in each sparse layer the router
+# ``mlp.gate`` and each expert's gate_proj, up_proj, down_proj, Qwen2-MoE's shared expert and its gate
+# besides; in a dense layer (``mlp_only_layers``, or off ``decoder_sparse_step``) Qwen2's MLP, of
+# ``intermediate_size``.
 QWEN_MOE_MAP = (
     Block(DECODER, prefix="model.layers.{n}.", layers="layers", params=(
-        *(p for p in NAME_MAP[0].params if not p.ours.startswith("feed-forward/")),
+        *ATTENTION_ROWS, *only_in("dense", FEED_FORWARD_ROWS), *only_in("sparse", (
         Param("experts/W_router", Tensor("mlp.gate.weight", "E", "d"), transposed=True),
         Param("experts/expert{e}.W_gate", Tensor("mlp.experts.{e}.gate_proj.weight", "eff", "d"),
               transposed=True, each_expert=True),
@@ -139,7 +154,7 @@ QWEN_MOE_MAP = (
               transposed=True, when=shared_expert),
         Param("experts/W_shared_gate", Tensor("mlp.shared_expert_gate.weight", "one", "d"),
               transposed=True, when=shared_expert),
-    )),
+    )))),
     NAME_MAP[1],
 )  # fmt: skip
 
@@ -156,8 +171,8 @@ OLMOE_MAP = (
         *QWEN_MOE_MAP[0].params[:4],  # norm-1, W_QKV, b_QKV, (Qwen3's per-head norms: off)
         Param("masked-attention/gamma_Q", Tensor("self_attn.q_norm.weight", "q"), when=qk_norm_whole),
         Param("masked-attention/gamma_K", Tensor("self_attn.k_norm.weight", "kv"), when=qk_norm_whole),
-        *(p for p in QWEN_MOE_MAP[0].params[4:] if not p.ours.startswith("experts/shared")
-          and p.ours != "experts/W_shared_gate"),
+        *(p for p in QWEN_MOE_MAP[0].params[4:] if p.in_layers != "dense"
+          and not p.ours.startswith("experts/shared") and p.ours != "experts/W_shared_gate"),
     )),
     NAME_MAP[1],
 )  # fmt: skip
@@ -297,8 +312,11 @@ def _experts(config: dict[str, Any]) -> dict[str, Any]:
     if config["model_type"] in ("mixtral", "olmoe"):  # each expert as wide as intermediate_size
         return moe
     shared = config["model_type"] == "qwen2_moe"
+    # transformers ignores a layer of mlp_only_layers that the model does not have
+    dense = sorted({i for i in config["mlp_only_layers"] if i < config["num_hidden_layers"]})
     return {**moe, "expert_d_ff": config["moe_intermediate_size"], "shared_experts": int(shared),
-            "shared_expert_d_ff": config["shared_expert_intermediate_size"] if shared else None}  # fmt: skip
+            "shared_expert_d_ff": config["shared_expert_intermediate_size"] if shared else None,
+            "sparse_step": config["decoder_sparse_step"], "dense_layers": tuple(dense)}  # fmt: skip
 
 
 def _scaling(rope: dict[str, Any]) -> dict[str, Any]:
@@ -442,7 +460,7 @@ MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 
 
 def _check_experts(config: dict[str, Any], path: Path) -> None:
-    """A mixture's experts: E of them, each token to k ≤ E, every layer sparse; adds ``experts``
+    """A mixture's experts: E of them, each token to k ≤ E, the dense layers' numbers; adds ``experts``
     (E) and ``norm_topk`` (Mixtral always renormalises; Qwen's say so in ``norm_topk_prob``)."""
     mixtral = config["model_type"] == "mixtral"
     # transformers 5 writes num_local_experts for every family (Qwen's num_experts is its alias)
@@ -460,11 +478,10 @@ def _check_experts(config: dict[str, Any], path: Path) -> None:
         _positive_int(config, "moe_intermediate_size", path)
         if config["model_type"] == "qwen2_moe":
             _positive_int(config, "shared_expert_intermediate_size", path)
-        if config["decoder_sparse_step"] != 1 or config["mlp_only_layers"]:
-            raise CheckpointError(
-                f"{path}: decoder_sparse_step {shown(config['decoder_sparse_step'])} and mlp_only_layers "
-                f"{shown(config['mlp_only_layers'])}: only checkpoints with experts in every layer are read"
-            )
+        _positive_int(config, "decoder_sparse_step", path)
+        dense = config["mlp_only_layers"]
+        if type(dense) is not list or any(type(i) is not int or i < 0 for i in dense):
+            raise CheckpointError(f"{path}: mlp_only_layers is {shown(dense)}, not a list of layer numbers")
     k = _positive_int(config, "num_experts_per_tok", path)
     if k > config["experts"]:
         raise CheckpointError(

@@ -155,6 +155,7 @@ def generate(
         origin = weights_origin(settings.seed, None if weights is None else printable(str(weights)))
     out.note(f"weights: {origin}")
     out.show(generation_table(steps, vocabulary, view))
+    _show_routes(out, steps, vocabulary, view)
     _show_sampling(out, steps, vocabulary, sampling, view)
     out.paragraph(said)
     limit = generation_limit(settings, max_len)
@@ -183,6 +184,14 @@ def generate(
         f"Step i equals row i of one teacher-forced pass over the final input (max |diff| {worst:.1e}): "
         "the causal mask keeps row i from seeing anything after position i."
     )
+
+
+def _show_routes(out: Terminal, steps: "list[Step]", vocabulary: tuple[str, ...], view: "View") -> None:
+    """After the generation table, with experts: where each sparse layer sent each token read."""
+    from ..views.experts import generation_routes
+
+    if steps[0].routes:
+        out.show(generation_routes(steps, vocabulary, max(view.precision, 2)))
 
 
 def _show_sampling(
@@ -242,6 +251,7 @@ def _continue(
     view = View(precision=done.config.display.precision)
     drawn = sampling is not None and not sampling.greedy
     out.show(cached_generation_table(done.steps, vocabulary, rows, layer, head, view, drawn))
+    _show_routes(out, done.steps, vocabulary, view)
     _show_sampling(out, done.steps, vocabulary, sampling, view)
     n, fed = len(done.prompt_ids), len(ids) - 1
     continuation = done.checkpoint.tokenizer.decode(ids[n:])
@@ -265,7 +275,7 @@ def _continue(
     if not compare:
         return
     gaps = against_full_pass(done.config, done.weights, done.steps)
-    out.show(cache_comparison_table(gaps))
+    out.show(cache_comparison_table(gaps, routed=bool(done.steps[0].routes)))
     scale = max(1.0, max(float(abs(s.logits).max()) for s in done.steps))
     tolerance = 1e-9 if m.dtype == "float64" else TOLERANCE["float32"] * scale
     worst = max(gaps)

@@ -64,7 +64,10 @@ def train(
         losses = fit(settings, w, steps, lr, on_step=on_step)
     after = run_forward(settings, w)
     if len(losses) > 1:
-        out.show(loss_curve(losses, width=min(60, out.width - 12)))
+        experts = settings.model.experts > 0
+        curve = [t.cross_entropy for t in losses.terms] if experts else losses
+        aux_curve = [t.aux or 0.0 for t in losses.terms] if experts else None
+        out.show(loss_curve(curve, width=min(60, out.width - 12), aux=aux_curve))
         out.show(training_table(before, after, View(precision=settings.display.precision)))
         if settings.model.experts:
             from ..model.backprop import backward
@@ -74,8 +77,8 @@ def train(
             coef, k = settings.model.router_aux_loss_coef, settings.model.experts_per_token
             out.line(
                 f"The loss includes {coef:g} × the load-balancing loss E·Σ fᵢ·Pᵢ ({k} "
-                f"when every expert gets as many tokens and as much probability): {aux[0]:.4g} before, "
-                f"{aux[1]:.4g} after."
+                f"when every expert gets as many tokens and as much probability): {aux[0]:.4f} before, "
+                f"{aux[1]:.4f} after; in the loss, {coef * aux[0]:.4g} and {coef * aux[1]:.4g}."
             )
             for line in load_change(before, after):
                 out.line(line)

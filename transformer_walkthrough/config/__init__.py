@@ -47,7 +47,7 @@ from .conventions import (
 )
 from .display import DisplayConfig
 from .limits import MAX_BYTES, MAX_TABLES
-from .model import ModelConfig
+from .model import ModelConfig, sparse_layer
 from .schema import quote
 from .sentence import Config
 from .tokens import (
@@ -116,5 +116,6 @@ __all__ = [
     "load_config",
     "masked",
     "quote",
+    "sparse_layer",
     "tokenize",
 ]

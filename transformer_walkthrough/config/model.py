@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import InitVar, dataclass
 from typing import ClassVar, Literal
 
@@ -357,6 +358,13 @@ class ModelConfig(Checked):
         self._require(
             self.sparse_step > 0, "sparse_step", f"must be a positive integer, got {self.sparse_step}"
         )
+        layers = self.num_decoder_layers
+        for i in self.dense_layers:
+            self._require(
+                type(i) is int and 0 <= i < layers,
+                "dense_layers",
+                f"holds {quote(i)}: the decoder's layers are 0 to {layers - 1}",
+            )
         self._require(
             self.router_aux_loss_coef >= 0,
             "router_aux_loss_coef",
@@ -364,9 +372,8 @@ class ModelConfig(Checked):
         )
 
     def sparse(self, layer: int) -> bool:
-        """Whether layer ``layer`` has experts instead of one feed-forward: experts set, the layer on
-        the step (Qwen2-MoE's ``(layer + 1) % decoder_sparse_step == 0``) and not among the dense ones."""
-        return self.experts > 0 and (layer + 1) % self.sparse_step == 0 and layer not in self.dense_layers
+        """Whether layer ``layer`` has experts instead of one feed-forward (``sparse_layer``)."""
+        return sparse_layer(self.experts, self.sparse_step, self.dense_layers, layer)
 
     @property
     def d_expert(self) -> int:
@@ -459,3 +466,10 @@ class ModelConfig(Checked):
     def d_k(self) -> int:
         """Width of one head's queries, keys and values: ``head_dim``, or d_model / num_heads."""
         return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
+
+
+def sparse_layer(experts: int, sparse_step: int, dense_layers: Collection[int], layer: int) -> bool:
+    """Whether layer ``layer`` has experts instead of one feed-forward: experts set, the layer on
+    the step and not among the dense ones, as Qwen2-MoE decides it (``layer not in mlp_only_layers
+    and (layer + 1) % decoder_sparse_step == 0``)."""
+    return experts > 0 and (layer + 1) % sparse_step == 0 and layer not in dense_layers

@@ -27,7 +27,7 @@ and the parameters are the model's ``Weights``, read under the stage ids of ``ar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -38,8 +38,8 @@ from . import functional as F
 from .architecture import DECODER, ENCODER, OUTPUT, stage_id
 from .kinds.attention import Flow, attended
 from .sampling import Draw, Sampling, sample
-from .trace import TOP_K, NullTrace, token_labels, top_k
-from .transformer import decode, encode, forward_logits, run_forward
+from .trace import TOP_K, LastRows, NullTrace, token_labels, top_k
+from .transformer import ROUTING, decode, encode, routed_logits, run_forward
 from .weights import Weights
 
 
@@ -54,6 +54,15 @@ class LayerStep(NamedTuple):
     cross: np.ndarray | None = None  # (h, new, source): the cross-attention's weights (encoder–decoder)
 
 
+class Route(NamedTuple):
+    """Where one sparse layer's router sent the token read last: its k experts, most probable first,
+    and the weight of each in the layer's output."""
+
+    layer: int
+    experts: tuple[int, ...]
+    weights: tuple[float, ...]
+
+
 class Reading(NamedTuple):
     """What the model read at one step, and what it makes of the next token."""
 
@@ -62,6 +71,20 @@ class Reading(NamedTuple):
     probabilities: np.ndarray  # (vocab,): the distribution of the next token, from the last position
     logits: np.ndarray | None = None  # (vocab,): its scores, softmax(logits) = probabilities
     layers: tuple[LayerStep, ...] = ()  # each layer's attention over the cache; () without one
+    routes: tuple[Route, ...] = ()  # each sparse layer's routing of the token read last; () without experts
+
+
+def routes(config: Config, rows: Mapping[str, dict[str, np.ndarray]]) -> tuple[Route, ...]:
+    """The decoder's sparse layers' routing of a pass's last row (``transformer.routed_logits``:
+    under each experts stage's id), as ``Route``s, bottom to top."""
+    m = config.model
+    sparse = [(i, rows[stage_id(DECODER, "experts", i)]) for i in range(m.num_decoder_layers) if m.sparse(i)]
+    return tuple(
+        Route(
+            i, tuple(int(e) for e in np.rint(row["chosen"])), tuple(float(x) for x in row["routing_weights"])
+        )
+        for i, row in sparse
+    )
 
 
 Reader = Callable[[list[int]], Reading]  # the sequence so far -> what the model reads of it
@@ -77,6 +100,7 @@ class Step(NamedTuple):
     probabilities: np.ndarray
     logits: np.ndarray | None
     layers: tuple[LayerStep, ...]
+    routes: tuple[Route, ...]
     top: tuple[tuple[int, float], ...]  # (id, probability), most likely first: the TOP_K allowed
     chosen: int  # the next token: the most likely allowed, or the one drawn
     drawn: Draw | None = None  # the sampling's arithmetic; None when greedy
@@ -173,13 +197,15 @@ def repeated(steps: Sequence[Step]) -> int:
 
 
 def full_passes(config: Config, w: Weights, source_ids: Sequence[int] = ()) -> Reader:
-    """A reader without a cache: each step one whole forward pass (``forward_logits``, nothing
+    """A reader without a cache: each step one whole forward pass (``routed_logits``, nothing
     recorded) over the encoder's ``source_ids`` and the sequence so far; its last row is the next
     token's logits."""
 
     def read(sequence: list[int]) -> Reading:
-        last = forward_logits(config, w, source_ids, sequence)[-1]
-        return Reading(tuple(sequence), tuple(range(len(sequence))), F.softmax(last), last)
+        logits, routed = routed_logits(config, w, source_ids, sequence)
+        last = logits[-1]
+        return Reading(tuple(sequence), tuple(range(len(sequence))), F.softmax(last), last, (),
+                       routes(config, routed))  # fmt: skip
 
     return read
 
@@ -312,11 +338,13 @@ def generate_cached(
         # The same Figure 1 as every pass (``transformer.decode``), recording nothing, on the new
         # tokens alone from position ``start``: each masked attention reads and extends the cache,
         # each cross-attention reads the encoder's keys and values it projected at step 0.
-        null = NullTrace(config, read_source, token_labels([str(i) for i in ids]))
+        labels = token_labels([str(i) for i in ids])
+        null = LastRows(config, read_source, labels, kind="experts", names=ROUTING)
         logits = decode(null, w, m, source, ids, start, cache, memory)[-1]
         cache.rows += len(ids)
         positions = tuple(range(start, start + len(ids)))
-        return Reading(tuple(ids), positions, F.softmax(logits), logits, cache.steps())
+        probabilities = F.softmax(logits)
+        return Reading(tuple(ids), positions, probabilities, logits, cache.steps(), routes(config, null.rows))
 
     return generate(read, prompt, max_new, sampling=sampling, eos_id=eos_id, banned=banned,
                     forced_end=forced_end)  # fmt: skip
@@ -350,6 +378,9 @@ class Comparison(NamedTuple):
     values: float
     attention: float  # weights of the cached row vs the same row of the full pass's A
     logits: float
+    # each sparse layer's routing weights of the row read last vs the full pass's (∞ where they
+    # chose other experts; 0 without experts)
+    routing: float = 0.0
 
 
 def compare(
@@ -389,4 +420,11 @@ def compare(
                 for h in range(len(layer.cross)):
                     note("attention", layer.cross[h], cross.of("A", h + 1)[rows])
         note("logits", s.logits, logits[rows[-1]])
+        for route in s.routes:
+            stage = trace[stage_id(DECODER, "experts", route.layer)]
+            chosen = tuple(int(e) for e in np.rint(stage["chosen"][rows[-1]]))
+            if chosen != route.experts:
+                worst["routing"] = np.inf
+            else:
+                note("routing", np.array(route.weights), stage["routing_weights"][rows[-1]])
     return Comparison(**worst)

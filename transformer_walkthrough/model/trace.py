@@ -90,6 +90,12 @@ class Matrix(NamedTuple):
         """The mask or the sinusoids: fixed numbers, so their gradient is never shown or exported."""
         return self.role in (MASK, CONSTANT)
 
+    @property
+    def is_whole(self) -> bool:
+        """A constant of whole numbers (the experts a router chose, T5's buckets): ids and counts,
+        shown without decimals ("2", not "2.00")."""
+        return self.role == CONSTANT and bool(np.all(np.mod(self.values, 1) == 0))
+
     # Its name, shape and role, not the megabytes of an array's repr. In Jupyter the report's shaded
     # table is shown instead: the package registers the views for that (``transformer_walkthrough``'s
     # ``__init__``); the model does not import them.
@@ -590,3 +596,35 @@ class NullTrace(Trace):
 
     def stage(self, stage_id: str, kind: str, *args: Any) -> Stage:
         return _NullStage(stage_id, kind)  # type: ignore[return-value]
+
+
+class _LastRowStage(_NullStage):
+    """A stage that records nothing but the last row of the matrices ``names``, into ``kept``."""
+
+    def __init__(self, stage_id: str, kind: str, kept: dict[str, np.ndarray], names: Sequence[str]) -> None:
+        super().__init__(stage_id, kind)
+        self.kept, self.names = kept, names
+
+    def rec(self, name: str, values: np.ndarray, *args: Any, **kwargs: Any) -> np.ndarray:
+        if name in self.names:
+            self.kept[name] = values[-1].copy()
+        return values
+
+    input = out = weight = rec
+
+
+@dataclass
+class LastRows(NullTrace):
+    """A trace that keeps nothing but the last row of the matrices ``names`` of each stage of kind
+    ``kind``, in ``rows`` under each such stage's id: what a generation step shows of
+    the token it read last (the experts it went to) at the speed of an unrecorded pass."""
+
+    kind: str = ""
+    names: tuple[str, ...] = ()
+    rows: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
+
+    def stage(self, stage_id: str, kind: str, *args: Any) -> Stage:
+        if kind != self.kind:
+            return super().stage(stage_id, kind, *args)
+        kept = self.rows[stage_id] = {}
+        return _LastRowStage(stage_id, kind, kept, self.names)  # type: ignore[return-value]

@@ -95,17 +95,43 @@ def examples(config: Config) -> list[Example]:
     return out
 
 
-def loss_and_gradients(config: Config, w: Weights) -> tuple[float, list[np.ndarray]]:
-    """Mean loss and gradient over the examples: the sentence and every dataset pair."""
+class Loss(NamedTuple):
+    """What training minimises, and with experts its two terms: ``total = cross_entropy +
+    router_aux_loss_coef · aux``, ``aux`` the load-balancing loss E·Σ fᵢ·Pᵢ (Switch Transformer);
+    without experts the total is the cross-entropy and ``aux`` is None."""
+
+    total: float
+    cross_entropy: float
+    aux: float | None = None
+
+
+class Losses(list[float]):
+    """The loss before each step and after the last one (the totals, as floats), and ``terms``:
+    each as a ``Loss``, its cross-entropy and load-balancing loss apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.terms: list[Loss] = []
+
+    def add(self, loss: Loss) -> None:
+        self.append(loss.total)
+        self.terms.append(loss)
+
+
+def loss_and_gradients(config: Config, w: Weights) -> tuple[Loss, list[np.ndarray]]:
+    """Mean loss (and its terms) and gradient over the examples: the sentence and every dataset pair."""
     pairs = examples(config)
-    total, grads = 0.0, [np.zeros_like(p) for p in parameters(w)]
+    total, aux, grads = 0.0, 0.0, [np.zeros_like(p) for p in parameters(w)]
     for source, target, answer in pairs:
         trace = run_forward(config, w, source_ids=source, target_ids=target, answer_ids=answer)
         b = backward(trace, w)
-        total += b.loss
+        total, aux = total + b.loss, aux + b.aux
         for acc, g in zip(grads, parameters(b.weights), strict=True):
             acc += g
-    return total / len(pairs), [g / len(pairs) for g in grads]
+    total, aux = total / len(pairs), aux / len(pairs)
+    m = config.model
+    loss = Loss(total, total - m.router_aux_loss_coef * aux, aux) if m.experts else Loss(total, total)
+    return loss, [g / len(pairs) for g in grads]
 
 
 def train(
@@ -113,10 +139,11 @@ def train(
     w: Weights,
     steps: int | None = None,
     learning_rate: float | None = None,
-    on_step: Callable[[int, float], None] | None = None,
-) -> list[float]:
+    on_step: Callable[[int, Loss], None] | None = None,
+) -> Losses:
     """Train ``w`` in place; return the loss before each step and, last, after the final one
-    (0 steps: the loss of ``w`` as it is, which is left untouched)."""
+    (0 steps: the loss of ``w`` as it is, which is left untouched); ``on_step(step, loss)`` is
+    called after each step's loss is known."""
     if config.model.output_head == "flatten":
         backward(run_forward(config, w), w)  # raises the error that explains why
     steps = steps if steps is not None else config.training.steps
@@ -140,16 +167,16 @@ def train(
     if not math.isfinite(lr):
         raise WalkthroughError(f"--lr: must be a finite number, got {lr:g}")
     adam = Adam(parameters(w), lr)
-    losses = []
+    losses = Losses()
     with np.errstate(all="ignore"):  # an overflow is reported below, as the loss it spoils
         for step in range(steps):
             loss, grads = loss_and_gradients(config, w)
-            _check_finite(loss, step, lr)
-            losses.append(loss)
+            _check_finite(loss.total, step, lr)
+            losses.add(loss)
             if on_step:
                 on_step(step, loss)
             adam.step(grads)
-        losses.append(loss_and_gradients(config, w)[0])
+        losses.add(loss_and_gradients(config, w)[0])
     _check_finite(losses[-1], steps, lr)
     return losses
 

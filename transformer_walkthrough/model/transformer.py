@@ -24,7 +24,7 @@ from . import functional as F
 from . import kinds as K
 from .architecture import DECODER, ENCODER, OUTPUT, Block, Place, stacks
 from .heap import keep_freed_memory
-from .trace import EVERYTHING, Keep, NothingMoreKept, NullTrace, Stage, Trace, token_labels
+from .trace import EVERYTHING, Keep, LastRows, NothingMoreKept, NullTrace, Stage, Trace, token_labels
 from .weights import Weights, init_weights
 
 __all__ = [
@@ -332,3 +332,20 @@ def forward_logits(
     """``forward`` up to the output layer: the logits (decoder tokens, vocab), which sampling divides by T."""
     null, src, tgt = _unrecorded(config, source_ids, target_ids)
     return decode(null, weights, config.model, src, tgt)
+
+
+ROUTING = ("chosen", "routing_weights")  # what generation shows of a sparse layer's routing
+
+
+def routed_logits(
+    config: Config,
+    weights: Weights,
+    source_ids: Sequence[int] | None = None,
+    target_ids: Sequence[int] | None = None,
+) -> tuple[np.ndarray, dict[str, dict[str, np.ndarray]]]:
+    """``forward_logits``, and each sparse layer's routing of the last row, under its stage id (its
+    ``chosen`` experts and their ``routing_weights``; none without experts)."""
+    null, src, tgt = _unrecorded(config, source_ids, target_ids)
+    routed = LastRows(null.config, null.source_tokens, null.target_tokens, source_ids=null.source_ids,
+                      target_ids=null.target_ids, kind="experts", names=ROUTING)  # fmt: skip
+    return decode(routed, weights, config.model, src, tgt), routed.rows

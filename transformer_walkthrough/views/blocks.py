@@ -9,6 +9,7 @@ are shaded by value on the palette's scales (``palette``), and a legend says wha
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Iterator
@@ -131,6 +132,8 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     coloured.
     """
     r, c = matrix.values.shape
+    if matrix.is_whole:  # ids (an expert's), not measurements: no decimals
+        view = dataclasses.replace(view, precision=0)
     row_index, columns = summary(matrix, view)
     shown = matrix.values[[i for i in row_index if i >= 0]]
     row_labels = {i: label(matrix.rows[i]) for i in row_index if i >= 0}

@@ -3,17 +3,24 @@ experts and their weights, and each expert's load (how many tokens, how much wei
 
 Read from the ``experts`` stages of a trace (``model.kinds.experts``): ``walkthrough experts``
 prints it, and ``walkthrough train`` the load of each layer before and after training, with the
-load-balancing loss that evens it out.
+load-balancing loss that evens it out; ``walkthrough generate`` the experts of each token it reads
+(``generation.Route``).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from ..errors import StageError
 from ..model.trace import Stage, Trace
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ..model.generation import Step
 
 
 class Load(NamedTuple):
@@ -63,12 +70,47 @@ def routing_lines(stage: Stage, token: int | None = None, digits: int = 2) -> li
     return lines
 
 
-def load_change(before: Trace, after: Trace) -> list[str]:
-    """Each sparse layer's load per expert (tokens) before and after training."""
-    lines = ["Expert load (tokens routed to each expert), before → after training:"]
+def load_change(before: Trace, after: Trace, digits: int = 2) -> list[str]:
+    """Each sparse layer's load per expert before and after training: the tokens routed to it, and
+    the weight they gave it."""
+    lines = ["Expert load before → after training (tokens routed to each expert, the weight they gave it):"]
     for old, new in zip(sparse_stages(before), sparse_stages(after), strict=True):
-        pairs = ", ".join(
-            f"e{e} {a.tokens}→{b.tokens}" for e, (a, b) in enumerate(zip(loads(old), loads(new), strict=True))
-        )
-        lines.append(f"  layer {old.layer}: {pairs}")
+        lines.append(f"  layer {old.layer}:")
+        for e, (a, b) in enumerate(zip(loads(old), loads(new), strict=True)):
+            lines.append(
+                f"    expert {e}: {a.tokens} token{'' if a.tokens == 1 else 's'}, {a.weight:.{digits}f}"
+                f" → {b.tokens} token{'' if b.tokens == 1 else 's'}, {b.weight:.{digits}f}"
+            )
     return lines
+
+
+def generation_routes(steps: Sequence[Step], vocabulary: Sequence[str], digits: int = 2) -> Table:
+    """Each generation step's routing of the token it read last (the newest: at step 0 the prompt's
+    last): in every sparse layer, the experts it went to, most probable first, with their weights.
+    One row per step and layer, so that a model of any depth and k fits 80 columns."""
+    from rich.text import Text
+
+    from .widgets import LABEL, label, styled_table
+
+    table = styled_table("The experts of each token read (each sparse layer: expert × weight)")
+    for header, justify in (
+        ("step", "right"),
+        ("token read", "left"),
+        ("layer", "right"),
+        ("experts", "left"),
+    ):
+        table.add_column(Text(header), justify=justify, no_wrap=header != "experts")  # type: ignore[arg-type]
+    for s in steps:
+        for j, route in enumerate(s.routes):
+            first = j == 0
+            table.add_row(
+                Text(str(s.index) if first else ""),
+                Text(f"{label(vocabulary[s.ids[-1]])} (pos {s.positions[-1]})" if first else "", style=LABEL),
+                Text(str(route.layer)),
+                Text(
+                    ",  ".join(
+                        f"e{e} × {w:.{digits}f}" for e, w in zip(route.experts, route.weights, strict=True)
+                    )
+                ),
+            )
+    return table

@@ -65,27 +65,36 @@ def verify_table(checks: list[Check]) -> Table:
     return table
 
 
-def loss_curve(losses: list[float], width: int = 60, height: int = 8) -> Text:
-    """The loss per step as a dot plot on a log scale: training's whole story in a few lines."""
+LOSS_MARK, AUX_MARK = "•", "×"  # the loss curve's marks: the cross-entropy's, the load-balancing loss's
+
+
+def loss_curve(losses: list[float], width: int = 60, height: int = 8, aux: list[float] | None = None) -> Text:
+    """The loss per step as a dot plot on a log scale: training's whole story in a few lines. With
+    ``aux`` (a mixture of experts' load-balancing loss at the same steps), ``losses`` is the
+    cross-entropy, and both are drawn on the one axis, each with its mark, named beneath."""
     n = len(losses)
     cols = max(1, min(width, max(n, 16)))  # a few steps spread out, so that the axis can name them
     if n <= cols:  # a dot for every step
         xs = [round(i * (cols - 1) / max(n - 1, 1)) for i in range(n)]
-        picked = losses
+        steps = list(range(n))
     else:  # one column every n/cols steps, the first and the last included
         xs = list(range(cols))
-        picked = [losses[round(i * (n - 1) / (cols - 1))] for i in range(cols)]
+        steps = [round(i * (n - 1) / (cols - 1)) for i in range(cols)]
+    curves = [(LOSS_MARK, losses)] if aux is None else [(AUX_MARK, aux), (LOSS_MARK, losses)]
+    picked = [[curve[i] for i in steps] for _, curve in curves]
     # Log scale, as losses fall by orders of magnitude.
-    finite = [math.log10(max(loss, 1e-12)) for loss in picked if math.isfinite(loss)] or [0.0]
+    finite = [math.log10(max(v, 1e-12)) for values in picked for v in values if math.isfinite(v)] or [0.0]
     top, bottom = max(finite), min(finite)
-    logs = [math.log10(max(loss, 1e-12)) if math.isfinite(loss) else top for loss in picked]  # inf, nan: top
     span = (top - bottom) or 1.0
     grid = [[" "] * cols for _ in range(height)]
-    for x, y in zip(xs, logs, strict=True):
-        grid[round((top - y) / span * (height - 1))][x] = "•"
+    for (symbol, _), values in zip(curves, picked, strict=True):  # the cross-entropy drawn last, on top
+        for x, v in zip(xs, values, strict=True):
+            y = math.log10(max(v, 1e-12)) if math.isfinite(v) else top  # inf, nan: top
+            grid[round((top - y) / span * (height - 1))][x] = symbol
     labels = [f"{10**top:.3g}", *[""] * (height - 2), f"{10**bottom:.3g}"]
     pad = max(len(text) for text in labels)
-    out = Text(f"loss, log scale, over {n - 1} steps\n", style=TITLE)
+    what = "loss" if aux is None else "cross-entropy and load-balancing loss"
+    out = Text(f"{what}, log scale, over {n - 1} steps\n", style=TITLE)
     for text, row in zip(labels, grid, strict=True):
         out.append(f"{text:>{pad}} │", style=LABEL)
         out.append("".join(row) + "\n", style=FORMULA)
@@ -93,6 +102,11 @@ def loss_curve(losses: list[float], width: int = 60, height: int = 8) -> Text:
     room = cols - len("step 0") - len(last)
     axis = f"step 0{' ' * room}{last}" if room > 0 else f"steps 0–{last}"
     out.append(" " * pad + " └" + "─" * cols + "\n" + " " * (pad + 2) + axis)
+    if aux is not None:
+        out.append(
+            f"\n{' ' * (pad + 2)}{LOSS_MARK} cross-entropy   {AUX_MARK} load-balancing loss E·Σ fᵢ·Pᵢ",
+            style=LABEL,
+        )
     return out
 
 
@@ -391,11 +405,13 @@ def cached_generation_table(
     return table
 
 
-def cache_comparison_table(comparison: Comparison) -> Table:
-    """The largest difference between the cached steps and one full pass, per quantity."""
+def cache_comparison_table(comparison: Comparison, routed: bool = False) -> Table:
+    """The largest difference between the cached steps and one full pass, per quantity (the
+    routing's when ``routed``: a mixture of experts)."""
     table = styled_table("Cached steps vs one full pass")
     for header in ("quantity", "max |diff|"):
         table.add_column(Text(header), no_wrap=True)
     for name, value in comparison._asdict().items():
-        table.add_row(Text(name), Text(f"{value:.1e}"))
+        if name != "routing" or routed:
+            table.add_row(Text(name), Text(f"{value:.1e}"))
     return table

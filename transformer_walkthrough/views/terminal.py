@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
+    from ..model.training import Loss
     from .widgets import View
 
 # The widest and tallest terminal believed (COLUMNS, LINES): a matrix is laid out to the width,
@@ -125,17 +126,25 @@ class Terminal:
                 self.console.print(Text(part, style="bold" if k == 0 else "", overflow="fold"))
 
     @contextlib.contextmanager
-    def training_progress(self, total: int) -> Iterator[Callable[[int, float], None]]:
-        """A progress bar of ``total`` steps with the latest loss, erased when the block ends; only
-        on a terminal. Yields the ``on_step(step, loss)`` to call after each step."""
+    def training_progress(self, total: int) -> Iterator[Callable[[int, Loss], None]]:
+        """A progress bar of ``total`` steps with the latest loss (with experts, its cross-entropy
+        and load-balancing loss side by side), erased when the block ends; only on a terminal.
+        Yields the ``on_step(step, loss)`` to call after each step."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        loss = TextColumn("loss {task.fields[loss]}")
+        loss = TextColumn("{task.fields[loss]}")
         columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), loss, TimeElapsedColumn())
         console = self.console
         with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
-            task = progress.add_task("train", total=total, loss="…")
-            yield lambda i, loss: progress.update(task, advance=1, loss=loss_text(loss))
+            task = progress.add_task("train", total=total, loss="loss …")
+            yield lambda i, loss: progress.update(task, advance=1, loss=progress_text(loss))
+
+
+def progress_text(loss: Loss) -> str:
+    """The live loss; with experts, the cross-entropy and the load-balancing loss beside each other."""
+    if loss.aux is None:
+        return f"loss {loss_text(loss.total)}"
+    return f"cross-entropy {loss_text(loss.cross_entropy)}  load-balancing {loss_text(loss.aux)}"
 
 
 def loss_text(loss: float) -> str:

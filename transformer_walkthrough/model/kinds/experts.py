@@ -205,7 +205,9 @@ def experts(stage: Stage, w: Weights, x: np.ndarray, tokens: tuple[str, ...], m:
         values = _expert_forward(x[share.tokens], _local(p, prefix), ffn)
         kept[prefix] = (share, values)
         _record_expert(stage, prefix, p, values, ffn, tuple(tokens[t] for t in share.tokens))
-        np.add.at(out, share.tokens, weights[share.tokens, share.slots, None] * values["output"])
+        # top-k never picks an expert twice for one token: its rows are distinct, and a plain += adds
+        # each contribution once, in expert order, as np.add.at would (at a fraction of its cost)
+        out[share.tokens] += weights[share.tokens, share.slots, None] * values["output"]
     if m.shared_experts:
         shared = as_feed_forward(m, m.d_shared)
         values = _expert_forward(x, _local(p, SHARED), shared)
@@ -252,7 +254,7 @@ def experts_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig)
         w = weights[share.tokens, share.slots, None]
         d_weights[share.tokens, share.slots] = np.sum(d_out[share.tokens] * values["output"], axis=1)
         d = _expert_backward(values, w * d_out[share.tokens], _local(p, prefix), ffn)
-        np.add.at(d_x, share.tokens, d["X"])
+        d_x[share.tokens] += d["X"]  # its rows are distinct (see the forward)
         _expert_grads(g, params, prefix, d, _local(p, prefix), ffn)
     if m.shared_experts:
         _, values = kept[SHARED]

@@ -20,6 +20,7 @@ from ...model.trace import Stage, Trace
 from ..lens import lens_latex
 from ..widgets import label
 from .formulas import latex_lines, latex_notes
+from .routing import Routing, has_routing
 from .shown import (
     Contents,
     Options,
@@ -177,6 +178,7 @@ def iter_latex(
         stages = list(stages)
         contents = contents_of(trace, stages)
     sections = closing(trace, contents, o)
+    routing = Routing(trace, "tex", o.precision, o.full) if has_routing(trace, contents, o) else None
     title, facts = heading(trace, o)
     yield TEX_PREAMBLE
     # a checkpoint's folder may be longer than the line: it may break after any "/" of it
@@ -211,6 +213,8 @@ def iter_latex(
                         yield f"{{\\small {tex(note).replace('--', '-{}-')}}}\\par\n"
         if sections is not None:
             sections.see(stage)
+        if routing is not None:
+            routing.see(stage)
     if contents.predicts and trace.prediction:
         yield (
             "\n\\section*{Prediction}\n"
@@ -224,6 +228,8 @@ def iter_latex(
                 f"{tex(p.expected or '—')} & {tex(mark(p))} & {top} \\\\\n"
             )
         yield "\\end{tabularx}\n"
+    if routing is not None:
+        yield routing.section()
     if sections is not None and (lens := sections.lens()):
         yield lens_latex(lens, o.precision, o.full)
     if o.worksheet is not None and not o.worksheet.separate_key:

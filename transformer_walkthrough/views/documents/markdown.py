@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from ...model.trace import Stage, Trace
 from ..lens import lens_markdown
+from .routing import Routing, has_routing
 from .shown import (
     Contents,
     Options,
@@ -74,6 +75,7 @@ def iter_markdown(
     yield f"# {md_text(title)}\n\n{line}\n\n## Stages\n\n"
     yield "".join(f"- [{sid} — {said}](#{_md_anchor(sid, said)})\n" for sid, said in contents.stages)
     sections = closing(trace, contents, o)
+    routing = Routing(trace, "md", o.precision, o.full) if has_routing(trace, contents, o) else None
     for stage in stages:
         yield f"\n## {stage.id} {stage.title}\n\n{stage.explanation}\n\n```text\n{stage.formula!s}\n```\n"
         for row in units(stage, o):
@@ -82,6 +84,8 @@ def iter_markdown(
                     yield from _md_matrix(shown)
         if sections is not None:
             sections.see(stage)
+        if routing is not None:
+            routing.see(stage)
     if contents.predicts and trace.prediction:
         d = max(o.precision, 2)
         yield "\n## Prediction\n\n| after | predicted | p | expected | | top 3 |\n|---|---|---:|---|---|---|\n"
@@ -92,6 +96,8 @@ def iter_markdown(
                 f"| {md_label(p.after)} | **{md_label(p.word)}** | {probability(p.probability, d, o)} "
                 f"| {expected} | {mark(p)} | {top} |\n"
             )
+    if routing is not None:
+        yield routing.section()
     if sections is not None and (lens := sections.lens()):
         yield lens_markdown(lens, o.precision, o.full)
     if o.worksheet is not None and not o.worksheet.separate_key:

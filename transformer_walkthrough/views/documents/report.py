@@ -19,6 +19,7 @@ from ..sections import SECTIONS_CSS, Sections
 from ..stages import predicted
 from .formulas import html_notes
 from .formulas import mathml as formula_mathml
+from .routing import ROUTING_CSS, Routing, has_routing
 from .shades import OPENINGS, SHADES_CSS, cell_shades, legend, shading
 from .shown import Contents, Options, Shown, closing, contents_of, heading, hole, mark, probability, units
 from .text import number
@@ -180,11 +181,16 @@ def iter_html(
     nav = "".join(f'<li><a href="#{e(sid)}">{e(said)}</a></li>' for sid, said in contents.stages)
     if contents.predicts:
         nav += '<li><a href="#prediction">Prediction</a></li>'
+    # A mixture's routing, after the prediction: each sparse layer's part written as its stage goes by.
+    routing = None
+    if has_routing(trace, contents, o):
+        routing = Routing(trace, "html", o.precision, o.full, None if clicks is None else clicks.add)
+        nav += '<li><a href="#routing">Expert routing</a></li>'
     # The whole report (not a selection, not a worksheet) ends on the lens and the attention overview.
     sections = closing(trace, contents, o, attention=True)
     extras = [] if sections is None else Sections.titles(trace)
     nav += "".join(f'<li><a href="#{anchor}">{e(title)}</a></li>' for anchor, title in extras)
-    css = CSS + (SECTIONS_CSS if extras else "")
+    css = CSS + (SECTIONS_CSS if extras else "") + (ROUTING_CSS if routing is not None else "")
     if o.worksheet is not None:
         nav += '<li><a href="#answers">Answer key</a></li>'
     yield (
@@ -198,8 +204,12 @@ def iter_html(
         yield from html_stage(trace, stage, o, clicks, tables)
         if sections is not None:
             sections.see(stage)
+        if routing is not None:
+            routing.see(stage)
     if contents.predicts and trace.prediction:
         yield html_prediction(trace, o)
+    if routing is not None:
+        yield routing.section()
     for _, _, section in [] if sections is None else sections.html(o.precision, o.full, o.rerun):
         yield section
     if o.worksheet is not None and not o.worksheet.separate_key:

@@ -134,7 +134,8 @@ def units(stage: Stage, o: Options, width: int = DOCUMENT_WIDTH) -> list[list[li
         symbol = tex_symbol(stage, name)
         view = View(o.precision, width, full=o.full or o.asks(stage.id, name))
         rows, cols = map(tuple, summary(m, view))
-        unit = [Shown(name, m, o.digits(stage.id, name), o.holes(stage.id, name), symbol, rows, cols)]
+        digits = 0 if m.is_whole else o.digits(stage.id, name)  # ids (an expert's): no decimals
+        unit = [Shown(name, m, digits, o.holes(stage.id, name), symbol, rows, cols)]
         if o.grads is not None and not m.is_constant:
             # Gradients are small numbers: two more digits, so that they do not all read 0.00.
             gradient = m._replace(values=o.grads[stage.id][name], role=ACTIVATION)  # not weights in [0, 1]
