@@ -60,7 +60,11 @@ def test_run_shows_the_sentence_framed_and_the_blank_filled(runner, bert_family,
     shown = re.search(r"\s(·?sleeping)\s+(\d\.\d\d)\s", blank)  # the trained fill, its probability
     assert shown, blank
     p = trace["output.probabilities"]["probabilities"][4, trace.vocabulary_of("output").index(shown[1])]
-    assert abs(float(shown[2]) - p) <= 0.005 + 1e-9 and p > 0.9, (shown[2], p)
+    # The fill is the most probable word, trained well; how well varies from build to build (0.87 to
+    # 0.99 seen): tokenizers' WordPiece trainer breaks ties among merges in hash order, so the tiny
+    # vocabulary, and with it the training, differs from one session's fixture to the next.
+    assert abs(float(shown[2]) - p) <= 0.005 + 1e-9 and p > 0.5, (shown[2], p)
+    assert p == trace["output.probabilities"]["probabilities"][4].max()
     if name == "roberta":
         assert "P[2 + i]" in out  # RoBERTa's positions start at padding_idx + 1, shown
 
