@@ -197,7 +197,8 @@ def topk_row(values: list[float], k: int) -> list[int]:
 def topk(x: np.ndarray, k: int) -> np.ndarray:  # (n, E) -> (n, k) ints
     """The indices of the k largest of each row, largest first, ties as ``torch.topk`` breaks them."""
     out = np.argsort(-x, axis=-1, kind="stable")[:, :k]
-    for r, row in enumerate(x):
-        if np.unique(row).size < row.size or np.isnan(row).any():  # ties: the kernel's own order
-            out[r] = topk_row(row.tolist(), k)
+    ordered = np.sort(x, axis=-1)  # a row has a tie when two of its sorted values are equal
+    tied = np.any(ordered[:, 1:] == ordered[:, :-1], axis=-1) | np.isnan(x).any(axis=-1)
+    for r in np.flatnonzero(tied):  # ties: the kernel's own order
+        out[r] = topk_row(x[r].tolist(), k)
     return out

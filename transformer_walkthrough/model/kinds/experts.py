@@ -33,7 +33,7 @@ from ..topk import topk as top_k
 from ..trace import CONSTANT, Stage, dims
 from .base import Arrays, Grads, Kind, Sizes, Spec, Step, cache_of, linear_step, row, step
 from .feed_forward import TEX as FFN_TEX
-from .feed_forward import recipe
+from .feed_forward import Piece, recipe
 from .hand import Check, gap, linear, mm, softmax_cell, softmax_rows
 
 if TYPE_CHECKING:
@@ -110,6 +110,15 @@ def routed(chosen: np.ndarray, e: int) -> Routed:
     return Routed(tokens, slots)
 
 
+def routes(chosen: np.ndarray, E: int) -> list[Routed]:
+    """Every expert's share at once, as ``routed`` gives each: the places (token, slot) of the
+    choice, read row by row, sorted by expert, stably, so that each expert's tokens stay in order."""
+    k = chosen.shape[1]
+    order = np.argsort(chosen.ravel(), kind="stable")
+    ends = np.cumsum(np.bincount(chosen.ravel(), minlength=E))[:-1]
+    return [Routed(*np.divmod(places, k)) for places in np.split(order, ends)]
+
+
 class Prefixed:
     """A stage seen under one expert's prefix: ``stage["W_gate"]`` is ``stage["expert2.W_gate"]``,
     and what is recorded as ``gate`` is recorded as ``expert2.gate``: the feed-forward's pieces record
@@ -155,9 +164,21 @@ def _local(p: Arrays, prefix: str) -> Arrays:
     return {name.removeprefix(start): a for name, a in p.items() if name.startswith(start)}
 
 
-def _expert_forward(x: np.ndarray, p: Arrays, ffn: ModelConfig) -> Arrays:
+@functools.lru_cache(maxsize=64)
+def _ffn_param_names(ffn: ModelConfig) -> tuple[str, ...]:
+    """An expert's parameters, under the feed-forward's own names, in the order its pieces use them."""
+    return tuple(name for piece in recipe(ffn) for name in piece.params(ffn))
+
+
+def _take(stage: Stage, w: Weights, prefix: str, ffn: ModelConfig) -> Arrays:
+    """One expert's parameters, taken under its prefix (``expert2.W_gate``) and named as the
+    feed-forward names them (``W_gate``)."""
+    return {name: w.take(stage, f"{prefix}.{name}") for name in _ffn_param_names(ffn)}
+
+
+def _expert_forward(x: np.ndarray, p: Arrays, ffn: ModelConfig, pieces: list[Piece] | None = None) -> Arrays:
     values = {"X": x}
-    for piece in recipe(ffn):
+    for piece in recipe(ffn) if pieces is None else pieces:
         piece.forward(values, p, ffn)
     return values
 
@@ -184,13 +205,15 @@ def expert_names(m: ModelConfig, prefix: str) -> list[str]:
 def experts(stage: Stage, w: Weights, x: np.ndarray, tokens: tuple[str, ...], m: ModelConfig) -> np.ndarray:
     """The mixture of experts on the rows x (tokens × d_model): route, compute each expert on its
     tokens, add their outputs up weighed by the router (and the gated shared expert's)."""
-    p = {name: w.take(stage, name) for name in _params(m, Sizes(0, 0))}
+    ffn = as_feed_forward(m, m.d_expert)
+    W_router = w.take(stage, "W_router")
+    own = {prefix: _take(stage, w, prefix, ffn) for prefix in experts_of(m)}  # in _params' order
     D, E = dims(m.d_model), tuple(f"e{e}" for e in range(m.experts))
     k = m.experts_per_token
     assert k is not None  # the config requires it with experts
     stage.input("X", x, tokens, D)
-    stage.weight("W_router", p["W_router"], D, E)
-    logits = stage.rec("router_logits", F.linear(x, p["W_router"]), tokens, E)
+    stage.weight("W_router", W_router, D, E)
+    logits = stage.rec("router_logits", F.linear(x, W_router), tokens, E)
     probs = stage.rec("router_probs", F.softmax(logits), tokens, E)
     chosen = top_k(probs, k)
     slots = tuple(f"top{j + 1}" for j in range(k))
@@ -199,21 +222,23 @@ def experts(stage: Stage, w: Weights, x: np.ndarray, tokens: tuple[str, ...], m:
 
     out = np.zeros_like(x)
     kept: dict[str, tuple[Routed, Arrays]] = {}
-    ffn = as_feed_forward(m, m.d_expert)
-    for e, prefix in enumerate(experts_of(m)):
-        share = routed(chosen, e)
-        values = _expert_forward(x[share.tokens], _local(p, prefix), ffn)
+    pieces = recipe(ffn)
+    for prefix, share in zip(experts_of(m), routes(chosen, m.experts), strict=True):
+        values = _expert_forward(x[share.tokens], own[prefix], ffn, pieces)
         kept[prefix] = (share, values)
-        _record_expert(stage, prefix, p, values, ffn, tuple(tokens[t] for t in share.tokens))
+        rows = tuple([tokens[t] for t in share.tokens.tolist()])
+        _record_expert(stage, prefix, own[prefix], values, ffn, rows, pieces)
         # top-k never picks an expert twice for one token: its rows are distinct, and a plain += adds
         # each contribution once, in expert order, as np.add.at would (at a fraction of its cost)
         out[share.tokens] += weights[share.tokens, share.slots, None] * values["output"]
     if m.shared_experts:
         shared = as_feed_forward(m, m.d_shared)
-        values = _expert_forward(x, _local(p, SHARED), shared)
-        _record_expert(stage, SHARED, p, values, shared, tokens)
-        stage.weight("W_shared_gate", p["W_shared_gate"], D, ("gate",))
-        gate = stage.rec("shared_gate", F.sigmoid(F.linear(x, p["W_shared_gate"])), tokens, ("gate",))
+        local = _take(stage, w, SHARED, shared)
+        W_shared_gate = w.take(stage, "W_shared_gate")
+        values = _expert_forward(x, local, shared)
+        _record_expert(stage, SHARED, local, values, shared, tokens)
+        stage.weight("W_shared_gate", W_shared_gate, D, ("gate",))
+        gate = stage.rec("shared_gate", F.sigmoid(F.linear(x, W_shared_gate)), tokens, ("gate",))
         out += gate * values["output"]
         kept[SHARED] = (Routed(np.arange(len(tokens)), np.zeros(len(tokens), int)), values)
     stage.cache = ExpertsCache(chosen, kept)
@@ -221,13 +246,14 @@ def experts(stage: Stage, w: Weights, x: np.ndarray, tokens: tuple[str, ...], m:
 
 
 def _record_expert(
-    stage: Stage, prefix: str, p: Arrays, values: Arrays, ffn: ModelConfig, rows: tuple[str, ...]
-) -> None:
-    """One expert's parameters and matrices, recorded by the feed-forward's own pieces under its prefix."""
+    stage: Stage, prefix: str, local: Arrays, values: Arrays, ffn: ModelConfig, rows: tuple[str, ...],
+    pieces: list[Piece] | None = None,
+) -> None:  # fmt: skip
+    """One expert's parameters (``local``: under the feed-forward's names) and matrices, recorded by
+    the feed-forward's own pieces under its prefix."""
     under = Prefixed(stage, prefix)
     under.rec("X", values["X"], rows, dims(ffn.d_model))
-    local = _local(p, prefix)
-    for piece in recipe(ffn):
+    for piece in recipe(ffn) if pieces is None else pieces:
         piece.record(under, values, local, ffn, rows)  # type: ignore[arg-type]
 
 
@@ -253,19 +279,21 @@ def experts_backward(stage: Stage, d_out: np.ndarray, p: Arrays, m: ModelConfig)
         share, values = kept[prefix]
         w = weights[share.tokens, share.slots, None]
         d_weights[share.tokens, share.slots] = np.sum(d_out[share.tokens] * values["output"], axis=1)
-        d = _expert_backward(values, w * d_out[share.tokens], _local(p, prefix), ffn)
+        local = _local(p, prefix)
+        d = _expert_backward(values, w * d_out[share.tokens], local, ffn)
         d_x[share.tokens] += d["X"]  # its rows are distinct (see the forward)
-        _expert_grads(g, params, prefix, d, _local(p, prefix), ffn)
+        _expert_grads(g, params, prefix, d, local, ffn)
     if m.shared_experts:
         _, values = kept[SHARED]
         gate = stage["shared_gate"]
         d_gate = np.sum(d_out * values["output"], axis=1, keepdims=True)
         d_gate_logit = d_gate * gate * (1 - gate)
-        d = _expert_backward(values, gate * d_out, _local(p, SHARED), as_feed_forward(m, m.d_shared))
+        local, shared = _local(p, SHARED), as_feed_forward(m, m.d_shared)
+        d = _expert_backward(values, gate * d_out, local, shared)
         d_x += d["X"] + d_gate_logit @ p["W_shared_gate"].T
         params["W_shared_gate"] = x.T @ d_gate_logit
         g["shared_gate"] = d_gate
-        _expert_grads(g, params, SHARED, d, _local(p, SHARED), as_feed_forward(m, m.d_shared))
+        _expert_grads(g, params, SHARED, d, local, shared)
     d_top = d_weights
     if m.norm_topk:
         top = np.take_along_axis(probs, chosen, axis=-1)
