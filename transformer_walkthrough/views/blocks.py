@@ -159,7 +159,8 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
     col_labels = {j: label(matrix.cols[j]) for j in columns if j >= 0}
     col_cells = {j: cell_width(text) for j, text in col_labels.items()}
     kept = [j for j in columns if j >= 0]
-    cells = [format_values(row, view.precision) for row in shown[:, kept].tolist()]
+    numbers_shown = shown[:, kept].tolist()
+    cells = [format_values(row, view.precision) for row in numbers_shown]
     neg_inf = "-∞"
     if view.ascii:  # measured as they will be written, so that the columns stay aligned
         cells = [[_ASCII_NUMBERS.get(t, t) for t in row] for row in cells]
@@ -210,16 +211,16 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
         [Segment(" " * label_width, _LABEL), *head_gap, Segment(header, _LABEL), *pad],
         [Segment("─" * table_width, _NULL), *pad],
     ]
-    body = iter(cells)
+    cut = columns.index(-1) if -1 in columns else None  # where the "…" column stands, if it does
+    body = zip(cells, numbers_shown, strict=True)
     for i in row_index:
         if i < 0:
             row_label, line = "⋮".ljust(label_width), numbers(["⋮"] * len(columns))
         else:
-            row = next(body)
-            row_texts = iter(row)
-            texts = [ellipsis if j < 0 else next(row_texts) for j in columns]
+            row, values = next(body)
+            texts = row if cut is None else [*row[:cut], ellipsis, *row[cut:]]
             row_label = row_labels[i] + " " * (label_width - row_cells[i])
-            line = numbers(texts, matrix.values[i, kept].tolist() if shade else None)
+            line = numbers(texts, values if shade else None)
         lines.append([Segment(row_label, _LABEL), *row_gap, *line, *pad])
     return MatrixBlock(width, lines)
 
