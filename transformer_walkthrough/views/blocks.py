@@ -113,6 +113,20 @@ def written(console: Console, lines: Iterable[list[Segment]]) -> Iterator[Segmen
         yield Segment.line()
 
 
+@functools.lru_cache(maxsize=4096)
+def _labelled(text: str) -> tuple[str, int]:
+    """A row's or a column's label as the terminal shows it (``label``) and its width in cells,
+    worked out once: the same tokens and dimensions label most matrices of a pass."""
+    shown = label(text)
+    return shown, cell_width(shown)
+
+
+def _labels(names: tuple[str, ...], picked: list[int]) -> tuple[dict[int, str], dict[int, int]]:
+    """The labels of ``names[k]`` for each ``k`` in ``picked``, and their widths in cells, by ``k``."""
+    labelled = {k: _labelled(names[k]) for k in picked}
+    return {k: shown for k, (shown, _) in labelled.items()}, {k: cells for k, (_, cells) in labelled.items()}
+
+
 def summary(matrix: Matrix, view: View) -> tuple[list[int], list[int]]:
     """The rows and the columns of ``matrix`` that ``view`` shows, in order, a -1 where the "⋮"
     row or the "…" column stands for the ones left out: numpy-style, the first and last few
@@ -125,13 +139,13 @@ def summary(matrix: Matrix, view: View) -> tuple[list[int], list[int]]:
     shown = matrix.values[[i for i in row_index if i >= 0]]
     # Labels are measured in terminal cells (▁猫 takes 3), and only those on screen: a long piece
     # among 58,101 hidden by the summary does not widen the column.
-    label_width = max((cell_width(label(matrix.rows[i])) for i in row_index if i >= 0), default=0)
+    label_width = max((_labelled(matrix.rows[i])[1] for i in row_index if i >= 0), default=0)
     ellipsis = "..." if view.ascii else ELLIPSIS
     # Only the columns that could fit are measured: a column is at least 1 + COL_GAP wide, so
     # no more than this many from either end (a 58,101-word vocabulary is measured at its ends).
     reach = max(1, view.width // (1 + COL_GAP) + 1)
     candidates = list(range(c)) if c <= 2 * reach else [*range(reach), *range(c - reach, c)]
-    col_cells = [cell_width(label(matrix.cols[j])) for j in candidates]
+    col_cells = [_labelled(matrix.cols[j])[1] for j in candidates]
     estimate = np.maximum(text_widths(shown[:, candidates], view.precision), col_cells) if r else col_cells
     # Each column costs its text and the gap before it.
     costs = [int(w) + COL_GAP for w in estimate]
@@ -152,12 +166,10 @@ def matrix_block(name: str, matrix: Matrix, view: View) -> MatrixBlock:
         view = dataclasses.replace(view, precision=0)
     row_index, columns = summary(matrix, view)
     shown = matrix.values[[i for i in row_index if i >= 0]]
-    row_labels = {i: label(matrix.rows[i]) for i in row_index if i >= 0}
-    row_cells = {i: cell_width(text) for i, text in row_labels.items()}
+    row_labels, row_cells = _labels(matrix.rows, [i for i in row_index if i >= 0])
     label_width = max(row_cells.values(), default=0)  # no rows: an idle expert's
     ellipsis = "..." if view.ascii else ELLIPSIS
-    col_labels = {j: label(matrix.cols[j]) for j in columns if j >= 0}
-    col_cells = {j: cell_width(text) for j, text in col_labels.items()}
+    col_labels, col_cells = _labels(matrix.cols, [j for j in columns if j >= 0])
     kept = [j for j in columns if j >= 0]
     numbers_shown = shown[:, kept].tolist()
     cells = [format_values(row, view.precision) for row in numbers_shown]
