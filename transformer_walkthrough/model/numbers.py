@@ -25,6 +25,17 @@ def format_value(v: float, precision: int, minus: str = "-") -> str:
     return text if minus == "-" else minus + text[1:]
 
 
+def format_values(values: list[float], precision: int) -> list[str]:
+    """``format_value`` of each number, as a matrix's row writes them: one ``format`` for each
+    ordinary number (finite, below 10⁶), ``format_value`` for the others, and "-0.00" made "0.00"."""
+    spec = f".{precision}f"
+    texts = [format(v, spec) if -LARGE < v < LARGE else format_value(v, precision) for v in values]
+    negative_zero = "-" + format(0.0, spec)  # the one text of an ordinary number that is only -, 0, .
+    if negative_zero in texts:
+        texts = [text[1:] if text == negative_zero else text for text in texts]
+    return texts
+
+
 def text_widths(values: np.ndarray, precision: int) -> np.ndarray:
     """The widest formatted number of each column, without formatting them: (rows, cols) -> (cols,).
 
