@@ -159,8 +159,10 @@ def check_invariants(trace: Trace) -> None:
                 atol=1e-12,
             )
         if stage.kind == "masked-attention":
-            n = len(stage["X"])
-            assert stage["M"].tolist() == [[0.0 if j <= i else -math.inf for j in range(n)] for i in range(n)]
+            # causal, and within a sliding layer's window (gemma-style's layer 0): key j ≤ query i, i − j < w
+            n, w = len(stage["X"]), m.window(stage.layer)
+            seen = [[j <= i and (w is None or i - j < w) for j in range(n)] for i in range(n)]
+            assert stage["M"].tolist() == [[0.0 if ok else -math.inf for ok in row] for row in seen]
         if stage.kind in ("add-norm", "residual"):
             total = stage["sum" if stage.kind == "add-norm" else "output"]
             assert (total == stage["X"] + stage["sublayer"]).all()
