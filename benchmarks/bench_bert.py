@@ -38,7 +38,7 @@ sys.path.insert(1, str(ROOT))  # tests.tiny_tokenizers, and this tree's transfor
 
 from base import THREADS, host_line  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
 from bench_forward import paired_ratio, quartiles, turn_ratios  # noqa: E402
-from bench_llama import best_of, best_times  # noqa: E402
+from bench_llama import best_of, best_times, product_runners  # noqa: E402
 
 PROMPT = "The cat is [MASK] comfortably on the mat, and the dog sat."
 N_PROMPT = 16
@@ -116,16 +116,7 @@ def products(w: object, reference: object, n: int) -> tuple[object, object]:
     head = reference.cls.predictions  # type: ignore[attr-defined]
     theirs += [(xt, head.transform.dense.weight), (xt, head.decoder.weight)]
 
-    def numpy_products() -> None:
-        for a, b in ours:
-            a @ b
-
-    def torch_products() -> None:
-        with torch.no_grad():
-            for a, b in theirs:
-                torch.nn.functional.linear(a, b)
-
-    return numpy_products, torch_products
+    return product_runners(ours, theirs)
 
 
 def cli(folder: Path, command: str, *extra: str) -> list[str]:

@@ -157,6 +157,23 @@ def best_times(fns: dict[str, Callable[[], object]], rounds: int, repeats: int =
     return times
 
 
+def product_runners(ours: list, theirs: list) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The forward's matrix products alone, ours (NumPy's ``a @ b``) and transformers' (torch's
+    ``linear(a, b)``, which multiplies by bᵀ), each pair as the forward multiplies them."""
+    import torch
+
+    def numpy_products() -> None:
+        for a, b in ours:
+            a @ b
+
+    def torch_products() -> None:
+        with torch.no_grad():
+            for a, b in theirs:
+                torch.nn.functional.linear(a, b)
+
+    return numpy_products, torch_products
+
+
 def products(w: object, reference: object, n: int) -> tuple[object, object]:
     """The forward's matrix products on random rows of its shapes: NumPy's and torch's (see above)."""
     import numpy as np
@@ -179,16 +196,7 @@ def products(w: object, reference: object, n: int) -> tuple[object, object]:
         theirs += [(xt, m.gate_proj.weight), (xt, m.up_proj.weight), (ht, m.down_proj.weight)]
     theirs.append((xt, reference.lm_head.weight))  # type: ignore[attr-defined]
 
-    def numpy_products() -> None:
-        for a, b in ours:
-            a @ b
-
-    def torch_products() -> None:
-        with torch.no_grad():
-            for a, b in theirs:
-                torch.nn.functional.linear(a, b)
-
-    return numpy_products, torch_products
+    return product_runners(ours, theirs)
 
 
 def main() -> int:

@@ -38,7 +38,7 @@ sys.path.insert(1, str(ROOT))  # tests.tiny_tokenizers, and this tree's transfor
 
 from base import THREADS, host_line  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
 from bench_forward import paired_ratio, quartiles, turn_ratios  # noqa: E402
-from bench_llama import best_of, best_times, peak_rss  # noqa: E402
+from bench_llama import best_of, best_times, peak_rss, product_runners  # noqa: E402
 
 PROMPT = " ".join(["the cat is sleeping comfortably"] * 3) + " a"  # 64 tokens of the tiny tokenizer
 N_PROMPT = 64
@@ -112,16 +112,7 @@ def products(w: object, trace: object, reference: object, n: int) -> tuple[objec
     ours.append((x, w["decoder.embedding/E"].T if "output.logits/W" not in w else w["output.logits/W"]))
     theirs.append((xt, reference.lm_head.weight))  # type: ignore[attr-defined]
 
-    def numpy_products() -> None:
-        for a, b in ours:
-            a @ b
-
-    def torch_products() -> None:
-        with torch.no_grad():
-            for a, b in theirs:
-                torch.nn.functional.linear(a, b)
-
-    return numpy_products, torch_products
+    return product_runners(ours, theirs)
 
 
 def main() -> int:
