@@ -26,6 +26,7 @@ from safetensors.numpy import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from tests.shards import sharded_copy
+from tests.test_checkpoints import VOCABULARY_BAR
 from tests.tiny_gpt2 import D_MODEL, EOS, HEADS, POSITIONS, PROMPTS, hub_layout
 from transformer_walkthrough.checkpoints import (
     ByteLevelBPETokenizer,
@@ -116,8 +117,12 @@ def test_a_50257_token_vocabulary_loads_fast(tmp_path):
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([EOS])
     tok.save(str(tmp_path / "tokenizer.json"))
-    times = []
-    for _ in range(3):
+    data = (tmp_path / "tokenizer.json").read_bytes()
+    times, peer = [], []
+    for _ in range(3):  # in turns: a slow moment of a shared machine falls on both
+        start = time.perf_counter()
+        json.loads(data.decode("utf-8"))
+        peer.append(time.perf_counter() - start)
         start = time.perf_counter()
         loaded = ByteLevelBPETokenizer(tmp_path)
         times.append(time.perf_counter() - start)
@@ -125,8 +130,9 @@ def test_a_50257_token_vocabulary_loads_fast(tmp_path):
     assert all(t.isprintable() for t in loaded.labels)  # as a Config's vocabulary must be
     assert loaded.vocabulary[300] == next(t for t, i in vocab.items() if i == 300)
     # 0.2 s is the target, measured by the benchmarks; the test guards against the quadratic
-    # (tens of seconds) without failing on a busy machine.
-    assert min(times) <= 1.0, f"loading a 50,257-token vocabulary took {min(times):.3f} s"
+    # (hundreds of times the peer) without trusting one absolute time on a busy machine.
+    ratio = min(times) / min(peer)
+    assert ratio <= VOCABULARY_BAR, f"loading a 50,257-token vocabulary took {ratio:.0f}x json.loads of it"
 
 
 # ---------------------------------------------------------------------------------------------

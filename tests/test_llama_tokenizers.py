@@ -16,6 +16,7 @@ pytest.importorskip("transformers")
 import transformers
 
 from tests import tiny_tokenizers as tiny
+from tests.test_checkpoints import VOCABULARY_BAR
 from transformer_walkthrough.checkpoints import BPETokenizer, ByteLevelBPETokenizer, CheckpointError
 from transformer_walkthrough.checkpoints.bpe import sentencepiece_labels
 
@@ -282,6 +283,6 @@ def test_a_128256_token_vocabulary_loads_fast(tmp_path, capsys):
             f"\n  loading a 128,256-token, 280,000-merge vocabulary: {min(times):.3f} s = {ratio:.1f}x "
             f"json.loads of the file ({min(peer):.3f} s); the bar, 0.3 s, is {LOAD_BAR:.1f}x"
         )
-    # The bar is reported, not asserted: the test guards against the quadratic without failing on
-    # a busy machine.
-    assert min(times) <= 1.5, f"loading a 128,256-token vocabulary took {min(times):.3f} s"
+    # The bar is reported, not asserted: the test guards against the quadratic (hundreds of times
+    # the peer) without trusting one absolute time on a busy machine.
+    assert ratio <= VOCABULARY_BAR, f"loading a 128,256-token vocabulary took {ratio:.0f}x json.loads of it"

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -401,6 +402,33 @@ def test_sigterm_mid_export_leaves_no_temporary_file(tmp_path: Path, signum: int
         write_atomic(target, killed)
     assert list(tmp_path.iterdir()) == []
     assert signal.getsignal(signum) is before  # the handler put back
+
+
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGQUIT], ids=["Ctrl-C", "SIGTERM", "SIGQUIT"]
+)
+def test_a_signal_just_after_the_temporary_file_is_made_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int
+) -> None:
+    # The signal arrives the moment mkstemp has made the file, before write_together has its name:
+    # CI once left `.big.html.XXXXXXXX.tmp` behind this way. The handler waits for the name.
+    made = tempfile.mkstemp
+
+    def signalled(*args: object, **kwargs: object) -> tuple[int, str]:
+        fd, name = made(*args, **kwargs)
+        os.kill(os.getpid(), signum)
+        for _ in range(1_000):  # steps of Python at which an unheld handler would run
+            pass
+        return fd, name
+
+    monkeypatch.setattr(tempfile, "mkstemp", signalled)
+    before = signal.getsignal(signum)
+    with pytest.raises(KeyboardInterrupt if signum == signal.SIGINT else SystemExit) as raised:
+        write_atomic(tmp_path / "out.json", lambda f: f.write(b"never"))
+    if signum != signal.SIGINT:
+        assert raised.value.code == 128 + signum
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signum) is before
 
 
 def test_symlinks_dangling_and_forced(runner: CliRunner, tmp_path: Path) -> None:

@@ -396,11 +396,12 @@ def write_together(outputs: Sequence[tuple[Path, Writer]], force: bool = False) 
     putting them in place (a name taken meanwhile) removes those already placed."""
     staged: list[tuple[str, Path]] = []
     placed: list[Path] = []
-    previous = _raise_on_sigterm()
+    signals = _Unwinding()
     try:
         for path, write in outputs:
-            fd, tmp = _temporary(path)
-            staged.append((tmp, path))
+            with signals.held():  # a signal between making the file and noting its name would orphan it
+                fd, tmp = _temporary(path)
+                staged.append((tmp, path))
             _write(fd, tmp, write, path)
         for tmp, path in staged:
             _place(tmp, path, force)
@@ -414,8 +415,7 @@ def write_together(outputs: Sequence[tuple[Path, Writer]], force: bool = False) 
                 os.unlink(path)
         raise
     finally:
-        for signum, handler in (previous or {}).items():
-            signal.signal(signum, handler)
+        signals.restore()
 
 
 def _temporary(path: Path) -> tuple[int, str]:
@@ -485,23 +485,57 @@ def _link_exclusive(tmp: str, path: Path) -> None:
     os.unlink(tmp)
 
 
-def _raise_on_sigterm() -> Any:
-    """Make SIGTERM, SIGHUP (a closed terminal) and SIGQUIT (Ctrl-\\) unwind like Ctrl-C, so that
-    ``finally`` and ``except`` run and the temporary file goes; the old handlers, by signal.
+class _Unwinding:
+    """Ctrl-C (SIGINT), SIGTERM, SIGHUP (a closed terminal) and SIGQUIT (Ctrl-\\) made to unwind,
+    so that ``finally`` and ``except`` run and the temporary file goes: Ctrl-C as KeyboardInterrupt,
+    the others as an exit with the shell's code for a signal, 128 + its number. SIGQUIT would
+    otherwise end the process at once (and dump its core), leaving the file behind.
 
-    SIGQUIT would otherwise end the process at once (and dump its core), leaving the file behind.
-    The exit code is the shell's for a signal, 128 + its number.
+    ``held()`` makes a signal wait for the few steps inside it: a handler runs between any two steps
+    of Python, so a signal just after ``mkstemp`` has made the file, before its name is noted, would
+    orphan it. (Blocking the signal in this thread would not do: another thread, the pass's or the
+    BLAS's, can receive it, and the handler still runs here.) ``restore()`` puts the old handlers
+    back. Outside the main thread signals cannot be handled: then this does nothing.
     """
 
-    def stop(signum: int, frame: object) -> None:
+    def __init__(self) -> None:
+        self.holding = False
+        self.pending: int | None = None
+        self.previous: dict[int, Any] = {}
+        names = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")  # the last two are POSIX's, not Windows'
+        for signum in (getattr(signal, name) for name in names if hasattr(signal, name)):
+            if signum == signal.SIGINT and signal.getsignal(signum) is not signal.default_int_handler:
+                continue  # Ctrl-C handled elsewhere (or ignored): left as it is
+            try:
+                self.previous[signum] = signal.signal(signum, self._arrived)
+            except ValueError:  # not the main thread
+                break
+
+    def _arrived(self, signum: int, frame: object) -> None:
+        if self.holding:
+            self.pending = signum
+        else:
+            self._unwind(signum)
+
+    @staticmethod
+    def _unwind(signum: int) -> None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise SystemExit(128 + signum)
 
-    names = ("SIGTERM", "SIGHUP", "SIGQUIT")  # the last two are POSIX's, not Windows'
-    signals = [getattr(signal, name) for name in names if hasattr(signal, name)]
-    try:
-        return {signum: signal.signal(signum, stop) for signum in signals}
-    except ValueError:  # not the main thread: signals cannot be handled here
-        return None
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+            if self.pending is not None:  # the signal wins over an error inside, as it would have
+                self._unwind(self.pending)
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
 
 
 def export(
