@@ -25,11 +25,8 @@ Targets: 1 <= 1.0x, 2 <= 0.5x. The first line names the host (base.host_line).
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -39,6 +36,7 @@ sys.path.insert(1, str(ROOT))  # tests.tiny_tokenizers, and this tree's transfor
 from base import THREADS, host_line  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
 from bench_forward import paired_ratio, quartiles, turn_ratios  # noqa: E402
 from bench_llama import best_of, best_times, product_runners  # noqa: E402
+from harness import arguments, checkpoint, children_import_this_checkout, options  # noqa: E402
 
 PROMPT = "The cat is [MASK] comfortably on the mat, and the dog sat."
 N_PROMPT = 16
@@ -124,14 +122,7 @@ def cli(folder: Path, command: str, *extra: str) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 rounds, 1 run of each process")
-    parser.add_argument("--rounds", type=int, default=5, help="turns of 3 runs of each")
-    parser.add_argument("--e2e-rounds", type=int, default=3, help="runs of each fresh process")
-    parser.add_argument("--folder", type=Path, help="keep the checkpoint here (made once)")
-    args = parser.parse_args()
-    if args.quick:
-        args.rounds, args.e2e_rounds = 2, 1
+    args = arguments(options(__doc__))
     print(host_line(), flush=True)
 
     import numpy as np
@@ -143,18 +134,8 @@ def main() -> int:
 
     torch.set_num_threads(THREADS)
     transformers.utils.logging.disable_progress_bar()
-    env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env_path}" if env_path else str(ROOT)  # the children's
-    temporary = None
-    folder = args.folder
-    if folder is None:
-        temporary = tempfile.TemporaryDirectory(prefix="bench-bert-")
-        folder = Path(temporary.name)
-    if not (folder / "model.safetensors").is_file():
-        start = time.perf_counter()
-        make_checkpoint(folder)
-        took = time.perf_counter() - start
-        print(f"made a random bert-base-uncased-shaped checkpoint in {folder} ({took:.1f} s)")
+    children_import_this_checkout()
+    folder = checkpoint(args.folder, make_checkpoint, "a random bert-base-uncased-shaped checkpoint")
     size = (folder / "model.safetensors").stat().st_size
 
     start = time.perf_counter()
@@ -231,8 +212,6 @@ def main() -> int:
     s, th = min(e2e["step"]), min(e2e["theirs"])
     print(f"2 step --stage self-attention --layer {LAYER} vs python -c transformers: "
           f"{s:.2f} s vs {th:.2f} s: {s / th:.2f}x (best of {args.e2e_rounds})  (<= 0.5)")  # fmt: skip
-    if temporary is not None:
-        temporary.cleanup()
     return 0 if same and gap <= 1e-4 else 1
 
 

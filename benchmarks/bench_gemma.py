@@ -30,7 +30,6 @@ not a matrix product must cost no more than transformers' own.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -42,6 +41,7 @@ sys.path.insert(1, str(ROOT))  # tests.tiny_tokenizers, and this tree's transfor
 from base import THREADS, host_line  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
 from bench_forward import paired_ratio, quartiles, turn_ratios  # noqa: E402
 from bench_llama import best_of, best_times, peak_rss, product_runners  # noqa: E402
+from harness import arguments, checkpoint, children_import_this_checkout, options  # noqa: E402
 
 PROMPT = "The cat sat on the mat. The dog ate the bone! A quick brown fox"  # 32 tokens with <bos>
 N_PROMPT = 32
@@ -131,16 +131,7 @@ def products(w: object, reference: object, n: int) -> tuple[object, object]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 rounds, 1 run of each process")
-    parser.add_argument("--rounds", type=int, default=5, help="turns of 3 runs of each forward")
-    parser.add_argument("--e2e-rounds", type=int, default=3, help="runs of each fresh process")
-    parser.add_argument(
-        "--folder", type=Path, help=f"the checkpoint's folder (made once); default {cache_folder()}"
-    )
-    args = parser.parse_args()
-    if args.quick:
-        args.rounds, args.e2e_rounds = 2, 1
+    args = arguments(options(__doc__, folder=cache_folder()))
     print(host_line(), flush=True)
 
     import numpy as np
@@ -152,15 +143,8 @@ def main() -> int:
 
     torch.set_num_threads(THREADS)
     transformers.utils.logging.disable_progress_bar()
-    env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env_path}" if env_path else str(ROOT)  # the children's
-    folder = args.folder or cache_folder()
-    if not (folder / "model.safetensors").is_file():
-        start = time.perf_counter()
-        make_checkpoint(folder)
-        print(
-            f"made a random Gemma 3 270M-shaped checkpoint in {folder} ({time.perf_counter() - start:.1f} s)"
-        )
+    children_import_this_checkout()
+    folder = checkpoint(args.folder, make_checkpoint, "a random Gemma 3 270M-shaped checkpoint")
     size = (folder / "model.safetensors").stat().st_size
 
     # End to end first, while this process holds nothing: the machine's memory is the children's.

@@ -24,16 +24,15 @@ end to end <= 0.5x; sampling has none (measured).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from base import THREADS, host_line  # first: pins the BLAS threads before NumPy loads
 from bench_forward import block_times, medians, paired_ratio
+from harness import arguments, checkpoint, options
 
 PROMPT = "The cat is sleeping comfortably on the warm soft mat"  # 10 tokens of the vocabulary made below
 NEW_TOKENS = 20
@@ -118,11 +117,7 @@ def make_checkpoint(folder: Path) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="turns of 3 runs of each")
-    parser.add_argument("--folder", type=Path, help="keep the checkpoint here (made once)")
-    parser.add_argument("--e2e-rounds", type=int, default=3, help="runs of each fresh process")
-    args = parser.parse_args()
+    args = arguments(options(__doc__))
     print(host_line(), flush=True)
 
     import numpy as np
@@ -140,15 +135,7 @@ def main() -> int:
     from transformer_walkthrough.model.transformer import run_forward
 
     torch.set_num_threads(THREADS)
-    temporary = None
-    folder = args.folder
-    if folder is None:
-        temporary = tempfile.TemporaryDirectory(prefix="bench-gpt2-")
-        folder = Path(temporary.name)
-    if not (folder / "model.safetensors").is_file():
-        start = time.perf_counter()
-        make_checkpoint(folder)
-        print(f"made a random GPT-2 small in {folder} ({time.perf_counter() - start:.1f} s)")
+    folder = checkpoint(args.folder, make_checkpoint, "a random GPT-2 small")
     size = (folder / "model.safetensors").stat().st_size
 
     start = time.perf_counter()
@@ -238,8 +225,6 @@ def main() -> int:
         f"  end to end, step --stage masked-attention --layer 11 vs python -c transformers: "
         f"{e2e_ours:.2f} s vs {e2e_theirs:.2f} s: {e2e_ours / e2e_theirs:.2f}x  (<= 0.5)"
     )
-    if temporary is not None:
-        temporary.cleanup()
     return 0 if same else 1
 
 

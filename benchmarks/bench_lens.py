@@ -23,7 +23,6 @@ attention   The paper's base size (benchmarks/base.py: 6 + 6 layers, 8 heads, 64
 
 from __future__ import annotations
 
-import argparse
 import io
 import statistics
 import subprocess
@@ -35,6 +34,7 @@ from pathlib import Path
 from base import THREADS, base_config, host_line  # first: pins the BLAS threads before NumPy loads
 from bench_forward import block_times, medians, paired_ratio, quartiles, turn_ratios
 from bench_gpt2 import PROMPT, make_checkpoint
+from harness import arguments, checkpoint, options
 
 
 def _console(coloured: bool):
@@ -125,22 +125,10 @@ def end_to_end(rounds: int) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7, help="turns of 3 runs of each")
-    parser.add_argument("--folder", type=Path, help="keep the GPT-2-shaped checkpoint here (made once)")
-    parser.add_argument("--e2e-rounds", type=int, default=3, help="runs of each fresh process")
-    args = parser.parse_args()
+    args = arguments(options(__doc__, rounds=7))
     print(host_line(), flush=True)
 
-    temporary = None
-    folder = args.folder
-    if folder is None:
-        temporary = tempfile.TemporaryDirectory(prefix="bench-lens-gpt2-")
-        folder = Path(temporary.name)
-    if not (folder / "model.safetensors").is_file():
-        start = time.perf_counter()
-        make_checkpoint(folder)
-        print(f"made a random GPT-2 small in {folder} ({time.perf_counter() - start:.1f} s)")
+    folder = checkpoint(args.folder, make_checkpoint, "a random GPT-2 small")
     turns = lens_turns(folder, args.rounds)
     t = medians(turns)
     lens = paired_ratio(turns, "lens", "forward")
@@ -163,8 +151,6 @@ def main() -> int:
         f"  end to end: walkthrough lens {e2e['lens']:.2f} s vs walkthrough stages {e2e['stages']:.2f} s "
         f"(the same start-up, loading and traced forward): {e2e['lens'] / e2e['stages']:.2f}x"
     )
-    if temporary is not None:
-        temporary.cleanup()
 
     plain, coloured, forward, lines = attention_times(max(3, args.rounds // 2))
     print("base size (6 + 6 layers, 8 heads, 64 + 64 tokens): 18 attention stages, 144 heads")

@@ -33,12 +33,9 @@ forward is from reading its weights once).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +45,7 @@ sys.path.insert(1, str(ROOT))  # tests.tiny_tokenizers, and this tree's transfor
 
 from base import THREADS, host_line  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
 from bench_forward import paired_ratio, quartiles, turn_ratios  # noqa: E402
+from harness import arguments, checkpoint, children_import_this_checkout, options  # noqa: E402
 
 PROMPT = "The cat sat on the mat. The dog ate the bone! A quick brown fox jumps"  # 32 tokens with BOS
 N_PROMPT = 32
@@ -200,14 +198,7 @@ def products(w: object, reference: object, n: int) -> tuple[object, object]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 rounds, 1 run of each process")
-    parser.add_argument("--rounds", type=int, default=5, help="turns of 3 runs of each")
-    parser.add_argument("--e2e-rounds", type=int, default=3, help="runs of each fresh process")
-    parser.add_argument("--folder", type=Path, help="keep the checkpoint here (made once)")
-    args = parser.parse_args()
-    if args.quick:
-        args.rounds, args.e2e_rounds = 2, 1
+    args = arguments(options(__doc__))
     print(host_line(), flush=True)
 
     import numpy as np
@@ -221,18 +212,8 @@ def main() -> int:
 
     torch.set_num_threads(THREADS)
     transformers.utils.logging.disable_progress_bar()
-    env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env_path}" if env_path else str(ROOT)  # the children's
-    temporary = None
-    folder = args.folder
-    if folder is None:
-        temporary = tempfile.TemporaryDirectory(prefix="bench-llama-")
-        folder = Path(temporary.name)
-    if not (folder / "model.safetensors").is_file():
-        start = time.perf_counter()
-        make_checkpoint(folder)
-        took = time.perf_counter() - start
-        print(f"made a random SmolLM2-135M-shaped checkpoint in {folder} ({took:.1f} s)")
+    children_import_this_checkout()
+    folder = checkpoint(args.folder, make_checkpoint, "a random SmolLM2-135M-shaped checkpoint")
     size = (folder / "model.safetensors").stat().st_size
 
     start = time.perf_counter()
@@ -335,8 +316,6 @@ def main() -> int:
     print(f"6 forward vs the floor of reading its weights once ({weight_bytes / mib:,.0f} MiB at "
           f"{bandwidth / 1e9:.1f} GB/s = {floor * 1e3:.0f} ms): best {t['ours forward'] / floor:.1f}x "
           f"(transformers eager {t['transformers forward'] / floor:.1f}x)")  # fmt: skip
-    if temporary is not None:
-        temporary.cleanup()
     return 0 if same else 1
 
 

@@ -26,11 +26,7 @@ pair measured side by side, and its middle half says how much one turn can be tr
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +35,7 @@ sys.path.insert(1, str(ROOT))  # tests.tiny_tokenizers, and this tree's transfor
 from base import THREADS, host_line  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
 from bench_forward import paired_ratio, quartiles, turn_ratios  # noqa: E402
 from bench_llama import best_of, best_times, peak_rss, product_runners  # noqa: E402
+from harness import arguments, checkpoint, children_import_this_checkout, options  # noqa: E402
 
 PROMPT = " ".join(["the cat is sleeping comfortably"] * 3) + " a"  # 64 tokens of the tiny tokenizer
 N_PROMPT = 64
@@ -116,14 +113,7 @@ def products(w: object, trace: object, reference: object, n: int) -> tuple[objec
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 rounds, 1 run of each process")
-    parser.add_argument("--rounds", type=int, default=5, help="turns of 3 runs of each")
-    parser.add_argument("--e2e-rounds", type=int, default=3, help="runs of each fresh process")
-    parser.add_argument("--folder", type=Path, help="keep the checkpoint here (made once)")
-    args = parser.parse_args()
-    if args.quick:
-        args.rounds, args.e2e_rounds = 2, 1
+    args = arguments(options(__doc__))
     print(host_line(), flush=True)
 
     import numpy as np
@@ -135,17 +125,8 @@ def main() -> int:
 
     torch.set_num_threads(THREADS)
     transformers.utils.logging.disable_progress_bar()
-    env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env_path}" if env_path else str(ROOT)  # the children's
-    temporary = None
-    folder = args.folder
-    if folder is None:
-        temporary = tempfile.TemporaryDirectory(prefix="bench-moe-")
-        folder = Path(temporary.name)
-    if not (folder / "model.safetensors").is_file():
-        start = time.perf_counter()
-        make_checkpoint(folder)
-        print(f"made a random OLMoE-shaped checkpoint in {folder} ({time.perf_counter() - start:.1f} s)")
+    children_import_this_checkout()
+    folder = checkpoint(args.folder, make_checkpoint, "a random OLMoE-shaped checkpoint")
     size = (folder / "model.safetensors").stat().st_size
 
     loaded = load(str(folder), PROMPT, "float32", prompt=True)
@@ -222,8 +203,6 @@ def main() -> int:
     print(f"2 step --stage experts --layer {LAYER} vs python -c transformers: "
           f"{s:.2f} s vs {th:.2f} s: {s / th:.2f}x (best of {args.e2e_rounds})  (<= 0.5)")  # fmt: skip
     print(f"3 peak RSS of step {step_peak / mib:,.0f} MiB = {step_peak / size:.2f}x the checkpoint  (<= 1.5)")
-    if temporary is not None:
-        temporary.cleanup()
     return 0
 
 

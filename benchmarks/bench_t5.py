@@ -25,9 +25,7 @@ Targets: 1 <= 0.5x, 2 <= 1.0x, 3 <= 1.5x.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import os
 import sys
 import tempfile
 import time
@@ -39,6 +37,7 @@ sys.path.insert(1, str(ROOT))  # tests.tiny_t5, and this tree's transformer_walk
 from base import THREADS, host_line  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
 from bench_forward import paired_ratio, quartiles, turn_ratios  # noqa: E402
 from bench_llama import best_of, best_times, peak_rss  # noqa: E402
+from harness import arguments, checkpoint, children_import_this_checkout, options  # noqa: E402
 
 SOURCE = "translate English to German: The cat is sleeping comfortably."
 TARGET = "die Katze schläft bequem."
@@ -95,14 +94,7 @@ STEP = ("step", "--stage", "cross-attention", "--layer", str(LAYER))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 rounds, 1 run of each process")
-    parser.add_argument("--rounds", type=int, default=5, help="turns of 3 runs of each")
-    parser.add_argument("--e2e-rounds", type=int, default=3, help="runs of each fresh process")
-    parser.add_argument("--folder", type=Path, help="keep the checkpoint here (made once)")
-    args = parser.parse_args()
-    if args.quick:
-        args.rounds, args.e2e_rounds = 2, 1
+    args = arguments(options(__doc__))
     print(host_line(), flush=True)
 
     import torch
@@ -112,18 +104,8 @@ def main() -> int:
 
     torch.set_num_threads(THREADS)
     transformers.utils.logging.disable_progress_bar()
-    env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env_path}" if env_path else str(ROOT)  # the children's
-    temporary = None
-    folder = args.folder
-    if folder is None:
-        temporary = tempfile.TemporaryDirectory(prefix="bench-t5-")
-        folder = Path(temporary.name)
-    if not (folder / "model.safetensors").is_file():
-        start = time.perf_counter()
-        make_checkpoint(folder)
-        took = time.perf_counter() - start
-        print(f"made a random flan-t5-base-shaped checkpoint in {folder} ({took:.1f} s)")
+    children_import_this_checkout()
+    folder = checkpoint(args.folder, make_checkpoint, "a random flan-t5-base-shaped checkpoint")
     size = (folder / "model.safetensors").stat().st_size
 
     start = time.perf_counter()
@@ -176,8 +158,6 @@ def main() -> int:
           f"{theirs * 1e3:5.0f} ms: {ours / theirs:.2f}x; paired {r:.2f}x (middle half {spread})"
           "  (<= 1.0)")  # fmt: skip
     print(f"3 peak RSS: step {step_peak / mib:,.0f} MiB = {step_peak / size:.2f}x the checkpoint  (<= 1.5)")
-    if temporary is not None:
-        temporary.cleanup()
     return 0 if same else 1
 
 
