@@ -96,7 +96,8 @@ class Sections:
         if lens is not None:
             sections.append(("lens", "Logit lens", lens_section(self.trace, lens, precision, full, rerun)))
         if self.rows:
-            sections.append(("attention", "Attention, every layer and head", attention_section(self.rows)))
+            overview = attention_section(self.rows, self.f, rerun)
+            sections.append(("attention", "Attention, every layer and head", overview))
         return sections
 
     @staticmethod
