@@ -61,6 +61,8 @@ class CheckpointConfig(Config):
     checkpoint: str = ""
     source_vocabulary: tuple[str, ...] | None = None
     mask_token: str = MASK  # a fill-mask checkpoint's blank: [MASK] (BERT), <mask> (RoBERTa)
+    # config.json's key of the longest input (``Family.context_key``): None, relative positions (T5)
+    context_key: str | None = "max_position_embeddings"
 
     def __post_init__(self) -> None:  # the toy's sentence rules are not a checkpoint's
         if not self.vocabulary or self.source_vocabulary == ():
@@ -113,6 +115,7 @@ def checkpoint_config(
             checkpoint=ckpt.source,
             source_vocabulary=tokenizer.source_vocabulary if own else None,
             mask_token=getattr(ckpt, "mask_token", None) or MASK,
+            context_key=ckpt.family.context_key,
         )
     except ConfigError as err:
         raise CheckpointError(f"{ckpt.source}: {err}") from None
@@ -146,8 +149,9 @@ def check_size(config: Config, source: int, target: int, keep: Keep = EVERYTHING
     is and which option would keep less."""
     m = config.model
     rows = m.max_positions - m.position_offset  # RoBERTa's positions start at row 2 of P
-    if (not m.decoder_only and source > rows) or target > rows:
-        raise CheckpointError(f"the input has {max(source, target)} tokens; this model reads at most {rows}")
+    if context_key(config) is not None and ((not m.decoder_only and source > rows) or target > rows):
+        what = "the prompt" if not (source and target) else "the source" if source > rows else "the target"
+        raise too_long(config, what, max(source, target))
     vocabulary = max(len(config.vocabulary_of(side)) for side in (ENCODER, DECODER))  # an upper bound
     need, tables = _needs(m, source, target, vocabulary, keep)
     if need > MAX_BYTES or tables > MAX_TABLES:
@@ -162,6 +166,25 @@ def check_size(config: Config, source: int, target: int, keep: Keep = EVERYTHING
             f"{tables:,} tables (limits {MAX_BYTES / 2**30:g} GiB, {MAX_TABLES:,}); "
             f"{_shrink(m, keep, source, target, vocabulary)}"
         )
+
+
+def context_key(config: Config) -> str | None:
+    """config.json's key of the longest input a checkpoint reads (``max_position_embeddings``,
+    GPT-2's ``n_positions``), None when nothing bounds it (T5's relative positions); a toy's own
+    ``model.max_positions``."""
+    if isinstance(config, CheckpointConfig):
+        return config.context_key
+    return "model.max_positions"
+
+
+def too_long(config: Config, what: str, tokens: int) -> CheckpointError:
+    """The refusal of a text longer than the model reads: how long each is, and the key that says so."""
+    m = config.model
+    rows = m.max_positions - m.position_offset
+    key = context_key(config)
+    where = f"{key} = {m.max_positions:,} in config.json" if isinstance(config, CheckpointConfig) else key
+    less = f", less the {m.position_offset} rows before its first position" if m.position_offset else ""
+    return CheckpointError(f"{what} has {tokens:,} tokens; this model reads at most {rows:,} ({where}{less})")
 
 
 def _needs(m: ModelConfig, source: int, target: int, vocabulary: int, keep: Keep) -> tuple[int, int]:
@@ -384,7 +407,7 @@ def continue_prompt(loaded: Loaded, max_len: int = 20, sampling: Sampling | None
         raise generation.no_next_token(config)
     room = m.max_positions - len(ids) + 1  # the last choice is never fed back
     if room < 1:
-        raise CheckpointError(f"the prompt has {len(ids)} tokens; this model reads at most {m.max_positions}")
+        raise too_long(config, "the prompt", len(ids))
     new = min(max_len, room)
     check_size(config, 0, len(ids) + new - 1)
     steps = generate_cached(config, w, ids, new, sampling=sampling, eos_id=ckpt.eos_token_id)

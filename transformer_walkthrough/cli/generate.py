@@ -266,12 +266,11 @@ def _continue(
         f"per {heads} and layer, d_k = {m.d_k}."
     )
     if done.cut:
+        key = done.config.context_key  # config.json's: max_position_embeddings, GPT-2's n_positions
         if m.adds_positions:
-            out.line(f"(stopped: the learned position table has {m.max_positions} rows: max_positions)")
+            out.line(f"(stopped: the learned position table has {m.max_positions:,} rows: {key})")
         else:
-            out.line(
-                f"(stopped: this model reads at most {m.max_positions} positions: max_position_embeddings)"
-            )
+            out.line(f"(stopped: this model reads at most {m.max_positions:,} positions: {key})")
     if not compare:
         return
     gaps = against_full_pass(done.config, done.weights, done.steps)
