@@ -45,6 +45,12 @@ def test_gpt2_names_n_positions(gpt2) -> None:
     assert refused("generate", "--model", folder, "--prompt", "the cat " * 40)[2:] == (most, why)
     fits = CliRunner().invoke(app, ["step", "-s", "embedding", "--model", folder, "--prompt", "the cat"])
     assert fits.exit_code == 0, fits.output
+    # a continuation that reaches the end of the position table says so, with the same key
+    cut = CliRunner().invoke(
+        app, ["generate", "--model", folder, "--prompt", "the cat " * 16, "--max-len", "40"]
+    )
+    assert cut.exit_code == 0, cut.output
+    assert f"(stopped: the learned position table has {POSITIONS} rows: n_positions)" in cut.stdout
 
 
 def test_llama_names_max_position_embeddings(llama_family) -> None:
