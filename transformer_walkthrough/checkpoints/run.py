@@ -36,7 +36,15 @@ from ..model.architecture import DECODER, ENCODER
 from ..model.generation import Step, ends, generate_cached, generated_ids
 from ..model.parameters import parameters
 from ..model.sampling import Sampling
-from ..model.size import LABEL_BYTES, labelled_rows, largest_computed, trace_size
+from ..model.size import (
+    LABEL_BYTES,
+    amount,
+    generation_kept,
+    held_message,
+    labelled_rows,
+    largest_computed,
+    trace_size,
+)
 from ..model.trace import EVERYTHING, Keep, Trace
 from ..model.transformer import run_forward
 from ..model.weights import Weights
@@ -185,6 +193,28 @@ def too_long(config: Config, what: str, tokens: int) -> CheckpointError:
     where = f"{key} = {m.max_positions:,} in config.json" if isinstance(config, CheckpointConfig) else key
     less = f", less the {m.position_offset} rows before its first position" if m.position_offset else ""
     return CheckpointError(f"{what} has {tokens:,} tokens; this model reads at most {rows:,} ({where}{less})")
+
+
+def check_generation(config: Config, source: int, prompt: int, new: int, compare: bool = False) -> None:
+    """Refuse, before the prompt is read, a generation whose cache and steps would not fit in
+    memory (``size.generation_kept``): one line of what is kept, part by part, and which option
+    keeps less."""
+    m = config.model
+    vocabulary = len(config.vocabulary or ())
+    itemsize = np.dtype(m.dtype).itemsize
+    parts = generation_kept(m, source, prompt, new, vocabulary, compare)
+    need = sum(p.numbers for p in parts) * itemsize
+    if need <= MAX_BYTES:
+        return
+    ways = ["drop --compare"] if compare else []
+    ways += ["--dtype float32 halves it"] if m.dtype == "float64" else []
+    ways += ["fewer new tokens (--max-len N)"] if new > 1 else []
+    ways += ["a shorter prompt"]
+    raise CheckpointError(
+        f"generating {new:,} tokens after {prompt:,} would keep about {amount(need)} "
+        f"(limit {amount(MAX_BYTES)}): {held_message(parts, itemsize)}; "
+        f"{', '.join(ways[:-1])}{' or ' if len(ways) > 1 else ''}{ways[-1]}"
+    )
 
 
 def _needs(m: ModelConfig, source: int, target: int, vocabulary: int, keep: Keep) -> tuple[int, int]:
@@ -397,10 +427,13 @@ class Continuation(NamedTuple):
     cut: bool  # stopped because the position table has no more rows, not by --max-len or eos
 
 
-def continue_prompt(loaded: Loaded, max_len: int = 20, sampling: Sampling | None = None) -> Continuation:
+def continue_prompt(
+    loaded: Loaded, max_len: int = 20, sampling: Sampling | None = None, compare: bool = False
+) -> Continuation:
     """Up to ``max_len`` tokens after the prompt of ``loaded`` (``load(…, prompt=True)``): greedy,
     or drawn as ``sampling`` says (seeded); stops after ``<|endoftext|>`` (eos), as transformers'
-    ``generate`` does, or where the position table ends."""
+    ``generate`` does, or where the position table ends. What it keeps is counted first
+    (``check_generation``), with the full pass ``compare`` will run after it."""
     ckpt, config, w, ids = loaded
     m = config.model
     if m.encoder_only:
@@ -409,7 +442,7 @@ def continue_prompt(loaded: Loaded, max_len: int = 20, sampling: Sampling | None
     if room < 1:
         raise too_long(config, "the prompt", len(ids))
     new = min(max_len, room)
-    check_size(config, 0, len(ids) + new - 1)
+    check_generation(config, 0, len(ids), new, compare)
     steps = generate_cached(config, w, ids, new, sampling=sampling, eos_id=ckpt.eos_token_id)
     config = dataclasses.replace(config, target=ckpt.tokenizer.decode(generated_ids(steps)))
     cut = new < max_len and len(steps) == new and steps[-1].chosen not in ends(ckpt.eos_token_id)

@@ -113,7 +113,9 @@ MapOption = Annotated[
 BackwardOption = Annotated[
     bool,
     typer.Option(
-        "--backward", help="Also the gradient dL/d(matrix) of the loss for every matrix but M and PE."
+        "--backward",
+        help="Also the gradient dL/d(matrix) of the loss for every matrix but M and PE: it keeps every "
+        "stage, a gradient as large as each, and one per parameter (too much is refused, part by part).",
     ),
 ]
 

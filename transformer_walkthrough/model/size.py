@@ -233,6 +233,90 @@ def labelled_rows(m: ModelConfig) -> int:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# What a pass beyond the trace keeps: the cached generation, the backward.
+# ---------------------------------------------------------------------------------------------
+
+
+class Held(NamedTuple):
+    """A part of what a command keeps while it runs: what it is, how it is counted, its numbers."""
+
+    what: str
+    how: str  # the product it is counted by, in the model's own sizes
+    numbers: int
+
+
+def generation_kept(
+    m: ModelConfig, source: int, prompt: int, new: int, vocabulary: int, compare: bool = False
+) -> list[Held]:
+    """What ``generate`` keeps, generating ``new`` tokens after ``prompt`` (after ``source``
+    encoder tokens): the key/value cache, every layer's K and V for every position fed (the last
+    token chosen is never fed); the encoder's keys and values each cross-attention projects once;
+    each step's distribution (probabilities and logits) and each layer's attention row for the
+    token read last (``generation.LayerStep``: step 0 keeps the prompt's last row, not its
+    n × n); while the prompt is read, its largest stage; with ``compare``, one full pass's every
+    stage (``generation.compare``)."""
+    layers, g, h, d_k = m.num_decoder_layers, m.kv_heads, m.num_heads, m.d_k
+    fed = prompt + new - 1
+    parts = [
+        Held(
+            "the key/value cache",
+            f"{layers:,} layers × 2 (K and V) × {g:,} key/value heads × {d_k:,} × {fed:,} positions",
+            layers * 2 * g * d_k * fed,
+        )
+    ]
+    if source:
+        parts.append(
+            Held(
+                "the source's keys and values",
+                f"{layers:,} layers × 2 × {g:,} key/value heads × {d_k:,} × {source:,} source tokens",
+                layers * 2 * g * d_k * source,
+            )
+        )
+    row = 2 * vocabulary + layers * h * (d_k + 2 * fed + source)  # at most: its row over every key
+    parts.append(
+        Held(
+            "each step's distribution and attention rows",
+            f"{new:,} steps × (2 × {vocabulary:,} + {layers:,} layers × {h:,} heads × "
+            f"({d_k:,} + 2 × {fed:,}{f' + {source:,}' if source else ''}))",
+            new * row,
+        )
+    )
+    parts.append(
+        Held("the prompt's pass", "its largest stage", largest_computed(m, source, prompt, vocabulary))
+    )
+    if compare:
+        full = trace_size(m, source, fed, vocabulary).numbers
+        parts.append(Held("--compare's full pass", f"every stage of {fed:,} tokens", full))
+    return parts
+
+
+def backward_kept(m: ModelConfig, source: int, target: int, vocabulary: int, parameters: int) -> list[Held]:
+    """What a backward pass keeps (``backprop.backward``): every stage of the forward pass, which
+    it reads top to bottom; dL/d of every one of their matrices, as many numbers again; and dL/d
+    of each of the model's ``parameters`` numbers."""
+    trace = trace_size(m, source, target, vocabulary).numbers
+    tokens = f"{source:,} + {target:,} tokens" if source and target else f"{source + target:,} tokens"
+    return [
+        Held("the forward pass", f"every stage of {tokens}", trace),
+        Held("its gradients", "dL/d of every matrix of every stage", trace),
+        Held("the parameters' gradients", f"dL/d of {parameters:,} parameters", parameters),
+    ]
+
+
+def held_message(parts: list[Held], itemsize: int) -> str:
+    """What is kept, part by part, and the whole: "the key/value cache, 2 layers × … = 29.0 KiB; …"."""
+    return "; ".join(f"{p.what}, {p.how} = {amount(p.numbers * itemsize)}" for p in parts)
+
+
+def amount(size: int) -> str:
+    """A number of bytes as a reader takes it in: KiB, MiB or GiB, one decimal."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if size >= scale:
+            return f"{size / scale:,.1f} {unit}"
+    return f"{size / 2**10:,.1f} KiB"
+
+
 def check_config(config: Config) -> None:
     """Refuse, before any work, a config whose trace would not fit in memory or on a screen.
 
@@ -281,6 +365,6 @@ def check_config(config: Config) -> None:
 
 
 __all__ = [
-    "LABEL_BYTES", "Rows", "Size", "check_config", "labelled_rows", "largest_computed", "recorded",
-    "trace_size",
+    "LABEL_BYTES", "Held", "Rows", "Size", "amount", "backward_kept", "check_config", "generation_kept",
+    "held_message", "labelled_rows", "largest_computed", "recorded", "trace_size",
 ]  # fmt: skip
