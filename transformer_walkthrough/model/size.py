@@ -195,23 +195,23 @@ def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int, keep: 
 def largest_computed(
     m: ModelConfig, source: int, target: int, vocabulary: int, keep: Keep = EVERYTHING
 ) -> int:
-    """The numbers of the largest stage the pass computes before it stops (``trace.Keep``): its
-    arrays are held while it is computed, kept or not; but an attention stage that nothing keeps
-    never holds every head's scores (``_in_blocks``). The pass stops after the last stage kept,
-    so the top (the last stack's final norm, the output layer) counts only when one of its stages
-    is kept, or every stage is."""
+    """The numbers of the largest stage the pass computes and does not keep before it stops
+    (``trace.Keep``): its arrays are held while it is computed, then dropped (a stage kept holds
+    what is counted as kept); an attention stage holds only a block of its scores at a time
+    (``_in_blocks``). The pass stops after the last stage kept, so the top (the last stack's
+    final norm, the output layer) counts only when one of its stages is kept."""
     chosen = keep.ids(m)
+    if chosen is None:  # every stage is kept (or streamed, and counted so)
+        return 0
     ends = {p.id for p in (*final_norm(stacks(m)[-1], m), *head(m))}
-    whole = chosen is None or bool(ends & chosen)
+    whole = bool(ends & chosen)
     sizes = _sizes(m, source, target, vocabulary)
     largest = 0
-    for place, rows, _ in _places(m, source, target):
-        if not whole and place.id in ends:
-            continue
-        kept = chosen is None or bool(_kept_times(place, m, chosen))
-        shapes = recorded(place, m, sizes, rows, keep.head if kept else None)
-        numbers = sum(math.prod(s) for s in shapes)
-        if not kept and place.sublayer is not None and place.sublayer.keys is not None:
+    for place, rows, times in _places(m, source, target):
+        if (not whole and place.id in ends) or _kept_times(place, m, chosen) == times:
+            continue  # never computed, or kept in every layer
+        numbers = sum(math.prod(s) for s in recorded(place, m, sizes, rows))
+        if place.sublayer is not None and place.sublayer.keys is not None:
             numbers = _in_blocks(m, place, numbers, rows)
         largest = max(largest, numbers)
     return largest
