@@ -221,6 +221,43 @@ def test_step_shows_the_same_as_the_whole_trace(runner) -> None:
     assert every.stdout.startswith(weights) and len(shown) > 500 and shown in every.stdout
 
 
+def test_step_and_export_of_one_head_show_the_whole_traces_head(runner) -> None:
+    """`step --head 2` prints head 2's tables as `step` prints them among every head's; `export
+    --head 2` writes head 2's matrices, equal to the whole trace's (and its key/value head 1's)."""
+    config = str(ROOT / "configs" / "llama-style.yaml")
+    args = ["-c", config, "-s", "masked-attention", "--layer", "1"]
+    every = runner.invoke(app, ["step", *args, "--no-map"])
+    one = runner.invoke(app, ["step", *args, "--no-map", "--head", "2"])
+    assert every.exit_code == 0 and one.exit_code == 0, one.output
+
+    def tables(out: str) -> dict[str, str]:  # each table alone on its lines: its title, then its rows
+        found = re.findall(
+            r"^((S2|S2\+M|A2|O2|concat|output)  \(\d+×\d+\)\n(?:.+\n)+?)(?=\S+  \(|\n|\Z)", out, re.M
+        )
+        return {name: text for text, name in found}
+
+    shown = tables(one.stdout)
+    assert set(shown) == {"S2", "S2+M", "A2", "O2", "concat", "output"}
+    assert shown == {name: text for name, text in tables(every.stdout).items() if name in shown}
+    assert "A1  (" not in one.stdout and "Q3  (" not in one.stdout
+    written = runner.invoke(app, ["export", "-", *args, "--head", "2"])
+    assert written.exit_code == 0, written.output
+    (stage,) = json.loads(written.stdout)["stages"]
+    full = run_forward(load_config(config))[stage["id"]]
+    m = load_config(config).model
+    assert sorted(stage["matrices"]) == sorted(one_head(full, 2, m))
+    assert {"K1", "V1", "A2"} <= set(stage["matrices"])
+    for name, matrix in stage["matrices"].items():
+        values = np.array(
+            [[np.nan if v is None else v for v in row] for row in matrix["values"]], dtype=float
+        )
+        np.testing.assert_allclose(values, full[name], rtol=0, atol=1e-12, err_msg=name)
+    refused = runner.invoke(app, ["step", *args, "--head", "2", "--backward"])
+    assert refused.exit_code == 2 and refused.stderr.startswith("error: --head keeps one head's")
+    refused = runner.invoke(app, ["step", *args, "--head", "5"])
+    assert refused.exit_code == 2 and refused.stderr == "error: --head: this model has heads 1 to 4, got 5\n"
+
+
 # ---------------------------------------------------------------------------------------------
 # A tiny checkpoint (float64): the same numbers kept, streamed and whole; the budget's message.
 # ---------------------------------------------------------------------------------------------
@@ -237,13 +274,22 @@ def llama(tmp_path_factory) -> str:
     return str(build(tmp_path_factory.mktemp("keep"), "llama"))
 
 
-def test_a_checkpoints_kept_and_streamed_stages_are_its_full_traces(llama: str) -> None:
+def test_a_checkpoints_kept_and_streamed_stages_are_its_full_traces(llama: str, monkeypatch) -> None:
+    from transformer_walkthrough.model import functional
+
     folder = llama
     full = walk_prompt(folder, PROMPT, "float64").trace
     kept = walk_prompt(folder, PROMPT, "float64", keep=Keep.stages(["masked-attention"], 1)).trace
     (held,) = [s for s in kept if s.matrices]
     assert held.id == "decoder.1.masked-attention"
     same_numbers(held, full[held.id])
+    monkeypatch.setattr(functional, "SCORES_AT_ONCE", 50)  # layer 0 in blocks of a few queries
+    for h in (1, 4):  # query heads 1 and 4, of key/value heads 1 and 2
+        kept = walk_prompt(folder, PROMPT, "float64", keep=Keep.stages(["masked-attention"], 1, h)).trace
+        (held,) = [s for s in kept if s.matrices]
+        m = kept.config.model
+        assert sorted(held.matrices) == sorted(one_head(full[held.id], h, m))
+        same_values(held, full[held.id])
     stream = Streamed()
     streamed = walk_prompt(folder, PROMPT, "float64", keep=Keep(stream=stream)).trace
     assert [s.id for s in stream.seen] == list(full.stages)
