@@ -162,6 +162,7 @@ def scaled_dot_product_attention(
 
 
 SCORES_AT_ONCE = 1 << 22  # attention in blocks holds this many scores at once: 16 MiB of float32
+CAUSAL_ROWS = 256  # and, in a causal layer, at most this many queries a block
 
 
 def attention_in_blocks(
@@ -187,6 +188,8 @@ def attention_in_blocks(
     share = h // G  # the query heads that read one key/value head
     O = np.empty((h, n_q, V.shape[-1]), dtype=np.result_type(Q, V))
     rows_at_once = max(1, (block or SCORES_AT_ONCE) // (share * n_k))
+    if causal:  # the smaller the blocks, the more keys after their last query skipped: ~n_q·n_k/2 in all
+        rows_at_once = min(rows_at_once, CAUSAL_ROWS)
     for first in range(0, n_q, rows_at_once):
         rows = slice(first, min(first + rows_at_once, n_q))
         keys = _keys_seen(rows, n_k, causal, window)
@@ -357,12 +360,13 @@ def relative_bias_backward(dB: np.ndarray, buckets: np.ndarray, num_buckets: int
     return d_table
 
 
-def group(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(h, n, d_k) queries over (G, m, d_k) keys and values -> (G, h/G, n, d_k) over (G, 1, m, d_k):
-    the h/G query heads of a group broadcast against their one key/value head, nothing copied."""
-    G = K.shape[0]
-    h, n, d_k = Q.shape
-    return Q.reshape(G, h // G, n, d_k), K[:, None], V[:, None]
+def group(x: np.ndarray, G: int) -> np.ndarray:
+    """(h, n, d) -> (G, h/G·n, d): the h/G query heads that read one key/value head, one above the
+    other, so that each group meets its keys or values (G, m, d) in one product (one BLAS call per
+    group, not a broadcast over heads, which NumPy multiplies a few times slower). A view when x
+    is contiguous."""
+    h, n, d = x.shape
+    return x.reshape(G, h // G * n, d)
 
 
 # The feed-forward's nonlinearity. Each takes the pre-activation and returns a new array.

@@ -241,9 +241,10 @@ class Weigh(Piece):
     groups: ClassVar[Mapping[str, str]] = {"O": "attention"}
 
     def forward(self, f: Flow) -> None:
-        h, G = f.Q.shape[0], f.K.shape[0]
-        A = f.A.reshape(G, h // G, *f.A.shape[1:])
-        f.O = (A @ f.V[:, None]).reshape(h, f.A.shape[1], -1)
+        h, n_q, _ = f.A.shape
+        f.O = (F.group(f.A, f.V.shape[0]) @ f.V).reshape(
+            h, n_q, -1
+        )  # a group's query heads, its one value head
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         d_k = f.m.d_k  # the same numbers as concat's block, kept once: in concat
