@@ -33,6 +33,7 @@ from ..config import MASK, MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelCo
 from ..errors import ConfigError
 from ..model import generation
 from ..model.architecture import DECODER, ENCODER
+from ..model.architecture import walk as places
 from ..model.generation import Step, ends, generate_cached, generated_ids
 from ..model.parameters import parameters
 from ..model.sampling import Sampling
@@ -232,6 +233,8 @@ def _shrink(m: ModelConfig, keep: Keep, source: int, target: int, vocabulary: in
     ways = []
     if keep.everything:
         ways.append("show fewer stages (--stage KIND and --layer N keep only those)")
+    elif keep.head is None and m.num_heads > 1 and _reads_attention(m, keep):
+        ways.append(f"--head H keeps one head's attention ({m.num_heads} heads here)")
     if m.dtype == "float64":
         ways.append("--dtype float32 halves it")
     shorter = "give a shorter text"
@@ -247,6 +250,15 @@ def _shrink(m: ModelConfig, keep: Keep, source: int, target: int, vocabulary: in
             low, high = (mid, high) if fits(mid) else (low, mid - 1)
         shorter = f"give a text of at most {low:,} tokens" if low else shorter
     return "; ".join([*ways, f"or {shorter}" if ways else shorter])
+
+
+def _reads_attention(m: ModelConfig, keep: Keep) -> bool:
+    """Whether the stages ``keep`` chooses include an attention stage (of heads ``--head`` narrows)."""
+    chosen = keep.ids(m)
+    return any(
+        p.sublayer is not None and p.sublayer.keys is not None and (chosen is None or p.id in chosen)
+        for p in places(m)
+    )
 
 
 def banned(ckpt: Checkpoint, sequence: list[int]) -> set[int]:
