@@ -474,8 +474,8 @@ def head_picture(A: np.ndarray, hidden: np.ndarray | None, f: int) -> bytes:
 
 def every_weight(stage: Stage, m: Matrix) -> str:
     """The command that writes every weight of one head (with the options that make the trace
-    again, said once above the grid): ``export --stage`` keeps that stage alone."""
-    return f"walkthrough export head.npz -s {stage.id}"
+    again, said once above the grid): ``export --stage --head`` keeps that head's matrices alone."""
+    return f"walkthrough export head.npz -s {stage.id} --head {m.head}"
 
 
 def _picture(stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None, f: int) -> str:
@@ -503,7 +503,7 @@ def _picture(stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None, f: i
     every = ""
     if f > 1:
         every = f"; every weight: <code>{e(every_weight(stage, m))}</code> with the options above the grid "
-        every += f"writes this stage's matrices, this head as <code>{e(stage.id)}/{e(name)}</code>"
+        every += f"writes this head's matrices, its weights as <code>{e(stage.id)}/{e(name)}</code>"
     cut = blocks(A, hidden)
     links = []
     for q in cut.queries:
