@@ -382,8 +382,9 @@ def _anchor(stage: Stage, head: int) -> str:
 
 
 def _heatmap(stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None) -> str:
-    """One head's weights as a table of shaded cells (the report's ``g0`` … ``g20``), its labels and
-    numbers there for the enlarged view only; its strongest links below."""
+    """One head's weights as a table of shaded cells (the report's ``g0`` … ``g20``), each row on
+    its own scale (``row_shades``), its labels and numbers there for the enlarged view only; its
+    strongest links below."""
     e = html.escape
     A = m.values
     rows, cols = kept(A.shape[0]), kept(A.shape[1])
