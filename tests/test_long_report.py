@@ -174,7 +174,12 @@ def test_a_2048_token_report_is_small_downsampled_said_so_and_its_command_writes
     commands = set()
     for layer, h, said, pixels, _, tag in drawn:
         (f,) = {int(k) for k in re.findall(r"downsampled (\d+) × (\d+)", said)[0]}
-        assert f > 1 and n * n * len(heads) > 8_000_000 >= (-(-n // f)) ** 2 * len(heads)
+
+        # the smallest f whose pictures show at most 3,500,000 weights (a causal head's triangle)
+        def shown(side: int) -> int:
+            return len(heads) * side * (side + 1) // 2
+
+        assert f > 1 and shown(-(-n // (f - 1))) > 3_500_000 >= shown(-(-n // f))
         side = -(-n // f)
         assert said.startswith(f"downsampled {f} × {f}: {n:,} × {n:,} shown as {side:,} × {side:,}, each")
         assert pixels.shape == (side, side)

@@ -423,19 +423,25 @@ def _heatmap(stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None) -> s
 # alike: at full resolution, a pixel a weight, when every head's n × n pixels fit the report's
 # budget; past it downsampled, each pixel the mean of a block of f × f weights, f as small as the
 # budget allows, and the enlarged head gives the command that writes its every weight.
-IMAGE_PIXELS = 8_000_000  # of all the heads' pictures together: at most about 11 MB in the report
+IMAGE_PIXELS = 3_500_000  # that show a weight, of all the heads' pictures: about 4 MB of the report
 LEVELS = 254  # a picture's shades: index k is k/254 of its row's largest weight; 255 a masked block
 MASKED_GREY = (0xE4, 0xE7, 0xEE)  # the colour of a masked block (the tables' ``td.mk``)
 ENLARGED = 768  # px: about the side of an enlarged picture, each weight an integer number of pixels
 
 
-def block_side(n: int, heads: int) -> int:
+def block_side(n: int, heads: int, causal: int = 0) -> int:
     """The f of the f × f weights each pixel of a head of ``n`` tokens stands for, when a report
-    draws ``heads`` heads within ``IMAGE_PIXELS``: 1 (full resolution) when n × n pixels a head fit."""
-    if n * n * max(1, heads) <= IMAGE_PIXELS:
-        return 1
-    side = max(1, math.isqrt(IMAGE_PIXELS // max(1, heads)))
-    return -(-n // side)  # ceil(n / side)
+    draws ``heads`` heads, ``causal`` of them under a causal mask, within ``IMAGE_PIXELS`` pixels
+    that show a weight (a masked block, the same grey throughout, compresses to almost nothing):
+    1, full resolution, when every head's n × n fits; else the smallest f whose pictures fit."""
+
+    def shown(side: int) -> int:  # pixels that show a weight: a causal head's triangle, side(side+1)/2
+        return heads * side * side - causal * side * (side - 1) // 2
+
+    f = 1
+    while f < n and shown(-(-n // f)) > IMAGE_PIXELS:
+        f += 1
+    return f
 
 
 def block_means(A: np.ndarray, hidden: np.ndarray | None, f: int) -> tuple[np.ndarray, np.ndarray]:
@@ -557,9 +563,10 @@ def attention_section(rows: Sequence[tuple[int, str]], f: int = 1, rerun: str = 
         f"{LEVELS + 1} shades), and each block of queries' strongest key: "
         + (
             "at full resolution (a pixel a weight), every head's picture within the report's budget of "
-            f"{IMAGE_PIXELS:,} pixels"
+            f"{IMAGE_PIXELS:,} pixels that show a weight"
             if f == 1
-            else f"past the report's budget of {IMAGE_PIXELS:,} pixels, downsampled {f} × {f} (each pixel "
+            else f"past the report's budget of {IMAGE_PIXELS:,} pixels that show a weight, downsampled "
+            f"{f} × {f} (each pixel "
             "the mean of a block of weights, the masked ones counted as the 0 they are); enlarged, a head "
             "gives the command that writes its every weight to an .npz file"
             + (f", with these options: <code>{e(rerun)}</code>" if rerun else "")
