@@ -10,6 +10,9 @@ prompt length (a repeated English sentence cut to about that many tokens):
              1.5 × the checkpoint + the stage kept (its matrices, counted by size.trace_size)
   lens       `lens --top-k 5`, and `attention --layer 29`: peak, against the same bound
   run        `run` to a pipe: peak against 2 × the checkpoint + its largest stage, time against step's
+  tour       `tour` from a pipe, Enter through every stage to the prediction: peak against run's bound
+  generate   `generate --max-len 5`: the key/value cache and each step's last attention rows kept,
+             the prompt read a stage at a time: peak against run's bound
   peer       `python -c` importing transformers, loading the checkpoint and one forward with
              output_attentions=True (what bench_llama's step is compared with): time and peak, beside
              step at every length; not run when its attentions alone (layers × heads × n² float32)
@@ -68,6 +71,25 @@ def measure(args: list[str]) -> tuple[float, int | None, str]:
     return took, (peak[-1] if done.returncode == 0 and peak else None), said
 
 
+def tour_through(base: list[str], rounds: int) -> tuple[float, int | None, str]:
+    """``tour`` driven from a pipe, as tests/test_tour.py drives it (a line is a key): Enter on
+    every page, through every stage to the prediction, where Enter ends it. Seconds, peak RSS
+    (None when refused) and its error line, the best of ``rounds``: the tour streams its stages,
+    so its peak should be run's, a stage at a time, whatever it has shown."""
+    runs = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", PEAK, "tour", *base], input="\n" * 2000,
+                              capture_output=True, text=True)  # fmt: skip
+        took = time.perf_counter() - start
+        lines = done.stderr.splitlines()
+        peak = [int(line.split()[1]) for line in lines if line.startswith("VmHWM")]
+        said = next((line for line in lines if line.startswith("error:")), "")
+        pages = done.stdout.count(" of ")  # each page's header: "stage k of N · …"
+        runs.append((took, peak[-1] if done.returncode == 0 and peak and pages else None, said))
+    return min(runs, key=lambda r: r[0])
+
+
 def peer(folder: Path, text: str) -> tuple[float, int]:
     """Seconds and peak RSS of importing transformers, loading, one forward with output_attentions=True."""
     hwm = (
@@ -98,7 +120,7 @@ def main() -> int:
     parser.add_argument("--no-peer", dest="peer", action="store_false",
                         help="do not time transformers (about 4.5 GB at 2,048)")  # fmt: skip
     parser.add_argument("--folder", type=Path, help="keep the checkpoint here (made once)")
-    every = ["step", "lens", "attention", "run"]
+    every = ["step", "lens", "attention", "run", "tour", "generate"]
     parser.add_argument("--only", nargs="+", choices=every, default=every, help="the commands measured")
     args = parser.parse_args()
     print(host_line(), flush=True)
@@ -141,10 +163,13 @@ def main() -> int:
             "lens --top-k 5": ["lens", *base, "--top-k", "5"],
             f"attention --layer {LAYER}": ["attention", *base, "--layer", str(LAYER)],
             "run": ["run", *base],
+            "generate --max-len 5": ["generate", *base, "--max-len", "5"],
         }
         results = {name: best(command) for name, command in commands.items() if command[0] in args.only}
+        if "tour" in args.only:  # every stage from a pipe, streamed: against run's bound
+            results["tour, every stage"] = tour_through(base, args.rounds)
         for name, (took, peak, said) in results.items():
-            limit = run_bound if name == "run" else bound
+            limit = run_bound if name in ("run", "tour, every stage", "generate --max-len 5") else bound
             if peak is None:
                 print(f"  {name:22} refused: {said}")
                 continue

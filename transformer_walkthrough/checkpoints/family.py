@@ -145,6 +145,9 @@ class Family:
     size_keys: Mapping[str, str] = field(default_factory=dict, kw_only=True)
     # ModelConfig's keys the family fixes over its converter's own (Gemma's norm, OLMo 2's placement)
     conventions: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
+    # config.json's key of the longest input (``max_positions``), which a too-long text is told;
+    # None where positions are relative and nothing bounds the input (T5)
+    context_key: str | None = field(default="max_position_embeddings", kw_only=True)
 
     @property
     def encoder_decoder(self) -> bool:

@@ -264,6 +264,7 @@ GPT2 = Family(
     name_map=NAME_MAP,
     sizes=sizes,
     size_keys={"d": "n_embd", "qkv": "3 × n_embd", "ff": "n_inner"},
+    context_key="n_positions",
     load=load_gpt2,
 )
 FAMILIES = (GPT2,)

@@ -33,10 +33,19 @@ from ..config import MASK, MAX_BYTES, MAX_TABLES, Config, DisplayConfig, ModelCo
 from ..errors import ConfigError
 from ..model import generation
 from ..model.architecture import DECODER, ENCODER
+from ..model.architecture import walk as places
 from ..model.generation import Step, ends, generate_cached, generated_ids
 from ..model.parameters import parameters
 from ..model.sampling import Sampling
-from ..model.size import LABEL_BYTES, labelled_rows, largest_computed, trace_size
+from ..model.size import (
+    LABEL_BYTES,
+    amount,
+    generation_kept,
+    held_message,
+    labelled_rows,
+    largest_computed,
+    trace_size,
+)
 from ..model.trace import EVERYTHING, Keep, Trace
 from ..model.transformer import run_forward
 from ..model.weights import Weights
@@ -61,6 +70,8 @@ class CheckpointConfig(Config):
     checkpoint: str = ""
     source_vocabulary: tuple[str, ...] | None = None
     mask_token: str = MASK  # a fill-mask checkpoint's blank: [MASK] (BERT), <mask> (RoBERTa)
+    # config.json's key of the longest input (``Family.context_key``): None, relative positions (T5)
+    context_key: str | None = "max_position_embeddings"
 
     def __post_init__(self) -> None:  # the toy's sentence rules are not a checkpoint's
         if not self.vocabulary or self.source_vocabulary == ():
@@ -113,6 +124,7 @@ def checkpoint_config(
             checkpoint=ckpt.source,
             source_vocabulary=tokenizer.source_vocabulary if own else None,
             mask_token=getattr(ckpt, "mask_token", None) or MASK,
+            context_key=ckpt.family.context_key,
         )
     except ConfigError as err:
         raise CheckpointError(f"{ckpt.source}: {err}") from None
@@ -146,8 +158,9 @@ def check_size(config: Config, source: int, target: int, keep: Keep = EVERYTHING
     is and which option would keep less."""
     m = config.model
     rows = m.max_positions - m.position_offset  # RoBERTa's positions start at row 2 of P
-    if (not m.decoder_only and source > rows) or target > rows:
-        raise CheckpointError(f"the input has {max(source, target)} tokens; this model reads at most {rows}")
+    if context_key(config) is not None and ((not m.decoder_only and source > rows) or target > rows):
+        what = "the prompt" if not (source and target) else "the source" if source > rows else "the target"
+        raise too_long(config, what, max(source, target))
     vocabulary = max(len(config.vocabulary_of(side)) for side in (ENCODER, DECODER))  # an upper bound
     need, tables = _needs(m, source, target, vocabulary, keep)
     if need > MAX_BYTES or tables > MAX_TABLES:
@@ -162,6 +175,47 @@ def check_size(config: Config, source: int, target: int, keep: Keep = EVERYTHING
             f"{tables:,} tables (limits {MAX_BYTES / 2**30:g} GiB, {MAX_TABLES:,}); "
             f"{_shrink(m, keep, source, target, vocabulary)}"
         )
+
+
+def context_key(config: Config) -> str | None:
+    """config.json's key of the longest input a checkpoint reads (``max_position_embeddings``,
+    GPT-2's ``n_positions``), None when nothing bounds it (T5's relative positions); a toy's own
+    ``model.max_positions``."""
+    if isinstance(config, CheckpointConfig):
+        return config.context_key
+    return "model.max_positions"
+
+
+def too_long(config: Config, what: str, tokens: int) -> CheckpointError:
+    """The refusal of a text longer than the model reads: how long each is, and the key that says so."""
+    m = config.model
+    rows = m.max_positions - m.position_offset
+    key = context_key(config)
+    where = f"{key} = {m.max_positions:,} in config.json" if isinstance(config, CheckpointConfig) else key
+    less = f", less the {m.position_offset} rows before its first position" if m.position_offset else ""
+    return CheckpointError(f"{what} has {tokens:,} tokens; this model reads at most {rows:,} ({where}{less})")
+
+
+def check_generation(config: Config, source: int, prompt: int, new: int, compare: bool = False) -> None:
+    """Refuse, before the prompt is read, a generation whose cache and steps would not fit in
+    memory (``size.generation_kept``): one line of what is kept, part by part, and which option
+    keeps less."""
+    m = config.model
+    vocabulary = len(config.vocabulary or ())
+    itemsize = np.dtype(m.dtype).itemsize
+    parts = generation_kept(m, source, prompt, new, vocabulary, compare)
+    need = sum(p.numbers for p in parts) * itemsize
+    if need <= MAX_BYTES:
+        return
+    ways = ["drop --compare"] if compare else []
+    ways += ["--dtype float32 halves it"] if m.dtype == "float64" else []
+    ways += ["fewer new tokens (--max-len N)"] if new > 1 else []
+    ways += ["a shorter prompt"]
+    raise CheckpointError(
+        f"generating {new:,} tokens after {prompt:,} would keep about {amount(need)} "
+        f"(limit {amount(MAX_BYTES)}): {held_message(parts, itemsize)}; "
+        f"{', '.join(ways[:-1])}{' or ' if len(ways) > 1 else ''}{ways[-1]}"
+    )
 
 
 def _needs(m: ModelConfig, source: int, target: int, vocabulary: int, keep: Keep) -> tuple[int, int]:
@@ -179,6 +233,8 @@ def _shrink(m: ModelConfig, keep: Keep, source: int, target: int, vocabulary: in
     ways = []
     if keep.everything:
         ways.append("show fewer stages (--stage KIND and --layer N keep only those)")
+    elif keep.head is None and m.num_heads > 1 and _reads_attention(m, keep):
+        ways.append(f"--head H keeps one head's attention ({m.num_heads} heads here)")
     if m.dtype == "float64":
         ways.append("--dtype float32 halves it")
     shorter = "give a shorter text"
@@ -194,6 +250,15 @@ def _shrink(m: ModelConfig, keep: Keep, source: int, target: int, vocabulary: in
             low, high = (mid, high) if fits(mid) else (low, mid - 1)
         shorter = f"give a text of at most {low:,} tokens" if low else shorter
     return "; ".join([*ways, f"or {shorter}" if ways else shorter])
+
+
+def _reads_attention(m: ModelConfig, keep: Keep) -> bool:
+    """Whether the stages ``keep`` chooses include an attention stage (of heads ``--head`` narrows)."""
+    chosen = keep.ids(m)
+    return any(
+        p.sublayer is not None and p.sublayer.keys is not None and (chosen is None or p.id in chosen)
+        for p in places(m)
+    )
 
 
 def banned(ckpt: Checkpoint, sequence: list[int]) -> set[int]:
@@ -374,19 +439,22 @@ class Continuation(NamedTuple):
     cut: bool  # stopped because the position table has no more rows, not by --max-len or eos
 
 
-def continue_prompt(loaded: Loaded, max_len: int = 20, sampling: Sampling | None = None) -> Continuation:
+def continue_prompt(
+    loaded: Loaded, max_len: int = 20, sampling: Sampling | None = None, compare: bool = False
+) -> Continuation:
     """Up to ``max_len`` tokens after the prompt of ``loaded`` (``load(…, prompt=True)``): greedy,
     or drawn as ``sampling`` says (seeded); stops after ``<|endoftext|>`` (eos), as transformers'
-    ``generate`` does, or where the position table ends."""
+    ``generate`` does, or where the position table ends. What it keeps is counted first
+    (``check_generation``), with the full pass ``compare`` will run after it."""
     ckpt, config, w, ids = loaded
     m = config.model
     if m.encoder_only:
         raise generation.no_next_token(config)
     room = m.max_positions - len(ids) + 1  # the last choice is never fed back
     if room < 1:
-        raise CheckpointError(f"the prompt has {len(ids)} tokens; this model reads at most {m.max_positions}")
+        raise too_long(config, "the prompt", len(ids))
     new = min(max_len, room)
-    check_size(config, 0, len(ids) + new - 1)
+    check_generation(config, 0, len(ids), new, compare)
     steps = generate_cached(config, w, ids, new, sampling=sampling, eos_id=ckpt.eos_token_id)
     config = dataclasses.replace(config, target=ckpt.tokenizer.decode(generated_ids(steps)))
     cut = new < max_len and len(steps) == new and steps[-1].chosen not in ends(ckpt.eos_token_id)

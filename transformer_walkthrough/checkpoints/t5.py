@@ -248,5 +248,6 @@ T5 = Family(
     name_map=NAME_MAP,
     sizes=sizes,
     load=load_t5,
+    context_key=None,  # relative positions: n_positions bounds no input
 )
 FAMILIES = (T5,)

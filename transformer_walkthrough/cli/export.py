@@ -14,6 +14,7 @@ from .options import (
     TOY,
     BackwardOption,
     ConfigOption,
+    HeadOption,
     LayerOption,
     ModelOptions,
     SeedOption,
@@ -41,6 +42,7 @@ def export(
         ),
     ] = None,
     layer: LayerOption = None,
+    head: HeadOption = None,
     config: ConfigOption = None,
     seed: SeedOption = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite the file if it exists.")] = False,
@@ -122,6 +124,10 @@ def export(
                 f"--answers {printable(answers)} is the worksheet itself; give another file"
             )
     asks = exercise is not None or bool(cells) or kinds is not None or pick_seed is not None
+    if head is not None and (backward or asks):
+        raise WalkthroughError(
+            "--head keeps one head's matrices; --backward and a worksheet read every head's: give one"
+        )
     if backward or asks:
         # The backward reads every stage (the gradients of each are written beside it); a
         # worksheet chooses its cells across the stages: the whole trace is kept.
@@ -136,7 +142,7 @@ def export(
     from ..views.documents.shown import streamed_contents
 
     # Each stage written as soon as it is computed, then dropped: memory holds one stage, not the pass.
-    keep = Keep.stages(stage or (), layer)
+    keep = Keep.stages(stage or (), layer, head)
     stages = Stages(lambda keep: passes.trace(config, seed, None, weights, model, True, keep)[0], keep)
     trace = stages.trace  # the pass's first stage is computed (or its input refused) here
     tally = Tally(trace, stages, suffix, document_options(trace, include_weights, None, None, full))

@@ -99,7 +99,12 @@ def generate(
 ) -> None:
     """Greedy decoding from <start>, one token at a time, until <end> (or a seeded draw: --temperature,
     --top-k, --top-p); with --prompt, a decoder-only checkpoint's continuation, its key/value cache
-    growing by one row a step."""
+    growing by one row a step.
+
+    It keeps the cache (layers × 2 × key/value heads × d_k × positions), each step's distribution
+    and each layer's attention row for the token read last (not the prompt's n × n), and while the
+    prompt is read its largest stage; --compare adds one full pass, every stage. Too much is refused
+    before the prompt is read, part by part, naming what keeps less (--max-len, a shorter prompt)."""
     from ..compare.checks import TOLERANCE
     from ..config import END
     from ..model.generation import repeated
@@ -241,7 +246,7 @@ def _continue(
         raise WalkthroughError(f"--layer: this model has layers 0 to {m.num_decoder_layers - 1}, got {layer}")
     if not 1 <= head <= m.num_heads:
         raise WalkthroughError(f"--head: this model has heads 1 to {m.num_heads}, got {head}")
-    done = continue_prompt(loaded, max_len, sampling)
+    done = continue_prompt(loaded, max_len, sampling, compare)
     vocabulary = done.config.vocabulary or ()
     ids = generated_ids(done.steps)
     rows = token_labels([vocabulary[i] for i in ids])
@@ -266,12 +271,11 @@ def _continue(
         f"per {heads} and layer, d_k = {m.d_k}."
     )
     if done.cut:
+        key = done.config.context_key  # config.json's: max_position_embeddings, GPT-2's n_positions
         if m.adds_positions:
-            out.line(f"(stopped: the learned position table has {m.max_positions} rows: max_positions)")
+            out.line(f"(stopped: the learned position table has {m.max_positions:,} rows: {key})")
         else:
-            out.line(
-                f"(stopped: this model reads at most {m.max_positions} positions: max_position_embeddings)"
-            )
+            out.line(f"(stopped: this model reads at most {m.max_positions:,} positions: {key})")
     if not compare:
         return
     gaps = against_full_pass(done.config, done.weights, done.steps)

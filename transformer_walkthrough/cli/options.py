@@ -87,6 +87,14 @@ ExplainPrecision = Annotated[
 ]
 FullOption = Annotated[bool, typer.Option("--full", help="Show every row and column of wide matrices.")]
 LayerOption = Annotated[Optional[int], typer.Option(help="Only the stages of this layer (0 is the first).")]
+HeadOption = Annotated[
+    Optional[int],
+    typer.Option(
+        help="Attention of this head alone (1 is A1): the other heads' scores and weights are computed, "
+        "not kept (a long prompt's stage in a fraction of the memory).",
+        show_default=False,
+    ),
+]
 WeightsOption = Annotated[
     Optional[Path],
     typer.Option(
@@ -113,7 +121,9 @@ MapOption = Annotated[
 BackwardOption = Annotated[
     bool,
     typer.Option(
-        "--backward", help="Also the gradient dL/d(matrix) of the loss for every matrix but M and PE."
+        "--backward",
+        help="Also the gradient dL/d(matrix) of the loss for every matrix but M and PE: it keeps every "
+        "stage, a gradient as large as each, and one per parameter (too much is refused, part by part).",
     ),
 ]
 

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..errors import WalkthroughError
 from ..views.terminal import Terminal
 from . import passes
 from .app import app, user_errors
@@ -12,6 +13,7 @@ from .options import (
     BackwardOption,
     ConfigOption,
     FullOption,
+    HeadOption,
     HeatmapOption,
     LayerOption,
     MapOption,
@@ -72,6 +74,7 @@ def step(
         ),
     ],
     layer: LayerOption = None,
+    head: HeadOption = None,
     config: ConfigOption = None,
     seed: SeedOption = None,
     precision: PrecisionOption = None,
@@ -86,7 +89,9 @@ def step(
     """One stage, or all stages of one kind, with every intermediate."""
     from ..model.trace import Keep
 
-    keep = None if backward else Keep.stages(stage, layer)  # the backward reads every stage
+    if backward and head is not None:
+        raise WalkthroughError("--head keeps one head's matrices, --backward reads every head's: give one")
+    keep = None if backward else Keep.stages(stage, layer, head)  # the backward reads every stage
     trace, w = passes.trace(config, seed, precision, weights, checkpoint.checked(), keep=keep)
     chosen = trace.select(stage, layer)
     show(trace, chosen, full, passes.gradients(trace, w, backward), heatmap, show_map, shared_scale)

@@ -62,6 +62,32 @@ def _add(into: dict[str, np.ndarray], key: str, grad: np.ndarray) -> None:
     into[key] = into[key] + grad if key in into else grad
 
 
+def check_backward(trace: Trace, w: Weights) -> None:
+    """Refuse, before any gradient is allocated, a backward that would not fit in memory: it keeps
+    the forward pass, dL/d of its every matrix and of every parameter (``size.backward_kept``);
+    one line of each part and the whole, and which option keeps less."""
+    from ..config import MAX_BYTES
+    from .architecture import DECODER, ENCODER
+    from .size import amount, backward_kept, held_message
+
+    config, m = trace.config, trace.config.model
+    vocabulary = max(len(config.vocabulary_of(side) or ()) for side in (ENCODER, DECODER))
+    parameters = sum(a.size for _, a in w.items())
+    parts = backward_kept(m, len(trace.source_tokens), len(trace.target_tokens), vocabulary, parameters)
+    itemsize = np.dtype(m.dtype).itemsize
+    need = sum(p.numbers for p in parts) * itemsize
+    if need > MAX_BYTES:
+        shrink = (
+            "--dtype float32 halves it, or give a shorter text"
+            if m.dtype == "float64"
+            else "give a shorter text"
+        )
+        raise WalkthroughError(
+            f"the backward would keep about {amount(need)} (limit {amount(MAX_BYTES)}): "
+            f"{held_message(parts, itemsize)}; {shrink}"
+        )
+
+
 def backward(trace: Trace, w: Weights) -> Backward:
     """The loss of the traced forward pass and its gradient with respect to everything in it."""
     m = trace.config.model
@@ -70,6 +96,7 @@ def backward(trace: Trace, w: Weights) -> Backward:
             "the flatten head cannot be trained to predict each next word: its one prediction sees "
             "every decoder position, future words included; use output_head: per-position"
         )
+    check_backward(trace, w)
     g: Grads = {s.id: {} for s in trace}
     targets = next_tokens(trace)
     loss, d_logits = F.cross_entropy(trace["output.logits"]["logits"], targets)

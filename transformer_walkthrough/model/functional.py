@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -26,13 +27,14 @@ def row_sums(x: np.ndarray) -> np.ndarray:
     return (x @ np.ones(x.shape[-1], x.dtype))[..., None]
 
 
-def softmax(x: np.ndarray) -> np.ndarray:
+def softmax(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """softmax(x)_i = exp(x_i) / Σ_j exp(x_j), row by row (the last axis); x: (..., n) -> (..., n).
 
-    An entry of -inf gets a weight of exactly 0, which is how the causal mask works.
+    An entry of -inf gets a weight of exactly 0, which is how the causal mask works. ``out`` (x
+    itself, for scores made only to be weighed) receives the weights: no array the size of x made.
     """
     # Subtracting the row maximum cancels in the quotient and keeps exp() from overflowing.
-    e = x - np.maximum.reduce(x, axis=-1, keepdims=True)
+    e = np.subtract(x, np.maximum.reduce(x, axis=-1, keepdims=True), out=out)
     np.exp(e, out=e)  # in place: e is ours, and large attention stacks are memory-bound
     e /= row_sums(e)
     return e
@@ -157,6 +159,74 @@ def scaled_dot_product_attention(
     masked = None if mask is None else scores + mask
     weights = softmax(scores if masked is None else masked)
     return Attention(scores, masked, weights, weights @ V)
+
+
+SCORES_AT_ONCE = 1 << 22  # attention in blocks holds this many scores at once: 16 MiB of float32
+CAUSAL_ROWS = 256  # and, in a causal layer, at most this many queries a block
+
+
+def attention_in_blocks(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, scale: float = 1.0, *, causal: bool = False,
+    window: int | None = None, bias: Callable[[slice, slice], np.ndarray] | None = None,
+    cap: float | None = None, block: int | None = None,
+) -> np.ndarray:  # fmt: skip
+    """softmax(cap(Q·Kᵀ·scale + B) + M)·V of every head, its scores and weights never whole: a block
+    of query rows at a time. Q: (h, n_q, d_k), K: (G, n_k, d_k), V: (G, n_k, d_v) -> O: (h, n_q, d_v).
+
+    The same arithmetic as the pieces Scores … Weigh, in their order, with nothing kept: the scores
+    of a block live only until its weights have weighed V (softmax in place), so memory holds
+    ``block`` scores at a time (query rows × keys × the h/G query heads of one key/value head),
+    not h·n_q·n_k. ``causal`` (position i sees keys j ≤ i; only those past i − ``window`` with a
+    sliding window) computes each block against only the keys its rows see: about half of the
+    products Q·Kᵀ and A·V of a long prompt, and the band alone under a window. ``bias(rows, keys)``
+    gives B for those (h, rows, keys) (T5's relative positions); ``cap`` soft-caps the scores
+    (Gemma 2). The h/G query heads of a group meet their key/value head in one product each.
+    ``block``: the scores held at once, ``SCORES_AT_ONCE`` when None.
+    """
+    h, n_q, d_k = Q.shape
+    G, n_k, _ = K.shape
+    share = h // G  # the query heads that read one key/value head
+    O = np.empty((h, n_q, V.shape[-1]), dtype=np.result_type(Q, V))
+    rows_at_once = max(1, (block or SCORES_AT_ONCE) // (share * n_k))
+    if causal:  # the smaller the blocks, the more keys after their last query skipped: ~n_q·n_k/2 in all
+        rows_at_once = min(rows_at_once, CAUSAL_ROWS)
+    for first in range(0, n_q, rows_at_once):
+        rows = slice(first, min(first + rows_at_once, n_q))
+        keys = _keys_seen(rows, n_k, causal, window)
+        position = np.arange(rows.start, rows.stop)[:, None]  # causal: query i is position i
+        hidden = None
+        if causal:
+            key = np.arange(keys.start, keys.stop)
+            hidden = key > position
+            if window is not None:
+                hidden |= key <= position - window
+        B = None if bias is None else bias(rows, keys)
+        for g in range(G):
+            heads = slice(g * share, (g + 1) * share)
+            q = Q[heads, rows].reshape(-1, d_k)  # the group's heads' rows one above the other: one product
+            S = (q @ K[g, keys].T).reshape(share, -1, keys.stop - keys.start)
+            if scale != 1.0:
+                S *= scale  # a Python float keeps float32 float32
+            if B is not None:
+                S += B[heads]
+            if cap is not None:  # c·tanh(S / c), in place
+                S /= cap
+                np.tanh(S, out=S)
+                S *= cap
+            if hidden is not None:
+                np.copyto(S, -np.inf, where=hidden)  # S + M: M is −∞ there, 0 elsewhere
+            A = softmax(S, out=S)
+            O[heads, rows] = (A.reshape(-1, A.shape[-1]) @ V[g, keys]).reshape(share, -1, V.shape[-1])
+    return O
+
+
+def _keys_seen(rows: slice, n_k: int, causal: bool, window: int | None) -> slice:
+    """The keys any of the query ``rows`` sees: all, or causal up to the last row (and from the
+    first row's window on)."""
+    if not causal:
+        return slice(0, n_k)
+    start = 0 if window is None else max(0, rows.start - window + 1)
+    return slice(start, rows.stop)
 
 
 class Rotation(NamedTuple):
@@ -290,12 +360,13 @@ def relative_bias_backward(dB: np.ndarray, buckets: np.ndarray, num_buckets: int
     return d_table
 
 
-def group(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(h, n, d_k) queries over (G, m, d_k) keys and values -> (G, h/G, n, d_k) over (G, 1, m, d_k):
-    the h/G query heads of a group broadcast against their one key/value head, nothing copied."""
-    G = K.shape[0]
-    h, n, d_k = Q.shape
-    return Q.reshape(G, h // G, n, d_k), K[:, None], V[:, None]
+def group(x: np.ndarray, G: int) -> np.ndarray:
+    """(h, n, d) -> (G, h/G·n, d): the h/G query heads that read one key/value head, one above the
+    other, so that each group meets its keys or values (G, m, d) in one product (one BLAS call per
+    group, not a broadcast over heads, which NumPy multiplies a few times slower). A view when x
+    is contiguous."""
+    h, n, d = x.shape
+    return x.reshape(G, h // G * n, d)
 
 
 # The feed-forward's nonlinearity. Each takes the pre-activation and returns a new array.

@@ -44,14 +44,17 @@ from .weights import Weights
 
 
 class LayerStep(NamedTuple):
-    """What one layer's masked attention did at one step, per head (head first)."""
+    """What one layer's masked attention did at one step, per head (head first): for the last
+    token read, the one whose row chooses the next token. Step 0 reads the whole prompt, but keeps
+    its last query's row only: a 2,048-token prompt's every row would be heads × 2,048² weights a
+    layer, kept for the whole generation; the cache (K, V) is what later steps need."""
 
-    q: np.ndarray  # (h, new, d_k): the new tokens' queries (the prompt's at step 0, then one)
+    q: np.ndarray  # (h, 1, d_k): the last token's queries
     K: np.ndarray  # (G, cached, d_k): every key so far, the new ones last (G key/value heads)
     V: np.ndarray  # (G, cached, d_k): every value so far
-    scores: np.ndarray  # (h, new, cached): q·Kᵀ/√d_k (with the causal mask at step 0)
-    weights: np.ndarray  # (h, new, cached): softmax of the scores, each row sums to 1
-    cross: np.ndarray | None = None  # (h, new, source): the cross-attention's weights (encoder–decoder)
+    scores: np.ndarray  # (h, 1, cached): q·Kᵀ/√d_k (with the causal mask at step 0)
+    weights: np.ndarray  # (h, 1, cached): softmax of the scores, the row sums to 1
+    cross: np.ndarray | None = None  # (h, 1, source): the cross-attention's weights (encoder–decoder)
 
 
 class Route(NamedTuple):
@@ -261,7 +264,8 @@ class LayerCache(NamedTuple):
 
     def note(self, f: Flow) -> None:
         """Keep what the step's attention computed, for ``compare`` and for the learner to see."""
-        self.cache.seen[self.i] = LayerStep(f.Q, f.K, f.V, f.S if f.masked is None else f.masked, f.A)
+        scores = f.S if f.masked is None else f.masked
+        self.cache.seen[self.i] = LayerStep(last_row(f.Q), f.K, f.V, last_row(scores), last_row(f.A))
 
 
 class MemoryCache(NamedTuple):
@@ -281,7 +285,12 @@ class MemoryCache(NamedTuple):
         return kept
 
     def note(self, f: Flow) -> None:
-        self.cache.crossed[self.i] = f.A
+        self.cache.crossed[self.i] = last_row(f.A)
+
+
+def last_row(a: np.ndarray) -> np.ndarray:  # (heads, rows, n) -> (heads, 1, n)
+    """Each head's last row, copied: a view would hold the whole of ``a`` (the prompt's n × n)."""
+    return a[:, -1:].copy()
 
 
 def generate_cached(
@@ -387,7 +396,9 @@ def compare(
     config: Config, w: Weights, steps: Sequence[Step], source_ids: Sequence[int] | None = None
 ) -> Comparison:
     """Check that step t equals row n + t − 1 of one full forward pass over everything fed (and
-    the encoder's ``source_ids``, for an encoder–decoder model).
+    the encoder's ``source_ids``, for an encoder–decoder model): its queries and attention weights
+    (the last row of the prompt at step 0, all a step keeps), the keys and values of every row
+    cached so far, and the logits.
 
     The full pass (``model.run_forward``) attends with an n×n causal mask; the cached step
     attends over the cache with no mask. Returns the largest absolute differences; the full
@@ -403,7 +414,7 @@ def compare(
 
     logits = trace[stage_id(OUTPUT, "logits")]["logits"]
     for s in steps:
-        rows = list(s.positions)
+        rows = list(s.positions)[-1:]  # the row a step keeps: the last token read
         cached = s.cache_rows
         for i, layer in enumerate(s.layers):
             stage = trace[stage_id(DECODER, "masked-attention", i)]

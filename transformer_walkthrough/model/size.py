@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..config import MAX_BYTES, MAX_TABLES, tokenize
 from ..errors import ConfigError
 from .architecture import DECODER, ENCODER, MEMORY, Place, bottom, final_norm, head, layer, stacks
+from .functional import SCORES_AT_ONCE
 from .kinds import KINDS, Sizes, Spec
 from .trace import EVERYTHING, Keep
 
@@ -55,10 +56,10 @@ class Rows(NamedTuple):
     keys: int
 
 
-def recorded(place: Place, m: ModelConfig, sizes: Sizes, rows: Rows) -> list[Shape]:
+def recorded(place: Place, m: ModelConfig, sizes: Sizes, rows: Rows, head: int | None = None) -> list[Shape]:
     """The shapes of every matrix the stage records in a full pass: its parameters (attention's
     W_QKV and b_QKV as one block per head, as ``run`` shows them), its inputs, what it computes,
-    its output."""
+    its output; an attention stage's of one query head (and its key/value head) with ``head``."""
     n, d, v = rows.queries, m.d_model, sizes.vocab
     specs = KINDS[place.kind].params(m, sizes)
     params = [spec.shape for spec in specs.values()]
@@ -90,7 +91,7 @@ def recorded(place: Place, m: ModelConfig, sizes: Sizes, rows: Rows) -> list[Sha
     if kind == "probabilities":  # logits, probabilities
         return [(1 if flat else n, v)] * 2
     assert place.sublayer is not None and place.sublayer.keys is not None, kind  # attention
-    return _attention(place, m, specs, rows)
+    return _attention(place, m, specs, rows, head)
 
 
 def _experts(m: ModelConfig, n: int) -> list[Shape]:
@@ -110,27 +111,49 @@ def _experts(m: ModelConfig, n: int) -> list[Shape]:
     return [*shapes, (n, d)]
 
 
-def _attention(place: Place, m: ModelConfig, specs: dict[str, Spec], rows: Rows) -> list[Shape]:
+def _attention(
+    place: Place, m: ModelConfig, specs: dict[str, Spec], rows: Rows, head: int | None
+) -> list[Shape]:
     n, k, d, d_k = rows.queries, rows.keys, m.d_model, m.d_k
-    h, g = m.num_heads, m.kv_heads
+    h, g = (m.num_heads, m.kv_heads) if head is None else (1, 1)  # the heads recorded: every one, or one
     cross = place.sublayer is not None and place.sublayer.keys == MEMORY
     causal = place.sublayer is not None and place.sublayer.causal
     rotated = m.positional_encoding == "rotary" and not cross  # rotary turns a self-attention's Q and K
     biased = m.biases_positions and not cross  # T5: buckets, and each head's B and S + B
     blocks = [(d, d_k)] * (h + 2 * g) + ([(d_k,)] * (h + 2 * g) if "b_QKV" in specs else [])
     out = [spec.shape for name, spec in specs.items() if name not in ("W_QKV", "b_QKV")]
-    shapes = [*blocks, *out, (n, d), (n, h * d_k), (n, d)]  # …, X, concat, output
+    shapes = [*blocks, *out, (n, d), (n, m.num_heads * d_k), (n, d)]  # …, X, concat, output
     shapes += [(k, d)] if cross else []  # memory
     shapes += [(n, k)] if causal else []  # M
     shapes += [(n, d_k)] * 2 if rotated else []  # cos, sin
     shapes += [(n, k)] if biased else []  # buckets
-    normed, capped = bool(m.qk_norm), m.attention_softcap is not None  # norm_Q, norm_K; cap_S
-    per_query = (
-        [(n, d_k), (n, k), (n, k), (n, d_k)] + [(n, k)] * (causal + capped) + [(n, d_k)] * (rotated + normed)
-    )  # Q S A O (and S+M, cap_S; rot_Q, norm_Q)
-    per_query += [(n, k)] * 2 * biased  # B, S + B
-    per_key = [(k, d_k)] * (2 + rotated + normed)  # K, V (and rot_K, norm_K)
-    return shapes + per_query * h + per_key * g
+    per_key = [(k, d_k)] * (2 + rotated + bool(m.qk_norm))  # K, V (and rot_K, norm_K)
+    return shapes + (_per_query(m, rows, place) + _scored(m, rows, place)) * h + per_key * g
+
+
+def _per_query(m: ModelConfig, rows: Rows, place: Place) -> list[Shape]:
+    """A query head's matrices of d_k columns: Q and O (and rot_Q, norm_Q)."""
+    cross = place.sublayer is not None and place.sublayer.keys == MEMORY
+    rotated = m.positional_encoding == "rotary" and not cross
+    return [(rows.queries, m.d_k)] * (2 + rotated + bool(m.qk_norm))
+
+
+def _scored(m: ModelConfig, rows: Rows, place: Place) -> list[Shape]:
+    """A query head's matrices of a column per key: S and A (and S+M, cap_S, B and S+B): what
+    attention in blocks never holds whole (``functional.attention_in_blocks``)."""
+    assert place.sublayer is not None
+    cross = place.sublayer.keys == MEMORY
+    biased = m.biases_positions and not cross
+    many = 2 + place.sublayer.causal + (m.attention_softcap is not None) + 2 * biased
+    return [(rows.queries, rows.keys)] * many
+
+
+def _in_blocks(m: ModelConfig, place: Place, numbers: int, rows: Rows) -> int:
+    """The numbers an attention stage that nothing keeps holds as it is computed, of the ``numbers``
+    it would record: not every head's scores and weights, only the block of them that attention
+    in blocks holds at once (``functional.SCORES_AT_ONCE``)."""
+    scored = sum(math.prod(s) for s in _scored(m, rows, place)) * m.num_heads
+    return numbers - scored + min(scored, SCORES_AT_ONCE)
 
 
 def _kinds_of_layer(side: str, m: ModelConfig) -> list[tuple[int, int]]:
@@ -151,14 +174,17 @@ def _kinds_of_layer(side: str, m: ModelConfig) -> list[tuple[int, int]]:
 def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int, keep: Keep = EVERYTHING) -> Size:
     """The numbers and matrices of one traced forward pass of ``source`` encoder tokens and
     ``target`` decoder tokens, with a ``vocabulary`` of that many pieces (each side's table, the
-    output layer's columns), as ``keep`` keeps it: the numbers of the stages kept, plus the
-    largest stage streamed (held while it is shown, then dropped); the tables of both."""
+    output layer's columns), as ``keep`` keeps it: the numbers of the stages kept (of one head
+    with ``keep.head``), plus the largest stage streamed (held while it is shown, then dropped);
+    the tables of both."""
     chosen = keep.ids(m)
     numbers = tables = largest = 0
-    for place, shapes, times in _stages(m, source, target, vocabulary):
+    sizes = _sizes(m, source, target, vocabulary)
+    for place, rows, times in _places(m, source, target):
         read = times if chosen is None else _kept_times(place, m, chosen)
         if not read:
             continue
+        shapes = recorded(place, m, sizes, rows, keep.head)
         stage = sum(math.prod(s) for s in shapes)
         numbers += 0 if keep.stream is not None else read * stage
         tables += read * len(shapes)
@@ -169,28 +195,39 @@ def trace_size(m: ModelConfig, source: int, target: int, vocabulary: int, keep: 
 def largest_computed(
     m: ModelConfig, source: int, target: int, vocabulary: int, keep: Keep = EVERYTHING
 ) -> int:
-    """The numbers of the largest stage the pass computes before it stops (``trace.Keep``): its
-    arrays are held while it is computed, kept or not. The pass stops after the last stage kept,
-    so the top (the last stack's final norm, the output layer) counts only when one of its stages
-    is kept, or every stage is."""
+    """The numbers of the largest stage the pass computes and does not keep before it stops
+    (``trace.Keep``): its arrays are held while it is computed, then dropped (a stage kept holds
+    what is counted as kept); an attention stage holds only a block of its scores at a time
+    (``_in_blocks``). The pass stops after the last stage kept, so the top (the last stack's
+    final norm, the output layer) counts only when one of its stages is kept."""
     chosen = keep.ids(m)
+    if chosen is None:  # every stage is kept (or streamed, and counted so)
+        return 0
     ends = {p.id for p in (*final_norm(stacks(m)[-1], m), *head(m))}
-    whole = chosen is None or bool(ends & chosen)
-    return max(
-        sum(math.prod(s) for s in shapes)
-        for place, shapes, _ in _stages(m, source, target, vocabulary)
-        if whole or place.id not in ends
-    )
+    whole = bool(ends & chosen)
+    sizes = _sizes(m, source, target, vocabulary)
+    largest = 0
+    for place, rows, times in _places(m, source, target):
+        if (not whole and place.id in ends) or _kept_times(place, m, chosen) == times:
+            continue  # never computed, or kept in every layer
+        numbers = sum(math.prod(s) for s in recorded(place, m, sizes, rows))
+        if place.sublayer is not None and place.sublayer.keys is not None:
+            numbers = _in_blocks(m, place, numbers, rows)
+        largest = max(largest, numbers)
+    return largest
 
 
-def _stages(
-    m: ModelConfig, source: int, target: int, vocabulary: int
-) -> list[tuple[Place, list[Shape], int]]:
-    """Each stage of the walk, the shapes it records, and how many times it comes (a layer's
+def _sizes(m: ModelConfig, source: int, target: int, vocabulary: int) -> Sizes:
+    """The sizes of the parameters that depend on the input: the vocabulary, the output layer's rows."""
+    top = {ENCODER: source, DECODER: target}[stacks(m)[-1]]
+    return Sizes(vocabulary, m.d_model * (top if m.output_head == "flatten" else 1))
+
+
+def _places(m: ModelConfig, source: int, target: int) -> list[tuple[Place, Rows, int]]:
+    """Each stage of the walk, the rows of its matrices, and how many times it comes (a layer's
     stages once, times the layers: every layer records the same shapes)."""
     tokens = {ENCODER: source, DECODER: target}
     top = tokens[stacks(m)[-1]]
-    sizes = Sizes(vocabulary, m.d_model * (top if m.output_head == "flatten" else 1))
     counted: list[tuple[Place, Rows, int]] = []
     for side in stacks(m):
         n = tokens[side]
@@ -200,7 +237,7 @@ def _stages(
                 keys = source if block.sublayer.keys == MEMORY else n
                 counted += [(p, Rows(n, keys), layers) for p in block.places]
     counted += [(p, Rows(top, top), 1) for p in head(m)]
-    return [(place, recorded(place, m, sizes, rows), times) for place, rows, times in counted]
+    return counted
 
 
 def _kept_times(place: Place, m: ModelConfig, kept: frozenset[str]) -> int:
@@ -231,6 +268,90 @@ def labelled_rows(m: ModelConfig) -> int:
         for name, spec in KINDS[place.kind].params(m, sizes).items()
         if name in LABELLED
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# What a pass beyond the trace keeps: the cached generation, the backward.
+# ---------------------------------------------------------------------------------------------
+
+
+class Held(NamedTuple):
+    """A part of what a command keeps while it runs: what it is, how it is counted, its numbers."""
+
+    what: str
+    how: str  # the product it is counted by, in the model's own sizes
+    numbers: int
+
+
+def generation_kept(
+    m: ModelConfig, source: int, prompt: int, new: int, vocabulary: int, compare: bool = False
+) -> list[Held]:
+    """What ``generate`` keeps, generating ``new`` tokens after ``prompt`` (after ``source``
+    encoder tokens): the key/value cache, every layer's K and V for every position fed (the last
+    token chosen is never fed); the encoder's keys and values each cross-attention projects once;
+    each step's distribution (probabilities and logits) and each layer's attention row for the
+    token read last (``generation.LayerStep``: step 0 keeps the prompt's last row, not its
+    n × n); while the prompt is read, its largest stage; with ``compare``, one full pass's every
+    stage (``generation.compare``)."""
+    layers, g, h, d_k = m.num_decoder_layers, m.kv_heads, m.num_heads, m.d_k
+    fed = prompt + new - 1
+    parts = [
+        Held(
+            "the key/value cache",
+            f"{layers:,} layers × 2 (K and V) × {g:,} key/value heads × {d_k:,} × {fed:,} positions",
+            layers * 2 * g * d_k * fed,
+        )
+    ]
+    if source:
+        parts.append(
+            Held(
+                "the source's keys and values",
+                f"{layers:,} layers × 2 × {g:,} key/value heads × {d_k:,} × {source:,} source tokens",
+                layers * 2 * g * d_k * source,
+            )
+        )
+    row = 2 * vocabulary + layers * h * (d_k + 2 * fed + source)  # at most: its row over every key
+    parts.append(
+        Held(
+            "each step's distribution and attention rows",
+            f"{new:,} steps × (2 × {vocabulary:,} + {layers:,} layers × {h:,} heads × "
+            f"({d_k:,} + 2 × {fed:,}{f' + {source:,}' if source else ''}))",
+            new * row,
+        )
+    )
+    parts.append(
+        Held("the prompt's pass", "its largest stage", largest_computed(m, source, prompt, vocabulary))
+    )
+    if compare:
+        full = trace_size(m, source, fed, vocabulary).numbers
+        parts.append(Held("--compare's full pass", f"every stage of {fed:,} tokens", full))
+    return parts
+
+
+def backward_kept(m: ModelConfig, source: int, target: int, vocabulary: int, parameters: int) -> list[Held]:
+    """What a backward pass keeps (``backprop.backward``): every stage of the forward pass, which
+    it reads top to bottom; dL/d of every one of their matrices, as many numbers again; and dL/d
+    of each of the model's ``parameters`` numbers."""
+    trace = trace_size(m, source, target, vocabulary).numbers
+    tokens = f"{source:,} + {target:,} tokens" if source and target else f"{source + target:,} tokens"
+    return [
+        Held("the forward pass", f"every stage of {tokens}", trace),
+        Held("its gradients", "dL/d of every matrix of every stage", trace),
+        Held("the parameters' gradients", f"dL/d of {parameters:,} parameters", parameters),
+    ]
+
+
+def held_message(parts: list[Held], itemsize: int) -> str:
+    """What is kept, part by part, and the whole: "the key/value cache, 2 layers × … = 29.0 KiB; …"."""
+    return "; ".join(f"{p.what}, {p.how} = {amount(p.numbers * itemsize)}" for p in parts)
+
+
+def amount(size: int) -> str:
+    """A number of bytes as a reader takes it in: KiB, MiB or GiB, one decimal."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if size >= scale:
+            return f"{size / scale:,.1f} {unit}"
+    return f"{size / 2**10:,.1f} KiB"
 
 
 def check_config(config: Config) -> None:
@@ -281,6 +402,6 @@ def check_config(config: Config) -> None:
 
 
 __all__ = [
-    "LABEL_BYTES", "Rows", "Size", "check_config", "labelled_rows", "largest_computed", "recorded",
-    "trace_size",
+    "LABEL_BYTES", "Held", "Rows", "Size", "amount", "backward_kept", "check_config", "generation_kept",
+    "held_message", "labelled_rows", "largest_computed", "recorded", "trace_size",
 ]  # fmt: skip

@@ -142,6 +142,9 @@ class Stage:
     # Whether its matrices are kept (``Keep``): a stage the policy drops records its sources and
     # the name of its output, nothing else, and its kind may skip the work only shown.
     records: bool = field(default=True, repr=False, compare=False)
+    # The one query head whose matrices an attention stage records (``Keep.head``, ``--head``); the
+    # others' outputs are computed without their scores. None: every head's.
+    only_head: int | None = field(default=None, repr=False, compare=False)
 
     def __repr__(self) -> str:
         first = itertools.islice(self.matrices.items(), 8)
@@ -312,28 +315,40 @@ class Keep:
 
     choose: Callable[[ModelConfig], Iterable[str]] | None = None
     stream: Streamed | None = None
+    # One query head (from 1): the attention stages read record its matrices alone, and compute
+    # the others' outputs without holding their scores (``--head``). None: every head's.
+    head: int | None = None
 
     @classmethod
-    def stages(cls, names: Sequence[str] = (), layer: int | None = None) -> Keep:
+    def stages(cls, names: Sequence[str] = (), layer: int | None = None, head: int | None = None) -> Keep:
         """The stages named by kind or id (all if none: no choice), of ``layer`` when given, as
-        ``Trace.select`` chooses them: an unknown name or layer is refused before the pass."""
+        ``Trace.select`` chooses them, their attention of ``head`` alone when given: an unknown
+        name, layer or head is refused before the pass."""
         if not names and layer is None:
-            return cls()
+            return cls(head=head)
         return cls(
             lambda m: choose(
                 [(p.id, p.kind, p.layer) for p in walk(m)], [kind_named(n, m) for n in names], layer
-            )
+            ),
+            head=head,
         )
 
     @property
     def everything(self) -> bool:
-        """Whether every stage stays: no choice made and nothing streamed."""
-        return self.choose is None and self.stream is None
+        """Whether every stage stays whole: no choice made, nothing streamed, every head."""
+        return self.choose is None and self.stream is None and self.head is None
 
     def ids(self, m: ModelConfig) -> frozenset[str] | None:
-        """The ids of the stages read (``choose`` checks them against the walk of Figure 1), kept
-        or streamed; None: every stage."""
-        return None if self.choose is None else frozenset(self.choose(m))
+        """The ids of the stages read (``choose`` checks them against the walk of Figure 1, and
+        ``head`` against the model's heads), kept or streamed; None: every stage."""
+        chosen = None if self.choose is None else frozenset(self.choose(m))
+        if self.head is not None:
+            if not 1 <= self.head <= m.num_heads:
+                raise StageError(f"--head: this model has heads 1 to {m.num_heads}, got {self.head}")
+            attention = {p.id for p in walk(m) if p.sublayer is not None and p.sublayer.keys is not None}
+            if chosen is not None and not chosen & attention:
+                raise StageError(f"--head {self.head}: none of the stages chosen has heads (attention has)")
+        return chosen
 
 
 EVERYTHING = Keep()
@@ -439,7 +454,8 @@ class Trace:
         records = self._chosen is None or stage_id in self._chosen
         title = stage_title(stage_id, title or kind)
         new = Stage(stage_id, kind, title, explanation, formula, declared=dict(inputs),
-                    owner=weakref.ref(self), records=records)  # fmt: skip
+                    owner=weakref.ref(self), records=records,
+                    only_head=self.keep.head if records else None)  # fmt: skip
         self.stages[stage_id] = new
         self._open = new
         return new
@@ -581,6 +597,7 @@ class _NullStage:
     formula = ""
     cache = None
     records = False
+    only_head = None
 
     def __init__(self, stage_id: str, kind: str) -> None:
         self.id, self.kind, self.params = stage_id, kind, {}

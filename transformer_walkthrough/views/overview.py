@@ -364,8 +364,9 @@ figure.att:target figcaption { display: block; margin: 0 0 .6rem; font-weight: 6
 figure.att:target .close { display: inline-block; float: right; font-weight: normal; }
 figure.att:target ol.links { display: block; }
 ol.links { display: none; columns: 2; font: 12px/1.5 ui-monospace, monospace; margin: .8rem 0 0; }
-img.att-img { width: 96px; height: 96px; image-rendering: pixelated; }
-figure.att:target img.att-img { width: min(80vh, 90vw); height: auto; }
+img.att-img { width: 96px; height: 96px; }
+figure.att:target img.att-img { width: var(--w); height: var(--h); max-width: none;
+  image-rendering: pixelated; }
 figure.att .said { display: none; }
 figure.att:target .said { display: block; color: var(--muted); font-weight: normal; }
 @media print { figure.att:target { position: static; box-shadow: none; }
@@ -381,12 +382,14 @@ def _anchor(stage: Stage, head: int) -> str:
 
 
 def _heatmap(stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None) -> str:
-    """One head's weights as a table of shaded cells (the report's ``g0`` … ``g20``), its labels and
-    numbers there for the enlarged view only; its strongest links below."""
+    """One head's weights as a table of shaded cells (the report's ``g0`` … ``g20``), each row on
+    its own scale (``row_shades``), its labels and numbers there for the enlarged view only; its
+    strongest links below."""
     e = html.escape
     A = m.values
     rows, cols = kept(A.shape[0]), kept(A.shape[1])
     best = strongest(A)
+    shades = row_shades(A, np.zeros(A.shape, bool) if hidden is None else hidden, STEPS)
     heads = "".join("<th>…</th>" if j < 0 else f"<th>{e(m.cols[j])}</th>" for j in cols)
     body = []
     for i in rows:
@@ -400,9 +403,7 @@ def _heatmap(stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None) -> s
             elif hidden is not None and hidden[i, j]:
                 cells.append('<td class="mk">·</td>')
             else:
-                w = float(A[i, j])
-                shade = round(min(max(w, 0.0), 1.0) * STEPS) if math.isfinite(w) else 0
-                cells.append(f'<td class="g{shade}">{w:.2f}</td>')
+                cells.append(f'<td class="g{shades[i, j]}">{float(A[i, j]):.2f}</td>')
         body.append(f"<tr><th>{e(m.rows[i])}</th>{''.join(cells)}</tr>")
     links = "".join(
         f"<li>{e(m.rows[i])} → {e(m.cols[best[i]])} {A[i, best[i]]:.2f}</li>" for i in range(A.shape[0])
@@ -418,24 +419,35 @@ def _heatmap(stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None) -> s
     )
 
 
-# A head longer than BLOCKS_FROM tokens is drawn as a picture (``png``): each pixel a block of
-# f × f weights (their mean), f as small as the report's budget of pixels allows, every head alike.
-IMAGE_PIXELS = 8_000_000  # of all the heads' pictures together: at most about 11 MB in the report
-IMAGE_SIDE = 512  # pixels: the most a head's picture has a side, whatever the budget
+# A head longer than BLOCKS_FROM tokens is drawn as a picture (``png``), every head of a report
+# alike: at full resolution, a pixel a weight, when every head's n × n pixels fit the report's
+# budget; past it downsampled, each pixel the mean of a block of f × f weights, f as small as the
+# budget allows, and the enlarged head gives the command that writes its every weight.
+IMAGE_PIXELS = 3_500_000  # that show a weight, of all the heads' pictures: about 4 MB of the report
+LEVELS = 254  # a picture's shades: index k is k/254 of its row's largest weight; 255 a masked block
 MASKED_GREY = (0xE4, 0xE7, 0xEE)  # the colour of a masked block (the tables' ``td.mk``)
+ENLARGED = 768  # px: about the side of an enlarged picture, each weight an integer number of pixels
 
 
-def block_side(n: int, heads: int) -> int:
+def block_side(n: int, heads: int, causal: int = 0) -> int:
     """The f of the f × f weights each pixel of a head of ``n`` tokens stands for, when a report
-    draws ``heads`` heads within ``IMAGE_PIXELS``: 1 when n × n pixels fit."""
-    side = max(1, min(IMAGE_SIDE, math.isqrt(IMAGE_PIXELS // max(1, heads))))
-    return -(-n // side)  # ceil(n / side)
+    draws ``heads`` heads, ``causal`` of them under a causal mask, within ``IMAGE_PIXELS`` pixels
+    that show a weight (a masked block, the same grey throughout, compresses to almost nothing):
+    1, full resolution, when every head's n × n fits; else the smallest f whose pictures fit."""
+
+    def shown(side: int) -> int:  # pixels that show a weight: a causal head's triangle, side(side+1)/2
+        return heads * side * side - causal * side * (side - 1) // 2
+
+    f = 1
+    while f < n and shown(-(-n // f)) > IMAGE_PIXELS:
+        f += 1
+    return f
 
 
 def block_means(A: np.ndarray, hidden: np.ndarray | None, f: int) -> tuple[np.ndarray, np.ndarray]:
     """``A`` (n_q, n_k) in blocks of f × f consecutive weights (the last row and column of blocks
     fewer when f does not divide n): each block's mean, the masked weights counted as the 0 they
-    are; and whether the mask hides the whole block."""
+    are; and whether the mask hides the whole block. With f = 1, ``A`` itself and ``hidden``."""
     rows, cols = np.arange(0, A.shape[0], f), np.arange(0, A.shape[1], f)
 
     def summed(values: np.ndarray) -> np.ndarray:
@@ -447,20 +459,37 @@ def block_means(A: np.ndarray, hidden: np.ndarray | None, f: int) -> tuple[np.nd
     return means, shut
 
 
+def row_shades(values: np.ndarray, shut: np.ndarray, levels: int) -> np.ndarray:  # (h, w) -> (h, w) ints
+    """Each row shaded on its own scale: ``levels`` × value / the row's largest visible value,
+    rounded (0 where the row has none above 0, or the value is not finite): a near-uniform row of
+    2,048 weights of about 0.0005 still shows which keys it favours."""
+    seen = np.where(np.isfinite(values) & ~shut, values, 0.0).clip(min=0.0)
+    peak = seen.max(axis=1, keepdims=True)
+    return np.rint(levels * np.divide(seen, peak, out=np.zeros_like(seen), where=peak > 0)).astype(np.int64)
+
+
 def head_picture(A: np.ndarray, hidden: np.ndarray | None, f: int) -> bytes:
-    """A head's weights as a PNG: each pixel the mean of a block of f × f (``block_means``),
-    shaded as the report shades a weight (``g0`` … ``g20``), a block the mask hides grey."""
+    """A head's weights as a PNG of 8-bit palette indices: each pixel a weight (f = 1) or the mean
+    of a block of f × f (``block_means``), shaded on its row's own scale in ``LEVELS`` + 1 greens
+    (``row_shades``), a block the mask hides grey (index 255)."""
     from .png import png
 
     means, shut = block_means(A, hidden, f)
-    shades = np.where(np.isfinite(means), np.rint(np.clip(means, 0, 1) * STEPS), 0).astype(np.uint8)
-    palette = [sequential(k / STEPS) for k in range(STEPS + 1)] + [MASKED_GREY]
-    return png(np.where(shut, STEPS + 1, shades), palette)
+    palette = [sequential(k / LEVELS) for k in range(LEVELS + 1)] + [MASKED_GREY]
+    return png(np.where(shut, LEVELS + 1, row_shades(means, shut, LEVELS)).astype(np.uint8), palette)
+
+
+def every_weight(stage: Stage, m: Matrix) -> str:
+    """The command that writes every weight of one head (with the options that make the trace
+    again, said once above the grid): ``export --stage --head`` keeps that head's matrices alone."""
+    return f"walkthrough export head.npz -s {stage.id} --head {m.head}"
 
 
 def _picture(stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None, f: int) -> str:
-    """One long head as a picture (``head_picture``) in the grid; enlarged by a click (CSS
-    ``:target``), with what a pixel stands for and each block of queries' strongest key."""
+    """One long head as a picture (``head_picture``) in the grid, enlarged by a click (CSS
+    ``:target``): at full resolution when it is (a pixel a weight, or a square of pixels when the
+    head is short), else the downsampled picture, saying by how much and the command that writes
+    every weight; with each block of queries' strongest key."""
     import base64
 
     e = html.escape
@@ -468,12 +497,20 @@ def _picture(stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None, f: i
     n_q, n_k = A.shape
     data = base64.b64encode(head_picture(A, hidden, f)).decode("ascii")
     h, w = -(-n_q // f), -(-n_k // f)
-    said = (
-        f"{n_q:,} × {n_k:,} shown as {h:,} × {w:,}, each pixel the mean of {f} × {f} weights"
-        + (" (the last row and column fewer)" if n_q % f or n_k % f else "")
-        if f > 1
-        else f"{n_q:,} × {n_k:,}, a pixel a weight"
-    )
+    zoom = max(1, ENLARGED // max(h, w))  # screen pixels a side of each pixel when enlarged
+    if f == 1:
+        said = f"{n_q:,} × {n_k:,} at full resolution: a pixel a weight" + (
+            f", drawn {zoom} × {zoom} screen pixels" if zoom > 1 else ""
+        )
+    else:
+        said = (
+            f"downsampled {f} × {f}: {n_q:,} × {n_k:,} shown as {h:,} × {w:,}, each pixel the mean of "
+            f"{f} × {f} weights" + (" (the last row and column fewer)" if n_q % f or n_k % f else "")
+        )
+    every = ""
+    if f > 1:
+        every = f"; every weight: <code>{e(every_weight(stage, m))}</code> with the options above the grid "
+        every += f"writes this head's matrices, its weights as <code>{e(stage.id)}/{e(name)}</code>"
     cut = blocks(A, hidden)
     links = []
     for q in cut.queries:
@@ -483,12 +520,12 @@ def _picture(stage: Stage, name: str, m: Matrix, hidden: np.ndarray | None, f: i
     anchor = _anchor(stage, m.head or 0)
     return (
         f'<figure class="att" id="{e(anchor)}"><figcaption>{e(stage.title)} · head {m.head} ({e(name)}) '
-        f'<code>{e(stage.id)}</code> <span class="said">{said}; every weight: <code>walkthrough export '
-        f"head.npz -s {e(stage.id)}</code></span>"
+        f'<code>{e(stage.id)}</code> <span class="said">{said}, each row on its own scale{every}</span>'
         f'<a class="close" href="#attention">close ✕</a></figcaption>'
         f'<a href="#{e(anchor)}" title="{e(stage.id)} · head {m.head} ({e(name)}): {said}; click to enlarge">'
-        f'<img class="att-img" width="{w}" height="{h}" alt="{e(name)}: {said}" '
-        f'src="data:image/png;base64,{data}"></a><ol class="links">{"".join(links)}</ol></figure>'
+        f'<img class="att-img" width="{w}" height="{h}" style="--w: {w * zoom}px; --h: {h * zoom}px" '
+        f'decoding="async" alt="{e(name)}: {said}" src="data:image/png;base64,{data}"></a>'
+        f'<ol class="links">{"".join(links)}</ol></figure>'
     )
 
 
@@ -510,23 +547,39 @@ def attention_row(stage: Stage, f: int = 1) -> tuple[int, str]:
     return len(heads), f"<tr><th>{e(stage.id)}<small>{e(what)}</small></th>{cells}</tr>"
 
 
-def attention_section(rows: Sequence[tuple[int, str]]) -> str:
+def attention_section(rows: Sequence[tuple[int, str]], f: int = 1, rerun: str = "") -> str:
     """The "Attention" section of the HTML report from its rows (``attention_row``, one per
     attention stage): a column per head, each a small heatmap that one click (a link to its own
     id: CSS ``:target``) enlarges, with its labels, its numbers and every row's strongest link; no
-    script."""
+    script. ``f``: the side of the blocks a long head's picture is drawn in (1: full resolution);
+    ``rerun``: the options that make the trace again, for the command that writes every weight."""
     if not rows:
         return ""
+    e = html.escape
     most = max(count for count, _ in rows)
     heads = "".join(f"<th>head {h}</th>" for h in range(1, most + 1))
+    pictures = (
+        f"longer than {BLOCKS_FROM}, each head is a picture, each row of it on its own scale too (in "
+        f"{LEVELS + 1} shades), and each block of queries' strongest key: "
+        + (
+            "at full resolution (a pixel a weight), every head's picture within the report's budget of "
+            f"{IMAGE_PIXELS:,} pixels that show a weight"
+            if f == 1
+            else f"past the report's budget of {IMAGE_PIXELS:,} pixels that show a weight, downsampled "
+            f"{f} × {f} (each pixel "
+            "the mean of a block of weights, the masked ones counted as the 0 they are); enlarged, a head "
+            "gives the command that writes its every weight to an .npz file"
+            + (f", with these options: <code>{e(rerun)}</code>" if rerun else "")
+        )
+    )
     return (
         '<section id="attention"><h2>Attention, every layer and head<code>walkthrough attention</code></h2>'
-        "<p>Each head's attention weights A: rows the queries, columns the keys, shaded from 0 (white) to 1 "
-        "(green) on the fixed scale of every attention weight; a key the mask hides is grey. Click (or focus "
-        f"and press Enter on) a head to enlarge it, with its tokens, its weights and each query's strongest "
-        f"link; longer than {MAX_TOKENS} tokens, the first and last {HALF} queries and keys are shown, and "
-        f"longer than {BLOCKS_FROM}, each head is a picture of the mean weights of blocks of queries and "
-        "keys, its links each block of queries' strongest key, as it says when enlarged.</p>"
+        "<p>Each head's attention weights A: rows the queries, columns the keys, each row shaded on its own "
+        "scale, from 0 (white) to the row's largest weight (deep green), so that a flat row of small "
+        "weights still shows which keys it favours, as <code>walkthrough attention</code> does; a key the "
+        "mask hides is grey. Click (or focus and press Enter on) a head to enlarge it, with its tokens, its "
+        f"weights and each query's strongest link; longer than {MAX_TOKENS} tokens, the first and last "
+        f"{HALF} queries and keys are shown, and {pictures}.</p>"
         f'<div class="att-wrap"><table class="att-grid"><thead><tr><th></th>{heads}</tr></thead>'
         f"<tbody>{''.join(row for _, row in rows)}</tbody></table></div></section>"
     )

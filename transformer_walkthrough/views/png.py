@@ -1,10 +1,10 @@
 """A matrix as a PNG image, written with zlib from NumPy (no imaging library): the HTML report
-draws each attention head as one, downsampled to a bound when it is larger.
+draws each attention head as one, at full resolution while its budget allows, else downsampled.
 
 The image is a palette image (PNG colour type 3): each pixel one byte, an index into a table of
-colours, the report's shades of a weight from 0 (white) to 1 (green) and a grey for the keys the
-mask hides. A long head is drawn in blocks (``overview.blocks``): each pixel the mean weight of
-its block, as the terminal's view draws it.
+colours, the report's greens of a weight on its row's scale (``overview.head_picture``) and a grey
+for the keys the mask hides. A downsampled head is drawn in blocks (``overview.block_means``):
+each pixel the mean weight of its block.
 """
 
 from __future__ import annotations

@@ -65,7 +65,8 @@ class Sections:
         # every head of a long prompt drawn at one scale, all of them within the report's budget
         places = [p for p in walk(m) if p.kind.endswith("attention")]
         tokens = max(len(trace.source_tokens), len(trace.target_tokens), 1)
-        self.f = block_side(tokens, len(places) * m.num_heads)
+        causal = [p for p in places if p.sublayer is not None and p.sublayer.causal]
+        self.f = block_side(tokens, len(places) * m.num_heads, len(causal) * m.num_heads)
 
     def see(self, stage: Stage) -> None:
         """Take from ``stage``, as it is written, what the closing sections read of it."""
@@ -96,7 +97,8 @@ class Sections:
         if lens is not None:
             sections.append(("lens", "Logit lens", lens_section(self.trace, lens, precision, full, rerun)))
         if self.rows:
-            sections.append(("attention", "Attention, every layer and head", attention_section(self.rows)))
+            overview = attention_section(self.rows, self.f, rerun)
+            sections.append(("attention", "Attention, every layer and head", overview))
         return sections
 
     @staticmethod

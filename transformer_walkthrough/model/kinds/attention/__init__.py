@@ -23,17 +23,19 @@ before (``turned_from``), both found by the recipe's order, not by spelling.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ... import functional as F
 from ...formula import Formula
 from ...trace import MASK, Stage, dims
 from ..base import Arrays, Grads, Kind, Sizes, Spec
 from ..hand import Check, gap, mm
 from .flow import At, Back, ByHand, Flow, Piece, columns, kv_head, readers
-from .pieces import PIECES, attended, recipe
+from .pieces import PIECES, RELATIVE_BIAS, SCORES, WEIGH, attended, recipe, scale
 
 if TYPE_CHECKING:
     from ....config import ModelConfig
@@ -47,16 +49,61 @@ if TYPE_CHECKING:
 
 
 def attention(m: ModelConfig, x: np.ndarray, p: Arrays, memory: np.ndarray | None = None,
-              mask: np.ndarray | None = None, cache: Any = None, layer: int | None = None) -> Flow:  # fmt: skip
+              mask: np.ndarray | None = None, cache: Any = None, layer: int | None = None,
+              heads: Sequence[int] | None = None) -> Flow:  # fmt: skip
     """Multi-head attention as a pure function: the recipe's pieces run in turn on x (queries) and
     memory (keys and values; x itself when None), with the parameters ``p`` by local name (W_QKV,
-    W_O, …). Returns everything the pieces computed (``Flow``); nothing is recorded."""
+    W_O, …). Returns everything the pieces computed (``Flow``); nothing is recorded.
+
+    ``heads`` are the query heads whose scores and weights are made whole: every head's (None; what
+    a recorded stage shows and its backward reads), none (``()``: a stage nothing keeps) or one
+    (``(h,)``: ``--head``). Short of every head, the output of each comes from the scores of a
+    block of queries at a time (``functional.attention_in_blocks``): n_q × n_k × h numbers are
+    never held at once, and a causal layer multiplies only the keys each block sees."""
     f = Flow(
         m, x, x if memory is None else memory, p, mask, cache, 0 if cache is None else cache.cache.rows, layer
     )
-    for piece in recipe(m, At(memory is not None, mask is not None)):
+    pieces = recipe(m, At(memory is not None, mask is not None))
+    if heads is None:
+        for piece in pieces:
+            piece.forward(f)
+        return f
+    if cache is not None:
+        raise ValueError("a cached step makes every head's scores: its cache notes them")
+    scored, weighed = pieces.index(SCORES), pieces.index(WEIGH)
+    for piece in pieces[:scored]:  # Q, K and V: n × d numbers, made whole
+        piece.forward(f)
+    if heads:
+        (h,) = heads
+        _one_head(f, h, pieces[scored:weighed])
+    f.O = _in_blocks(f, pieces)
+    for piece in pieces[weighed + 1 :]:  # concat, W_O
         piece.forward(f)
     return f
+
+
+def _one_head(f: Flow, h: int, scored: Sequence[Piece]) -> None:
+    """Query head h's scores and weights into ``f`` ((1, n_q, n_k) each), made by the same pieces as
+    every head's, from its queries and its key/value head's keys and values."""
+    g = kv_head(f.m, h)
+    p = dict(f.p)
+    if "R" in p:  # T5's table of biases: a column per head
+        p["R"] = p["R"][:, h - 1 : h]
+    one = dataclasses.replace(f, Q=f.Q[h - 1 : h], K=f.K[g - 1 : g], V=f.V[g - 1 : g], p=p, kept={})
+    for piece in scored:
+        piece.forward(one)
+    f.S, f.B, f.biased, f.masked, f.A, f.one = one.S, one.B, one.biased, one.masked, one.A, h
+    f.kept |= one.kept  # the scores as made (a soft cap makes its own), T5's buckets
+
+
+def _in_blocks(f: Flow, pieces: Sequence[Piece]) -> np.ndarray:
+    """Every head's output O = A·V, (h, n_q, d_k), from the scores of a block of queries at a time,
+    under the config's pieces: the scale, T5's bias, the soft cap, the causal mask (and its window)."""
+    m = f.m
+    return F.attention_in_blocks(
+        f.Q, f.K, f.V, scale(m), causal=f.causal, window=m.window(f.layer) if f.causal else None,
+        bias=RELATIVE_BIAS.bias(f) if RELATIVE_BIAS in pieces else None, cap=m.attention_softcap,
+    )  # fmt: skip
 
 
 def attention_grads(f: Flow, d_output: np.ndarray) -> Back:
@@ -80,10 +127,13 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
     """
     pieces = recipe(m, At(memory is not None, mask is not None))
     p = {local: w.take(stage, local) for piece in pieces for local in piece.params(m)}
-    f = attention(m, x, p, memory, mask, cache, layer)
+    if not stage.records and cache is None:  # nothing is kept: no head's scores made whole
+        return attention(m, x, p, memory, mask, layer=layer, heads=()).output
+    one = stage.only_head
+    f = attention(m, x, p, memory, mask, cache, layer, None if one is None else (one,))
     if cache is not None:
         cache.note(f)
-    if not stage.records:  # nothing is kept: skip the per-head views, made only to be shown
+    if not stage.records:  # a cached step kept by nothing: skip the per-head views, made only to be shown
         return f.output
     kv_tokens = q_tokens if memory is None else kv_tokens
     stage.cache = f  # what the backward pass reads again
@@ -94,10 +144,11 @@ def attend(stage: Stage, w: Weights, x: np.ndarray, q_tokens: tuple[str, ...], m
         stage.rec("M", mask, q_tokens, kv_tokens, MASK)
     for piece in pieces:
         piece.record_before(stage, f, q_tokens, kv_tokens)
-    # Query head by query head; a key/value head where its first reader is (every head, ungrouped).
-    for h in range(1, m.num_heads + 1):
+    # Query head by query head; a key/value head where its first reader is (every head, ungrouped),
+    # or beside the one head kept.
+    for h in range(1, m.num_heads + 1) if one is None else (one,):
         g = kv_head(m, h)
-        first = h == readers(m, g)[0]
+        first = h == readers(m, g)[0] or one is not None
         for piece in pieces:
             piece.record(stage, f, h, g, first, q_tokens, kv_tokens)
     for piece in pieces:

@@ -107,6 +107,9 @@ class Flow:
     made: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     # Each piece's own intermediates for its backward, by the piece's name (the rotary tables).
     kept: dict[str, Any] = field(default_factory=dict, repr=False)
+    # The one query head whose scores and weights were made (``--head``: S, A, … are (1, n_q, n_k),
+    # every head's output made in blocks); None: every head's.
+    one: int | None = None
 
     @property
     def self_attention(self) -> bool:
@@ -117,6 +120,14 @@ class Flow:
         """Whether each query sees only itself and the keys before it: the decoder's masked
         attention, which has a mask, or, one token at a time, a key/value cache instead of one."""
         return self.mask is not None or (self.cache is not None and self.self_attention)
+
+    def of_head(self, x: np.ndarray, h: int) -> np.ndarray:
+        """Query head h's matrix of scores or weights x (S, A, …): x[h − 1], or the only one."""
+        if self.one is None:
+            return x[h - 1]
+        if h != self.one:
+            raise ValueError(f"the flow made the scores of head {self.one} alone, not of head {h}")
+        return x[0]
 
     @property
     def scored(self) -> np.ndarray:

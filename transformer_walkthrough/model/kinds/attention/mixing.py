@@ -62,7 +62,7 @@ class Softcap(Piece):
         f.S = F.softcap(f.S, f.m.attention_softcap)
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
-        stage.rec("cap_S", f.S[h - 1], q, kv, head=h)
+        stage.rec("cap_S", f.of_head(f.S, h), q, kv, head=h)
 
     def backward(self, f: Flow, d: Back) -> None:
         d.per_head["cap_S"] = d.S
@@ -129,7 +129,7 @@ class Mask(Piece):
         f.masked = f.scored + f.mask
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
-        stage.rec("S+M", f.masked[h - 1], q, kv, head=h)
+        stage.rec("S+M", f.of_head(f.masked, h), q, kv, head=h)
 
     def backward(self, f: Flow, d: Back) -> None:
         d.per_head["S+M"] = d.S  # S + M: the same gradient as S
@@ -197,7 +197,7 @@ class Softmax(Piece):
         f.A = F.softmax(f.scored if f.masked is None else f.masked)
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
-        stage.rec("A", f.A[h - 1], q, kv, ATTENTION, head=h)
+        stage.rec("A", f.of_head(f.A, h), q, kv, ATTENTION, head=h)
 
     def backward(self, f: Flow, d: Back) -> None:
         d.per_head["A"] = d.A
@@ -241,9 +241,10 @@ class Weigh(Piece):
     groups: ClassVar[Mapping[str, str]] = {"O": "attention"}
 
     def forward(self, f: Flow) -> None:
-        h, G = f.Q.shape[0], f.K.shape[0]
-        A = f.A.reshape(G, h // G, *f.A.shape[1:])
-        f.O = (A @ f.V[:, None]).reshape(h, f.A.shape[1], -1)
+        h, n_q, _ = f.A.shape
+        f.O = (F.group(f.A, f.V.shape[0]) @ f.V).reshape(
+            h, n_q, -1
+        )  # a group's query heads, its one value head
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
         d_k = f.m.d_k  # the same numbers as concat's block, kept once: in concat

@@ -586,14 +586,14 @@ class Scores(Piece):
     def forward(self, f: Flow) -> None:
         if f.cache is not None and f.self_attention:  # the new keys join the cache turned at their positions
             f.K, f.V = f.cache.extend(f.K, f.V)
-        Q, K, _ = F.group(f.Q, f.K, f.V)  # the h/G query heads of a group against their one key head
-        S = Q @ np.swapaxes(K, -1, -2)
+        h, n_q, _ = f.Q.shape
+        S = F.group(f.Q, f.K.shape[0]) @ np.swapaxes(f.K, -1, -2)  # a group's query heads, its one key head
         if f.m.score_divisor is not None:
             S *= scale(f.m)  # a Python float keeps float32 float32
-        f.S = f.kept[self.name] = S.reshape(-1, *S.shape[2:])  # kept: a soft cap turns f.S into its own
+        f.S = f.kept[self.name] = S.reshape(h, n_q, -1)  # kept: a soft cap turns f.S into its own
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
-        stage.rec("S", f.kept[self.name][h - 1], q, kv, head=h)
+        stage.rec("S", f.of_head(f.kept[self.name], h), q, kv, head=h)
 
     def backward(self, f: Flow, d: Back) -> None:
         d.per_head["S"] = d.S
@@ -683,7 +683,9 @@ SOFTCAP, MASKING, SOFTMAX, WEIGH, CONCAT, PROJECT_OUT = (
     ProjectOut(),
 )
 
-# Every piece of attention, in computing order; a recipe is the ones the config selects.
+# Every piece of attention, in computing order; a recipe is the ones the config selects. Those from
+# SCORES up to WEIGH hold n_q × n_k numbers a head: ``functional.attention_in_blocks`` does their
+# arithmetic a block of queries at a time when a stage keeps no head's (or one head's) matrices.
 PIECES: tuple[Piece, ...] = (
     PROJECT, QK_NORM, ROTATE, SCORES, RELATIVE_BIAS, SOFTCAP, MASKING, SOFTMAX, WEIGH, CONCAT, PROJECT_OUT,
 )  # fmt: skip

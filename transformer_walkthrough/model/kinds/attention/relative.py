@@ -4,7 +4,7 @@ project to scores, are in ``pieces``; what follows them in ``mixing``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -75,14 +75,23 @@ class RelativeBias(Piece):
         )
 
     def forward(self, f: Flow) -> None:
-        m = f.m
         n_q, n_k = f.S.shape[-2:]
-        queries = np.arange(f.start, f.start + n_q)  # a cached step's new token is at start
-        buckets = F.relative_buckets(queries, np.arange(n_k), not f.causal, m.relative_buckets,
-                                     m.relative_max_distance)  # fmt: skip
-        f.kept[self.name] = buckets
+        buckets = f.kept[self.name] = self.buckets(f, slice(0, n_q), slice(0, n_k))
         f.B = F.relative_bias(f.p["R"], buckets)
         f.biased = f.S + f.B
+
+    @staticmethod
+    def buckets(f: Flow, rows: slice, keys: slice) -> np.ndarray:
+        """The bucket of each pair of the query ``rows`` and the ``keys``: (rows, keys) ints."""
+        m, start = f.m, f.start  # a cached step's new token is at start
+        queries = np.arange(start + rows.start, start + rows.stop)
+        return F.relative_buckets(queries, np.arange(keys.start, keys.stop), not f.causal, m.relative_buckets,
+                                  m.relative_max_distance)  # fmt: skip
+
+    def bias(self, f: Flow) -> Callable[[slice, slice], np.ndarray]:
+        """B of the query rows and keys asked for, (h, rows, keys): attention in blocks reads it a
+        block at a time (``functional.attention_in_blocks``), never whole."""
+        return lambda rows, keys: F.relative_bias(f.p["R"], self.buckets(f, rows, keys))
 
     def record_before(self, stage: Stage, f: Flow, q: Labels, kv: Labels) -> None:
         m = f.m
@@ -91,8 +100,8 @@ class RelativeBias(Piece):
         stage.rec("buckets", f.kept[self.name].astype(f.x.dtype), q, kv, CONSTANT)
 
     def record(self, stage: Stage, f: Flow, h: int, g: int, first: bool, q: Labels, kv: Labels) -> None:
-        stage.rec("B", f.B[h - 1], q, kv, head=h)
-        stage.rec("S+B", f.biased[h - 1], q, kv, head=h)
+        stage.rec("B", f.of_head(f.B, h), q, kv, head=h)
+        stage.rec("S+B", f.of_head(f.biased, h), q, kv, head=h)
 
     def backward(self, f: Flow, d: Back) -> None:
         d.per_head |= {"S+B": d.S, "B": d.S}  # S + B: S and B get the same gradient
