@@ -72,7 +72,7 @@ def end_ids(value: Any, path: Path) -> int | tuple[int, ...] | None:
 def rope(raw: dict[str, Any], config: dict[str, Any], path: Path, name: str | None = None) -> dict[str, Any]:
     """The rotary parameters as transformers 5 standardises them (``convert_rope_params_to_dict``):
     ``rope_scaling`` (older files) or ``rope_parameters``, its ``type`` or ``rope_type`` (default
-    "default"), its ``rope_theta`` or the top-level one (default 10,000); llama3's
+    "default"), its ``rope_theta`` or the top-level one (default: the family's, or 10,000); llama3's
     ``original_max_position_embeddings`` defaults to max_position_embeddings. ``name``: the key a
     refusal names, when not the file's own (Gemma 3's ``rope_parameters.full_attention``)."""
     parameters = raw.get("rope_parameters")  # [] or false: transformers refuses them (rope_scaling's: none)
@@ -94,7 +94,7 @@ def rope(raw: dict[str, Any], config: dict[str, Any], path: Path, name: str | No
                 f"{path}: partial_rotary_factor is not 1: only whole heads are rotated here"
             )
     found["rope_type"] = kind
-    found["rope_theta"] = found.get("rope_theta", raw.get("rope_theta", 10000.0))
+    found["rope_theta"] = found.get("rope_theta", config.get("rope_theta", 10000.0))  # defaults filled in
     if number(found["rope_theta"], "rope_theta", path) <= 1:
         raise CheckpointError(f"{path}: rope_theta is {shown(found['rope_theta'])}, not more than 1")
     if kind in ("linear", "llama3"):

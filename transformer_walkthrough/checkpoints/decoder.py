@@ -32,7 +32,18 @@ from .bpe import BPETokenizer
 from .budget import Budget, out_of_memory
 from .config_keys import boolean, end_ids, number, positive_int, token_id
 from .errors import CheckpointError
-from .family import Block, Family, Param, Tensor, check_finite, convert, find, first_tensor, with_defaults
+from .family import (
+    Block,
+    Family,
+    Param,
+    Tensor,
+    check_finite,
+    convert,
+    find,
+    first_tensor,
+    refuse_nulls,
+    with_defaults,
+)
 from .jsonfile import MAX_CONFIG_BYTES, read_json, shown
 from .tensors import Taker, check_experts, check_layers, float_dtype, read_config_json, read_weights
 
@@ -114,11 +125,18 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "pad_token_id": None,
 }  # fmt: skip
 # The keys whose null means something (no head_dim given: derived; no window; no cap); any other
-# key's null falls back to the family's default.
+# key's null falls back to the family's default, but where transformers refuses it (``NOT_NULL``
+# and each record's ``not_null``).
 KEEP_NONE = (
     "num_key_value_heads", "head_dim", "eos_token_id", "bos_token_id", "pad_token_id", "sliding_window",
     "layer_types",  # Gemma 2 and 3: null, the pattern of sliding_window_pattern
     "attn_logit_softcapping", "final_logit_softcapping",  # null: no cap
+)  # fmt: skip
+
+# The keys whose null every family's transformers config refuses: each wants a number or true/false.
+NOT_NULL = (
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
 )  # fmt: skip
 
 # A family module's own reading of config.json (the family's defaults filled in, and the file as it
@@ -188,6 +206,7 @@ def read_config(folder: Path, families: Sequence[Family]) -> tuple[dict[str, Any
             f"{path}: model_type is {shown(family)}; this converter reads "
             f"{', '.join(f.model_type for f in families)}"
         )
+    refuse_nulls(record, raw, path)
     config = with_defaults(record, raw, KEEP_NONE)
     config["family"] = record
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",

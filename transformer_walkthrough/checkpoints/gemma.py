@@ -1,4 +1,5 @@
-"""Gemma, Gemma 2, Gemma 3 and OLMo 2's tensors in our terms: the name maps of their decoder layers.
+"""Gemma, Gemma 2, Gemma 3 and OLMo 2: Llama's layer (``decoder.py``) under conventions of their own,
+their name maps, and what they read of config.json their own way.
 
 Gemma is Llama's layer with Gemma's conventions: an RMSNorm whose weight is stored as its offset
 from 1 (``norm: rmsnorm-plus-one``), embeddings scaled by √d_model in the model's dtype
@@ -28,7 +29,7 @@ import numpy as np
 
 from ..model.architecture import DECODER
 from .config_keys import number, rope, rope_keys
-from .decoder import COMMON_DEFAULTS, LlamaCheckpoint, activation, load
+from .decoder import COMMON_DEFAULTS, NOT_NULL, LlamaCheckpoint, activation, load
 from .errors import CheckpointError
 from .family import Block, Param, Tensor
 from .jsonfile import shown
@@ -243,6 +244,7 @@ GEMMA = dataclasses.replace(
         "bos_token_id": 2, "pad_token_id": 0, "tie_word_embeddings": True, "sliding_window": None,
     },
     conventions={"norm": "rmsnorm-plus-one", "scale_embeddings": True}, load=load_gemma,
+    not_null=(*NOT_NULL, "hidden_act", "head_dim", "num_key_value_heads", "attention_bias"),
 )  # fmt: skip
 # Gemma 2: Gemma's layer with a norm on both sides of each sublayer, sliding and full layers
 # alternating, the scores divided by √query_pre_attn_scalar and soft-capped at 50, the logits at 30
@@ -258,6 +260,8 @@ GEMMA2 = dataclasses.replace(
     GEMMA, model_type="gemma2", name="Gemma 2", transformers="Gemma2ForCausalLM", name_map=GEMMA2_MAP,
     defaults=_GEMMA2_DEFAULTS,
     conventions={"norm": "rmsnorm-plus-one", "scale_embeddings": True, "norm_placement": "both"},
+    not_null=(*NOT_NULL, "hidden_activation", "head_dim", "num_key_value_heads", "attention_bias",
+              "query_pre_attn_scalar"),
 )  # fmt: skip
 # Gemma 3 (text: Gemma3ForCausalLM, 270M and 1B): Gemma 2's layer with each head's queries and keys
 # normed, five sliding layers to a full one, two rotary bases, no soft caps (Gemma3TextConfig).
@@ -279,5 +283,6 @@ OLMO2 = dataclasses.replace(
         "rms_norm_eps": 1e-5, "sliding_window": None,
     },
     conventions={"norm_placement": "output", "qk_norm": "whole"}, load=load_gemma,
+    not_null=(*NOT_NULL, "hidden_act", "head_dim", "attention_bias"),  # head_dim: None ** -0.5
 )  # fmt: skip
 FAMILIES = (GEMMA, GEMMA2, GEMMA3_TEXT, OLMO2)  # one module of transformers each

@@ -29,7 +29,16 @@ import numpy as np
 
 from .bpe import BPETokenizer
 from .config_keys import rope, rope_keys
-from .decoder import COMMON_DEFAULTS, NAME_MAP, SIZE_KEYS, LlamaCheckpoint, activation, load, sizes
+from .decoder import (
+    COMMON_DEFAULTS,
+    NAME_MAP,
+    NOT_NULL,
+    SIZE_KEYS,
+    LlamaCheckpoint,
+    activation,
+    load,
+    sizes,
+)
 from .errors import CheckpointError
 from .family import Family
 from .jsonfile import shown
@@ -121,6 +130,7 @@ LLAMA = Family(
         "max_position_embeddings": 2048, "eos_token_id": 2, "bos_token_id": 1, "sliding_window": None,
     },
     name_map=NAME_MAP, sizes=sizes, size_keys=SIZE_KEYS, load=load_llama,
+    not_null=(*NOT_NULL, "hidden_act", "attention_bias", "mlp_bias"),
 )  # fmt: skip
 MISTRAL = dataclasses.replace(
     LLAMA, model_type="mistral", name="Mistral", transformers="MistralForCausalLM",
@@ -129,6 +139,7 @@ MISTRAL = dataclasses.replace(
         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
         "max_position_embeddings": 4096 * 32, "eos_token_id": 2, "bos_token_id": 1, "sliding_window": 4096,
     },
+    not_null=(*NOT_NULL, "hidden_act", "num_key_value_heads"),
 )  # fmt: skip
 QWEN2 = dataclasses.replace(
     LLAMA, model_type="qwen2", name="Qwen2", transformers="Qwen2ForCausalLM",
@@ -137,6 +148,7 @@ QWEN2 = dataclasses.replace(
         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
         "max_position_embeddings": 32768, "eos_token_id": None, "bos_token_id": None, "sliding_window": None,
     },
+    not_null=(*NOT_NULL, "hidden_act", "use_sliding_window", "head_dim"),  # head_dim: None ** -0.5
 )  # fmt: skip
 # Qwen3: Qwen2 with an RMSNorm of each head's queries and keys (q_norm, k_norm), a head_dim of its
 # own (128 when config.json does not say), and no Q/K/V biases unless attention_bias (then O's too).
@@ -144,5 +156,6 @@ QWEN3 = dataclasses.replace(
     LLAMA, model_type="qwen3", name="Qwen3", transformers="Qwen3ForCausalLM",
     defaults={**QWEN2.defaults, "head_dim": 128, "sliding_window": 4096},
     conventions={"qk_norm": "head"},
+    not_null=(*NOT_NULL, "hidden_act", "use_sliding_window", "head_dim", "attention_bias"),
 )  # fmt: skip
 FAMILIES = (LLAMA, MISTRAL, QWEN2, QWEN3)  # one module of transformers each

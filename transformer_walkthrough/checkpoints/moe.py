@@ -36,6 +36,7 @@ from .decoder import (
     COMMON_DEFAULTS,
     FEED_FORWARD_ROWS,
     NAME_MAP,
+    NOT_NULL,
     LlamaCheckpoint,
     activation,
     experts_key,
@@ -176,14 +177,21 @@ def expert_keys(config: dict[str, Any], path: Path) -> dict[str, Any]:
             "sparse_step": config["decoder_sparse_step"], "dense_layers": tuple(dense_layers)}  # fmt: skip
 
 
+# The experts' keys whose null transformers refuses: the count (Mixtral's num_local_experts; Qwen's
+# and OLMoE's num_experts, of which transformers 5 makes num_local_experts an alias), k, the loss's
+# weight; and Qwen's widths and pattern of sparse layers.
+EXPERT_KEYS = ("num_experts_per_tok", "router_aux_loss_coef")
+COUNT_KEYS = ("num_experts", "num_local_experts")
+QWEN_EXPERT_KEYS = (*COUNT_KEYS, "moe_intermediate_size", "decoder_sparse_step", "norm_topk_prob")
 # Mixtral: Mistral's attention, a mixture of experts in every layer (transformers 5's MixtralConfig).
 MIXTRAL = dataclasses.replace(
     LLAMA, model_type="mixtral", name="Mixtral", transformers="MixtralForCausalLM",
     defaults={
         **MISTRAL.defaults, "sliding_window": None, "num_local_experts": 8, "num_experts_per_tok": 2,
-        "router_aux_loss_coef": 0.001,
+        "router_aux_loss_coef": 0.001, "rope_theta": 1_000_000.0,  # MixtralConfig.default_theta
     },
     name_map=MIXTRAL_MAP, load=load_moe,
+    not_null=(*NOT_NULL, "hidden_act", "num_key_value_heads", "num_local_experts", *EXPERT_KEYS),
 )  # fmt: skip
 _QWEN_MOE_DEFAULTS = {
     **QWEN2.defaults, "decoder_sparse_step": 1, "num_experts_per_tok": 4, "num_experts": 60,
@@ -196,6 +204,8 @@ QWEN2_MOE = dataclasses.replace(
     defaults={**_QWEN_MOE_DEFAULTS, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
               "qkv_bias": True, "intermediate_size": 5632},
     name_map=QWEN_MOE_MAP,
+    not_null=(*NOT_NULL, "hidden_act", "use_sliding_window", "head_dim", *EXPERT_KEYS, *QWEN_EXPERT_KEYS,
+              "shared_expert_intermediate_size", "qkv_bias"),
 )  # fmt: skip
 # Qwen3-MoE: Qwen3's attention (QK-norm), 128 experts, 8 a token, no shared expert.
 QWEN3_MOE = dataclasses.replace(
@@ -203,6 +213,8 @@ QWEN3_MOE = dataclasses.replace(
     defaults={**_QWEN_MOE_DEFAULTS, "num_key_value_heads": 4, "moe_intermediate_size": 768,
               "num_experts_per_tok": 8, "num_experts": 128, "intermediate_size": 6144},
     name_map=QWEN_MOE_MAP, conventions={"qk_norm": "head"},
+    not_null=(*NOT_NULL, "hidden_act", "use_sliding_window", "head_dim", "num_key_value_heads",
+              "attention_bias", *EXPERT_KEYS, *QWEN_EXPERT_KEYS),
 )  # fmt: skip
 # OLMoE: QK-norm over the whole projections, 64 experts, 8 a token, their probabilities as they are.
 OLMOE = dataclasses.replace(
@@ -215,5 +227,7 @@ OLMOE = dataclasses.replace(
         "num_experts": 64, "router_aux_loss_coef": 0.01, "norm_topk_prob": False,
     },
     name_map=OLMOE_MAP, conventions={"qk_norm": "whole"},
+    not_null=(*NOT_NULL, "hidden_act", "head_dim", "attention_bias", *EXPERT_KEYS, *COUNT_KEYS,
+              "norm_topk_prob"),
 )  # fmt: skip
 FAMILIES = (MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE)  # one module of transformers each
