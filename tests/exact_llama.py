@@ -19,14 +19,14 @@ import pytest
 import torch
 from transformers import modeling_rope_utils
 
-from transformer_walkthrough.checkpoints.llama import FAMILIES
+from transformer_walkthrough.checkpoints import llama, moe
 
 # Each family's modeling module, by the prefix of its classes (LlamaRMSNorm, Qwen2RotaryEmbedding).
 MODULES = {
     f.transformers.removesuffix("ForCausalLM"): importlib.import_module(
         f"transformers.models.{f.model_type}.modeling_{f.model_type}"
     )
-    for f in FAMILIES
+    for f in (*llama.FAMILIES, *moe.FAMILIES)
 }
 
 

@@ -29,9 +29,9 @@ from tests.shards import sharded_copy
 from tests.tiny_gemma import MODELS
 from tests.tiny_llama import PROMPTS
 from transformer_walkthrough.checkpoints.checkpoint import load_checkpoint
+from transformer_walkthrough.checkpoints.decoder import EMBEDDING
 from transformer_walkthrough.checkpoints.errors import CheckpointError
 from transformer_walkthrough.checkpoints.family import invert
-from transformer_walkthrough.checkpoints.llama import EMBEDDING
 from transformer_walkthrough.checkpoints.run import continue_prompt, load, walk_prompt
 from transformer_walkthrough.model.generation import compare, generated_ids
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
+from transformer_walkthrough.checkpoints.decoder import sizes
 from transformer_walkthrough.checkpoints.family import convert, map_rows, model_keys
-from transformer_walkthrough.checkpoints.llama import sizes
 from transformer_walkthrough.checkpoints.tensors import Taker
 from transformer_walkthrough.compare.gemma import gemma_map, gemma_with
 from transformer_walkthrough.config import Config, load_config

@@ -22,9 +22,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
+from transformer_walkthrough.checkpoints.decoder import sizes
 from transformer_walkthrough.checkpoints.family import convert, map_rows, model_keys
 from transformer_walkthrough.checkpoints.gemma import GEMMA2_MAP, GEMMA_MAP
-from transformer_walkthrough.checkpoints.llama import sizes
 from transformer_walkthrough.checkpoints.tensors import Taker
 from transformer_walkthrough.compare.gemma import gemma_with
 from transformer_walkthrough.compare.verify import recompute

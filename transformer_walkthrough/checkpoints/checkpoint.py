@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import bert, gpt2, llama, marian, t5
+from . import bert, gemma, gpt2, llama, marian, moe, t5
 from .errors import CheckpointError
 from .family import Family, find
 from .hub import expanded, resolve
@@ -53,7 +53,8 @@ class Checkpoint(Protocol):
 # Every family this project converts, each a record of its own module (a new model_type: a new
 # record there). The order is the one messages list them in.
 FAMILIES: tuple[Family, ...] = (
-    *marian.FAMILIES, *gpt2.FAMILIES, *llama.READ, *bert.FAMILIES, *t5.FAMILIES,
+    *marian.FAMILIES, *gpt2.FAMILIES, *llama.FAMILIES, *moe.FAMILIES, *gemma.FAMILIES, *bert.FAMILIES,
+    *t5.FAMILIES,
 )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ import numpy as np
 from ..config import sparse_layer
 from ..model.architecture import stage_id
 from .errors import CheckpointError
+from .jsonfile import shown
 from .tensors import Taker, transpose_into
 
 Switch = Callable[[Mapping[str, Any]], bool]  # the model's keys -> whether an optional row is there
@@ -148,6 +149,9 @@ class Family:
     # config.json's key of the longest input (``max_positions``), which a too-long text is told;
     # None where positions are relative and nothing bounds the input (T5)
     context_key: str | None = field(default="max_position_embeddings", kw_only=True)
+    # config.json's keys whose null transformers refuses (its config class wants a value, or its model
+    # fails on None): refused by the converter too, naming the key (``refuse_nulls``)
+    not_null: tuple[str, ...] = field(default=(), kw_only=True)
 
     @property
     def encoder_decoder(self) -> bool:
@@ -284,8 +288,21 @@ def check_finite(weights: Mapping[str, np.ndarray], where: str) -> None:
 
 def with_defaults(family: Family, raw: Mapping[str, Any], keep_none: Sequence[str] = ()) -> dict[str, Any]:
     """config.json over the family's defaults; a null value falls back to its default, except for
-    the keys of ``keep_none``, where null means something (no head_dim given: derived)."""
+    the keys of ``keep_none``, where null means something (no head_dim given: derived). Those of
+    ``family.not_null`` are refused first (``refuse_nulls``)."""
     return {**family.defaults, **{k: v for k, v in raw.items() if v is not None or k in keep_none}}
+
+
+def refuse_nulls(family: Family, raw: Mapping[str, Any], path: Path) -> None:
+    """Refuse a null in config.json where transformers refuses it (``family.not_null``), naming the
+    key and what leaving it out would mean: a null there is a broken file, not the default."""
+    for key in family.not_null:
+        if key in raw and raw[key] is None:
+            default = family.defaults.get(key)
+            instead = (
+                f"leave it out for {family.name}'s {shown(default)}" if default is not None else "give it"
+            )
+            raise CheckpointError(f"{path}: {key} is null, which transformers refuses ({instead})")
 
 
 def find(families: Sequence[Family], model_type: Any) -> Family | None:

@@ -29,8 +29,8 @@ def gemma_with(config: Config, w: Weights, dtype: Any) -> Any:
     import torch
     import transformers
 
+    from ..checkpoints.decoder import sizes
     from ..checkpoints.family import invert, map_rows, model_keys
-    from ..checkpoints.llama import sizes
 
     m = config.model
     three = m.norm_placement == "both" and m.qk_norm == "head"
