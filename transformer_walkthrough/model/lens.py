@@ -109,7 +109,9 @@ class Lens(NamedTuple):
     vocabulary: tuple[str, ...]
     expected: tuple[int | None, ...]  # per position, the id of the token that really belongs there
     residual: np.ndarray  # (layers, n, d_model): x_N, as recorded
-    read: np.ndarray | None  # (layers, n, d_model): Top(x_N), what W reads; None with nothing on top
+    # (layers, n, d_model): Top(x_N), what W reads; None with nothing on top, and in a top-k lens
+    # (as large as ``residual`` again; ``explain_lens`` runs the top again on the cell it explains)
+    read: np.ndarray | None
     logits: np.ndarray | None  # (layers, n, vocab); None: only the top tokens were kept
     probabilities: np.ndarray | None  # (layers, n, vocab); None: only the top tokens were kept
     best: np.ndarray  # (layers, n, k): each cell's most likely tokens, most likely first (``top``)
@@ -300,7 +302,7 @@ def _through_top(
     expected_rank = np.where(known, ranks, 0)[:, None]
     whole = top is None
     return (
-        ran[LOGITS]["X"], ran[LOGITS]["logits"] if whole else None, p if whole else None, best,
+        *((ran[LOGITS]["X"], ran[LOGITS]["logits"], p) if whole else (None, None, None)), best,
         np.take_along_axis(p, best, axis=-1), expected_p, expected_rank,
     )  # fmt: skip
 

@@ -410,7 +410,7 @@ def explain_lens(
     lines.append("  x = " + c.sum_of([c.f(v) for v in x.tolist()]).replace(" + ", ", "))
     out = top[lens.output]
     y, W = out["X"][position], out["W"]
-    if lens.read is None:
+    if lens.norm is None and lens.transform is None:  # nothing on top of the stack
         lines.append(
             "2. nothing on top: this model's last layer feeds the output layer directly (no final norm), "
             "so x itself is projected"
@@ -432,7 +432,7 @@ def explain_lens(
     )
     logit = Cell(out, "logits", position, t, digits, all_terms)
     b = " + b" if "b" in out else ""
-    which = "x" if lens.read is None else "y"
+    which = "x" if lens.norm is None and lens.transform is None else "y"
     intro = f"3. logit = {which}·W[:, {word}]{b}: column {t} ({word}) of {lens.output}'s W{tied}"
     lines += linear(logit, intro, y, W[:, t], "b")
     row = out["logits"][position]
