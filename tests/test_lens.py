@@ -234,7 +234,7 @@ def test_explain_a_bert_lens_cell_goes_through_the_transform_with_its_own_number
     assert "BERT's transform (output.transform) of X = x: dense layer, activation, norm" in text
     # the transform's column j, by hand: the dense sum, GELU's Φ, the norm: the values it prints are these
     top = trace["output.transform"]
-    x = lens.residual[layer, position]
+    x = lens.residual[layer][position]
     j = int(re.search(r"y\[(\d+)\], the largest term", text)[1])
     dense = float(x @ top["W_dense"][:, j] + top["b_dense"][0, j])
     assert f"+ b_dense[{j}] " in text and text.count(f"= {dense:.6f}".replace("-", "−")) >= 1
@@ -546,7 +546,7 @@ def test_explain_with_a_final_norm_and_the_transform_writes_out_every_row_it_rea
     assert "LayerNorm(X), X = x, with the gamma and beta of encoder.final-norm" in text
     assert "BERT's transform (output.transform) of X = the final norm's output" in text
     m = trace.config.model
-    normed = _norm_by_hand(lens.residual[0, 2:3].astype(np.float64), trace["encoder.final-norm"], m)
+    normed = _norm_by_hand(lens.residual[0][2:3].astype(np.float64), trace["encoder.final-norm"], m)
     # every number the transform's dense layer then reads, each to 6 decimals or more
     shown = next(line for line in lines if re.fullmatch(r"    output = [−\d., ]+", line))
     printed = [float(n) for n in re.findall(r"-?\d+\.\d+", shown.replace("−", "-"))]

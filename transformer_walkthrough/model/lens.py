@@ -108,7 +108,7 @@ class Lens(NamedTuple):
     ids: tuple[int, ...]  # the token read at each position (its embedding row)
     vocabulary: tuple[str, ...]
     expected: tuple[int | None, ...]  # per position, the id of the token that really belongs there
-    residual: np.ndarray  # (layers, n, d_model): x_N, as recorded
+    residual: tuple[np.ndarray, ...]  # per layer (n, d_model): x_N, the trace's own (not copied)
     # (layers, n, d_model): Top(x_N), what W reads; None with nothing on top, and in a top-k lens
     # (as large as ``residual`` again; ``explain_lens`` runs the top again on the cell it explains)
     read: np.ndarray | None
@@ -247,12 +247,12 @@ def logit_lens(trace: Trace, top: int | None = None, weights: Weights | None = N
     stages = layer_outputs(m, side)
     if not stages:
         raise WalkthroughError(f"the logit lens reads the {side}'s layers, and this model has none")
-    residual = np.stack([trace[s][trace[s].output] for s in stages])  # (layers, n, d)
-    layers, n, _ = residual.shape
+    residual = tuple(trace[s][trace[s].output] for s in stages)  # per layer (n, d): not copied
+    layers, (n, _) = len(residual), residual[0].shape
     tokens = trace.source_tokens if side == ENCODER else trace.target_tokens
     vocabulary = trace.vocabulary_of(OUTPUT)
     expected = expected_tokens(trace)
-    cell = len(vocabulary) * residual.itemsize
+    cell = len(vocabulary) * residual[0].itemsize
     if top is None and 2 * layers * n * cell > MAX_BYTES:
         raise WalkthroughError(
             f"the whole logit lens, {layers} layers × {n} positions × {len(vocabulary):,} tokens, would need "
@@ -261,13 +261,14 @@ def logit_lens(trace: Trace, top: int | None = None, weights: Weights | None = N
         )
     norm = stage_id(side, "final-norm") if m.has_final_norm else None
     transform = TRANSFORM if m.output_transform else None
-    # Rows (layer N, position i) at N·n + i, through the top a chunk at a time: all at once for the
-    # whole lens, about CHUNK bytes of logits each for a top-k one.
-    flat = residual.reshape(layers * n, -1)
-    rows = layers * n if top is None else max(1, CHUNK // (3 * cell))
+    # Each layer's positions through the top a chunk at a time: all at once for the whole lens,
+    # about CHUNK bytes of logits each for a top-k one; row N·n + i of each part joined: layer N,
+    # position i.
+    rows = n if top is None else max(1, CHUNK // (3 * cell))
     parts = [
-        _through_top(trace, flat, range(r, min(r + rows, layers * n)), tokens, expected, top, weights)
-        for r in range(0, layers * n, rows)
+        _through_top(trace, x, range(i, min(i + rows, n)), tokens, expected, top, weights)
+        for x in residual
+        for i in range(0, n, rows)
     ]
     read, logits, probabilities, best, best_p, expected_p, expected_rank = (
         None if parts[0][k] is None else np.concatenate([p[k] for p in parts]).reshape(layers, n, -1)
@@ -282,18 +283,17 @@ def logit_lens(trace: Trace, top: int | None = None, weights: Weights | None = N
 
 
 def _through_top(
-    trace: Trace, flat: np.ndarray, rows: range, tokens: tuple[str, ...], expected: tuple[int | None, ...],
+    trace: Trace, x: np.ndarray, rows: range, tokens: tuple[str, ...], expected: tuple[int | None, ...],
     top: int | None, weights: Weights | None,
 ) -> tuple[np.ndarray | None, ...]:  # fmt: skip
-    """Some rows of the layers' outputs (row N·n + i: layer N, position i) through the top
-    (``run_top``): what W read, the logits and probabilities (None with ``top``), each row's ``top``
-    (or ``TOP``) most likely tokens and their probabilities, the expected token's probability and rank."""
-    n = len(tokens)
-    ran = run_top(trace, flat[rows.start : rows.stop], tuple(tokens[r % n] for r in rows), weights)
+    """Some positions ``rows`` of one layer's output ``x`` (n, d_model) through the top (``run_top``):
+    what W read, the logits and probabilities (None with ``top``), each row's ``top`` (or ``TOP``)
+    most likely tokens and their probabilities, the expected token's probability and rank."""
+    ran = run_top(trace, x[rows.start : rows.stop], tuple(tokens[r] for r in rows), weights)
     p = ran[PROBABILITIES]["probabilities"]
     best = top_tokens(p, min(top or TOP, p.shape[1]))
     # The expected token's probability and rank (``rank_of``) in every row at once; -1: none
-    wanted = np.array([-1 if expected[r % n] is None else expected[r % n] for r in rows])
+    wanted = np.array([-1 if expected[r] is None else expected[r] for r in rows])
     known = wanted >= 0
     at = np.take_along_axis(p, np.maximum(wanted, 0)[:, None], axis=1)
     before = np.arange(p.shape[1]) < wanted[:, None]  # the ids below it: they come first among ties

@@ -406,7 +406,7 @@ def explain_lens(
         f"1. x = the output of {lens.stages[layer]}, row {position} ({after}): the residual stream after "
         f"layer {layer} ({m.d_model} numbers)",
     ]
-    x = lens.residual[layer, position]
+    x = lens.residual[layer][position]
     lines.append("  x = " + c.sum_of([c.f(v) for v in x.tolist()]).replace(" + ", ", "))
     out = top[lens.output]
     y, W = out["X"][position], out["W"]
