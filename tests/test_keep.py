@@ -435,12 +435,19 @@ def test_a_long_prompts_step_peaks_with_the_stage_it_keeps(long_checkpoint) -> N
     m, vocab = walked.config.model, len(walked.config.vocabulary)
     step = ("-s", "masked-attention", "--layer", str(LAYERS - 1))  # the top layer: the whole pass runs
     kept = trace_size(m, 0, n, vocab, Keep.stages(step[1:2], LAYERS - 1)).numbers * 4
+    one = trace_size(m, 0, n, vocab, Keep.stages(step[1:2], LAYERS - 1, 1)).numbers * 4
     whole = trace_size(m, 0, n, vocab).numbers * 4
     # The bound: the short prompt's peak (the interpreter, the libraries, the weights), the stage
-    # kept, and as much again for the pass's own arrays (a layer's scores and weights, all heads).
-    bound = peak("step", "--model", folder, "--prompt", short, *step) + 2 * kept + 32 * 2**20
-    assert whole > bound + kept  # the whole trace would not fit under it: the bound can fail
-    assert peak("step", "--model", folder, "--prompt", long, *step) < bound
+    # kept, and 32 MiB for the pass's own arrays: the layers below hold a block of their scores at
+    # a time (attention in blocks), never a layer's every head (4 × 3 × n² float32, 66 MiB here).
+    base = peak("step", "--model", folder, "--prompt", short, *step) + 32 * 2**20
+    assert whole > base + kept + kept  # the whole trace would not fit under it: the bound can fail
+    assert 3 * 4 * n * n * 4 > 32 * 2**20  # nor a layer's every head computed whole
+    assert peak("step", "--model", folder, "--prompt", long, *step) < base + kept
+    # with --head 1, the stage kept holds one head's scores and weights: the bound shrinks with it,
+    # below what a layer computing every head's scores whole would take
+    assert one + 32 * 2**20 < 3 * 4 * n * n * 4
+    assert peak("step", "--model", folder, "--prompt", long, *step, "--head", "1") < base + one
 
 
 def test_a_long_prompts_export_streams_in_the_memory_of_its_largest_stage(long_checkpoint, tmp_path) -> None:
