@@ -223,7 +223,8 @@ def test_step_shows_the_same_as_the_whole_trace(runner) -> None:
 
 def test_step_and_export_of_one_head_show_the_whole_traces_head(runner) -> None:
     """`step --head 2` prints head 2's tables as `step` prints them among every head's; `export
-    --head 2` writes head 2's matrices, equal to the whole trace's (and its key/value head 1's)."""
+    --head 2` writes head 2's matrices, equal to the whole trace's (and its key/value head 1's);
+    `explain --head 2` explains a cell of A2 as it does with every head kept."""
     config = str(ROOT / "configs" / "llama-style.yaml")
     args = ["-c", config, "-s", "masked-attention", "--layer", "1"]
     every = runner.invoke(app, ["step", *args, "--no-map"])
@@ -252,6 +253,12 @@ def test_step_and_export_of_one_head_show_the_whole_traces_head(runner) -> None:
             [[np.nan if v is None else v for v in row] for row in matrix["values"]], dtype=float
         )
         np.testing.assert_allclose(values, full[name], rtol=0, atol=1e-12, err_msg=name)
+    cell = ["explain", "-c", config, "-s", stage["id"], "-m", "A2", "--cell", "5,3"]
+    explained, alone = runner.invoke(app, cell), runner.invoke(app, [*cell, "--head", "2"])
+    assert explained.exit_code == 0 and "softmax" in explained.stdout, explained.output
+    assert alone.stdout == explained.stdout
+    other = runner.invoke(app, [*cell[:-4], "-m", "A3", "--cell", "5,3", "--head", "2"])
+    assert other.exit_code == 2 and other.stderr.count("\n") == 1 and "A3" in other.stderr
     refused = runner.invoke(app, ["step", *args, "--head", "2", "--backward"])
     assert refused.exit_code == 2 and refused.stderr.startswith("error: --head keeps one head's")
     refused = runner.invoke(app, ["step", *args, "--head", "5"])
