@@ -157,6 +157,32 @@ def step_products(w: object, m: object, n: int, head: int | None, peer: bool) ->
     return ours, theirs
 
 
+# Times the step's matrix products alone in a fresh process, as the step's own (no torch loaded
+# beside NumPy's threads): argv folder, tokens, head (0: every head); prints the seconds and how many.
+PRODUCTS = """
+import sys, time
+sys.path[:0] = [sys.argv[4], sys.argv[4] + "/benchmarks"]
+from bench_long import step_products
+from bench_llama import product_runners
+from transformer_walkthrough.checkpoints.run import load
+loaded = load(sys.argv[1], "a", "float32", prompt=True)
+m, n, head = loaded.config.model, int(sys.argv[2]), int(sys.argv[3]) or None
+ours, _ = step_products(loaded.weights, m, n, head, peer=False)
+run = product_runners(ours, [])[0]
+start = time.perf_counter()
+run()
+print(time.perf_counter() - start, len(ours))
+"""
+
+
+def products_alone(folder: Path, n: int, head: int | None) -> tuple[float, int]:
+    """Seconds of the step's matrix products alone (``step_products``) in a fresh process, and how many."""
+    done = subprocess.run([sys.executable, "-c", PRODUCTS, str(folder), str(n), str(head or 0), str(ROOT)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    took, many = done.stdout.split()
+    return float(took), int(many)
+
+
 def fastest(fn: object, runs: int = 2) -> float:
     """The fastest of ``runs`` runs of ``fn``, after one to warm up when there are several (seconds)."""
     if runs > 1:
@@ -234,12 +260,10 @@ def main() -> int:
             for _ in range(args.rounds):
                 runs.append(measure(command))
                 if name.startswith("step") and runs[-1][1] is not None:
-                    # its matrix products alone, in this process, right after it: on a shared
+                    # its matrix products alone, in a fresh process right after it: on a shared
                     # machine, the same minute's load (the fastest of each is kept)
-                    ours, _ = step_products(weights, m, n, 1 if name.endswith("1") else None, peer=False)
-                    products.append(fastest(product_runners(ours, [])[0], 1))
-                    alone[name] = (min(products), len(ours))
-                    del ours
+                    products.append(products_alone(folder, n, 1 if name.endswith("1") else None))
+                    alone[name] = min(products)
             results[name] = min(runs, key=lambda r: r[0])
         for name, (took, peak, said) in results.items():
             limit = {"run": run_bound, "step --head 1": head_bound}.get(name, bound)
