@@ -223,7 +223,8 @@ def test_step_shows_the_same_as_the_whole_trace(runner) -> None:
 
 def test_step_and_export_of_one_head_show_the_whole_traces_head(runner) -> None:
     """`step --head 2` prints head 2's tables as `step` prints them among every head's; `export
-    --head 2` writes head 2's matrices, equal to the whole trace's (and its key/value head 1's)."""
+    --head 2` writes head 2's matrices, equal to the whole trace's (and its key/value head 1's);
+    `explain --head 2` explains a cell of A2 as it does with every head kept."""
     config = str(ROOT / "configs" / "llama-style.yaml")
     args = ["-c", config, "-s", "masked-attention", "--layer", "1"]
     every = runner.invoke(app, ["step", *args, "--no-map"])
@@ -252,6 +253,12 @@ def test_step_and_export_of_one_head_show_the_whole_traces_head(runner) -> None:
             [[np.nan if v is None else v for v in row] for row in matrix["values"]], dtype=float
         )
         np.testing.assert_allclose(values, full[name], rtol=0, atol=1e-12, err_msg=name)
+    cell = ["explain", "-c", config, "-s", stage["id"], "-m", "A2", "--cell", "5,3"]
+    explained, alone = runner.invoke(app, cell), runner.invoke(app, [*cell, "--head", "2"])
+    assert explained.exit_code == 0 and "softmax" in explained.stdout, explained.output
+    assert alone.stdout == explained.stdout
+    other = runner.invoke(app, [*cell[:-4], "-m", "A3", "--cell", "5,3", "--head", "2"])
+    assert other.exit_code == 2 and other.stderr.count("\n") == 1 and "A3" in other.stderr
     refused = runner.invoke(app, ["step", *args, "--head", "2", "--backward"])
     assert refused.exit_code == 2 and refused.stderr.startswith("error: --head keeps one head's")
     refused = runner.invoke(app, ["step", *args, "--head", "5"])
@@ -435,12 +442,19 @@ def test_a_long_prompts_step_peaks_with_the_stage_it_keeps(long_checkpoint) -> N
     m, vocab = walked.config.model, len(walked.config.vocabulary)
     step = ("-s", "masked-attention", "--layer", str(LAYERS - 1))  # the top layer: the whole pass runs
     kept = trace_size(m, 0, n, vocab, Keep.stages(step[1:2], LAYERS - 1)).numbers * 4
+    one = trace_size(m, 0, n, vocab, Keep.stages(step[1:2], LAYERS - 1, 1)).numbers * 4
     whole = trace_size(m, 0, n, vocab).numbers * 4
     # The bound: the short prompt's peak (the interpreter, the libraries, the weights), the stage
-    # kept, and as much again for the pass's own arrays (a layer's scores and weights, all heads).
-    bound = peak("step", "--model", folder, "--prompt", short, *step) + 2 * kept + 32 * 2**20
-    assert whole > bound + kept  # the whole trace would not fit under it: the bound can fail
-    assert peak("step", "--model", folder, "--prompt", long, *step) < bound
+    # kept, and 32 MiB for the pass's own arrays: the layers below hold a block of their scores at
+    # a time (attention in blocks), never a layer's every head (4 × 3 × n² float32, 66 MiB here).
+    base = peak("step", "--model", folder, "--prompt", short, *step) + 32 * 2**20
+    assert whole > base + kept + kept  # the whole trace would not fit under it: the bound can fail
+    assert 3 * 4 * n * n * 4 > 32 * 2**20  # nor a layer's every head computed whole
+    assert peak("step", "--model", folder, "--prompt", long, *step) < base + kept
+    # with --head 1, the stage kept holds one head's scores and weights: the bound shrinks with it,
+    # below what a layer computing every head's scores whole would take
+    assert one + 32 * 2**20 < 3 * 4 * n * n * 4
+    assert peak("step", "--model", folder, "--prompt", long, *step, "--head", "1") < base + one
 
 
 def test_a_long_prompts_export_streams_in_the_memory_of_its_largest_stage(long_checkpoint, tmp_path) -> None:

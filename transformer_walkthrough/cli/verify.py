@@ -13,6 +13,7 @@ from .options import (
     TOY,
     ConfigOption,
     ExplainPrecision,
+    HeadOption,
     ModelOptions,
     SeedOption,
     WeightsOption,
@@ -92,14 +93,17 @@ def explain(
     all_terms: Annotated[
         bool, typer.Option("--all-terms", help="Every term of a long sum, not the first and last few.")
     ] = False,
+    head: HeadOption = None,
 ) -> None:
     """The arithmetic of one cell, with the actual numbers."""
-    from ..errors import StageError
+    from ..errors import StageError, WalkthroughError
     from ..model.trace import Keep
     from ..views.explain import explain as explain_cell
 
     gradient = matrix.startswith("dL/d")  # a gradient, as --backward shows it: the chain rule of its cell
-    keep = None if gradient else Keep.stages([stage])  # the backward reads every stage; a cell, its own
+    if gradient and head is not None:
+        raise WalkthroughError("--head keeps one head's matrices, a gradient reads every head's: give one")
+    keep = None if gradient else Keep.stages([stage], head=head)  # the backward reads every stage
     trace, w = passes.trace(config, seed, None, weights, checkpoint.checked(), keep=keep)
     chosen = trace.select([stage])
     if len(chosen) > 1:

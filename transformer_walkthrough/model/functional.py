@@ -193,13 +193,12 @@ def attention_in_blocks(
     for first in range(0, n_q, rows_at_once):
         rows = slice(first, min(first + rows_at_once, n_q))
         keys = _keys_seen(rows, n_k, causal, window)
-        position = np.arange(rows.start, rows.stop)[:, None]  # causal: query i is position i
-        hidden = None
-        if causal:
-            key = np.arange(keys.start, keys.stop)
-            hidden = key > position
+        hidden = None  # where M is −∞: a later key, or one past the window
+        if causal:  # query i is position i, key j position j
+            query, key = np.arange(rows.start, rows.stop)[:, None], np.arange(keys.start, keys.stop)
+            hidden = key > query
             if window is not None:
-                hidden |= key <= position - window
+                hidden |= key <= query - window
         B = None if bias is None else bias(rows, keys)
         for g in range(G):
             heads = slice(g * share, (g + 1) * share)
