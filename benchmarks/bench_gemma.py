@@ -38,10 +38,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(ROOT))  # tests.tiny_tokenizers, and this tree's transformer_walkthrough
 
-from base import THREADS, host_line  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
+from base import THREADS  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
 from bench_forward import paired_ratio, quartiles, turn_ratios  # noqa: E402
 from bench_llama import best_of, best_times, peak_rss, product_runners  # noqa: E402
-from harness import arguments, checkpoint, children_import_this_checkout, options  # noqa: E402
+from harness import begin, checkpoint, options  # noqa: E402
 
 PROMPT = "The cat sat on the mat. The dog ate the bone! A quick brown fox"  # 32 tokens with <bos>
 N_PROMPT = 32
@@ -131,8 +131,7 @@ def products(w: object, reference: object, n: int) -> tuple[object, object]:
 
 
 def main() -> int:
-    args = arguments(options(__doc__, folder=cache_folder()))
-    print(host_line(), flush=True)
+    args = begin(options(__doc__, folder=cache_folder()))
 
     import numpy as np
     import torch
@@ -141,9 +140,6 @@ def main() -> int:
     from transformer_walkthrough.checkpoints.run import load
     from transformer_walkthrough.model.transformer import run_forward
 
-    torch.set_num_threads(THREADS)
-    transformers.utils.logging.disable_progress_bar()
-    children_import_this_checkout()
     folder = checkpoint(args.folder, make_checkpoint, "a random Gemma 3 270M-shaped checkpoint")
     size = (folder / "model.safetensors").stat().st_size
 

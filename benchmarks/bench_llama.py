@@ -43,9 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(ROOT))  # tests.tiny_tokenizers, and this tree's transformer_walkthrough
 
-from base import THREADS, host_line  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
+from base import THREADS  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
 from bench_forward import paired_ratio, quartiles, turn_ratios  # noqa: E402
-from harness import arguments, checkpoint, children_import_this_checkout, options  # noqa: E402
+from harness import begin, checkpoint, options  # noqa: E402
 
 PROMPT = "The cat sat on the mat. The dog ate the bone! A quick brown fox jumps"  # 32 tokens with BOS
 N_PROMPT = 32
@@ -198,8 +198,7 @@ def products(w: object, reference: object, n: int) -> tuple[object, object]:
 
 
 def main() -> int:
-    args = arguments(options(__doc__))
-    print(host_line(), flush=True)
+    args = begin(options(__doc__))
 
     import numpy as np
     import torch
@@ -210,9 +209,6 @@ def main() -> int:
     from transformer_walkthrough.model.training import parameters
     from transformer_walkthrough.model.transformer import run_forward
 
-    torch.set_num_threads(THREADS)
-    transformers.utils.logging.disable_progress_bar()
-    children_import_this_checkout()
     folder = checkpoint(args.folder, make_checkpoint, "a random SmolLM2-135M-shaped checkpoint")
     size = (folder / "model.safetensors").stat().st_size
 

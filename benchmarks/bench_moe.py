@@ -32,10 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(ROOT))  # tests.tiny_tokenizers, and this tree's transformer_walkthrough
 
-from base import THREADS, host_line  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
+from base import THREADS  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
 from bench_forward import paired_ratio, quartiles, turn_ratios  # noqa: E402
 from bench_llama import best_of, best_times, peak_rss, product_runners  # noqa: E402
-from harness import arguments, checkpoint, children_import_this_checkout, options  # noqa: E402
+from harness import begin, checkpoint, options  # noqa: E402
 
 PROMPT = " ".join(["the cat is sleeping comfortably"] * 3) + " a"  # 64 tokens of the tiny tokenizer
 N_PROMPT = 64
@@ -113,8 +113,7 @@ def products(w: object, trace: object, reference: object, n: int) -> tuple[objec
 
 
 def main() -> int:
-    args = arguments(options(__doc__))
-    print(host_line(), flush=True)
+    args = begin(options(__doc__))
 
     import numpy as np
     import torch
@@ -123,9 +122,6 @@ def main() -> int:
     from transformer_walkthrough.checkpoints.run import load
     from transformer_walkthrough.model.transformer import run_forward
 
-    torch.set_num_threads(THREADS)
-    transformers.utils.logging.disable_progress_bar()
-    children_import_this_checkout()
     folder = checkpoint(args.folder, make_checkpoint, "a random OLMoE-shaped checkpoint")
     size = (folder / "model.safetensors").stat().st_size
 

@@ -34,10 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(ROOT))  # tests.tiny_t5, and this tree's transformer_walkthrough
 
-from base import THREADS, host_line  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
+from base import THREADS  # noqa: E402  (first: pins the BLAS threads before NumPy loads)
 from bench_forward import paired_ratio, quartiles, turn_ratios  # noqa: E402
 from bench_llama import best_of, best_times, peak_rss  # noqa: E402
-from harness import arguments, checkpoint, children_import_this_checkout, options  # noqa: E402
+from harness import begin, checkpoint, options  # noqa: E402
 
 SOURCE = "translate English to German: The cat is sleeping comfortably."
 TARGET = "die Katze schläft bequem."
@@ -94,17 +94,13 @@ STEP = ("step", "--stage", "cross-attention", "--layer", str(LAYER))
 
 
 def main() -> int:
-    args = arguments(options(__doc__))
-    print(host_line(), flush=True)
+    args = begin(options(__doc__))
 
     import torch
     import transformers
 
     from transformer_walkthrough.checkpoints.run import generate, load
 
-    torch.set_num_threads(THREADS)
-    transformers.utils.logging.disable_progress_bar()
-    children_import_this_checkout()
     folder = checkpoint(args.folder, make_checkpoint, "a random flan-t5-base-shaped checkpoint")
     size = (folder / "model.safetensors").stat().st_size
 

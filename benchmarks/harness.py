@@ -4,7 +4,7 @@ the shape it measures (made once), and child processes that import this checkout
 bench_bert, bench_gemma, bench_gpt2, bench_lens, bench_llama, bench_moe and bench_t5 start the
 same way; written once here so that they differ only in what they measure:
 
-    args = arguments(options(__doc__))
+    args = begin(options(__doc__))
     folder = checkpoint(args.folder, make_checkpoint, "a random SmolLM2-135M-shaped checkpoint")
 """
 
@@ -43,6 +43,24 @@ def arguments(parser: argparse.ArgumentParser) -> argparse.Namespace:
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.e2e_rounds = 2, 1
+    return args
+
+
+def begin(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """A benchmark against transformers begins: its options parsed (``arguments``), the host said
+    (``base.host_line``, first in every benchmark's output), torch on the threads NumPy's BLAS has
+    (``base.THREADS``) and transformers' progress bars off, and the fresh processes it starts
+    importing this checkout (``children_import_this_checkout``)."""
+    from base import THREADS, host_line
+
+    args = arguments(parser)
+    print(host_line(), flush=True)
+    import torch
+    import transformers
+
+    torch.set_num_threads(THREADS)
+    transformers.utils.logging.disable_progress_bar()
+    children_import_this_checkout()
     return args
 
 
